@@ -1,0 +1,121 @@
+package api
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Version is the API version this package speaks. It prefixes every path.
+const Version = "v1"
+
+// VersionHeader names the header that carries [Version] on every request.
+const VersionHeader = "Lockstep-Api-Version"
+
+// Paths served by the agent.
+const (
+	PathAdd     = "/" + Version + "/add"
+	PathConfirm = "/" + Version + "/confirm"
+	PathAbort   = "/" + Version + "/abort"
+	PathDel     = "/" + Version + "/del"
+	PathGet     = "/" + Version + "/get"
+	PathGC      = "/" + Version + "/gc"
+	PathStatus  = "/" + Version + "/status"
+)
+
+// Attachment identifies one network attachment of a container: the pair the
+// CNI specification uses, (CNI_CONTAINERID, CNI_IFNAME).
+type Attachment struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+}
+
+// PodRef is the Kubernetes pod an attachment belongs to, taken from
+// CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID). All fields are
+// optional: a plain container runtime sends none of them.
+type PodRef struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	UID       string `json:"uid,omitempty"`
+}
+
+// AddRequest reserves addresses for an attachment.
+type AddRequest struct {
+	Attachment
+	Netns string `json:"netns"`
+	Pod   PodRef `json:"pod"`
+}
+
+// Address is one address handed to an attachment, with the pool it came
+// from. Prefix is the pool's prefix length, so Address.Prefix().Masked() is
+// the pool CIDR.
+type Address struct {
+	Pool    string       `json:"pool"`
+	Address netip.Prefix `json:"address"`
+}
+
+// AddResponse tells the plugin what to wire.
+type AddResponse struct {
+	// OpID identifies this ADD; Confirm and Abort must repeat it.
+	OpID uint64 `json:"opID"`
+	// HostIfName is the host-side veth name the agent recorded.
+	HostIfName string `json:"hostIfName"`
+	// Addresses holds one IPv4 address and, when the agent has an IPv6
+	// pool, one IPv6 address.
+	Addresses []Address `json:"addresses"`
+	// Deadline is when the agent stops waiting for Confirm: a DEL that
+	// arrives after it no longer waits for this ADD to roll back.
+	Deadline time.Time `json:"deadline"`
+}
+
+// OpRequest confirms or aborts the ADD identified by OpID.
+type OpRequest struct {
+	Attachment
+	OpID uint64 `json:"opID"`
+}
+
+// DelResponse reports what a DEL released.
+type DelResponse struct {
+	// Found is false when the agent had no record of the attachment; the
+	// DEL still succeeds.
+	Found      bool      `json:"found"`
+	HostIfName string    `json:"hostIfName,omitempty"`
+	Addresses  []Address `json:"addresses,omitempty"`
+}
+
+// Endpoint is the agent's committed view of one attachment.
+type Endpoint struct {
+	Attachment
+	Netns      string    `json:"netns"`
+	Pod        PodRef    `json:"pod"`
+	HostIfName string    `json:"hostIfName"`
+	Addresses  []Address `json:"addresses"`
+	State      string    `json:"state"`
+	OpID       uint64    `json:"opID"`
+	Created    time.Time `json:"created"`
+}
+
+// GCRequest lists the attachments the runtime still knows about; the agent
+// releases every other one (CNI GC, cni.dev/valid-attachments).
+type GCRequest struct {
+	Valid []Attachment `json:"valid"`
+}
+
+// GCResponse lists the endpoints the agent released.
+type GCResponse struct {
+	Released []Endpoint `json:"released"`
+}
+
+// PoolStatus is the usage of one address pool.
+type PoolStatus struct {
+	Name     string       `json:"name"`
+	CIDR     netip.Prefix `json:"cidr"`
+	Size     uint64       `json:"size"`
+	Used     uint64       `json:"used"`
+	Free     uint64       `json:"free"`
+	Draining bool         `json:"draining,omitempty"`
+}
+
+// StatusResponse is the agent's health as the CNI STATUS verb needs it.
+type StatusResponse struct {
+	Pools []PoolStatus `json:"pools"`
+}
