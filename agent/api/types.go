@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/netip"
 	"time"
 )
@@ -119,3 +121,15 @@ type PoolStatus struct {
 type StatusResponse struct {
 	Pools []PoolStatus `json:"pools"`
 }
+
+// HostIfName is the deterministic name of an attachment's host-side veth:
+// "ls" and 12 hex digits of sha256(containerID "/" ifName). The plugin, the
+// agent and GC all derive it the same way, so a DEL finds the link even when
+// the agent has no record of it.
+func HostIfName(containerID, ifName string) string {
+	sum := sha256.Sum256([]byte(containerID + "/" + ifName))
+	return HostIfPrefix + hex.EncodeToString(sum[:6])
+}
+
+// HostIfPrefix starts the name of every host-side veth lockstep creates.
+const HostIfPrefix = "ls"
