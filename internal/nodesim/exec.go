@@ -5,6 +5,7 @@ import (
 	"os/exec"
 
 	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ns"
 )
 
@@ -31,4 +32,9 @@ func (e *PluginExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []
 		return err
 	})
 	return out, err
+}
+
+// Decode reads a plugin's VERSION answer.
+func (e *PluginExec) Decode(jsonBytes []byte) (version.PluginInfo, error) {
+	return (&version.PluginDecoder{}).Decode(jsonBytes)
 }

@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/agent/endpoints"
+	"lockstep.dev/lockstep/agent/persist"
+	"lockstep.dev/lockstep/agent/server"
+	"lockstep.dev/lockstep/agent/store"
+)
+
+// Defaults for Config.
+const (
+	DefaultStateDir    = "/var/lib/lockstep"
+	DefaultMetricsAddr = "127.0.0.1:9962"
+)
+
+// Config configures the agent.
+type Config struct {
+	// Standalone runs without a Kubernetes API server. Kubernetes mode is
+	// not implemented yet and is refused.
+	Standalone bool
+	Pools      []netip.Prefix
+	StateDir   string
+	Socket     string
+	// MetricsAddr is the TCP address of /healthz and /metrics; empty
+	// disables the listener.
+	MetricsAddr string
+	// SkipSysctls leaves IP forwarding alone (for tests that run the agent
+	// in-process on the machine's own namespace).
+	SkipSysctls bool
+	Logger      *slog.Logger
+	// Ready, when set, is called once the API socket accepts requests.
+	Ready func()
+}
+
+// Run runs the agent until ctx ends, then shuts down cleanly: it stops
+// accepting requests, lets in-flight ones finish (bounded), and closes the
+// state file.
+func Run(ctx context.Context, cfg Config) error {
+	if !cfg.Standalone {
+		return errors.New("run agent: Kubernetes mode is not implemented yet; start with --standalone")
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = api.DefaultSocket
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if !cfg.SkipSysctls {
+		if err := enableForwarding(cfg.Pools); err != nil {
+			return err
+		}
+	}
+
+	db, err := persist.Open(cfg.StateDir, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	st, err := store.New()
+	if err != nil {
+		return err
+	}
+	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, Logger: log})
+	if err != nil {
+		return err
+	}
+	metrics := server.NewMetrics(svc.Status)
+	svc.OnWrite(metrics.ObserveWrite)
+
+	lis, err := server.ListenSocket(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(cfg.Socket)
+	apiSrv := server.NewAPIServer(server.Handler(svc, log, metrics))
+	errc := make(chan error, 2)
+	go func() { errc <- serve(apiSrv, lis, "CNI API") }()
+
+	var opsSrv *http.Server
+	if cfg.MetricsAddr != "" {
+		opsLis, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			apiSrv.Close()
+			return fmt.Errorf("listen for metrics on %s: %w (choose another with --metrics-addr)", cfg.MetricsAddr, err)
+		}
+		opsSrv = &http.Server{Handler: server.OpsHandler(metrics, func(ctx context.Context) error {
+			_, err := svc.Status(ctx)
+			return err
+		}), ReadHeaderTimeout: 5 * time.Second}
+		go func() { errc <- serve(opsSrv, opsLis, "metrics") }()
+		log.Info("serving health and metrics", "addr", opsLis.Addr().String())
+	}
+
+	pools := make([]string, 0, len(cfg.Pools))
+	for _, p := range cfg.Pools {
+		pools = append(pools, p.String())
+	}
+	log.Info("lockstep agent ready", "socket", cfg.Socket, "state", db.Path(), "pools", pools)
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err = <-errc:
+		log.Error("server stopped", "err", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = apiSrv.Shutdown(shutdownCtx)
+	if opsSrv != nil {
+		_ = opsSrv.Shutdown(shutdownCtx)
+	}
+	return err
+}
+
+func serve(srv *http.Server, lis net.Listener, what string) error {
+	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", what, err)
+	}
+	return nil
+}
+
+// enableForwarding turns on IP forwarding in the agent's network namespace
+// (the node's): pods reach each other and the world through it.
+func enableForwarding(pools []netip.Prefix) error {
+	keys := []string{"net/ipv4/ip_forward"}
+	for _, p := range pools {
+		if p.Addr().Is6() {
+			keys = append(keys, "net/ipv6/conf/all/forwarding")
+			break
+		}
+	}
+	for _, k := range keys {
+		if err := os.WriteFile(filepath.Join("/proc/sys", k), []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("enable forwarding (%s): %w", k, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package install
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// Defaults for Options.
+const (
+	DefaultBinDir   = "/opt/cni/bin"
+	DefaultConfDir  = "/etc/cni/net.d"
+	DefaultConfName = "10-lockstep.conflist"
+	BinaryName      = "lockstep"
+	PluginName      = "lockstep-cni"
+)
+
+// Options says what to install where.
+type Options struct {
+	// Source is the lockstep binary to copy; usually os.Executable().
+	Source   string
+	BinDir   string
+	ConfDir  string
+	ConfName string
+	// Socket is written into the config when it differs from the default.
+	Socket string
+	// Portmap chains the reference portmap plugin after lockstep.
+	Portmap bool
+}
+
+// Result reports what Install changed.
+type Result struct {
+	Changed []string
+}
+
+// Install installs the binary, the symlink and the config list.
+func Install(o Options) (*Result, error) {
+	if o.BinDir == "" {
+		o.BinDir = DefaultBinDir
+	}
+	if o.ConfDir == "" {
+		o.ConfDir = DefaultConfDir
+	}
+	if o.ConfName == "" {
+		o.ConfName = DefaultConfName
+	}
+	res := &Result{}
+	for _, dir := range []string{o.BinDir, o.ConfDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+
+	bin, err := os.ReadFile(o.Source)
+	if err != nil {
+		return nil, fmt.Errorf("read lockstep binary %s: %w", o.Source, err)
+	}
+	binPath := filepath.Join(o.BinDir, BinaryName)
+	if changed, err := writeAtomic(binPath, bin, 0o755); err != nil {
+		return nil, err
+	} else if changed {
+		res.Changed = append(res.Changed, binPath)
+	}
+
+	linkPath := filepath.Join(o.BinDir, PluginName)
+	if changed, err := symlinkAtomic(BinaryName, linkPath); err != nil {
+		return nil, err
+	} else if changed {
+		res.Changed = append(res.Changed, linkPath)
+	}
+
+	conf, err := ConfList(o.Socket, o.Portmap)
+	if err != nil {
+		return nil, err
+	}
+	confPath := filepath.Join(o.ConfDir, o.ConfName)
+	if changed, err := writeAtomic(confPath, conf, 0o644); err != nil {
+		return nil, err
+	} else if changed {
+		res.Changed = append(res.Changed, confPath)
+	}
+	return res, nil
+}
+
+// ConfList renders the network config list lockstep installs.
+func ConfList(socket string, portmap bool) ([]byte, error) {
+	plugin := map[string]any{"type": PluginName}
+	if socket != "" {
+		if !filepath.IsAbs(socket) {
+			return nil, fmt.Errorf("render config: socket %q must be an absolute path", socket)
+		}
+		plugin["socket"] = socket
+	}
+	plugins := []any{plugin}
+	if portmap {
+		plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}})
+	}
+	out, err := json.MarshalIndent(map[string]any{
+		"cniVersion": "1.1.0",
+		"name":       "lockstep",
+		"plugins":    plugins,
+	}, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("render config: %w", err)
+	}
+	return append(out, '\n'), nil
+}
+
+// writeAtomic replaces path with data unless it already holds exactly that.
+func writeAtomic(path string, data []byte, mode os.FileMode) (bool, error) {
+	if same, _ := sameContent(path, data); same {
+		return false, os.Chmod(path, mode)
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return false, fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return false, fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return false, fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return false, fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return false, fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return false, fmt.Errorf("replace %s: %w", path, err)
+	}
+	return true, syncDir(dir)
+}
+
+func sameContent(path string, data []byte) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() != int64(len(data)) {
+		return false, err
+	}
+	have, err := io.ReadAll(f)
+	return err == nil && bytes.Equal(have, data), err
+}
+
+// symlinkAtomic points path at target unless it already does.
+func symlinkAtomic(target, path string) (bool, error) {
+	if cur, err := os.Readlink(path); err == nil && cur == target {
+		return false, nil
+	}
+	tmp := path + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return false, fmt.Errorf("create symlink %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return false, fmt.Errorf("replace %s: %w", path, err)
+	}
+	return true, syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
