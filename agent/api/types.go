@@ -102,9 +102,12 @@ type GCRequest struct {
 	Valid []Attachment `json:"valid"`
 }
 
-// GCResponse lists the endpoints the agent released.
+// GCResponse lists the endpoints the agent released, and the host
+// interfaces of every endpoint it still holds (valid ones and ADDs still in
+// flight), which a sweep of host links must leave alone.
 type GCResponse struct {
 	Released []Endpoint `json:"released"`
+	Retained []string   `json:"retained"`
 }
 
 // PoolStatus is the usage of one address pool.

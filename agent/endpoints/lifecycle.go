@@ -279,15 +279,16 @@ func (s *Service) GC(_ context.Context, req api.GCRequest) (*api.GCResponse, err
 	for _, a := range req.Valid {
 		valid[toStore(a)] = true
 	}
-	resp := &api.GCResponse{Released: []api.Endpoint{}}
+	resp := &api.GCResponse{Released: []api.Endpoint{}, Retained: []string{}}
 	err := s.write(func(txn *store.Txn) error {
 		eps, err := store.Endpoints(txn, nil)
 		if err != nil {
 			return err
 		}
-		resp.Released = resp.Released[:0]
+		resp.Released, resp.Retained = resp.Released[:0], resp.Retained[:0]
 		for _, e := range eps {
 			if valid[e.Attachment] || s.inFlight(e) {
+				resp.Retained = append(resp.Retained, e.HostIfName)
 				continue
 			}
 			if _, err := store.ReleaseEndpoint(txn, e.Attachment); err != nil {

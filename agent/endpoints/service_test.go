@@ -315,6 +315,12 @@ func TestGC(t *testing.T) {
 	if strings.Join(released, ",") != "c001,c003" {
 		t.Fatalf("released %v, want c001,c003", released)
 	}
+	retained := strings.Join(resp.Retained, ",")
+	for _, kept := range []int{0, 2, 9} {
+		if !strings.Contains(retained, api.HostIfName(att(kept).ContainerID, "eth0")) {
+			t.Errorf("GC did not report %s as retained: %v", att(kept).ContainerID, resp.Retained)
+		}
+	}
 	if st, _ := f.svc.Status(ctx); st.Pools[0].Used != 3 {
 		t.Fatalf("used %d after GC, want 3", st.Pools[0].Used)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // RunDir is where named network namespaces are bind-mounted.
@@ -32,6 +33,9 @@ func Path(name string) string { return filepath.Join(RunDir, name) }
 // Create makes a named network namespace with its loopback up and returns
 // it opened. The caller owns it and must Delete it.
 func Create(name string) (ns.NetNS, error) {
+	if err := prepareRunDir(); err != nil {
+		return nil, err
+	}
 	errc := make(chan error, 1)
 	go func() {
 		// The thread is left in the new namespace and never unlocked, so
@@ -63,6 +67,26 @@ func Create(name string) (ns.NetNS, error) {
 		return nil, fmt.Errorf("bring up lo in netns %s: %w", name, err)
 	}
 	return n, nil
+}
+
+// prepareRunDir makes RunDir a shared mount point, as iproute2 does before
+// its first `ip netns add`. Without it, a later `ip netns add` bind-mounts
+// RunDir over itself and hides the namespaces created before.
+func prepareRunDir() error {
+	if err := os.MkdirAll(RunDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", RunDir, err)
+	}
+	err := unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if errors.Is(err, unix.EINVAL) {
+		// Not a mount point yet: make it one, then shared.
+		if err = unix.Mount(RunDir, RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err == nil {
+			err = unix.Mount("", RunDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("make %s a shared mount point: %w", RunDir, err)
+	}
+	return nil
 }
 
 // Delete closes and unmounts a namespace made by Create. Deleting one that

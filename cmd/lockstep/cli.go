@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"lockstep.dev/lockstep/agent"
+	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/cni/install"
+	"lockstep.dev/lockstep/internal/buildinfo"
+)
+
+func runCLI(args []string) int {
+	root := &cobra.Command{
+		Use:           "lockstep",
+		Short:         "Kubernetes node networking with transactional state",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(agentCommand(), installCNICommand(), versionCommand())
+	root.SetArgs(args)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "lockstep:", err)
+		return 1
+	}
+	return 0
+}
+
+func versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the lockstep version",
+		Args:  cobra.NoArgs,
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), buildinfo.String()) },
+	}
+}
+
+func agentCommand() *cobra.Command {
+	var (
+		cfg       agent.Config
+		pools     []string
+		logLevel  string
+		logFormat string
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent (serves the CNI plugin, owns all node state)",
+		Long: `Run the node agent. It owns the node's IP pools, allocations and endpoints
+in one transactional store, persists every allocation and release to
+--state-dir before answering, and serves the lockstep-cni plugin on --socket.
+
+Kubernetes mode is not implemented yet: start it with --standalone.`,
+		Example: "  lockstep agent --standalone --pool-cidr 10.244.0.0/24 --pool-cidr fd00:10:244::/120",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(logLevel, logFormat)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			for _, p := range pools {
+				prefix, err := netip.ParsePrefix(strings.TrimSpace(p))
+				if err != nil {
+					return fmt.Errorf("parse --pool-cidr %q: %w (want a CIDR such as 10.244.0.0/24)", p, err)
+				}
+				cfg.Pools = append(cfg.Pools, prefix)
+			}
+			if len(cfg.Pools) == 0 {
+				return errors.New("no --pool-cidr given: the agent needs at least one IPv4 pool, e.g. --pool-cidr 10.244.0.0/24")
+			}
+			return agent.Run(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&cfg.Standalone, "standalone", false, "run without a Kubernetes API server (required for now)")
+	f.StringSliceVar(&pools, "pool-cidr", nil, "address pool for pods; repeat for IPv6 (e.g. fd00:10:244::/120)")
+	f.StringVar(&cfg.StateDir, "state-dir", agent.DefaultStateDir, "directory of the durable state file")
+	f.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket the CNI plugin calls")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", agent.DefaultMetricsAddr, "address of /healthz and /metrics; empty disables")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	return cmd
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("parse --log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("parse --log-format %q: want text or json", format)
+}
+
+func installCNICommand() *cobra.Command {
+	var o install.Options
+	cmd := &cobra.Command{
+		Use:   "install-cni",
+		Short: "Install the lockstep binary, the lockstep-cni symlink and the CNI config (idempotent)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find own binary: %w", err)
+			}
+			o.Source = self
+			res, err := install.Install(o)
+			if err != nil {
+				return err
+			}
+			if len(res.Changed) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "lockstep CNI already installed; nothing changed")
+			}
+			for _, path := range res.Changed {
+				fmt.Fprintln(cmd.OutOrStdout(), "installed", path)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.BinDir, "bin-dir", install.DefaultBinDir, "CNI plugin directory")
+	f.StringVar(&o.ConfDir, "conf-dir", install.DefaultConfDir, "CNI network config directory")
+	f.StringVar(&o.ConfName, "conf-name", install.DefaultConfName, "file name of the config list")
+	f.StringVar(&o.Socket, "socket", "", "agent socket to write into the config (default: the plugin's default)")
+	f.BoolVar(&o.Portmap, "portmap", false, "chain the portmap plugin after lockstep (hostPort support)")
+	return cmd
+}

@@ -1,0 +1,221 @@
+package netsetup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+)
+
+// CheckArgs describes the wiring Check expects to find.
+type CheckArgs struct {
+	// Netns is the path of the pod's network namespace.
+	Netns string
+	// HostIf and PodIf name the two ends of the pod's veth.
+	HostIf string
+	PodIf  string
+	// Addresses are the pod's addresses; like Setup, Check only looks at
+	// the address and expects it as a /32 or /128.
+	Addresses []netip.Prefix
+}
+
+// MismatchError lists every way the node and pod wiring differ from what
+// Check expected, one sentence per difference.
+type MismatchError struct {
+	Diffs []string
+}
+
+// Error joins the differences.
+func (e *MismatchError) Error() string { return strings.Join(e.Diffs, "; ") }
+
+// Check verifies the wiring Setup builds: the host end exists, is a veth,
+// is the pod end's peer and routes every pod address; the pod end exists,
+// is up, has exactly the pod addresses (link-local ones aside) and default
+// routes through the gateways. Differences are returned together as a
+// *MismatchError; any other error means the wiring could not be read.
+func Check(ctx context.Context, args CheckArgs) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("check %s: %w", args.HostIf, err)
+	}
+	want, err := hostPrefixes(args.Addresses)
+	if err != nil {
+		return fmt.Errorf("check %s: %w", args.HostIf, err)
+	}
+	c := &checker{args: args, want: want}
+	if err := c.checkHost(); err != nil {
+		return err
+	}
+	if err := c.checkPod(); err != nil {
+		return err
+	}
+	if len(c.diffs) > 0 {
+		return &MismatchError{Diffs: c.diffs}
+	}
+	return nil
+}
+
+// checker accumulates the differences Check finds.
+type checker struct {
+	args  CheckArgs
+	want  []netip.Prefix
+	host  netlink.Link // nil when the host end is missing
+	diffs []string
+}
+
+func (c *checker) differs(format string, args ...any) {
+	c.diffs = append(c.diffs, fmt.Sprintf(format, args...))
+}
+
+func (c *checker) checkHost() error {
+	name := c.args.HostIf
+	link, err := linkByName(name)
+	if isNotFound(err) {
+		c.differs("host interface %s is missing", name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up host interface %s: %w", name, err)
+	}
+	if link.Type() != "veth" {
+		c.differs("host interface %s is a %s, not a veth", name, link.Type())
+		return nil
+	}
+	c.host = link
+	routes, err := dump("routes of "+name, func() ([]netlink.Route, error) {
+		return netlink.RouteList(link, netlink.FAMILY_ALL)
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range c.want {
+		if !hasRouteTo(routes, p) {
+			c.differs("node has no route to %s via host interface %s", p, name)
+		}
+	}
+	return nil
+}
+
+func (c *checker) checkPod() error {
+	podNS, err := ns.GetNS(c.args.Netns)
+	if err != nil {
+		var missing ns.NSPathNotExistErr
+		if errors.As(err, &missing) {
+			c.differs("pod netns %s does not exist", c.args.Netns)
+			return nil
+		}
+		return fmt.Errorf("open pod netns %s: %w", c.args.Netns, err)
+	}
+	defer podNS.Close()
+	return podNS.Do(func(ns.NetNS) error { return c.checkPodInside() })
+}
+
+// checkPodInside runs inside the pod namespace.
+func (c *checker) checkPodInside() error {
+	name, where := c.args.PodIf, c.args.Netns
+	link, err := linkByName(name)
+	if isNotFound(err) {
+		c.differs("pod interface %s in %s is missing", name, where)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up pod interface %s in %s: %w", name, where, err)
+	}
+	attrs := link.Attrs()
+	if c.host != nil && c.host.Attrs().ParentIndex != attrs.Index {
+		c.differs("pod interface %s in %s is not the peer of host interface %s", name, where, c.args.HostIf)
+	}
+	if attrs.Flags&net.FlagUp == 0 {
+		c.differs("pod interface %s in %s is down", name, where)
+	}
+
+	addrs, err := dump("addresses of "+name, func() ([]netlink.Addr, error) {
+		return netlink.AddrList(link, netlink.FAMILY_ALL)
+	})
+	if err != nil {
+		return err
+	}
+	have := map[netip.Prefix]bool{}
+	for _, a := range addrs {
+		p, ok := toPrefix(a.IPNet)
+		if !ok || p.Addr().IsLinkLocalUnicast() {
+			continue
+		}
+		have[p] = true
+	}
+	for _, p := range c.want {
+		if !have[p] {
+			c.differs("pod interface %s in %s lacks address %s", name, where, p)
+		}
+		delete(have, p)
+	}
+	for p := range have {
+		c.differs("pod interface %s in %s has unexpected address %s", name, where, p)
+	}
+
+	routes, err := dump("routes of "+name, func() ([]netlink.Route, error) {
+		return netlink.RouteList(link, netlink.FAMILY_ALL)
+	})
+	if err != nil {
+		return err
+	}
+	v4, v6 := families(c.want)
+	for _, gw := range []struct {
+		need bool
+		addr netip.Addr
+	}{{v4, GatewayV4}, {v6, GatewayV6}} {
+		if gw.need && !hasDefaultVia(routes, gw.addr) {
+			c.differs("pod interface %s in %s has no default route via %s", name, where, gw.addr)
+		}
+	}
+	return nil
+}
+
+// hasRouteTo reports whether routes hold one to exactly p.
+func hasRouteTo(routes []netlink.Route, p netip.Prefix) bool {
+	for _, r := range routes {
+		if dst, ok := toPrefix(r.Dst); ok && dst == p {
+			return true
+		}
+	}
+	return false
+}
+
+// hasDefaultVia reports whether routes hold a default route through gw.
+func hasDefaultVia(routes []netlink.Route, gw netip.Addr) bool {
+	for _, r := range routes {
+		via, ok := netip.AddrFromSlice(r.Gw)
+		if !ok || via.Unmap() != gw {
+			continue
+		}
+		if r.Dst == nil {
+			return true
+		}
+		if ones, _ := r.Dst.Mask.Size(); ones == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// toPrefix converts a netlink address or destination, keeping the host
+// bits.
+func toPrefix(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	addr, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, bits := n.Mask.Size()
+	addr = addr.Unmap()
+	if bits != addr.BitLen() {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(addr, ones), true
+}

@@ -1,0 +1,50 @@
+package netsetup
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+)
+
+// dumpAttempts bounds how often a netlink dump is repeated when the kernel
+// flags it as interrupted (NLM_F_DUMP_INTR: the table changed mid-dump).
+const dumpAttempts = 5
+
+// dump runs list until it returns a consistent result. An interrupted dump
+// is harmless to retry; on a busy node, with pods coming and going, it is
+// expected now and then.
+func dump[T any](what string, list func() ([]T, error)) ([]T, error) {
+	var err error
+	for range dumpAttempts {
+		var out []T
+		out, err = list()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			if err != nil {
+				return nil, fmt.Errorf("list %s: %w", what, err)
+			}
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("list %s: still interrupted after %d attempts: %w", what, dumpAttempts, err)
+}
+
+// linkByName looks a link up by name, retrying an interrupted lookup (the
+// kernel may fall back to a dump for long names).
+func linkByName(name string) (netlink.Link, error) {
+	var err error
+	for range dumpAttempts {
+		var link netlink.Link
+		link, err = netlink.LinkByName(name)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return link, err
+		}
+	}
+	return nil, err
+}
+
+// isNotFound reports whether err says a link does not exist.
+func isNotFound(err error) bool {
+	var notFound netlink.LinkNotFoundError
+	return errors.As(err, &notFound)
+}

@@ -1,0 +1,89 @@
+package netsetup
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestHostIfName(t *testing.T) {
+	a := HostIfName("0123456789abcdef", "eth0")
+	if len(a) != 14 || !strings.HasPrefix(a, HostIfPrefix) || !isHostIfName(a) {
+		t.Fatalf("HostIfName() = %q, want %q and 12 hex digits", a, HostIfPrefix)
+	}
+	if again := HostIfName("0123456789abcdef", "eth0"); again != a {
+		t.Fatalf("HostIfName() is not deterministic: %q then %q", a, again)
+	}
+	for _, other := range []string{HostIfName("0123456789abcdef", "net1"), HostIfName("0123456789abcdee", "eth0")} {
+		if other == a {
+			t.Fatalf("HostIfName() gives %q for two attachments", a)
+		}
+	}
+}
+
+func TestIsHostIfName(t *testing.T) {
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{HostIfName("c", "eth0"), true},
+		{"ls0123456789ab", true},
+		{"ls0123456789a", false},
+		{"ls0123456789abc", false},
+		{"ls0123456789AB", false},
+		{"lx0123456789ab", false},
+		{"eth0", false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		if got := isHostIfName(tt.name); got != tt.want {
+			t.Errorf("isHostIfName(%q) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestSetupArgsValidate(t *testing.T) {
+	good := SetupArgs{
+		Netns:     "/run/netns/p",
+		HostIf:    "ls0123456789ab",
+		PodIf:     "eth0",
+		MTU:       1500,
+		Addresses: []netip.Prefix{netip.MustParsePrefix("10.244.0.5/24"), netip.MustParsePrefix("fd00::5/64")},
+	}
+	tests := []struct {
+		name    string
+		mutate  func(*SetupArgs)
+		wantErr string
+	}{
+		{name: "valid", mutate: func(*SetupArgs) {}},
+		{name: "no netns", mutate: func(a *SetupArgs) { a.Netns = "" }, wantErr: "no netns"},
+		{name: "host name too long", mutate: func(a *SetupArgs) { a.HostIf = "ls0123456789abcdef" }, wantErr: "invalid host interface name"},
+		{name: "pod name with '/'", mutate: func(a *SetupArgs) { a.PodIf = "eth/0" }, wantErr: "invalid pod interface name"},
+		{name: "no addresses", mutate: func(a *SetupArgs) { a.Addresses = nil }, wantErr: "no addresses"},
+		{name: "repeated address", mutate: func(a *SetupArgs) {
+			a.Addresses = []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24"), netip.MustParsePrefix("10.0.0.1/32")}
+		}, wantErr: "given twice"},
+		{name: "invalid address", mutate: func(a *SetupArgs) { a.Addresses = []netip.Prefix{{}} }, wantErr: "invalid address"},
+		{name: "IPv6 below its minimum MTU", mutate: func(a *SetupArgs) { a.MTU = 1000 }, wantErr: "below the IPv6 minimum"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := good
+			tt.mutate(&args)
+			addrs, err := args.validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("validate() error = %v", err)
+				}
+				want := []netip.Prefix{netip.MustParsePrefix("10.244.0.5/32"), netip.MustParsePrefix("fd00::5/128")}
+				if len(addrs) != 2 || addrs[0] != want[0] || addrs[1] != want[1] {
+					t.Fatalf("validate() = %v, want %v", addrs, want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("validate() error = %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,292 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/cni/netsetup"
+)
+
+// events records, in order, what the fake agent and the fake kernel were
+// asked to do, so tests can assert on the order of steps.
+type events struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (e *events) add(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.log = append(e.log, fmt.Sprintf(format, args...))
+}
+
+func (e *events) list() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.log...)
+}
+
+// fakeAgent serves the agent API on a unix socket with canned answers, so
+// the plugin's real api.Client is exercised end to end.
+type fakeAgent struct {
+	events *events
+
+	mu         sync.Mutex
+	addResp    api.AddResponse
+	addErr     *api.Error
+	confirmErr *api.Error
+	delResp    api.DelResponse
+	delErr     *api.Error
+	getResp    api.Endpoint
+	getErr     *api.Error
+	gcResp     api.GCResponse
+	gcErr      *api.Error
+	statusResp api.StatusResponse
+	statusErr  *api.Error
+
+	lastAdd api.AddRequest
+	lastOp  api.OpRequest
+	lastGC  api.GCRequest
+}
+
+func (a *fakeAgent) serve(t *testing.T, socket string) {
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatalf("listen on %s: %v", socket, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(a.handle)}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+func (a *fakeAgent) handle(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.events.add("agent %s", strings.TrimPrefix(r.URL.Path, "/"+api.Version+"/"))
+	var (
+		out    any
+		apiErr *api.Error
+	)
+	decode := func(v any) {
+		if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+			apiErr = api.Errorf(api.CodeDecodeFailure, "fake agent: decode %s: %v", r.URL.Path, err)
+		}
+	}
+	switch r.URL.Path {
+	case api.PathAdd:
+		decode(&a.lastAdd)
+		out, apiErr = a.addResp, firstErr(apiErr, a.addErr)
+	case api.PathConfirm:
+		decode(&a.lastOp)
+		apiErr = firstErr(apiErr, a.confirmErr)
+	case api.PathAbort:
+		decode(&a.lastOp)
+	case api.PathDel:
+		var att api.Attachment
+		decode(&att)
+		out, apiErr = a.delResp, firstErr(apiErr, a.delErr)
+	case api.PathGet:
+		var att api.Attachment
+		decode(&att)
+		out, apiErr = a.getResp, firstErr(apiErr, a.getErr)
+	case api.PathGC:
+		decode(&a.lastGC)
+		out, apiErr = a.gcResp, firstErr(apiErr, a.gcErr)
+	case api.PathStatus:
+		out, apiErr = a.statusResp, a.statusErr
+	default:
+		apiErr = api.Errorf(api.CodeInternal, "fake agent: no handler for %s", r.URL.Path)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if apiErr != nil {
+		w.WriteHeader(http.StatusConflict)
+		json.NewEncoder(w).Encode(apiErr)
+		return
+	}
+	if out == nil {
+		out = struct{}{}
+	}
+	json.NewEncoder(w).Encode(out)
+}
+
+func firstErr(errs ...*api.Error) *api.Error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// fakeNet stands in for netsetup: it records calls and remembers which host
+// links exist.
+type fakeNet struct {
+	events *events
+
+	mu          sync.Mutex
+	links       map[string]bool
+	setupErr    error
+	teardownErr map[string]error
+	checkErr    error
+	listErr     error
+	lastSetup   netsetup.SetupArgs
+	lastCheck   netsetup.CheckArgs
+}
+
+var podMAC = net.HardwareAddr{0x0a, 0x58, 0x0a, 0xf4, 0x00, 0x05}
+
+func (n *fakeNet) setup(_ context.Context, args netsetup.SetupArgs) (*netsetup.Wired, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.events.add("setup %s", args.HostIf)
+	n.lastSetup = args
+	if n.setupErr != nil {
+		return nil, n.setupErr
+	}
+	n.links[args.HostIf] = true
+	wired := &netsetup.Wired{
+		Host:  netsetup.Link{Name: args.HostIf, MAC: netsetup.HostMAC, Index: 42},
+		Pod:   netsetup.Link{Name: args.PodIf, MAC: podMAC, Index: 2},
+		Netns: args.Netns,
+	}
+	for _, p := range args.Addresses {
+		wired.Addresses = append(wired.Addresses, netip.PrefixFrom(p.Addr(), p.Addr().BitLen()))
+	}
+	return wired, nil
+}
+
+func (n *fakeNet) teardown(hostIf string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.events.add("teardown %s", hostIf)
+	if err := n.teardownErr[hostIf]; err != nil {
+		return err
+	}
+	delete(n.links, hostIf)
+	return nil
+}
+
+func (n *fakeNet) check(_ context.Context, args netsetup.CheckArgs) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.events.add("check %s", args.HostIf)
+	n.lastCheck = args
+	return n.checkErr
+}
+
+func (n *fakeNet) hostLinks() ([]string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.listErr != nil {
+		return nil, n.listErr
+	}
+	var names []string
+	for name := range n.links {
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// harness is one plugin wired to a fake agent and a fake kernel.
+type harness struct {
+	t      *testing.T
+	socket string
+	events *events
+	agent  *fakeAgent
+	net    *fakeNet
+	stdout bytes.Buffer
+	stderr bytes.Buffer
+	plugin *plugin
+}
+
+const (
+	testContainer = "f00dcafe0123"
+	testNetns     = "/run/netns/pod-1"
+	testArgs      = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_UID=1e9f2a"
+)
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	// t.TempDir paths can exceed the 107 bytes a socket path may hold.
+	dir, err := os.MkdirTemp("", "lsplugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ev := &events{}
+	h := &harness{
+		t:      t,
+		socket: filepath.Join(dir, "agent.sock"),
+		events: ev,
+		agent:  &fakeAgent{events: ev},
+		net:    &fakeNet{events: ev, links: map[string]bool{}, teardownErr: map[string]error{}},
+	}
+	h.agent.serve(t, h.socket)
+	h.plugin = &plugin{
+		agent:     func(socket string) agentClient { return api.NewClient(socket, 0) },
+		setup:     h.net.setup,
+		teardown:  h.net.teardown,
+		check:     h.net.check,
+		hostLinks: h.net.hostLinks,
+		stdout:    &h.stdout,
+		stderr:    &h.stderr,
+	}
+	return h
+}
+
+// conf returns a network config for the fake agent's socket; extra is
+// spliced in as more top-level keys.
+func (h *harness) conf(cniVersion, extra string) []byte {
+	return []byte(fmt.Sprintf(`{"cniVersion":%q,"name":"pods","type":"lockstep","socket":%q,"mtu":1450%s}`, cniVersion, h.socket, extra))
+}
+
+func (h *harness) cmdArgs(stdin []byte) *skel.CmdArgs {
+	return &skel.CmdArgs{
+		ContainerID: testContainer,
+		Netns:       testNetns,
+		IfName:      "eth0",
+		Args:        testArgs,
+		Path:        "/opt/cni/bin",
+		StdinData:   stdin,
+	}
+}
+
+// grant makes the fake agent answer ADD with the given addresses.
+func (h *harness) grant(addrs ...string) {
+	h.agent.addResp = api.AddResponse{OpID: 7, HostIfName: netsetup.HostIfName(testContainer, "eth0")}
+	for _, a := range addrs {
+		h.agent.addResp.Addresses = append(h.agent.addResp.Addresses, api.Address{Pool: "default", Address: netip.MustParsePrefix(a)})
+	}
+}
+
+// wantCode asserts err is a *types.Error with the given code and a message
+// containing msg.
+func wantCode(t *testing.T, err error, code uint, msg string) *types.Error {
+	t.Helper()
+	var cniErr *types.Error
+	if !errors.As(err, &cniErr) {
+		t.Fatalf("error = %#v, want *types.Error with code %d", err, code)
+	}
+	if cniErr.Code != code {
+		t.Fatalf("error code = %d (%v), want %d", cniErr.Code, cniErr, code)
+	}
+	if !strings.Contains(cniErr.Error(), msg) {
+		t.Fatalf("error %q does not mention %q", cniErr.Error(), msg)
+	}
+	return cniErr
+}

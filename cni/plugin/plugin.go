@@ -1,0 +1,84 @@
+package plugin
+
+import (
+	"context"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/cni/netsetup"
+	"lockstep.dev/lockstep/internal/buildinfo"
+)
+
+// supportedVersions are the CNI specification versions the plugin speaks.
+// Results are built as 1.1.0 and converted down; 0.3.0 is the oldest that
+// can carry the interfaces a chained plugin such as portmap needs.
+var supportedVersions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+// Main runs the plugin: it reads the CNI environment and stdin, performs
+// the requested command and exits.
+func Main() {
+	p := newPlugin()
+	skel.PluginMainFuncs(skel.CNIFuncs{
+		Add:    p.cmdAdd,
+		Del:    p.cmdDel,
+		Check:  p.cmdCheck,
+		GC:     p.cmdGC,
+		Status: p.cmdStatus,
+	}, supportedVersions, about())
+}
+
+// about is what a bare invocation prints: "lockstep-cni VERSION (commit
+// C, GOVERSION)".
+func about() string {
+	return "lockstep-cni " + strings.TrimPrefix(buildinfo.String(), "lockstep ")
+}
+
+// agentClient is the part of *api.Client the plugin uses; tests fake it.
+type agentClient interface {
+	Add(ctx context.Context, req api.AddRequest) (*api.AddResponse, error)
+	Confirm(ctx context.Context, req api.OpRequest) error
+	Abort(ctx context.Context, req api.OpRequest) error
+	Del(ctx context.Context, att api.Attachment) (*api.DelResponse, error)
+	Get(ctx context.Context, att api.Attachment) (*api.Endpoint, error)
+	GC(ctx context.Context, req api.GCRequest) (*api.GCResponse, error)
+	Status(ctx context.Context) (*api.StatusResponse, error)
+}
+
+// plugin holds the plugin's dependencies, so tests can replace the agent
+// and the kernel.
+type plugin struct {
+	agent     func(socket string) agentClient
+	setup     func(context.Context, netsetup.SetupArgs) (*netsetup.Wired, error)
+	teardown  func(hostIf string) error
+	check     func(context.Context, netsetup.CheckArgs) error
+	hostLinks func() ([]string, error)
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// newPlugin returns a plugin wired to the real agent client and netsetup.
+func newPlugin() *plugin {
+	return &plugin{
+		agent:     func(socket string) agentClient { return api.NewClient(socket, 0) },
+		setup:     netsetup.Setup,
+		teardown:  netsetup.Teardown,
+		check:     netsetup.Check,
+		hostLinks: netsetup.ListHostLinks,
+		stdout:    os.Stdout,
+		stderr:    os.Stderr,
+	}
+}
+
+// The skel entry points. Each command runs to completion; the agent client
+// bounds every call it makes, so no command can hang on a stuck agent.
+
+func (p *plugin) cmdAdd(args *skel.CmdArgs) error    { return p.add(context.Background(), args) }
+func (p *plugin) cmdDel(args *skel.CmdArgs) error    { return p.del(context.Background(), args) }
+func (p *plugin) cmdCheck(args *skel.CmdArgs) error  { return p.checkCmd(context.Background(), args) }
+func (p *plugin) cmdGC(args *skel.CmdArgs) error     { return p.gc(context.Background(), args) }
+func (p *plugin) cmdStatus(args *skel.CmdArgs) error { return p.status(context.Background(), args) }

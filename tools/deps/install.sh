@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages lockstep's tests and benchmarks use, only if
+# something is missing. Safe to run again.
+set -euo pipefail
+
+need=()
+command -v ip >/dev/null || need+=(iproute2)
+command -v iptables >/dev/null || need+=(iptables)
+[ -x /usr/lib/cni/ptp ] && [ -x /usr/lib/cni/portmap ] || need+=(containernetworking-plugins)
+
+if [ ${#need[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+	echo "deps: missing ${need[*]}; run as root (or apt-get install ${need[*]})" >&2
+	exit 1
+fi
+echo "deps: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
