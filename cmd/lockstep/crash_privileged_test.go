@@ -160,4 +160,3 @@ func podIPv4(t *testing.T, pod ns.NetNS) netip.Addr {
 	}
 	return addr
 }
-
