@@ -207,7 +207,7 @@ func TestOpsHandler(t *testing.T) {
 	metrics := get("/metrics")
 	for _, want := range []string{
 		`lockstep_pool_addresses{pool="p",state="free"} 3`,
-		`lockstep_api_requests_total{code="0",path="/v1/add"} 1`,
+		`lockstep_api_requests_total{path="/v1/add",code="0"} 1`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
