@@ -88,22 +88,26 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer os.Remove(cfg.Socket)
-	apiSrv := server.NewAPIServer(server.Handler(svc, log, metrics))
+	apiSrv := server.NewAPIServer(svc, log, metrics)
 	errc := make(chan error, 2)
-	go func() { errc <- serve(apiSrv, lis, "CNI API") }()
+	go func() { errc <- apiSrv.Serve(lis) }()
 
 	var opsSrv *http.Server
 	if cfg.MetricsAddr != "" {
 		opsLis, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
-			apiSrv.Close()
+			_ = apiSrv.Shutdown(context.Background())
 			return fmt.Errorf("listen for metrics on %s: %w (choose another with --metrics-addr)", cfg.MetricsAddr, err)
 		}
 		opsSrv = &http.Server{Handler: server.OpsHandler(metrics, func(ctx context.Context) error {
 			_, err := svc.Status(ctx)
 			return err
 		}), ReadHeaderTimeout: 5 * time.Second}
-		go func() { errc <- serve(opsSrv, opsLis, "metrics") }()
+		go func() {
+			if err := opsSrv.Serve(opsLis); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve metrics: %w", err)
+			}
+		}()
 		log.Info("serving health and metrics", "addr", opsLis.Addr().String())
 	}
 
@@ -120,6 +124,9 @@ func Run(ctx context.Context, cfg Config) error {
 	case <-ctx.Done():
 		log.Info("shutting down")
 	case err = <-errc:
+		if err == nil {
+			err = errors.New("API server stopped")
+		}
 		log.Error("server stopped", "err", err)
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -129,13 +136,6 @@ func Run(ctx context.Context, cfg Config) error {
 		_ = opsSrv.Shutdown(shutdownCtx)
 	}
 	return err
-}
-
-func serve(srv *http.Server, lis net.Listener, what string) error {
-	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve %s: %w", what, err)
-	}
-	return nil
 }
 
 // enableForwarding turns on IP forwarding in the agent's network namespace

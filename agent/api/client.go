@@ -1,14 +1,13 @@
 package api
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -21,16 +20,22 @@ const DefaultSocket = "/run/lockstep/lockstep.sock"
 // CodeTryAgainLater.
 const DefaultTimeout = 2 * time.Second
 
+// MaxLine bounds one request or response line.
+const MaxLine = 4 << 20
+
 // redialInterval is how often the client retries connecting while the agent
-// socket is missing or refuses, e.g. while the agent restarts.
+// socket is missing or refuses connections, e.g. while the agent restarts.
 const redialInterval = 25 * time.Millisecond
 
-// Client calls the agent over its unix socket. The zero value is not usable;
-// build one with NewClient.
+// Client calls the agent over its unix socket, keeping one connection open
+// between calls. It is safe for concurrent use; calls take turns.
 type Client struct {
 	socket  string
 	timeout time.Duration
-	http    *http.Client
+
+	mu   sync.Mutex
+	conn net.Conn
+	r    *bufio.Reader
 }
 
 // NewClient returns a client for the agent listening on socket. A zero
@@ -42,20 +47,31 @@ func NewClient(socket string, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	c := &Client{socket: socket, timeout: timeout}
-	c.http = &http.Client{Transport: &http.Transport{
-		DialContext:       c.dial,
-		DisableKeepAlives: true,
-	}}
-	return c
+	return &Client{socket: socket, timeout: timeout}
 }
 
 // Socket returns the path of the agent socket this client calls.
 func (c *Client) Socket() string { return c.socket }
 
+// Close closes the connection, if one is open.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeLocked()
+}
+
+func (c *Client) closeLocked() error {
+	if c.conn == nil {
+		return nil
+	}
+	err := c.conn.Close()
+	c.conn, c.r = nil, nil
+	return err
+}
+
 // dial connects to the agent, retrying while the socket is absent or
 // refuses connections (agent restarting) until ctx expires.
-func (c *Client) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+func (c *Client) dial(ctx context.Context) (net.Conn, error) {
 	var d net.Dialer
 	for {
 		conn, err := d.DialContext(ctx, "unix", c.socket)
@@ -76,87 +92,105 @@ func (c *Client) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 // Add reserves addresses for an attachment.
 func (c *Client) Add(ctx context.Context, req AddRequest) (*AddResponse, error) {
 	var resp AddResponse
-	return &resp, c.call(ctx, http.MethodPost, PathAdd, req, &resp)
+	return &resp, c.call(ctx, OpAdd, req, &resp)
 }
 
 // Confirm marks the ADD identified by req.OpID as wired. It fails with
 // CodeCancelled when a DEL for the attachment won the race.
 func (c *Client) Confirm(ctx context.Context, req OpRequest) error {
-	return c.call(ctx, http.MethodPost, PathConfirm, req, nil)
+	return c.call(ctx, OpConfirm, req, nil)
 }
 
 // Abort rolls back a Pending ADD and frees its addresses. Aborting an ADD the
 // agent no longer knows is not an error.
 func (c *Client) Abort(ctx context.Context, req OpRequest) error {
-	return c.call(ctx, http.MethodPost, PathAbort, req, nil)
+	return c.call(ctx, OpAbort, req, nil)
 }
 
 // Del releases an attachment. It succeeds when the agent has no record.
 func (c *Client) Del(ctx context.Context, att Attachment) (*DelResponse, error) {
 	var resp DelResponse
-	return &resp, c.call(ctx, http.MethodPost, PathDel, att, &resp)
+	return &resp, c.call(ctx, OpDel, att, &resp)
 }
 
 // Get returns the committed endpoint of an attachment, or an error with
 // CodeUnknownContainer when there is none.
 func (c *Client) Get(ctx context.Context, att Attachment) (*Endpoint, error) {
 	var resp Endpoint
-	return &resp, c.call(ctx, http.MethodPost, PathGet, att, &resp)
+	return &resp, c.call(ctx, OpGet, att, &resp)
 }
 
 // GC releases every attachment not listed in req.Valid.
 func (c *Client) GC(ctx context.Context, req GCRequest) (*GCResponse, error) {
 	var resp GCResponse
-	return &resp, c.call(ctx, http.MethodPost, PathGC, req, &resp)
+	return &resp, c.call(ctx, OpGC, req, &resp)
 }
 
 // Status returns pool usage.
 func (c *Client) Status(ctx context.Context) (*StatusResponse, error) {
 	var resp StatusResponse
-	return &resp, c.call(ctx, http.MethodGet, PathStatus, nil, &resp)
+	return &resp, c.call(ctx, OpStatus, nil, &resp)
 }
 
-func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+// call sends one request and reads its response. Any failure to talk to
+// the agent closes the connection (the next call dials again) and is
+// reported as CodeTryAgainLater; the request is never resent, since the
+// agent may already have acted on it.
+func (c *Client) call(ctx context.Context, op string, in, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-
-	var body io.Reader
+	req := Request{Version: Version, Op: op}
 	if in != nil {
-		buf, err := json.Marshal(in)
+		body, err := json.Marshal(in)
 		if err != nil {
-			return Errorf(CodeInternal, "encode %s request: %v", path, err)
+			return Errorf(CodeInternal, "encode %s request: %v", op, err)
 		}
-		body = bytes.NewReader(buf)
+		req.Body = body
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://lockstep"+path, body)
+	line, err := json.Marshal(req)
 	if err != nil {
-		return Errorf(CodeInternal, "build %s request: %v", path, err)
+		return Errorf(CodeInternal, "encode %s request: %v", op, err)
 	}
-	req.Header.Set(VersionHeader, Version)
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		conn, err := c.dial(ctx)
+		if err != nil {
+			return c.unreachable(err)
+		}
+		c.conn, c.r = conn, bufio.NewReader(conn)
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
+	conn := c.conn
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	// A cancelled ctx interrupts blocked I/O at once.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	if _, err := conn.Write(append(line, '\n')); err != nil {
+		c.closeLocked()
 		return c.unreachable(err)
 	}
-	defer resp.Body.Close()
-	payload, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	raw, err := ReadLine(c.r, MaxLine)
 	if err != nil {
+		c.closeLocked()
 		return c.unreachable(err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		apiErr := &Error{}
-		if json.Unmarshal(payload, apiErr) != nil || apiErr.Code == 0 {
-			return Errorf(CodeInternal, "agent answered %s with HTTP %d: %s", path, resp.StatusCode, bytes.TrimSpace(payload))
-		}
-		return apiErr
+	var resp Response
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		c.closeLocked()
+		return Errorf(CodeInternal, "decode agent's %s response: %v", op, err)
+	}
+	if resp.Error != nil {
+		return resp.Error
 	}
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(payload, out); err != nil {
-		return Errorf(CodeInternal, "decode %s response: %v", path, err)
+	if err := json.Unmarshal(resp.Body, out); err != nil {
+		return Errorf(CodeInternal, "decode agent's %s response: %v", op, err)
 	}
 	return nil
 }
@@ -166,5 +200,29 @@ func (c *Client) unreachable(err error) *Error {
 		Code:    CodeTryAgainLater,
 		Msg:     fmt.Sprintf("lockstep agent unreachable at %s", c.socket),
 		Details: fmt.Sprintf("%v; check that `lockstep agent` is running on this node and that the CNI config's \"socket\" matches its --socket", err),
+	}
+}
+
+// ErrLineTooLong reports a request or response line longer than allowed.
+var ErrLineTooLong = errors.New("line too long")
+
+// ReadLine reads one '\n'-terminated line of at most max bytes and returns
+// it without the newline. Both sides of the protocol use it.
+func ReadLine(r *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(line)+len(chunk) > max {
+			return nil, ErrLineTooLong
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return nil, err
+		}
 	}
 }

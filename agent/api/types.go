@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/netip"
 	"time"
 )
@@ -10,19 +11,32 @@ import (
 // Version is the API version this package speaks. It prefixes every path.
 const Version = "v1"
 
-// VersionHeader names the header that carries [Version] on every request.
-const VersionHeader = "Lockstep-Api-Version"
-
-// Paths served by the agent.
+// Operations the agent serves. Each request names one.
 const (
-	PathAdd     = "/" + Version + "/add"
-	PathConfirm = "/" + Version + "/confirm"
-	PathAbort   = "/" + Version + "/abort"
-	PathDel     = "/" + Version + "/del"
-	PathGet     = "/" + Version + "/get"
-	PathGC      = "/" + Version + "/gc"
-	PathStatus  = "/" + Version + "/status"
+	OpAdd     = "add"
+	OpConfirm = "confirm"
+	OpAbort   = "abort"
+	OpDel     = "del"
+	OpGet     = "get"
+	OpGC      = "gc"
+	OpStatus  = "status"
 )
+
+// Request is one line the client writes: a JSON object, then '\n'.
+type Request struct {
+	// Version must be Version; an agent that speaks another one answers
+	// with CodeIncompatibleVersion instead of guessing.
+	Version string          `json:"v"`
+	Op      string          `json:"op"`
+	Body    json.RawMessage `json:"body,omitempty"`
+}
+
+// Response is the line the agent answers with: Body on success, Error
+// otherwise.
+type Response struct {
+	Body  json.RawMessage `json:"body,omitempty"`
+	Error *Error          `json:"error,omitempty"`
+}
 
 // Attachment identifies one network attachment of a container: the pair the
 // CNI specification uses, (CNI_CONTAINERID, CNI_IFNAME).

@@ -1,17 +1,16 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
+	"sync"
 	"time"
 
 	"lockstep.dev/lockstep/agent/api"
@@ -28,93 +27,231 @@ type Backend interface {
 	Status(context.Context) (*api.StatusResponse, error)
 }
 
-// RequestTimeout bounds the work the agent does for one request.
-const RequestTimeout = 5 * time.Second
+// Timeouts of the API server.
+const (
+	// RequestTimeout bounds the work the agent does for one request.
+	RequestTimeout = 5 * time.Second
+	// IdleTimeout closes a connection that sends nothing for this long.
+	IdleTimeout = 30 * time.Second
+	// writeTimeout bounds writing one response to a slow client.
+	writeTimeout = 5 * time.Second
+)
 
-const maxBody = 4 << 20
+// handler runs one operation on a raw JSON body.
+type handler func(context.Context, json.RawMessage) (any, error)
 
-// Handler returns the API handler.
-func Handler(b Backend, log *slog.Logger, m *Metrics) http.Handler {
-	mux := http.NewServeMux()
-	route := func(path string, fn func(context.Context, []byte) (any, error)) {
-		mux.Handle(path, instrument(m, path, log, fn))
-	}
-	route(api.PathAdd, withBody(b.Add))
-	route(api.PathConfirm, withBody(func(ctx context.Context, r api.OpRequest) (any, error) { return struct{}{}, b.Confirm(ctx, r) }))
-	route(api.PathAbort, withBody(func(ctx context.Context, r api.OpRequest) (any, error) { return struct{}{}, b.Abort(ctx, r) }))
-	route(api.PathDel, withBody(b.Del))
-	route(api.PathGet, withBody(b.Get))
-	route(api.PathGC, withBody(b.GC))
-	route(api.PathStatus, func(ctx context.Context, _ []byte) (any, error) { return b.Status(ctx) })
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, api.Errorf(api.CodeIncompatibleVersion, "lockstep agent has no API path %s (it speaks %s)", r.URL.Path, api.Version))
-	})
-	return mux
+// APIServer serves the agent API (JSON lines, see package api) on a
+// listener.
+type APIServer struct {
+	log      *slog.Logger
+	metrics  *Metrics
+	handlers map[string]handler
+
+	mu       sync.Mutex
+	lis      net.Listener
+	conns    map[net.Conn]bool
+	closing  bool
+	inFlight sync.WaitGroup
 }
 
-// withBody adapts a typed backend call to raw JSON in and any out.
-func withBody[Req, Resp any](fn func(context.Context, Req) (Resp, error)) func(context.Context, []byte) (any, error) {
-	return func(ctx context.Context, body []byte) (any, error) {
+// NewAPIServer returns a server for b.
+func NewAPIServer(b Backend, log *slog.Logger, m *Metrics) *APIServer {
+	return &APIServer{
+		log:     log,
+		metrics: m,
+		conns:   map[net.Conn]bool{},
+		handlers: map[string]handler{
+			api.OpAdd:     withBody(b.Add),
+			api.OpConfirm: withBody(func(ctx context.Context, r api.OpRequest) (any, error) { return nil, b.Confirm(ctx, r) }),
+			api.OpAbort:   withBody(func(ctx context.Context, r api.OpRequest) (any, error) { return nil, b.Abort(ctx, r) }),
+			api.OpDel:     withBody(b.Del),
+			api.OpGet:     withBody(b.Get),
+			api.OpGC:      withBody(b.GC),
+			api.OpStatus:  func(ctx context.Context, _ json.RawMessage) (any, error) { return b.Status(ctx) },
+		},
+	}
+}
+
+// withBody adapts a typed backend call to a raw JSON body.
+func withBody[Req, Resp any](fn func(context.Context, Req) (Resp, error)) handler {
+	return func(ctx context.Context, body json.RawMessage) (any, error) {
 		var req Req
-		if err := json.Unmarshal(body, &req); err != nil {
-			return nil, api.Errorf(api.CodeDecodeFailure, "decode request: %v", err)
+		if len(body) > 0 {
+			if err := json.Unmarshal(body, &req); err != nil {
+				return nil, api.Errorf(api.CodeDecodeFailure, "decode request: %v", err)
+			}
 		}
 		return fn(ctx, req)
 	}
 }
 
-func instrument(m *Metrics, path string, log *slog.Logger, fn func(context.Context, []byte) (any, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		var err error
-		defer func() {
-			code := 0
-			var apiErr *api.Error
-			if errors.As(err, &apiErr) {
-				code = int(apiErr.Code)
-			}
-			m.observeRequest(path, code, time.Since(start))
-			if err != nil && code == api.CodeInternal {
-				log.Error("request failed", "path", path, "err", err)
-			}
-		}()
-		if v := r.Header.Get(api.VersionHeader); v != api.Version {
-			err = api.Errorf(api.CodeIncompatibleVersion, "client speaks lockstep API %q, this agent speaks %q; install matching lockstep binaries (lockstep install-cni)", v, api.Version)
-			writeError(w, err)
-			return
-		}
-		body, rerr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-		if rerr != nil {
-			err = api.Errorf(api.CodeIOFailure, "read request: %v", rerr)
-			writeError(w, err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), RequestTimeout)
-		defer cancel()
-		var resp any
-		resp, err = fn(ctx, body)
+// Serve accepts connections until Shutdown; it returns nil after Shutdown.
+func (s *APIServer) Serve(lis net.Listener) error {
+	s.mu.Lock()
+	s.lis = lis
+	s.mu.Unlock()
+	for {
+		conn, err := lis.Accept()
 		if err != nil {
-			writeError(w, err)
-			return
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("accept on %s: %w", lis.Addr(), err)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(resp)
-	})
+		if !s.track(conn, true) {
+			conn.Close()
+			return nil
+		}
+		go s.serveConn(conn)
+	}
 }
 
-func writeError(w http.ResponseWriter, err error) {
-	var apiErr *api.Error
-	if !errors.As(err, &apiErr) {
-		apiErr = &api.Error{Code: api.CodeInternal, Msg: "lockstep agent internal error", Details: err.Error()}
+func (s *APIServer) track(conn net.Conn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if add {
+		if s.closing {
+			return false
+		}
+		s.conns[conn] = true
+	} else {
+		delete(s.conns, conn)
 	}
-	status := http.StatusUnprocessableEntity
-	if apiErr.Code == api.CodeInternal {
-		status = http.StatusInternalServerError
+	return true
+}
+
+// serveConn answers requests on one connection, one at a time.
+func (s *APIServer) serveConn(conn net.Conn) {
+	defer func() {
+		s.track(conn, false)
+		conn.Close()
+	}()
+	r := bufio.NewReader(conn)
+	for {
+		_ = conn.SetReadDeadline(time.Now().Add(IdleTimeout))
+		line, err := api.ReadLine(r, api.MaxLine)
+		if errors.Is(err, api.ErrLineTooLong) {
+			s.reply(conn, api.Response{Error: api.Errorf(api.CodeIOFailure, "request longer than %d bytes", api.MaxLine)})
+			return
+		}
+		if err != nil {
+			return // closed, idle or shutting down
+		}
+		if !s.begin() {
+			return
+		}
+		resp := s.dispatch(line)
+		ok := s.reply(conn, resp)
+		s.inFlight.Done()
+		if !ok {
+			return
+		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Lockstep-Error-Code", strconv.Itoa(int(apiErr.Code)))
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(apiErr)
+}
+
+// begin registers an in-flight request unless the server is shutting down.
+func (s *APIServer) begin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.inFlight.Add(1)
+	return true
+}
+
+func (s *APIServer) dispatch(line []byte) api.Response {
+	start := time.Now()
+	var req api.Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		return api.Response{Error: api.Errorf(api.CodeDecodeFailure, "decode request: %v", err)}
+	}
+	var out any
+	var err error
+	switch fn, known := s.handlers[req.Op]; {
+	case req.Version != api.Version:
+		err = api.Errorf(api.CodeIncompatibleVersion,
+			"client speaks lockstep API %q, this agent speaks %q; install matching lockstep binaries (lockstep install-cni)", req.Version, api.Version)
+	case !known:
+		err = api.Errorf(api.CodeIncompatibleVersion, "lockstep agent has no operation %q in API %s", req.Op, api.Version)
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), RequestTimeout)
+		out, err = fn(ctx, req.Body)
+		cancel()
+	}
+
+	var resp api.Response
+	code := 0
+	if err != nil {
+		var apiErr *api.Error
+		if !errors.As(err, &apiErr) {
+			apiErr = &api.Error{Code: api.CodeInternal, Msg: "lockstep agent internal error", Details: err.Error()}
+		}
+		resp.Error, code = apiErr, int(apiErr.Code)
+		if apiErr.Code == api.CodeInternal {
+			s.log.Error("request failed", "op", req.Op, "err", apiErr)
+		}
+	} else if out != nil {
+		body, merr := json.Marshal(out)
+		if merr != nil {
+			resp.Error, code = api.Errorf(api.CodeInternal, "encode %s response: %v", req.Op, merr), api.CodeInternal
+		} else {
+			resp.Body = body
+		}
+	}
+	if s.handlers[req.Op] != nil {
+		s.metrics.observeRequest(req.Op, code, time.Since(start))
+	}
+	return resp
+}
+
+func (s *APIServer) reply(conn net.Conn, resp api.Response) bool {
+	line, err := json.Marshal(resp)
+	if err != nil {
+		line, _ = json.Marshal(api.Response{Error: api.Errorf(api.CodeInternal, "encode response: %v", err)})
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err = conn.Write(append(line, '\n'))
+	return err == nil
+}
+
+// Shutdown stops accepting, lets requests in flight finish (until ctx
+// ends), and closes every connection.
+func (s *APIServer) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	if s.lis != nil {
+		s.lis.Close()
+	}
+	for conn := range s.conns {
+		// Wake connections waiting for a request; one being answered
+		// finishes its reply first.
+		_ = conn.SetReadDeadline(time.Unix(1, 0))
+	}
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { s.inFlight.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("shut down API: %w", ctx.Err())
+	}
+	s.mu.Lock()
+	for conn := range s.conns {
+		conn.Close()
+	}
+	s.mu.Unlock()
+	return err
 }
 
 // ListenSocket listens on a unix socket readable only by root (0600). A
@@ -140,16 +277,4 @@ func ListenSocket(path string) (net.Listener, error) {
 		return nil, fmt.Errorf("restrict socket %s: %w", path, err)
 	}
 	return l, nil
-}
-
-// NewAPIServer returns the http.Server for the API with deadlines that keep
-// a stuck client from holding the agent.
-func NewAPIServer(h http.Handler) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 2 * time.Second,
-		ReadTimeout:       5 * time.Second,
-		WriteTimeout:      RequestTimeout + 5*time.Second,
-		IdleTimeout:       30 * time.Second,
-	}
 }

@@ -50,12 +50,12 @@ func NewMetrics(status func(context.Context) (*api.StatusResponse, error)) *Metr
 
 // observeRequest counts one API request (code 0 is success) and its
 // duration.
-func (m *Metrics) observeRequest(path string, code int, d time.Duration) {
+func (m *Metrics) observeRequest(op string, code int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.set.GetOrCreateCounter(fmt.Sprintf(`lockstep_api_requests_total{path=%q,code="%d"}`, path, code)).Inc()
-	m.set.GetOrCreatePrometheusHistogramExt(fmt.Sprintf(`lockstep_api_request_duration_seconds{path=%q}`, path), requestBuckets).Update(d.Seconds())
+	m.set.GetOrCreateCounter(fmt.Sprintf(`lockstep_api_requests_total{op=%q,code="%d"}`, op, code)).Inc()
+	m.set.GetOrCreatePrometheusHistogramExt(fmt.Sprintf(`lockstep_api_request_duration_seconds{op=%q}`, op), requestBuckets).Update(d.Seconds())
 }
 
 // ObserveWrite records one durable write to the state file (fsync

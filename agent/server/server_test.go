@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -50,9 +52,9 @@ func serve(t *testing.T, b Backend) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewAPIServer(Handler(b, slog.New(slog.DiscardHandler), NewMetrics(b.Status)))
+	srv := NewAPIServer(b, slog.New(slog.DiscardHandler), NewMetrics(b.Status))
 	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	return sock
 }
 
@@ -129,24 +131,94 @@ func TestRoundTripAndErrors(t *testing.T) {
 	}
 }
 
-func TestVersionMismatchIsExplained(t *testing.T) {
-	sock := serve(t, &fakeBackend{})
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	for _, path := range []string{api.PathStatus, "/v2/status"} {
-		req, _ := http.NewRequest(http.MethodGet, "http://lockstep"+path, nil)
-		req.Header.Set(api.VersionHeader, "v2")
-		resp, err := hc.Do(req)
-		if err != nil {
+// TestProtocolErrorsAreExplained speaks the line protocol by hand.
+func TestProtocolErrorsAreExplained(t *testing.T) {
+	conn, err := net.Dial("unix", serve(t, &fakeBackend{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	tests := []struct {
+		line string
+		code uint
+		want string
+	}{
+		{`{"v":"v1","op":"status"}`, 0, `"free":3`},
+		{`{"v":"v2","op":"status"}`, api.CodeIncompatibleVersion, "this agent speaks"},
+		{`{"v":"v1","op":"explode"}`, api.CodeIncompatibleVersion, "no operation"},
+		{`{"v":"v1","op":"add","body":"not an object"}`, api.CodeDecodeFailure, "decode request"},
+		{`not json`, api.CodeDecodeFailure, "decode request"},
+	}
+	for _, tc := range tests {
+		if _, err := conn.Write([]byte(tc.line + "\n")); err != nil {
 			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK || !strings.Contains(string(body), `"code":1`) {
-			t.Errorf("%s with version v2: HTTP %d %s", path, resp.StatusCode, body)
+		raw, err := api.ReadLine(r, api.MaxLine)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.line, err)
+		}
+		var resp api.Response
+		if err := json.Unmarshal(raw, &resp); err != nil {
+			t.Fatal(err)
+		}
+		got := uint(0)
+		if resp.Error != nil {
+			got = resp.Error.Code
+		}
+		if got != tc.code || !strings.Contains(string(raw), tc.want) {
+			t.Errorf("%s: got %s, want code %d containing %q", tc.line, raw, tc.code, tc.want)
 		}
 	}
+}
+
+// TestShutdownFinishesInFlight: a request being served when Shutdown starts
+// still gets its answer; then the connection closes.
+func TestShutdownFinishesInFlight(t *testing.T) {
+	slow := &slowBackend{release: make(chan struct{}), started: make(chan struct{})}
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	lis, err := ListenSocket(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewAPIServer(slow, slog.New(slog.DiscardHandler), NewMetrics(slow.Status))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+
+	c := api.NewClient(sock, 5*time.Second)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := c.Add(context.Background(), api.AddRequest{})
+		answered <- err
+	}()
+	<-slow.started
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(context.Background()) }()
+	time.Sleep(20 * time.Millisecond)
+	close(slow.release)
+	if err := <-answered; err != nil {
+		t.Fatalf("in-flight request lost on shutdown: %v", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve after Shutdown: %v", err)
+	}
+	if _, err := c.Status(context.Background()); apiCode(err) != api.CodeTryAgainLater {
+		t.Fatalf("call after shutdown: %v", err)
+	}
+}
+
+type slowBackend struct {
+	fakeBackend
+	started, release chan struct{}
+}
+
+func (s *slowBackend) Add(context.Context, api.AddRequest) (*api.AddResponse, error) {
+	close(s.started)
+	<-s.release
+	return &api.AddResponse{OpID: 1}, nil
 }
 
 // TestClientNeverHangs: an agent that accepts but never answers, and one
@@ -183,7 +255,7 @@ func TestClientNeverHangs(t *testing.T) {
 func TestOpsHandler(t *testing.T) {
 	b := &fakeBackend{}
 	m := NewMetrics(b.Status)
-	m.observeRequest(api.PathAdd, 0, time.Millisecond)
+	m.observeRequest(api.OpAdd, 0, time.Millisecond)
 	h := OpsHandler(m, func(context.Context) error { return nil })
 	srv := &http.Server{Handler: h}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -207,7 +279,7 @@ func TestOpsHandler(t *testing.T) {
 	metrics := get("/metrics")
 	for _, want := range []string{
 		`lockstep_pool_addresses{pool="p",state="free"} 3`,
-		`lockstep_api_requests_total{path="/v1/add",code="0"} 1`,
+		`lockstep_api_requests_total{op="add",code="0"} 1`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)

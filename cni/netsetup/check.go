@@ -73,7 +73,7 @@ func (c *checker) differs(format string, args ...any) {
 
 func (c *checker) checkHost() error {
 	name := c.args.HostIf
-	link, err := linkByName(name)
+	link, err := linkByName(socketPerRequest, name)
 	if isNotFound(err) {
 		c.differs("host interface %s is missing", name)
 		return nil
@@ -117,7 +117,7 @@ func (c *checker) checkPod() error {
 // checkPodInside runs inside the pod namespace.
 func (c *checker) checkPodInside() error {
 	name, where := c.args.PodIf, c.args.Netns
-	link, err := linkByName(name)
+	link, err := linkByName(socketPerRequest, name)
 	if isNotFound(err) {
 		c.differs("pod interface %s in %s is missing", name, where)
 		return nil

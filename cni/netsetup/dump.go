@@ -29,13 +29,18 @@ func dump[T any](what string, list func() ([]T, error)) ([]T, error) {
 	return nil, fmt.Errorf("list %s: still interrupted after %d attempts: %w", what, dumpAttempts, err)
 }
 
-// linkByName looks a link up by name, retrying an interrupted lookup (the
-// kernel may fall back to a dump for long names).
-func linkByName(name string) (netlink.Link, error) {
+// socketPerRequest is a netlink handle without sockets of its own: each
+// request opens one in the calling thread's namespace, like the package
+// level netlink functions.
+var socketPerRequest = &netlink.Handle{}
+
+// linkByName looks a link up by name through h, retrying an interrupted
+// lookup (the kernel may fall back to a dump for long names).
+func linkByName(h *netlink.Handle, name string) (netlink.Link, error) {
 	var err error
 	for range dumpAttempts {
 		var link netlink.Link
-		link, err = netlink.LinkByName(name)
+		link, err = h.LinkByName(name)
 		if !errors.Is(err, netlink.ErrDumpInterrupted) {
 			return link, err
 		}

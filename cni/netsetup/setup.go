@@ -9,6 +9,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,54 +76,85 @@ func Setup(ctx context.Context, args SetupArgs) (_ *Wired, err error) {
 	}
 	defer podNS.Close()
 
-	if err := Teardown(args.HostIf); err != nil {
-		return nil, fmt.Errorf("remove stale host interface: %w", err)
+	// One netlink socket per side for every request of this ADD. The pod
+	// side's socket is opened inside the pod namespace by the netlink
+	// library, so no goroutine of ours ever changes namespace.
+	host, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink socket: %w", err)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("wire %s: %w", args.HostIf, err)
+	defer host.Close()
+	pod, err := netlink.NewHandleAt(netns.NsHandle(int(podNS.Fd())), unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink socket in %s: %w", args.Netns, err)
 	}
+	defer pod.Close()
 
 	veth := &netlink.Veth{
 		LinkAttrs: netlink.LinkAttrs{
 			Name:         args.HostIf,
 			MTU:          args.MTU,
 			HardwareAddr: HostMAC,
+			Flags:        net.FlagUp,
 		},
 		PeerName:      args.PodIf,
 		PeerNamespace: netlink.NsFd(int(podNS.Fd())),
 	}
-	if err := netlink.LinkAdd(veth); err != nil {
-		return nil, createError(args, podNS, err)
+	if err := createVeth(ctx, host, pod, veth, args); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err == nil {
 			return
 		}
-		if delErr := netlink.LinkDel(veth); delErr != nil && !errors.Is(delErr, unix.ENODEV) {
+		if delErr := host.LinkDel(veth); delErr != nil && !errors.Is(delErr, unix.ENODEV) {
 			err = fmt.Errorf("%w (and roll back: delete host interface %s: %v)", err, args.HostIf, delErr)
 		}
 	}()
 
-	if err := wireHost(veth, addrs); err != nil {
+	if err := wireHost(host, veth, addrs); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("wire %s: %w", args.HostIf, err)
 	}
-	wired := &Wired{
-		Host:      Link{Name: args.HostIf, MAC: HostMAC, Index: veth.Index},
-		Netns:     args.Netns,
-		Addresses: addrs,
-	}
-	err = podNS.Do(func(ns.NetNS) error {
-		pod, err := wirePod(args.PodIf, addrs)
-		wired.Pod = pod
-		return err
-	})
+	podLink, err := wirePod(pod, args.PodIf, addrs)
 	if err != nil {
 		return nil, fmt.Errorf("wire pod interface %s in %s: %w", args.PodIf, args.Netns, err)
 	}
-	return wired, nil
+	return &Wired{
+		Host:      Link{Name: args.HostIf, MAC: HostMAC, Index: veth.Index},
+		Pod:       podLink,
+		Netns:     args.Netns,
+		Addresses: addrs,
+	}, nil
+}
+
+// createVeth creates the pair, the pod end directly in the pod namespace.
+// A host link left under the same name by an earlier, interrupted ADD is
+// deleted and the creation retried once.
+func createVeth(ctx context.Context, host, pod *netlink.Handle, veth *netlink.Veth, args SetupArgs) error {
+	err := host.LinkAdd(veth)
+	if errors.Is(err, unix.EEXIST) {
+		if _, lookupErr := linkByName(host, args.HostIf); lookupErr == nil {
+			if err := teardown(host, args.HostIf); err != nil {
+				return fmt.Errorf("remove stale host interface: %w", err)
+			}
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("wire %s: %w", args.HostIf, err)
+			}
+			err = host.LinkAdd(veth)
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, unix.EEXIST) {
+		if _, lookupErr := linkByName(pod, args.PodIf); lookupErr == nil {
+			return fmt.Errorf("create veth %s: %s in %s: %w", args.HostIf, args.PodIf, args.Netns, ErrPodIfExists)
+		}
+	}
+	return fmt.Errorf("create veth %s with peer %s in %s: %w", args.HostIf, args.PodIf, args.Netns, err)
 }
 
 // validate checks args and returns the pod addresses as host prefixes.
@@ -181,38 +213,20 @@ func validIfName(name string) bool {
 	return true
 }
 
-// createError explains a failed veth creation. EEXIST after Setup removed
-// any host link of that name means the pod end's name is taken.
-func createError(args SetupArgs, podNS ns.NetNS, err error) error {
-	if errors.Is(err, unix.EEXIST) {
-		taken := podNS.Do(func(ns.NetNS) error {
-			_, lookupErr := linkByName(args.PodIf)
-			return lookupErr
-		}) == nil
-		if taken {
-			return fmt.Errorf("create veth %s: %s in %s: %w", args.HostIf, args.PodIf, args.Netns, ErrPodIfExists)
-		}
-	}
-	return fmt.Errorf("create veth %s with peer %s in %s: %w", args.HostIf, args.PodIf, args.Netns, err)
-}
-
-// wireHost configures the host end: up, gateway addresses, a route per pod
-// address.
-func wireHost(veth *netlink.Veth, addrs []netip.Prefix) error {
+// wireHost configures the host end, created up: gateway addresses and a
+// route per pod address.
+func wireHost(h *netlink.Handle, veth *netlink.Veth, addrs []netip.Prefix) error {
 	name := veth.Name
-	if err := netlink.LinkSetUp(veth); err != nil {
-		return fmt.Errorf("set host interface %s up: %w", name, err)
-	}
 	v4, v6 := families(addrs)
 	if v4 {
 		gw := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(GatewayV4, 32)), Scope: unix.RT_SCOPE_LINK}
-		if err := netlink.AddrAdd(veth, gw); err != nil {
+		if err := h.AddrAdd(veth, gw); err != nil {
 			return fmt.Errorf("add gateway %s to host interface %s: %w", GatewayV4, name, err)
 		}
 	}
 	if v6 {
 		gw := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(GatewayV6, 64)), Flags: unix.IFA_F_NODAD}
-		if err := netlink.AddrAdd(veth, gw); err != nil {
+		if err := h.AddrAdd(veth, gw); err != nil {
 			return fmt.Errorf("add gateway %s to host interface %s: %w", GatewayV6, name, err)
 		}
 	}
@@ -221,7 +235,7 @@ func wireHost(veth *netlink.Veth, addrs []netip.Prefix) error {
 		if p.Addr().Is4() {
 			route.Scope = netlink.SCOPE_LINK
 		}
-		if err := netlink.RouteAdd(route); err != nil {
+		if err := h.RouteAdd(route); err != nil {
 			if errors.Is(err, unix.EEXIST) {
 				return fmt.Errorf("add host route %s dev %s: %w", p, name, ErrRouteTaken)
 			}
@@ -231,16 +245,17 @@ func wireHost(veth *netlink.Veth, addrs []netip.Prefix) error {
 	return nil
 }
 
-// wirePod configures the pod end from inside the pod namespace: up,
+// wirePod configures the pod end through a handle opened in the pod
+// namespace: up,
 // addresses, the gateway route and neighbour per family, default routes.
-func wirePod(name string, addrs []netip.Prefix) (Link, error) {
-	link, err := linkByName(name)
+func wirePod(h *netlink.Handle, name string, addrs []netip.Prefix) (Link, error) {
+	link, err := linkByName(h, name)
 	if err != nil {
 		return Link{}, fmt.Errorf("look up %s: %w", name, err)
 	}
 	attrs := link.Attrs()
 	pod := Link{Name: name, MAC: attrs.HardwareAddr, Index: attrs.Index}
-	if err := netlink.LinkSetUp(link); err != nil {
+	if err := h.LinkSetUp(link); err != nil {
 		return pod, fmt.Errorf("set %s up: %w", name, err)
 	}
 	for _, p := range addrs {
@@ -251,22 +266,22 @@ func wirePod(name string, addrs []netip.Prefix) (Link, error) {
 			// second or more.
 			addr.Flags = unix.IFA_F_NODAD
 		}
-		if err := netlink.AddrAdd(link, addr); err != nil {
+		if err := h.AddrAdd(link, addr); err != nil {
 			return pod, fmt.Errorf("add address %s: %w", p, err)
 		}
 	}
 	v4, v6 := families(addrs)
 	if v4 {
 		gwRoute := &netlink.Route{LinkIndex: attrs.Index, Dst: ipNet(netip.PrefixFrom(GatewayV4, 32)), Scope: netlink.SCOPE_LINK}
-		if err := netlink.RouteAdd(gwRoute); err != nil {
+		if err := h.RouteAdd(gwRoute); err != nil {
 			return pod, fmt.Errorf("add route %s dev %s: %w", GatewayV4, name, err)
 		}
-		if err := addGateway(link, GatewayV4, netip.MustParsePrefix("0.0.0.0/0")); err != nil {
+		if err := addGateway(h, link, GatewayV4, netip.MustParsePrefix("0.0.0.0/0")); err != nil {
 			return pod, err
 		}
 	}
 	if v6 {
-		if err := addGateway(link, GatewayV6, netip.MustParsePrefix("::/0")); err != nil {
+		if err := addGateway(h, link, GatewayV6, netip.MustParsePrefix("::/0")); err != nil {
 			return pod, err
 		}
 	}
@@ -275,7 +290,7 @@ func wirePod(name string, addrs []netip.Prefix) (Link, error) {
 
 // addGateway pins gw's MAC to HostMAC with a permanent neighbour entry and
 // adds the default route through it.
-func addGateway(link netlink.Link, gw netip.Addr, def netip.Prefix) error {
+func addGateway(h *netlink.Handle, link netlink.Link, gw netip.Addr, def netip.Prefix) error {
 	name, index := link.Attrs().Name, link.Attrs().Index
 	family := netlink.FAMILY_V4
 	if gw.Is6() {
@@ -288,11 +303,11 @@ func addGateway(link netlink.Link, gw netip.Addr, def netip.Prefix) error {
 		IP:           gw.AsSlice(),
 		HardwareAddr: HostMAC,
 	}
-	if err := netlink.NeighAdd(neigh); err != nil {
+	if err := h.NeighAdd(neigh); err != nil {
 		return fmt.Errorf("add neighbour %s lladdr %s dev %s: %w", gw, HostMAC, name, err)
 	}
 	route := &netlink.Route{LinkIndex: index, Dst: ipNet(def), Gw: gw.AsSlice()}
-	if err := netlink.RouteAdd(route); err != nil {
+	if err := h.RouteAdd(route); err != nil {
 		return fmt.Errorf("add default route via %s dev %s: %w", gw, name, err)
 	}
 	return nil
@@ -302,8 +317,10 @@ func addGateway(link netlink.Link, gw netip.Addr, def netip.Prefix) error {
 // every route through either end with it. A missing link is success, so DEL
 // can call it as often as it likes. A link of that name that is not a veth
 // is left alone and reported.
-func Teardown(hostIf string) error {
-	link, err := linkByName(hostIf)
+func Teardown(hostIf string) error { return teardown(socketPerRequest, hostIf) }
+
+func teardown(h *netlink.Handle, hostIf string) error {
+	link, err := linkByName(h, hostIf)
 	if err != nil {
 		if isNotFound(err) {
 			return nil
@@ -313,7 +330,7 @@ func Teardown(hostIf string) error {
 	if link.Type() != "veth" {
 		return fmt.Errorf("delete host interface %s: it is a %s, not a lockstep veth; rename or remove it by hand", hostIf, link.Type())
 	}
-	if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+	if err := h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 		return fmt.Errorf("delete host interface %s: %w", hostIf, err)
 	}
 	return nil

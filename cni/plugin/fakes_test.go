@@ -3,11 +3,10 @@ package plugin
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/agent/server"
 	"lockstep.dev/lockstep/cni/netsetup"
 )
 
@@ -65,63 +65,74 @@ type fakeAgent struct {
 }
 
 func (a *fakeAgent) serve(t *testing.T, socket string) {
-	ln, err := net.Listen("unix", socket)
+	ln, err := server.ListenSocket(socket)
 	if err != nil {
 		t.Fatalf("listen on %s: %v", socket, err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(a.handle)}
+	srv := server.NewAPIServer(a, slog.New(slog.DiscardHandler), nil)
 	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 }
 
-func (a *fakeAgent) handle(w http.ResponseWriter, r *http.Request) {
+// The fake agent implements server.Backend, so the real protocol runs
+// between the plugin's client and the real API server.
+
+func (a *fakeAgent) record(op string) func() {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.events.add("agent %s", strings.TrimPrefix(r.URL.Path, "/"+api.Version+"/"))
-	var (
-		out    any
-		apiErr *api.Error
-	)
-	decode := func(v any) {
-		if err := json.NewDecoder(r.Body).Decode(v); err != nil {
-			apiErr = api.Errorf(api.CodeDecodeFailure, "fake agent: decode %s: %v", r.URL.Path, err)
-		}
+	a.events.add("agent %s", op)
+	return a.mu.Unlock
+}
+
+// noErr turns a nil *api.Error into a nil error.
+func noErr(e *api.Error) error {
+	if e == nil {
+		return nil
 	}
-	switch r.URL.Path {
-	case api.PathAdd:
-		decode(&a.lastAdd)
-		out, apiErr = a.addResp, firstErr(apiErr, a.addErr)
-	case api.PathConfirm:
-		decode(&a.lastOp)
-		apiErr = firstErr(apiErr, a.confirmErr)
-	case api.PathAbort:
-		decode(&a.lastOp)
-	case api.PathDel:
-		var att api.Attachment
-		decode(&att)
-		out, apiErr = a.delResp, firstErr(apiErr, a.delErr)
-	case api.PathGet:
-		var att api.Attachment
-		decode(&att)
-		out, apiErr = a.getResp, firstErr(apiErr, a.getErr)
-	case api.PathGC:
-		decode(&a.lastGC)
-		out, apiErr = a.gcResp, firstErr(apiErr, a.gcErr)
-	case api.PathStatus:
-		out, apiErr = a.statusResp, a.statusErr
-	default:
-		apiErr = api.Errorf(api.CodeInternal, "fake agent: no handler for %s", r.URL.Path)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if apiErr != nil {
-		w.WriteHeader(http.StatusConflict)
-		json.NewEncoder(w).Encode(apiErr)
-		return
-	}
-	if out == nil {
-		out = struct{}{}
-	}
-	json.NewEncoder(w).Encode(out)
+	return e
+}
+
+func (a *fakeAgent) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, error) {
+	defer a.record(api.OpAdd)()
+	a.lastAdd = req
+	resp := a.addResp
+	return &resp, noErr(a.addErr)
+}
+
+func (a *fakeAgent) Confirm(_ context.Context, req api.OpRequest) error {
+	defer a.record(api.OpConfirm)()
+	a.lastOp = req
+	return noErr(a.confirmErr)
+}
+
+func (a *fakeAgent) Abort(_ context.Context, req api.OpRequest) error {
+	defer a.record(api.OpAbort)()
+	a.lastOp = req
+	return nil
+}
+
+func (a *fakeAgent) Del(context.Context, api.Attachment) (*api.DelResponse, error) {
+	defer a.record(api.OpDel)()
+	resp := a.delResp
+	return &resp, noErr(a.delErr)
+}
+
+func (a *fakeAgent) Get(context.Context, api.Attachment) (*api.Endpoint, error) {
+	defer a.record(api.OpGet)()
+	resp := a.getResp
+	return &resp, noErr(a.getErr)
+}
+
+func (a *fakeAgent) GC(_ context.Context, req api.GCRequest) (*api.GCResponse, error) {
+	defer a.record(api.OpGC)()
+	a.lastGC = req
+	resp := a.gcResp
+	return &resp, noErr(a.gcErr)
+}
+
+func (a *fakeAgent) Status(context.Context) (*api.StatusResponse, error) {
+	defer a.record(api.OpStatus)()
+	resp := a.statusResp
+	return &resp, noErr(a.statusErr)
 }
 
 func firstErr(errs ...*api.Error) *api.Error {
