@@ -52,7 +52,7 @@ func Create(name string) (ns.NetNS, error) {
 	}
 	n, err := ns.GetNS(Path(name))
 	if err != nil {
-		_ = netns.DeleteNamed(name)
+		_ = deleteNamed(name)
 		return nil, fmt.Errorf("open netns %s: %w", name, err)
 	}
 	err = n.Do(func(ns.NetNS) error {
@@ -92,9 +92,19 @@ func prepareRunDir() error {
 // Delete closes and unmounts a namespace made by Create. Deleting one that
 // is already gone is not an error.
 func Delete(n ns.NetNS) error {
-	name := filepath.Base(n.Path())
 	_ = n.Close()
-	if err := netns.DeleteNamed(name); err != nil && !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.EINVAL) {
+	return deleteNamed(filepath.Base(n.Path()))
+}
+
+// deleteNamed unmounts and removes a named namespace. A bind-mount file
+// that is no longer mounted (its mount was lost, e.g. hidden by a later
+// mount of RunDir) is removed too.
+func deleteNamed(name string) error {
+	path := Path(name)
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("delete netns %s: %w", name, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("delete netns %s: %w", name, err)
 	}
 	return nil
@@ -124,7 +134,7 @@ func SweepStale(prefix string) (int, error) {
 		if err != nil || pid == os.Getpid() || processAlive(pid) {
 			continue
 		}
-		if err := netns.DeleteNamed(e.Name()); err == nil {
+		if err := deleteNamed(e.Name()); err == nil {
 			removed++
 		}
 	}
