@@ -2,49 +2,53 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/internal/promtext"
 )
 
-// Metrics are the agent's Prometheus metrics, in a set of their own.
-//
-// They use github.com/VictoriaMetrics/metrics rather than the Prometheus
-// client library on purpose: Go runs every linked package's init on every
-// start of the binary, lockstep-cni included, and the Prometheus client's
-// init (default registry, Go and process collectors, protobuf descriptors)
-// measured 1.2 ms of each plugin start here. This library writes the same
-// text exposition format with standard `le` histogram buckets and costs
-// next to nothing at start-up.
+// Metrics are the agent's Prometheus metrics. They are written by package
+// promtext, which costs nothing at start-up (see its documentation for why
+// that matters to lockstep-cni).
 type Metrics struct {
-	set *metrics.Set
+	reg       *promtext.Registry
+	requests  *promtext.Counter
+	durations *promtext.Histogram
+	writes    *promtext.Histogram
 }
-
-var (
-	requestBuckets = exponential(50e-6, 2, 16)
-	writeBuckets   = exponential(25e-6, 2, 16)
-)
 
 // NewMetrics creates the agent's metrics. status feeds the pool gauges at
 // scrape time, so they always show committed state.
 func NewMetrics(status func(context.Context) (*api.StatusResponse, error)) *Metrics {
-	m := &Metrics{set: metrics.NewSet()}
-	m.set.RegisterMetricsWriter(func(w io.Writer) {
+	reg := promtext.NewRegistry()
+	m := &Metrics{
+		reg: reg,
+		requests: reg.NewCounter("lockstep_api_requests_total",
+			"Agent API requests served, by operation and result code (0 = success).", "op", "code"),
+		durations: reg.NewHistogram("lockstep_api_request_duration_seconds",
+			"Time the agent spent on an API request.", exponential(50e-6, 2, 16), "op"),
+		writes: reg.NewHistogram("lockstep_state_write_duration_seconds",
+			"Time to write one transaction's durable changes to the state file, fsync included.", exponential(25e-6, 2, 16)),
+	}
+	reg.RegisterWriter(func(w io.Writer) {
 		st, err := status(context.Background())
 		if err != nil {
 			return
 		}
-		metrics.WriteMetadataIfNeeded(w, "lockstep_pool_addresses", "gauge")
+		promtext.WriteHeader(w, "lockstep_pool_addresses", "Usable addresses of each pool, by state (used, free).", "gauge")
 		for _, p := range st.Pools {
-			fmt.Fprintf(w, "lockstep_pool_addresses{pool=%q,state=\"used\"} %d\n", p.Name, p.Used)
-			fmt.Fprintf(w, "lockstep_pool_addresses{pool=%q,state=\"free\"} %d\n", p.Name, p.Free)
+			promtext.WriteSample(w, "lockstep_pool_addresses", float64(p.Used), "pool", p.Name, "state", "used")
+			promtext.WriteSample(w, "lockstep_pool_addresses", float64(p.Free), "pool", p.Name, "state", "free")
 		}
 	})
+	reg.RegisterWriter(writeProcessMetrics)
 	return m
 }
 
@@ -54,21 +58,39 @@ func (m *Metrics) observeRequest(op string, code int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.set.GetOrCreateCounter(fmt.Sprintf(`lockstep_api_requests_total{op=%q,code="%d"}`, op, code)).Inc()
-	m.set.GetOrCreatePrometheusHistogramExt(fmt.Sprintf(`lockstep_api_request_duration_seconds{op=%q}`, op), requestBuckets).Update(d.Seconds())
+	m.requests.Inc(op, strconv.Itoa(code))
+	m.durations.Observe(d.Seconds(), op)
 }
 
-// ObserveWrite records one durable write to the state file (fsync
-// included).
-func (m *Metrics) ObserveWrite(d time.Duration) {
-	m.set.GetOrCreatePrometheusHistogramExt("lockstep_state_write_duration_seconds", writeBuckets).Update(d.Seconds())
-}
+// ObserveWrite records one durable write to the state file.
+func (m *Metrics) ObserveWrite(d time.Duration) { m.writes.Observe(d.Seconds()) }
 
-// WritePrometheus writes every metric, process and Go runtime metrics
-// included, in the Prometheus text format.
-func (m *Metrics) WritePrometheus(w io.Writer) {
-	m.set.WritePrometheus(w)
-	metrics.WriteProcessMetrics(w)
+// WritePrometheus writes every metric in the Prometheus text format.
+func (m *Metrics) WritePrometheus(w io.Writer) { m.reg.Write(w) }
+
+var processStart = time.Now()
+
+// writeProcessMetrics writes the usual process and Go runtime gauges.
+func writeProcessMetrics(w io.Writer) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	gauge := func(name, help string, v float64) {
+		promtext.WriteHeader(w, name, help, "gauge")
+		promtext.WriteSample(w, name, v)
+	}
+	gauge("go_goroutines", "Number of goroutines.", float64(runtime.NumGoroutine()))
+	gauge("go_memstats_heap_inuse_bytes", "Bytes in in-use heap spans.", float64(ms.HeapInuse))
+	gauge("process_start_time_seconds", "Start time of the process since the Unix epoch.", float64(processStart.Unix()))
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+		gauge("process_open_fds", "Number of open file descriptors.", float64(len(fds)))
+	}
+	if statm, err := os.ReadFile("/proc/self/statm"); err == nil {
+		if f := strings.Fields(string(statm)); len(f) > 1 {
+			if pages, err := strconv.ParseFloat(f[1], 64); err == nil {
+				gauge("process_resident_memory_bytes", "Resident memory size in bytes.", pages*float64(os.Getpagesize()))
+			}
+		}
+	}
 }
 
 // OpsHandler serves /healthz and /metrics. healthy reports whether the
@@ -76,7 +98,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 func OpsHandler(m *Metrics, healthy func(context.Context) error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		m.WritePrometheus(w)
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
