@@ -97,7 +97,7 @@ func TestMainStatus(t *testing.T) {
 
 	h.agent.statusResp = api.StatusResponse{Pools: []api.PoolStatus{pool("v4", "10.244.0.0/24", 0, false)}}
 	stdout, _, code := execPlugin(t, env, h.conf("1.1.0", ""))
-	if code == 0 || !strings.Contains(stdout, `"code": 50`) || !strings.Contains(stdout, "has no free address") {
+	if code == 0 || !strings.Contains(stdout, `"code": 50`) || !strings.Contains(stdout, "no free IPv4 address") {
 		t.Fatalf("STATUS exit %d, stdout %q; want code 50", code, stdout)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -31,25 +32,38 @@ func (p *plugin) status(ctx context.Context, args *skel.CmdArgs) error {
 			Details: "see the lockstep agent's log on this node",
 		}
 	}
-	usable := 0
+	// An ADD needs one free address per configured family, from any of
+	// that family's pools.
+	free := map[bool]uint64{}
+	var full []string
 	for _, pool := range resp.Pools {
 		if pool.Draining {
 			continue
 		}
-		usable++
+		v6 := pool.CIDR.Addr().Is6()
+		free[v6] += pool.Free
 		if pool.Free == 0 {
-			return &types.Error{
-				Code:    types.ErrPluginNotAvailable,
-				Msg:     fmt.Sprintf("pool %s (%s) has no free address", pool.Name, pool.CIDR),
-				Details: "delete unused pods or give the agent a larger pool",
-			}
+			full = append(full, fmt.Sprintf("%s (%s)", pool.Name, pool.CIDR))
 		}
 	}
-	if usable == 0 {
+	if len(free) == 0 {
 		return &types.Error{
 			Code:    types.ErrPluginNotAvailable,
 			Msg:     "lockstep agent has no pool to allocate from",
 			Details: "configure an address pool that is not draining",
+		}
+	}
+	for v6, n := range free {
+		if n == 0 {
+			family := "IPv4"
+			if v6 {
+				family = "IPv6"
+			}
+			return &types.Error{
+				Code:    types.ErrPluginNotAvailable,
+				Msg:     fmt.Sprintf("no free %s address: pool %s exhausted", family, strings.Join(full, ", pool ")),
+				Details: "delete unused pods or give the agent a larger pool",
+			}
 		}
 	}
 	return nil

@@ -25,7 +25,16 @@ func TestStatus(t *testing.T) {
 		{
 			name:    "a pool is full",
 			pools:   []api.PoolStatus{pool("v4", "10.244.0.0/24", 0, false), pool("v6", "fd00::/120", 200, false)},
-			wantMsg: "pool v4 (10.244.0.0/24) has no free address",
+			wantMsg: "no free IPv4 address: pool v4 (10.244.0.0/24) exhausted",
+		},
+		{
+			name:  "another pool of the family has room",
+			pools: []api.PoolStatus{pool("a", "10.244.0.0/24", 0, false), pool("b", "10.245.0.0/24", 4, false)},
+		},
+		{
+			name:    "the IPv6 family is full",
+			pools:   []api.PoolStatus{pool("v4", "10.244.0.0/24", 9, false), pool("v6", "fd00::/120", 0, false)},
+			wantMsg: "no free IPv6 address: pool v6 (fd00::/120) exhausted",
 		},
 		{
 			name:  "a draining pool may be full",
