@@ -112,15 +112,19 @@ func Setup(ctx context.Context, args SetupArgs) (_ *Wired, err error) {
 		}
 	}()
 
-	if err := wireHost(host, veth, addrs); err != nil {
+	// The two ends are independent once the pair exists: wire them at
+	// the same time, each through its own socket.
+	hostErr := make(chan error, 1)
+	go func() { hostErr <- wireHost(host, veth, addrs) }()
+	podLink, podErr := wirePod(pod, args.PodIf, addrs)
+	if err := <-hostErr; err != nil {
 		return nil, err
+	}
+	if podErr != nil {
+		return nil, fmt.Errorf("wire pod interface %s in %s: %w", args.PodIf, args.Netns, podErr)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("wire %s: %w", args.HostIf, err)
-	}
-	podLink, err := wirePod(pod, args.PodIf, addrs)
-	if err != nil {
-		return nil, fmt.Errorf("wire pod interface %s in %s: %w", args.PodIf, args.Netns, err)
 	}
 	return &Wired{
 		Host:      Link{Name: args.HostIf, MAC: HostMAC, Index: veth.Index},
