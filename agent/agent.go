@@ -61,10 +61,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	if !cfg.SkipSysctls {
-		if err := enableForwarding(cfg.Pools); err != nil {
-			return err
-		}
+	// Refuse a bad configuration before touching anything.
+	if err := endpoints.ValidatePools(cfg.Pools); err != nil {
+		return err
 	}
 
 	db, err := persist.Open(cfg.StateDir, 2*time.Second)
@@ -109,6 +108,15 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}()
 		log.Info("serving health and metrics", "addr", opsLis.Addr().String())
+	}
+
+	// Forwarding is switched on only once the agent can serve: a start that
+	// fails leaves the node's settings as they were.
+	if !cfg.SkipSysctls {
+		if err := enableForwarding(cfg.Pools); err != nil {
+			_ = apiSrv.Shutdown(context.Background())
+			return err
+		}
 	}
 
 	pools := make([]string, 0, len(cfg.Pools))

@@ -73,7 +73,7 @@ func New(st *store.Store, db *persist.DB, cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := validatePools(cfg.Pools); err != nil {
+	if err := ValidatePools(cfg.Pools); err != nil {
 		return nil, err
 	}
 	s := &Service{store: st, db: db, cfg: cfg, log: cfg.Logger, cursors: map[string]netip.Addr{}}
@@ -86,7 +86,9 @@ func New(st *store.Store, db *persist.DB, cfg Config) (*Service, error) {
 // OnWrite registers a function told the duration of every durable write.
 func (s *Service) OnWrite(fn func(time.Duration)) { s.onWrite = fn }
 
-func validatePools(pools []netip.Prefix) error {
+// ValidatePools checks a pool configuration: valid, masked, non-empty,
+// non-overlapping CIDRs including at least one IPv4 pool.
+func ValidatePools(pools []netip.Prefix) error {
 	hasV4 := false
 	for i, p := range pools {
 		if !p.IsValid() {

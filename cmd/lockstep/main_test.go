@@ -43,9 +43,26 @@ func builtBinary(t *testing.T) string {
 	return binDir
 }
 
+// hostSysctls are settings of the machine's own namespace that an agent
+// changes in the namespace it runs in. The tests run agents only inside
+// throwaway node namespaces; TestMain checks the machine's values are
+// unchanged afterwards and puts them back if not.
+var hostSysctls = []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"}
+
 func TestMain(m *testing.M) {
 	_, _ = nodesim.SweepStale(nsPrefix)
+	before := map[string][]byte{}
+	for _, p := range hostSysctls {
+		before[p], _ = os.ReadFile(p)
+	}
 	code := m.Run()
+	for _, p := range hostSysctls {
+		if after, _ := os.ReadFile(p); string(after) != string(before[p]) {
+			fmt.Fprintf(os.Stderr, "FAIL: a test changed the machine's %s from %q to %q; restored\n", p, before[p], after)
+			_ = os.WriteFile(p, before[p], 0o644)
+			code = 1
+		}
+	}
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/agent/api"
+)
+
+func testConfig(t *testing.T, pools ...string) Config {
+	dir := t.TempDir()
+	cfg := Config{
+		Standalone: true, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "lockstep.sock"),
+		SkipSysctls: true, Logger: slog.New(slog.DiscardHandler),
+	}
+	for _, p := range pools {
+		cfg.Pools = append(cfg.Pools, netip.MustParsePrefix(p))
+	}
+	return cfg
+}
+
+// TestBadConfigTouchesNothing: a refused start creates no state file and no
+// socket.
+func TestBadConfigTouchesNothing(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"host bits set", testConfig(t, "10.244.0.1/24"), "did you mean 10.244.0.0/24"},
+		{"no ipv4 pool", testConfig(t, "fd00::/120"), "at least one IPv4 pool"},
+		{"kubernetes mode", func() Config { c := testConfig(t, "10.244.0.0/24"); c.Standalone = false; return c }(), "--standalone"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Run(context.Background(), tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+			for _, path := range []string{tc.cfg.StateDir, tc.cfg.Socket} {
+				if _, err := os.Stat(path); !os.IsNotExist(err) {
+					t.Errorf("%s exists after a refused start", path)
+				}
+			}
+		})
+	}
+}
+
+// TestRunServesAndStops runs the agent in-process: it answers on its
+// socket, and cancelling its context shuts it down and removes the socket.
+func TestRunServesAndStops(t *testing.T) {
+	cfg := testConfig(t, "10.244.0.0/24")
+	ready := make(chan struct{})
+	cfg.Ready = func() { close(ready) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("agent exited: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent not ready")
+	}
+	st, err := api.NewClient(cfg.Socket, 0).Status(context.Background())
+	if err != nil || len(st.Pools) != 1 || st.Pools[0].Free != 254 {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if _, err := os.Stat(cfg.Socket); !os.IsNotExist(err) {
+		t.Error("socket left after shutdown")
+	}
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run runs the built binary (through name, a path or symlink to it).
+func run(t *testing.T, name string, env []string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestInstallCNIThroughBinary installs into temporary directories twice and
+// then runs the installed plugin through the installed symlink.
+func TestInstallCNIThroughBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(builtBinary(t), "lockstep")
+	root := t.TempDir()
+	args := []string{"install-cni", "--bin-dir", filepath.Join(root, "bin"), "--conf-dir", filepath.Join(root, "net.d")}
+
+	out, err := run(t, bin, nil, args...)
+	if err != nil || strings.Count(out, "installed ") != 3 {
+		t.Fatalf("first install-cni: %v\n%s", err, out)
+	}
+	out, err = run(t, bin, nil, args...)
+	if err != nil || !strings.Contains(out, "nothing changed") {
+		t.Fatalf("second install-cni: %v\n%s", err, out)
+	}
+	out, err = run(t, filepath.Join(root, "bin", "lockstep-cni"), []string{"CNI_COMMAND=VERSION"})
+	if err != nil || !strings.Contains(out, `"1.1.0"`) {
+		t.Fatalf("installed lockstep-cni VERSION: %v\n%s", err, out)
+	}
+	conf, err := os.ReadFile(filepath.Join(root, "net.d", "10-lockstep.conflist"))
+	if err != nil || !strings.Contains(string(conf), `"type": "lockstep-cni"`) {
+		t.Fatalf("installed config: %v\n%s", err, conf)
+	}
+}
+
+// TestCLIErrors covers errors raised before the agent does anything; the
+// agent is never started here, in the machine's own namespace.
+func TestCLIErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(builtBinary(t), "lockstep")
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"version"}, "lockstep "},
+		{[]string{"agent", "--pool-cidr", "10.244.0.0/24", "--state-dir", t.TempDir()}, "start with --standalone"},
+		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/33"}, "want a CIDR such as 10.244.0.0/24"},
+		{[]string{"agent", "--standalone"}, "no --pool-cidr given"},
+		{[]string{"frobnicate"}, "unknown command"},
+	}
+	for _, tc := range tests {
+		out, err := run(t, bin, nil, tc.args...)
+		wantErr := tc.args[0] != "version"
+		if (err != nil) != wantErr || !strings.Contains(out, tc.want) {
+			t.Errorf("lockstep %s: err %v, output %q; want %q", strings.Join(tc.args, " "), err, out, tc.want)
+		}
+	}
+}
