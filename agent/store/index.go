@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 )
@@ -29,9 +28,9 @@ func (ix keyIndex[T]) FromArgs(args ...any) ([]byte, error) { return ix.args(fal
 
 func (ix keyIndex[T]) PrefixFromArgs(args ...any) ([]byte, error) { return ix.args(true, args...) }
 
-// keyBuilder encodes compound keys: strings are NUL-terminated, addresses
-// are a family byte and 16 bytes, numbers are big-endian, so byte order is
-// the natural order and a leading subset of fields is a key prefix.
+// keyBuilder encodes compound keys: strings are NUL-terminated and
+// addresses are a family byte and 16 bytes, so byte order is the natural
+// order and a leading subset of fields is a key prefix.
 type keyBuilder []byte
 
 func (b keyBuilder) str(s string) keyBuilder { return append(append(b, s...), 0) }
@@ -44,8 +43,6 @@ func (b keyBuilder) addr(a netip.Addr) keyBuilder {
 	a16 := a.As16()
 	return append(append(b, family), a16[:]...)
 }
-
-func (b keyBuilder) u64(v uint64) keyBuilder { return binary.BigEndian.AppendUint64(b, v) }
 
 // stringArgs encodes up to want string arguments. With prefix it accepts
 // fewer and leaves out the terminator of the last one given, so a partial

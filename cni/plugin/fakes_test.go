@@ -135,15 +135,6 @@ func (a *fakeAgent) Status(context.Context) (*api.StatusResponse, error) {
 	return &resp, noErr(a.statusErr)
 }
 
-func firstErr(errs ...*api.Error) *api.Error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
-}
-
 // fakeNet stands in for netsetup: it records calls and remembers which host
 // links exist.
 type fakeNet struct {
