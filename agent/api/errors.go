@@ -1,6 +1,9 @@
 package api
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Error codes carried by [Error]. Codes below 100 are the CNI
 // specification's own; codes from 100 up are lockstep's.
@@ -48,4 +51,14 @@ func (e *Error) Error() string {
 // Errorf builds an *Error with a formatted message.
 func Errorf(code uint, format string, args ...any) *Error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of the *Error in err's chain, or 0 when there is
+// none.
+func CodeOf(err error) uint {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
 }

@@ -2,7 +2,6 @@ package endpoints
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -63,14 +62,6 @@ func (f *fixture) add(t *testing.T, a api.Attachment) *api.AddResponse {
 	return resp
 }
 
-func code(err error) uint {
-	var e *api.Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
-}
-
 func TestAddAllocatesPerFamily(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -107,7 +98,7 @@ func TestExhaustionNamesThePool(t *testing.T) {
 	f.add(t, att(1))
 	f.add(t, att(2))
 	_, err := f.svc.Add(ctx, api.AddRequest{Attachment: att(3), Netns: "/x"})
-	if code(err) != api.CodePoolExhausted || !strings.Contains(err.Error(), "10.0.0.0/30") {
+	if api.CodeOf(err) != api.CodePoolExhausted || !strings.Contains(err.Error(), "10.0.0.0/30") {
 		t.Fatalf("got %v", err)
 	}
 	st, _ := f.svc.Status(ctx)
@@ -143,7 +134,7 @@ func TestDelIsIdempotent(t *testing.T) {
 			t.Fatalf("DEL #%d: %+v %v", i+1, resp, err)
 		}
 	}
-	if _, err := f.svc.Get(ctx, att(1)); code(err) != api.CodeUnknownContainer {
+	if _, err := f.svc.Get(ctx, att(1)); api.CodeOf(err) != api.CodeUnknownContainer {
 		t.Fatalf("get after DEL: %v", err)
 	}
 }
@@ -236,7 +227,7 @@ func TestDelDuringAddWins(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	err = f.svc.Confirm(ctx, api.OpRequest{Attachment: att(1), OpID: resp.OpID})
-	if code(err) != api.CodeCancelled {
+	if api.CodeOf(err) != api.CodeCancelled {
 		t.Fatalf("confirm after DEL: %v", err)
 	}
 	select {
@@ -276,7 +267,7 @@ func TestConcurrentAddIsBusy(t *testing.T) {
 	if _, err := f.svc.Add(ctx, api.AddRequest{Attachment: att(1), Netns: "/x"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.svc.Add(ctx, api.AddRequest{Attachment: att(1), Netns: "/x"}); code(err) != api.CodeBusy {
+	if _, err := f.svc.Add(ctx, api.AddRequest{Attachment: att(1), Netns: "/x"}); api.CodeOf(err) != api.CodeBusy {
 		t.Fatalf("second ADD in flight: %v", err)
 	}
 }
@@ -289,7 +280,7 @@ func TestRepeatedAddKeepsAddresses(t *testing.T) {
 		t.Fatalf("repeated ADD: %+v then %+v", first, second)
 	}
 	// The first ADD's late confirm is stale.
-	if err := f.svc.Confirm(ctx, api.OpRequest{Attachment: att(1), OpID: first.OpID}); code(err) != api.CodeCancelled {
+	if err := f.svc.Confirm(ctx, api.OpRequest{Attachment: att(1), OpID: first.OpID}); api.CodeOf(err) != api.CodeCancelled {
 		t.Fatalf("stale confirm: %v", err)
 	}
 }
@@ -339,7 +330,7 @@ func TestInvalidInput(t *testing.T) {
 		{"no netns", api.AddRequest{Attachment: att(1)}, api.CodeInvalidEnv},
 	}
 	for _, tc := range tests {
-		if _, err := f.svc.Add(ctx, tc.req); code(err) != tc.code {
+		if _, err := f.svc.Add(ctx, tc.req); api.CodeOf(err) != tc.code {
 			t.Errorf("%s: got %v, want code %d", tc.name, err, tc.code)
 		}
 	}

@@ -58,14 +58,6 @@ func serve(t *testing.T, b Backend) string {
 	return sock
 }
 
-func apiCode(err error) uint {
-	var e *api.Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
-}
-
 func TestSocketIsPrivate(t *testing.T) {
 	sock := serve(t, &fakeBackend{})
 	st, err := os.Stat(sock)
@@ -122,11 +114,11 @@ func TestRoundTripAndErrors(t *testing.T) {
 	for _, tc := range tests {
 		b.addErr = tc.err
 		_, err := c.Add(ctx, api.AddRequest{})
-		if apiCode(err) != tc.code || !strings.Contains(err.Error(), tc.substr) {
+		if api.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.substr) {
 			t.Errorf("%s: got %v", tc.name, err)
 		}
 	}
-	if _, err := c.Get(ctx, api.Attachment{}); apiCode(err) != api.CodeUnknownContainer {
+	if _, err := c.Get(ctx, api.Attachment{}); api.CodeOf(err) != api.CodeUnknownContainer {
 		t.Errorf("get unknown: %v", err)
 	}
 }
@@ -205,7 +197,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatalf("Serve after Shutdown: %v", err)
 	}
-	if _, err := c.Status(context.Background()); apiCode(err) != api.CodeTryAgainLater {
+	if _, err := c.Status(context.Background()); api.CodeOf(err) != api.CodeTryAgainLater {
 		t.Fatalf("call after shutdown: %v", err)
 	}
 }
@@ -243,7 +235,7 @@ func TestClientNeverHangs(t *testing.T) {
 	for _, sock := range []string{hung, filepath.Join(dir, "absent.sock")} {
 		start := time.Now()
 		_, err := api.NewClient(sock, 300*time.Millisecond).Status(context.Background())
-		if apiCode(err) != api.CodeTryAgainLater || !strings.Contains(err.Error(), sock) {
+		if api.CodeOf(err) != api.CodeTryAgainLater || !strings.Contains(err.Error(), sock) {
 			t.Errorf("%s: got %v", sock, err)
 		}
 		if took := time.Since(start); took > 2*time.Second {

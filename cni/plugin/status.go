@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -22,9 +21,8 @@ func (p *plugin) status(ctx context.Context, args *skel.CmdArgs) error {
 	}
 	resp, err := p.agent(conf.Socket).Status(ctx)
 	if err != nil {
-		var apiErr *api.Error
-		if errors.As(err, &apiErr) && apiErr.Code == api.CodeTryAgainLater {
-			return &types.Error{Code: types.ErrPluginNotAvailable, Msg: apiErr.Msg, Details: apiErr.Details}
+		if unreachable := agentError(err); unreachable.Code == api.CodeTryAgainLater {
+			return &types.Error{Code: types.ErrPluginNotAvailable, Msg: unreachable.Msg, Details: unreachable.Details}
 		}
 		return &types.Error{
 			Code:    types.ErrPluginNotAvailable,
