@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -140,13 +141,31 @@ type StatusResponse struct {
 }
 
 // HostIfName is the deterministic name of an attachment's host-side veth:
-// "ls" and 12 hex digits of sha256(containerID "/" ifName). The plugin, the
-// agent and GC all derive it the same way, so a DEL finds the link even when
-// the agent has no record of it.
+// HostIfPrefix and hostIfHashLen hex digits of sha256(containerID "/"
+// ifName). The plugin, the agent and GC all derive it here, so a DEL finds
+// the link even when the agent has no record of it.
 func HostIfName(containerID, ifName string) string {
 	sum := sha256.Sum256([]byte(containerID + "/" + ifName))
-	return HostIfPrefix + hex.EncodeToString(sum[:6])
+	return HostIfPrefix + hex.EncodeToString(sum[:hostIfHashLen/2])
+}
+
+// IsHostIfName reports whether name has the shape HostIfName produces.
+func IsHostIfName(name string) bool {
+	hash, ok := strings.CutPrefix(name, HostIfPrefix)
+	if !ok || len(hash) != hostIfHashLen {
+		return false
+	}
+	for _, c := range hash {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // HostIfPrefix starts the name of every host-side veth lockstep creates.
 const HostIfPrefix = "ls"
+
+// hostIfHashLen is how many hex digits follow HostIfPrefix; together they
+// fit IFNAMSIZ with room to spare.
+const hostIfHashLen = 12

@@ -38,16 +38,6 @@ type NetConf struct {
 	// that libcni used before the specification's "cni.dev/valid-attachments"
 	// (types.NetConf.ValidAttachments). GC reads both; see GCAttachments.
 	Attachments []types.GCAttachment `json:"cni.dev/attachments,omitempty"`
-
-	// gcListed records whether stdin carried either GC list key, even as
-	// null: an empty list and a missing list mean different things.
-	gcListed bool
-}
-
-// gcKeys detects the GC list keys, including a null value.
-type gcKeys struct {
-	Valid       json.RawMessage `json:"cni.dev/valid-attachments"`
-	Attachments json.RawMessage `json:"cni.dev/attachments"`
 }
 
 // ParseNetConf decodes and validates the network configuration a runtime
@@ -63,13 +53,6 @@ func ParseNetConf(stdin []byte) (*NetConf, error) {
 	conf := &NetConf{}
 	if err := json.Unmarshal(trimmed, conf); err != nil {
 		return nil, invalidConfig("decode JSON: %v", err)
-	}
-	conf.gcListed = conf.ValidAttachments != nil || conf.Attachments != nil
-	if !conf.gcListed {
-		var keys gcKeys
-		if json.Unmarshal(trimmed, &keys) == nil {
-			conf.gcListed = keys.Valid != nil || keys.Attachments != nil
-		}
 	}
 	if conf.Socket == "" {
 		conf.Socket = api.DefaultSocket
@@ -112,8 +95,8 @@ func (c *NetConf) Validate() error {
 
 // GCAttachments returns the attachments a GC must keep: the union of
 // "cni.dev/valid-attachments" and its older spelling "cni.dev/attachments".
-// listed is false when stdin carried neither key; libcni omits both when
-// called without GC arguments, meaning that nothing is valid.
+// listed is false when stdin carried neither list (or only null); libcni
+// omits both when called without GC arguments, meaning nothing is valid.
 func (c *NetConf) GCAttachments() (valid []types.GCAttachment, listed bool) {
 	seen := map[types.GCAttachment]bool{}
 	for _, list := range [][]types.GCAttachment{c.ValidAttachments, c.Attachments} {
@@ -124,7 +107,7 @@ func (c *NetConf) GCAttachments() (valid []types.GCAttachment, listed bool) {
 			}
 		}
 	}
-	return valid, c.gcListed
+	return valid, c.ValidAttachments != nil || c.Attachments != nil
 }
 
 // MarshalJSON encodes the configuration with lockstep's keys and, when set,

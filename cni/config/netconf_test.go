@@ -134,7 +134,8 @@ func TestNetConfGCAttachments(t *testing.T) {
 		wantListed bool
 	}{
 		{name: "neither key", extra: ``, wantListed: false},
-		{name: "valid-attachments null", extra: `,"cni.dev/valid-attachments":null`, wantListed: true},
+		// null lists nothing, like a missing key: GC treats both as empty.
+		{name: "valid-attachments null", extra: `,"cni.dev/valid-attachments":null`, wantListed: false},
 		{name: "valid-attachments empty", extra: `,"cni.dev/valid-attachments":[]`, wantListed: true},
 		{
 			name:       "valid-attachments",

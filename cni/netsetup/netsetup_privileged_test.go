@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/internal/nodesim"
 	"lockstep.dev/lockstep/internal/testenv"
 )
@@ -142,7 +143,7 @@ func TestPrivilegedSetupCheckTeardown(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			node, pod := newNode(t), newNamespace(t)
-			hostIf := HostIfName("container-1", "eth0")
+			hostIf := api.HostIfName("container-1", "eth0")
 			args := SetupArgs{Netns: pod.Path(), HostIf: hostIf, PodIf: "eth0", MTU: 1450, Addresses: tt.addrs}
 
 			wired, took, err := setupIn(t, node, args)
@@ -323,7 +324,7 @@ func TestPrivilegedSetupRollsBackWhenPodIfTaken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("add a bridge named eth0 to the pod: %v", err)
 	}
-	hostIf := HostIfName("container-taken", "eth0")
+	hostIf := api.HostIfName("container-taken", "eth0")
 	_, _, err = setupIn(t, node, SetupArgs{Netns: pod.Path(), HostIf: hostIf, PodIf: "eth0", Addresses: prefixes("10.244.0.7/24")})
 	if !errors.Is(err, ErrPodIfExists) {
 		t.Fatalf("Setup() error = %v, want ErrPodIfExists", err)
@@ -340,11 +341,11 @@ func TestPrivilegedSetupRollsBackWhenPodIfTaken(t *testing.T) {
 func TestPrivilegedSetupRollsBackWhenAddressRouted(t *testing.T) {
 	testenv.Privileged(t)
 	node, pod1, pod2 := newNode(t), newNamespace(t), newNamespace(t)
-	first := HostIfName("container-1", "eth0")
+	first := api.HostIfName("container-1", "eth0")
 	if _, _, err := setupIn(t, node, SetupArgs{Netns: pod1.Path(), HostIf: first, PodIf: "eth0", Addresses: prefixes("10.244.0.9/24")}); err != nil {
 		t.Fatalf("Setup() first pod error = %v", err)
 	}
-	second := HostIfName("container-2", "eth0")
+	second := api.HostIfName("container-2", "eth0")
 	_, _, err := setupIn(t, node, SetupArgs{Netns: pod2.Path(), HostIf: second, PodIf: "eth0", Addresses: prefixes("10.244.0.9/24")})
 	if !errors.Is(err, ErrRouteTaken) {
 		t.Fatalf("Setup() second pod error = %v, want ErrRouteTaken", err)
@@ -370,7 +371,7 @@ func TestPrivilegedSetupRollsBackWhenAddressRouted(t *testing.T) {
 func TestPrivilegedSetupRetriedAdd(t *testing.T) {
 	testenv.Privileged(t)
 	node, pod := newNode(t), newNamespace(t)
-	args := SetupArgs{Netns: pod.Path(), HostIf: HostIfName("container-r", "eth0"), PodIf: "eth0", Addresses: prefixes("10.244.0.11/24", "fd00::11/64")}
+	args := SetupArgs{Netns: pod.Path(), HostIf: api.HostIfName("container-r", "eth0"), PodIf: "eth0", Addresses: prefixes("10.244.0.11/24", "fd00::11/64")}
 	for attempt := 1; attempt <= 2; attempt++ {
 		if _, _, err := setupIn(t, node, args); err != nil {
 			t.Fatalf("Setup() attempt %d error = %v", attempt, err)
@@ -393,7 +394,7 @@ func TestPrivilegedSharedGateways(t *testing.T) {
 	for i := range 2 {
 		pod := newNamespace(t)
 		addrs := prefixes(fmt.Sprintf("10.244.1.%d/24", i+1), fmt.Sprintf("fd00:1::%d/64", i+1))
-		hostIf := HostIfName(fmt.Sprintf("container-%d", i), "eth0")
+		hostIf := api.HostIfName(fmt.Sprintf("container-%d", i), "eth0")
 		if _, _, err := setupIn(t, node, SetupArgs{Netns: pod.Path(), HostIf: hostIf, PodIf: "eth0", Addresses: addrs}); err != nil {
 			t.Fatalf("Setup() pod %d error = %v", i, err)
 		}
@@ -444,7 +445,7 @@ func TestPrivilegedListHostLinksFilters(t *testing.T) {
 func TestPrivilegedCheckReportsMissingNetns(t *testing.T) {
 	testenv.Privileged(t)
 	node := newNode(t)
-	err := checkIn(node, CheckArgs{Netns: nodesim.Path("lstest-gone"), HostIf: HostIfName("c", "eth0"), PodIf: "eth0", Addresses: prefixes("10.244.0.5/24")})
+	err := checkIn(node, CheckArgs{Netns: nodesim.Path("lstest-gone"), HostIf: api.HostIfName("c", "eth0"), PodIf: "eth0", Addresses: prefixes("10.244.0.5/24")})
 	var mismatch *MismatchError
 	if !errors.As(err, &mismatch) || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("Check() error = %v, want a mismatch naming the missing netns", err)
@@ -461,7 +462,7 @@ func TestPrivilegedSetupTiming(t *testing.T) {
 	for i := range pods {
 		pod := newNamespace(t)
 		addrs := prefixes(fmt.Sprintf("10.244.2.%d/24", i+1), fmt.Sprintf("fd00:2::%d/64", i+1))
-		_, d, err := setupIn(t, node, SetupArgs{Netns: pod.Path(), HostIf: HostIfName(fmt.Sprintf("timing-%d", i), "eth0"), PodIf: "eth0", Addresses: addrs})
+		_, d, err := setupIn(t, node, SetupArgs{Netns: pod.Path(), HostIf: api.HostIfName(fmt.Sprintf("timing-%d", i), "eth0"), PodIf: "eth0", Addresses: addrs})
 		if err != nil {
 			t.Fatalf("Setup() pod %d error = %v", i, err)
 		}

@@ -30,7 +30,7 @@ const minMTUv6 = 1280
 type SetupArgs struct {
 	// Netns is the path of the pod's network namespace.
 	Netns string
-	// HostIf names the host end, normally HostIfName(containerID, ifName).
+	// HostIf names the host end, normally api.HostIfName(containerID, ifName).
 	HostIf string
 	// PodIf names the pod end, the runtime's CNI_IFNAME.
 	PodIf string

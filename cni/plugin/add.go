@@ -43,7 +43,7 @@ func (p *plugin) add(ctx context.Context, args *skel.CmdArgs) error {
 		return agentError(err)
 	}
 	op := api.OpRequest{Attachment: att, OpID: resp.OpID}
-	hostIf := netsetup.HostIfName(att.ContainerID, att.IfName)
+	hostIf := api.HostIfName(att.ContainerID, att.IfName)
 
 	if resp.HostIfName != "" && resp.HostIfName != hostIf {
 		return p.rollback(client, op, hostIf, &types.Error{

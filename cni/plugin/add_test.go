@@ -16,7 +16,7 @@ import (
 	"lockstep.dev/lockstep/cni/netsetup"
 )
 
-var hostIf = netsetup.HostIfName(testContainer, "eth0")
+var hostIf = api.HostIfName(testContainer, "eth0")
 
 // parseResult reads the plugin's stdout as a result of cniVersion and
 // converts it to 1.1.0 for inspection.

@@ -33,7 +33,7 @@ func (p *plugin) checkCmd(ctx context.Context, args *skel.CmdArgs) error {
 	}
 	hostIf := ep.HostIfName
 	if hostIf == "" {
-		hostIf = netsetup.HostIfName(att.ContainerID, att.IfName)
+		hostIf = api.HostIfName(att.ContainerID, att.IfName)
 	}
 	addrs := prefixesOf(ep.Addresses)
 	var diffs []string

@@ -7,7 +7,6 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/cni/config"
-	"lockstep.dev/lockstep/cni/netsetup"
 )
 
 // del removes an attachment. It is idempotent: a link already gone, a
@@ -20,7 +19,7 @@ func (p *plugin) del(ctx context.Context, args *skel.CmdArgs) error {
 		return err
 	}
 	att := api.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	hostIf := netsetup.HostIfName(att.ContainerID, att.IfName)
+	hostIf := api.HostIfName(att.ContainerID, att.IfName)
 
 	// Unwire before releasing, so the address is never free while a route
 	// still points it at this pod.

@@ -270,7 +270,7 @@ func (h *harness) cmdArgs(stdin []byte) *skel.CmdArgs {
 
 // grant makes the fake agent answer ADD with the given addresses.
 func (h *harness) grant(addrs ...string) {
-	h.agent.addResp = api.AddResponse{OpID: 7, HostIfName: netsetup.HostIfName(testContainer, "eth0")}
+	h.agent.addResp = api.AddResponse{OpID: 7, HostIfName: api.HostIfName(testContainer, "eth0")}
 	for _, a := range addrs {
 		h.agent.addResp.Addresses = append(h.agent.addResp.Addresses, api.Address{Pool: "default", Address: netip.MustParsePrefix(a)})
 	}

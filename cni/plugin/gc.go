@@ -8,7 +8,6 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/cni/config"
-	"lockstep.dev/lockstep/cni/netsetup"
 )
 
 // gc releases every attachment the runtime no longer lists, removes their
@@ -33,7 +32,7 @@ func (p *plugin) gc(ctx context.Context, args *skel.CmdArgs) error {
 	keep := make(map[string]bool, len(listed))
 	for _, a := range listed {
 		valid = append(valid, api.Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
-		keep[netsetup.HostIfName(a.ContainerID, a.IfName)] = true
+		keep[api.HostIfName(a.ContainerID, a.IfName)] = true
 	}
 	resp, err := p.agent(conf.Socket).GC(ctx, api.GCRequest{Valid: valid})
 	if err != nil {
@@ -43,7 +42,7 @@ func (p *plugin) gc(ctx context.Context, args *skel.CmdArgs) error {
 		keep[name] = true // valid, or an ADD still in flight
 	}
 	for _, ep := range resp.Released {
-		p.sweep(keep, netsetup.HostIfName(ep.ContainerID, ep.IfName))
+		p.sweep(keep, api.HostIfName(ep.ContainerID, ep.IfName))
 		if ep.HostIfName != "" {
 			p.sweep(keep, ep.HostIfName)
 		}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/cni/netsetup"
 )
 
 // TestGCSweep: the runtime still knows pod A; the agent releases pod B; a
@@ -15,9 +14,9 @@ import (
 // removes B and C.
 func TestGCSweep(t *testing.T) {
 	h := newHarness(t)
-	linkA := netsetup.HostIfName("a", "eth0")
-	linkB := netsetup.HostIfName("b", "eth0")
-	linkC := netsetup.HostIfName("c", "eth0")
+	linkA := api.HostIfName("a", "eth0")
+	linkB := api.HostIfName("b", "eth0")
+	linkC := api.HostIfName("c", "eth0")
 	for _, l := range []string{linkA, linkB, linkC} {
 		h.net.links[l] = true
 	}
@@ -41,7 +40,7 @@ func TestGCSweep(t *testing.T) {
 
 func TestGCEmptyListReleasesEverything(t *testing.T) {
 	h := newHarness(t)
-	link := netsetup.HostIfName("a", "eth0")
+	link := api.HostIfName("a", "eth0")
 	h.net.links[link] = true
 	if err := h.plugin.gc(t.Context(), h.cmdArgs(h.conf("1.1.0", `,"cni.dev/valid-attachments":[]`))); err != nil {
 		t.Fatalf("gc() error = %v", err)
@@ -55,7 +54,7 @@ func TestGCEmptyListReleasesEverything(t *testing.T) {
 // called without arguments (cnitool gc does), meaning nothing is valid.
 func TestGCWithoutListReleasesEverything(t *testing.T) {
 	h := newHarness(t)
-	link := netsetup.HostIfName("a", "eth0")
+	link := api.HostIfName("a", "eth0")
 	h.net.links[link] = true
 	if err := h.plugin.gc(t.Context(), h.cmdArgs(h.conf("1.1.0", ""))); err != nil {
 		t.Fatalf("gc() error = %v", err)
@@ -72,7 +71,7 @@ func TestGCWithoutListReleasesEverything(t *testing.T) {
 // the runtime does not list yet; its link must survive the sweep.
 func TestGCKeepsInFlightLinks(t *testing.T) {
 	h := newHarness(t)
-	inFlight := netsetup.HostIfName("starting", "eth0")
+	inFlight := api.HostIfName("starting", "eth0")
 	h.net.links[inFlight] = true
 	h.agent.gcResp = api.GCResponse{Retained: []string{inFlight}}
 	if err := h.plugin.gc(t.Context(), h.cmdArgs(h.conf("1.1.0", `,"cni.dev/valid-attachments":[]`))); err != nil {
@@ -85,7 +84,7 @@ func TestGCKeepsInFlightLinks(t *testing.T) {
 
 func TestGCAgentFailureFailsGC(t *testing.T) {
 	h := newHarness(t)
-	h.net.links[netsetup.HostIfName("x", "eth0")] = true
+	h.net.links[api.HostIfName("x", "eth0")] = true
 	h.agent.gcErr = api.Errorf(api.CodeInternal, "write state: disk full")
 	err := h.plugin.gc(t.Context(), h.cmdArgs(h.conf("1.1.0", `,"cni.dev/valid-attachments":[]`)))
 	wantCode(t, err, api.CodeInternal, "disk full")
@@ -96,7 +95,7 @@ func TestGCAgentFailureFailsGC(t *testing.T) {
 
 func TestGCKernelFailuresOnlyWarn(t *testing.T) {
 	h := newHarness(t)
-	stale := netsetup.HostIfName("stale", "eth0")
+	stale := api.HostIfName("stale", "eth0")
 	h.net.links[stale] = true
 	h.net.teardownErr[stale] = errors.New("delete host interface: device busy")
 	if err := h.plugin.gc(t.Context(), h.cmdArgs(h.conf("1.1.0", `,"cni.dev/valid-attachments":[]`))); err != nil {
