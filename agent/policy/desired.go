@@ -1,0 +1,112 @@
+package policy
+
+import "net/netip"
+
+// Direction is the direction of traffic relative to a local endpoint (pod).
+type Direction uint8
+
+// Directions, numbered as the BPF programs number them.
+const (
+	// Ingress is traffic to the pod.
+	Ingress Direction = 0
+	// Egress is traffic from the pod.
+	Egress Direction = 1
+)
+
+func (d Direction) String() string {
+	if d == Ingress {
+		return "ingress"
+	}
+	return "egress"
+}
+
+// Peer identifies "who is on the other end" of a packet as the dataplane
+// sees it. The values 0..255 are reserved; pod identities are 256..2^31-1;
+// CIDR classes have the top bit set (see [CIDRClassBit]).
+type Peer uint32
+
+// Reserved peers.
+const (
+	// PeerAny matches every remote address: a rule with no from/to peers.
+	PeerAny Peer = 0
+	// PeerWorld is the identity of every address that is not a known pod's.
+	PeerWorld Peer = 2
+	// FirstPodIdentity is the smallest identity given to a pod label set.
+	FirstPodIdentity Peer = 256
+	// CIDRClassBit marks a Peer as a CIDR class: a set of ipBlock peers that
+	// an address range matches. Class CIDRClassBit|0 means "no ipBlock".
+	CIDRClassBit Peer = 1 << 31
+)
+
+// NoCIDRClass is the class of addresses that match no ipBlock at all.
+const NoCIDRClass = CIDRClassBit
+
+// Protocol numbers as used in rule keys. ProtoOther (0) is the key for
+// every protocol that has no ports (ICMP, ICMPv6, ...): a rule without
+// ports allows them, a rule with ports never does.
+const (
+	ProtoOther uint8 = 0
+	ProtoTCP   uint8 = 6
+	ProtoUDP   uint8 = 17
+	ProtoSCTP  uint8 = 132
+)
+
+// PortRange is an inclusive range of destination ports. {0, 65535} means
+// every port. For ProtoOther the range is ignored.
+type PortRange struct {
+	Lo, Hi uint16
+}
+
+// RuleKey is one allow-list entry of an endpoint: traffic in Dir with the
+// remote Peer (a pod identity, PeerAny, PeerWorld or a CIDR class) using
+// Proto is allowed on the ports of the entry's []PortRange.
+type RuleKey struct {
+	Peer  Peer
+	Dir   Direction
+	Proto uint8
+}
+
+// MaxPortRanges is how many disjoint port ranges one RuleKey may carry (a
+// BPF map value holds them inline). The compiler merges overlapping and
+// adjacent ranges first, and reports an error when more remain.
+const MaxPortRanges = 16
+
+// EndpointPolicy is the complete policy of one local endpoint.
+type EndpointPolicy struct {
+	// IPv4 and IPv6 are the pod's own addresses (the zero Addr when the pod
+	// has none of that family): packets from the pod with any other source
+	// are dropped (anti-spoofing).
+	IPv4, IPv6 netip.Addr
+	// IngressIsolated / EgressIsolated: some policy of that direction
+	// selects the pod. A direction that is not isolated allows everything.
+	IngressIsolated, EgressIsolated bool
+	// Rules is the allow-list for the isolated directions. Ranges are sorted,
+	// disjoint and non-adjacent; at most MaxPortRanges per key.
+	Rules map[RuleKey][]PortRange
+}
+
+// AddrEntry is what the dataplane knows about one pod address.
+type AddrEntry struct {
+	// Identity is the pod's identity (>= FirstPodIdentity).
+	Identity Peer
+	// CIDRClass is the class of ipBlock peers this address matches
+	// (NoCIDRClass when none). Pod addresses carry it here so that ipBlock
+	// rules apply to pods without a longest-prefix lookup.
+	CIDRClass Peer
+}
+
+// Desired is the complete dataplane state of a node: what the dataplane
+// must enforce once it has applied it. Maps are keyed by value so two
+// Desired can be compared entry by entry.
+type Desired struct {
+	// Addrs maps every known pod address (local and remote) to its identity
+	// and CIDR class. Addresses are unmapped (IPv4 as 4 bytes).
+	Addrs map[netip.Addr]AddrEntry
+	// CIDRs maps address ranges to CIDR classes for addresses that are not
+	// pods. It always contains 0.0.0.0/0 and ::/0 (NoCIDRClass unless an
+	// ipBlock covers everything). The dataplane looks up the longest prefix.
+	CIDRs map[netip.Prefix]Peer
+	// Endpoints maps the host-side interface name of every local endpoint
+	// the dataplane enforces to its policy.
+	Endpoints map[string]*EndpointPolicy
+}
