@@ -1,0 +1,267 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"lockstep.dev/lockstep/agent/policy"
+	bpfmaps "lockstep.dev/lockstep/maps"
+)
+
+// Apply makes want the enforced state, make-before-break: it writes the
+// idle parity's copy of every entry that differs, flips lockstep_state.gen
+// with one update, then deletes the entries want no longer has.
+//
+// Every endpoint of want must have been attached (Attach) by this Datapath;
+// otherwise Apply changes nothing and returns an error wrapping
+// ErrNotAttached that names them. An error before the flip leaves the
+// enforced state as it was; the next Apply repairs the idle copies.
+//
+// Apply keeps references to want and the maps in it: the caller must not
+// modify them afterwards (build a new Desired instead, reusing unchanged
+// *EndpointPolicy values, which Apply then recognises without comparing).
+func (d *Datapath) Apply(want *policy.Desired) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	ifindexes, err := d.resolve(want)
+	if err != nil {
+		return err
+	}
+	m := &d.mirror
+	m.mark++
+	p := int(m.gen & 1) // live parity
+	q := p ^ 1          // the parity being written
+
+	canon, err := d.writeCIDRs(want.CIDRs, p, q)
+	if err != nil {
+		return err
+	}
+	goneAddrs, err := d.writeIPCache(want.Addrs, p, q)
+	if err != nil {
+		return err
+	}
+	if err := d.writeEndpoints(want.Endpoints, ifindexes, p, q); err != nil {
+		return err
+	}
+	if d.beforeFlip != nil {
+		d.beforeFlip()
+	}
+	if err := d.flip(); err != nil {
+		return err
+	}
+	return d.cleanup(canon, goneAddrs)
+}
+
+// resolve maps every endpoint of want to the ifindex Attach recorded.
+func (d *Datapath) resolve(want *policy.Desired) (map[string]uint32, error) {
+	out := make(map[string]uint32, len(want.Endpoints))
+	var missing []string
+	for name := range want.Endpoints {
+		idx, ok := d.attached[name]
+		if !ok {
+			missing = append(missing, name)
+			continue
+		}
+		out[name] = uint32(idx)
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("apply policy: %w: %s (call Attach first)", ErrNotAttached, strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+// writeCIDRs writes parity q of lockstep_cidrs. A prefix in the trie that
+// parity q's table lacks gets, in slot q, the class of the longest prefix of
+// q's table containing it, so a lookup in either parity is exact while the
+// trie holds the union of both tables. It returns q's canonical table.
+func (d *Datapath) writeCIDRs(want map[netip.Prefix]policy.Peer, p, q int) (map[netip.Prefix]uint32, error) {
+	m := &d.mirror
+	canon := make(map[netip.Prefix]uint32, len(want))
+	for pfx, class := range want {
+		canon[canonPrefix(pfx)] = uint32(class)
+	}
+	if m.cidrSet[q].valid && maps.Equal(canon, m.cidrSet[q].m) {
+		canon = m.cidrSet[q].m // every trie entry's slot q is already right
+	} else {
+		set := newCIDRSet(canon)
+		for pfx, e := range m.trie {
+			v := e.v
+			v.CIDRClass[q] = set.lpm(pfx)
+			if v != e.v {
+				if err := d.putCIDR(pfx, v); err != nil {
+					return nil, err
+				}
+			}
+		}
+		m.cidrSet[q] = set
+	}
+	for pfx, class := range canon {
+		if _, ok := m.trie[pfx]; ok {
+			continue
+		}
+		// What the live parity sees for pfx today, unchanged.
+		v := m.trieLookup(pfx)
+		v.CIDRClass[q] = class
+		if err := d.putCIDR(pfx, v); err != nil {
+			return nil, err
+		}
+	}
+	return canon, nil
+}
+
+func (d *Datapath) putCIDR(pfx netip.Prefix, v bpfmaps.CIDRValue) error {
+	k := bpfmaps.CIDRKey{PrefixLen: uint32(pfx.Bits()), Addr: bpfmaps.Addr(pfx.Addr().As16())}
+	if err := d.cidrs.Put(k, v); err != nil {
+		return fmt.Errorf("write %s %s: %w", bpfmaps.CIDRsMap, pfx, err)
+	}
+	d.mirror.addTrie(pfx, v)
+	return nil
+}
+
+// writeIPCache writes parity q of lockstep_ipcache. A new address gets, in
+// the live slot, what the live parity sees for it today (world and its
+// CIDR class); an address want lacks gets the same in slot q and is
+// returned for deletion after the flip.
+func (d *Datapath) writeIPCache(want map[netip.Addr]policy.AddrEntry, p, q int) ([]netip.Addr, error) {
+	m := &d.mirror
+	var keys []bpfmaps.Addr
+	var vals []bpfmaps.IPCacheValue
+	var ents []*ipcEntry
+	for a, ae := range want {
+		if a.Is4In6() {
+			a = a.Unmap()
+		}
+		e := m.ipc[a]
+		if e == nil {
+			cur := m.trieLookup(hostPrefix(a))
+			e = &ipcEntry{}
+			e.v.Identity[p] = uint32(policy.PeerWorld)
+			e.v.CIDRClass[p] = cur.CIDRClass[p]
+			e.v.Identity[q] = ^uint32(0) // forces the write below
+			m.ipc[a] = e
+		}
+		e.mark = m.mark
+		if e.v.Identity[q] == uint32(ae.Identity) && e.v.CIDRClass[q] == uint32(ae.CIDRClass) {
+			continue
+		}
+		v := e.v
+		v.Identity[q], v.CIDRClass[q] = uint32(ae.Identity), uint32(ae.CIDRClass)
+		keys = append(keys, bpfmaps.AddrFrom(a))
+		vals = append(vals, v)
+		ents = append(ents, e)
+	}
+	var gone []netip.Addr
+	if len(m.ipc) > len(want) {
+		for a, e := range m.ipc {
+			if e.mark == m.mark {
+				continue
+			}
+			gone = append(gone, a)
+			v := e.v
+			v.Identity[q] = uint32(policy.PeerWorld)
+			v.CIDRClass[q] = m.trieLookup(hostPrefix(a)).CIDRClass[q]
+			if v != e.v {
+				keys = append(keys, bpfmaps.AddrFrom(a))
+				vals = append(vals, v)
+				ents = append(ents, e)
+			}
+		}
+	}
+	if err := putAll(d.ipcache, keys, vals); err != nil {
+		// Entries new to the mirror may or may not be in the map: forget
+		// their copies so the next Apply writes them again.
+		for _, e := range ents {
+			e.v.Identity[q] = ^uint32(0)
+		}
+		return nil, fmt.Errorf("write %s: %w", bpfmaps.IPCacheMap, err)
+	}
+	for i, e := range ents {
+		e.v = vals[i]
+	}
+	return gone, nil
+}
+
+// putAll writes keys[i] → vals[i], in one batch when the kernel can.
+func putAll[K, V any](m *ebpf.Map, keys []K, vals []V) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if len(keys) > 1 {
+		_, err := m.BatchUpdate(keys, vals, nil)
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return err
+		}
+	}
+	for i := range keys {
+		if err := m.Put(keys[i], vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flip makes the written parity live with one map update, keeping the
+// monitor flag as it is.
+func (d *Datapath) flip() error {
+	var st bpfmaps.State
+	if err := d.state.Lookup(uint32(0), &st); err != nil {
+		return fmt.Errorf("read %s: %w", bpfmaps.StateMap, err)
+	}
+	st.Gen = d.mirror.gen + 1
+	if err := d.state.Put(uint32(0), st); err != nil {
+		return fmt.Errorf("flip generation: %w", err)
+	}
+	d.mirror.gen = st.Gen
+	return nil
+}
+
+// cleanup deletes, after the flip, what the new state no longer has.
+func (d *Datapath) cleanup(canon map[netip.Prefix]uint32, goneAddrs []netip.Addr) error {
+	m := &d.mirror
+	var errs []error
+	for _, a := range goneAddrs {
+		if err := d.ipcache.Delete(bpfmaps.AddrFrom(a)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("delete %s from %s: %w", a, bpfmaps.IPCacheMap, err))
+			continue
+		}
+		delete(m.ipc, a)
+	}
+	if len(m.trie) > len(canon) {
+		for pfx := range m.trie {
+			if _, ok := canon[pfx]; ok {
+				continue
+			}
+			k := bpfmaps.CIDRKey{PrefixLen: uint32(pfx.Bits()), Addr: bpfmaps.Addr(pfx.Addr().As16())}
+			if err := d.cidrs.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, fmt.Errorf("delete %s from %s: %w", pfx, bpfmaps.CIDRsMap, err))
+				continue
+			}
+			m.delTrie(pfx)
+		}
+	}
+	for idx, e := range m.eps {
+		if e.mark == m.mark {
+			continue
+		}
+		if err := d.removeEndpoint(e); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(m.eps, idx)
+		if e.name != "" && m.names[e.name] == e {
+			delete(m.names, e.name)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove stale entries after applying generation %d: %w", m.gen, err)
+	}
+	return nil
+}

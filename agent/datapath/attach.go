@@ -1,0 +1,100 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Filter identity on the clsact hooks: one filter per hook, at a fixed
+// priority and handle, so Attach can replace a stale one in place.
+const (
+	filterPriority = 1
+	filterHandle   = 1
+)
+
+// Attach attaches from_pod and to_pod to the host-side veth ifname in the
+// current network namespace, replacing filters a previous agent left there,
+// and records its ifindex for Apply. It is idempotent. Until Apply gives
+// the endpoint a policy, its traffic is dropped (fail closed), except ARP
+// and IPv6 neighbour discovery.
+func (d *Datapath) Attach(ifname string) error {
+	link, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("attach to %s: find link: %w", ifname, err)
+	}
+	idx := link.Attrs().Index
+	qdisc := &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{
+			LinkIndex: idx,
+			Handle:    netlink.MakeHandle(0xffff, 0),
+			Parent:    netlink.HANDLE_CLSACT,
+		},
+		QdiscType: "clsact",
+	}
+	if err := netlink.QdiscAdd(qdisc); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("attach to %s: add clsact qdisc: %w", ifname, err)
+	}
+	for _, f := range []struct {
+		parent uint32
+		name   string
+		fd     int
+	}{
+		{netlink.HANDLE_MIN_INGRESS, "lockstep_from_pod", d.fromPod.FD()},
+		{netlink.HANDLE_MIN_EGRESS, "lockstep_to_pod", d.toPod.FD()},
+	} {
+		filter := &netlink.BpfFilter{
+			FilterAttrs: netlink.FilterAttrs{
+				LinkIndex: idx,
+				Parent:    f.parent,
+				Handle:    filterHandle,
+				Priority:  filterPriority,
+				Protocol:  unix.ETH_P_ALL,
+			},
+			Fd:           f.fd,
+			Name:         f.name,
+			DirectAction: true,
+		}
+		if err := netlink.FilterReplace(filter); err != nil {
+			return fmt.Errorf("attach to %s: add %s filter: %w", ifname, f.name, err)
+		}
+	}
+	d.mu.Lock()
+	d.attached[ifname] = idx
+	d.mu.Unlock()
+	return nil
+}
+
+// Detach removes lockstep's filters from ifname in the current network
+// namespace. It is idempotent: a missing link or filter is not an error.
+// The endpoint's map entries go with the next Apply that lacks it.
+func (d *Datapath) Detach(ifname string) error {
+	d.mu.Lock()
+	delete(d.attached, ifname)
+	d.mu.Unlock()
+	link, err := netlink.LinkByName(ifname)
+	if err != nil {
+		var notFound netlink.LinkNotFoundError
+		if errors.As(err, &notFound) {
+			return nil
+		}
+		return fmt.Errorf("detach from %s: find link: %w", ifname, err)
+	}
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		filter := &netlink.BpfFilter{
+			FilterAttrs: netlink.FilterAttrs{
+				LinkIndex: link.Attrs().Index,
+				Parent:    parent,
+				Handle:    filterHandle,
+				Priority:  filterPriority,
+				Protocol:  unix.ETH_P_ALL,
+			},
+		}
+		if err := netlink.FilterDel(filter); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("detach from %s: delete filter: %w", ifname, err)
+		}
+	}
+	return nil
+}

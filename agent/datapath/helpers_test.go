@@ -1,0 +1,223 @@
+package datapath
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"slices"
+
+	"path/filepath"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/maps"
+)
+
+// tc actions the programs return.
+const (
+	actOK   = 0 // TC_ACT_OK
+	actShot = 2 // TC_ACT_SHOT
+)
+
+// loIfindex is the ifindex BPF_PROG_TEST_RUN gives a packet run without a
+// context: the loopback device of the caller's netns. Program tests key
+// their endpoint by it and never attach anything to lo.
+const loIfindex = 1
+
+// newTestDatapath loads a Datapath pinned on a private bpffs mounted on a
+// temporary directory, all removed when tb ends.
+func newTestDatapath(tb testing.TB) *Datapath {
+	tb.Helper()
+	dir := tb.TempDir()
+	if err := unix.Mount("bpffs", dir, "bpf", 0, "mode=0700"); err != nil {
+		tb.Fatalf("mount private bpffs on %s: %v", dir, err)
+	}
+	tb.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			tb.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	root := filepath.Join(dir, "lockstep")
+	d, err := Load(Options{PinRoot: root})
+	if err != nil {
+		tb.Fatalf("Load: %v", err)
+	}
+	tb.Cleanup(func() {
+		d.Close()
+		if err := Remove(root); err != nil {
+			tb.Errorf("Remove: %v", err)
+		}
+	})
+	return d
+}
+
+// fakeAttach records ifname as attached at ifindex without touching any
+// interface, so Apply accepts it.
+func (d *Datapath) fakeAttach(ifname string, ifindex int) {
+	d.mu.Lock()
+	d.attached[ifname] = ifindex
+	d.mu.Unlock()
+}
+
+func (d *Datapath) flushCT(tb testing.TB) {
+	tb.Helper()
+	var keys []maps.CTKey
+	var k maps.CTKey
+	var v maps.CTEntry
+	it := d.ct.Iterate()
+	for it.Next(&k, &v) {
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		if err := d.ct.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			tb.Fatalf("flush CT: %v", err)
+		}
+	}
+}
+
+// packet describes a test frame.
+type packet struct {
+	src, dst     string
+	proto        uint8
+	sport, dport uint16
+	icmpType     uint8  // ICMP/ICMPv6 type (echo by default)
+	ext          []byte // IPv6 extension headers (chain ends in proto)
+	extFirst     uint8  // next header of the IPv6 header when ext is set
+	fragOff      uint16 // IPv4 fragment offset in 8-byte units
+	ethType      uint16 // overrides the IP ethertype
+}
+
+const (
+	protoICMP   = 1
+	protoICMPv6 = 58
+)
+
+// frame hand-builds an Ethernet frame for p. Checksums are left zero: the
+// programs do not check them.
+func frame(p packet) []byte {
+	src, dst := netip.MustParseAddr(p.src), netip.MustParseAddr(p.dst)
+	l4 := l4Header(p)
+	eth := make([]byte, 14)
+	copy(eth[0:6], []byte{2, 0, 0, 0, 0, 2})
+	copy(eth[6:12], []byte{2, 0, 0, 0, 0, 1})
+	var ip []byte
+	if src.Is4() {
+		binary.BigEndian.PutUint16(eth[12:], 0x0800)
+		ip = make([]byte, 20)
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(l4)))
+		binary.BigEndian.PutUint16(ip[6:], p.fragOff&0x1fff)
+		ip[8] = 64
+		ip[9] = p.proto
+		s, d := src.As4(), dst.As4()
+		copy(ip[12:16], s[:])
+		copy(ip[16:20], d[:])
+	} else {
+		binary.BigEndian.PutUint16(eth[12:], 0x86dd)
+		ip = make([]byte, 40)
+		ip[0] = 0x60
+		binary.BigEndian.PutUint16(ip[4:], uint16(len(p.ext)+len(l4)))
+		ip[6] = p.proto
+		if p.ext != nil {
+			ip[6] = p.extFirst
+		}
+		ip[7] = 64
+		s, d := src.As16(), dst.As16()
+		copy(ip[8:24], s[:])
+		copy(ip[24:40], d[:])
+		ip = append(ip, p.ext...)
+	}
+	if p.ethType != 0 {
+		binary.BigEndian.PutUint16(eth[12:], p.ethType)
+	}
+	return append(append(eth, ip...), l4...)
+}
+
+func l4Header(p packet) []byte {
+	switch p.proto {
+	case policy.ProtoTCP:
+		h := make([]byte, 20)
+		binary.BigEndian.PutUint16(h[0:], p.sport)
+		binary.BigEndian.PutUint16(h[2:], p.dport)
+		h[12] = 5 << 4
+		h[13] = 0x02 // SYN
+		return h
+	case policy.ProtoUDP:
+		h := make([]byte, 8)
+		binary.BigEndian.PutUint16(h[0:], p.sport)
+		binary.BigEndian.PutUint16(h[2:], p.dport)
+		binary.BigEndian.PutUint16(h[4:], 8)
+		return h
+	case policy.ProtoSCTP:
+		h := make([]byte, 12)
+		binary.BigEndian.PutUint16(h[0:], p.sport)
+		binary.BigEndian.PutUint16(h[2:], p.dport)
+		return h
+	case protoICMP, protoICMPv6:
+		h := make([]byte, 8)
+		h[0] = p.icmpType
+		if h[0] == 0 && p.proto == protoICMP {
+			h[0] = 8 // echo request
+		} else if h[0] == 0 {
+			h[0] = 128
+		}
+		binary.BigEndian.PutUint16(h[4:], p.sport) // echo id
+		return h
+	}
+	return make([]byte, 8)
+}
+
+// run runs prog on the frame of p and returns the tc action.
+func run(tb testing.TB, prog *ebpf.Program, p packet) uint32 {
+	tb.Helper()
+	ret, err := prog.Run(&ebpf.RunOptions{Data: frame(p)})
+	if err != nil {
+		tb.Fatalf("run %s on %+v: %v", prog, p, err)
+	}
+	return ret
+}
+
+func actName(a uint32) string {
+	switch a {
+	case actOK:
+		return "OK"
+	case actShot:
+		return "SHOT"
+	}
+	return "unknown"
+}
+
+func mustApply(tb testing.TB, d *Datapath, want *policy.Desired) {
+	tb.Helper()
+	if err := d.Apply(want); err != nil {
+		tb.Fatalf("Apply: %v", err)
+	}
+}
+
+func addr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func prefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+type (
+	netipAddr   = netip.Addr
+	netipPrefix = netip.Prefix
+	ebpfProgram = ebpf.Program
+)
+
+func runRaw(tb testing.TB, prog *ebpf.Program, raw []byte) uint32 {
+	tb.Helper()
+	ret, err := prog.Run(&ebpf.RunOptions{Data: raw})
+	if err != nil {
+		tb.Fatalf("run %s: %v", prog, err)
+	}
+	return ret
+}
+
+func sortRules(rules []maps.PolicyRule) {
+	slices.SortFunc(rules, func(a, b maps.PolicyRule) int {
+		return cmp.Or(cmp.Compare(a.Peer, b.Peer), cmp.Compare(a.Dir, b.Dir), cmp.Compare(a.Proto, b.Proto))
+	})
+}

@@ -1,0 +1,239 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/maps"
+)
+
+// DefaultPinRoot is where the agent pins the dataplane's maps.
+const DefaultPinRoot = "/sys/fs/bpf/lockstep"
+
+// Errors callers can test for with errors.Is.
+var (
+	// ErrNotAttached: Apply got an endpoint whose interface was not passed
+	// to Attach first. Attach every endpoint before applying its policy.
+	ErrNotAttached = errors.New("endpoint not attached")
+	// ErrTooManyRanges: a rule carries more than policy.MaxPortRanges port
+	// ranges; the policy compiler must merge or reject them.
+	ErrTooManyRanges = errors.New("too many port ranges")
+)
+
+// btfCarriers are maps in the object only to carry BTF types (see
+// bpf/lib/maps.h); they are never created.
+var btfCarriers = []string{"policy_inner_btf", "event_btf"}
+
+// Options configure Load.
+type Options struct {
+	// PinRoot is the directory the maps are pinned in (DefaultPinRoot when
+	// empty). A bpffs is mounted there if it is not on one.
+	PinRoot string
+	// Logger receives progress and repairs; nil discards.
+	Logger *slog.Logger
+}
+
+// Datapath is the loaded dataplane of a node. Its methods are safe for
+// concurrent use.
+type Datapath struct {
+	pinRoot string
+	log     *slog.Logger
+
+	fromPod, toPod *ebpf.Program
+	state          *ebpf.Map
+	endpoints      *ebpf.Map
+	policy         *ebpf.Map
+	ipcache        *ebpf.Map
+	cidrs          *ebpf.Map
+	ct             *ebpf.Map
+	counters       *ebpf.Map
+	events         *ebpf.Map
+	innerSpec      *ebpf.MapSpec
+
+	mu       sync.Mutex
+	attached map[string]int // host veth name → ifindex
+	mirror   mirror         // what the maps hold, for incremental Apply
+
+	// beforeFlip, when set (tests), runs after the idle parity is
+	// written and before gen flips.
+	beforeFlip func()
+}
+
+// Load loads the dataplane object, reusing the maps pinned under the pin
+// root when they are compatible (so the previous agent's state keeps being
+// enforced and is adopted by the next Apply) and replacing those that are
+// not.
+func Load(opts Options) (*Datapath, error) {
+	if opts.PinRoot == "" {
+		opts.PinRoot = DefaultPinRoot
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := ensureBPFFS(opts.PinRoot); err != nil {
+		return nil, err
+	}
+	spec, err := loadEndpoint()
+	if err != nil {
+		return nil, fmt.Errorf("load BPF object spec: %w", err)
+	}
+	for _, name := range btfCarriers {
+		delete(spec.Maps, name)
+	}
+	for name, ms := range spec.Maps {
+		if ms.Pinning == ebpf.PinByName {
+			if err := dropIncompatiblePin(opts.PinRoot, ms, opts.Logger); err != nil {
+				return nil, fmt.Errorf("check pinned map %s: %w", name, err)
+			}
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+		Maps: ebpf.MapOptions{PinPath: opts.PinRoot},
+	})
+	if err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load BPF programs: %w\n%+v", err, verr)
+		}
+		return nil, fmt.Errorf("load BPF programs: %w", err)
+	}
+	d := &Datapath{
+		pinRoot:   opts.PinRoot,
+		log:       opts.Logger,
+		fromPod:   coll.Programs["from_pod"],
+		toPod:     coll.Programs["to_pod"],
+		state:     coll.Maps[maps.StateMap],
+		endpoints: coll.Maps[maps.EndpointsMap],
+		policy:    coll.Maps[maps.PolicyMap],
+		ipcache:   coll.Maps[maps.IPCacheMap],
+		cidrs:     coll.Maps[maps.CIDRsMap],
+		ct:        coll.Maps[maps.CTMap],
+		counters:  coll.Maps[maps.CountersMap],
+		events:    coll.Maps[maps.EventsMap],
+		innerSpec: spec.Maps[maps.PolicyMap].InnerMap.Copy(),
+		attached:  make(map[string]int),
+	}
+	if err := d.probeInnerCompat(); err != nil {
+		d.closeObjects()
+		// The pinned outer map was made for another inner map layout:
+		// replace it and load again.
+		opts.Logger.Warn("replacing pinned policy map with incompatible inner maps", "err", err)
+		if rerr := os.Remove(filepath.Join(opts.PinRoot, maps.PolicyMap)); rerr != nil {
+			return nil, fmt.Errorf("remove incompatible %s: %w", maps.PolicyMap, rerr)
+		}
+		return Load(opts)
+	}
+	if err := d.adopt(); err != nil {
+		d.closeObjects()
+		return nil, fmt.Errorf("adopt pinned state: %w", err)
+	}
+	return d, nil
+}
+
+// dropIncompatiblePin removes the pin of ms when the map pinned there
+// cannot be reused, so the collection creates and pins a fresh one.
+func dropIncompatiblePin(pinRoot string, ms *ebpf.MapSpec, log *slog.Logger) error {
+	path := filepath.Join(pinRoot, ms.Name)
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cerr := ms.Compatible(m)
+	m.Close()
+	if cerr == nil {
+		return nil
+	}
+	log.Warn("replacing incompatible pinned map", "map", ms.Name, "err", cerr)
+	return os.Remove(path)
+}
+
+// probeInnerCompat checks that inner maps made from this object's template
+// fit the (possibly reused) outer policy map, using ifindex 0, which no
+// device has.
+func (d *Datapath) probeInnerCompat() error {
+	inner, err := ebpf.NewMap(d.innerSpec)
+	if err != nil {
+		return fmt.Errorf("create inner policy map: %w", err)
+	}
+	defer inner.Close()
+	key := maps.PolicyOuterKey{Ifindex: 0, Parity: 0}
+	if err := d.policy.Put(key, uint32(inner.FD())); err != nil {
+		return err
+	}
+	return d.policy.Delete(key)
+}
+
+// ensureBPFFS makes dir a directory on a bpffs, mounting one on dir when
+// it is not.
+func ensureBPFFS(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create pin root %s: %w", dir, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("stat pin root %s: %w", dir, err)
+	}
+	if st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := unix.Mount("bpffs", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs on %s: %w (mount one there or pick a --bpf-root on a bpffs)", dir, err)
+	}
+	return nil
+}
+
+// Close releases the programs and maps of d. Pinned maps and attached
+// filters stay: they keep enforcing the last applied state until a new
+// agent loads and adopts them, or Remove cleans up.
+func (d *Datapath) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mirror.closeInners()
+	d.closeObjects()
+	return nil
+}
+
+func (d *Datapath) closeObjects() {
+	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.ct, d.counters, d.events} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// Unpin removes the pins of d's maps (see Remove).
+func (d *Datapath) Unpin() error { return Remove(d.pinRoot) }
+
+// Remove deletes every map pinned under pinRoot and the directory itself
+// if it is then empty. Filters still attached keep their programs and
+// maps alive until they are detached: detach first for a full cleanup.
+func Remove(pinRoot string) error {
+	var errs []error
+	for _, name := range maps.Names {
+		if err := os.Remove(filepath.Join(pinRoot, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("unpin %s: %w", name, err))
+		}
+	}
+	if err := os.Remove(pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EBUSY) {
+		errs = append(errs, fmt.Errorf("remove pin root %s: %w", pinRoot, err))
+	}
+	return errors.Join(errs...)
+}
+
+// PinRoot returns the directory d's maps are pinned in.
+func (d *Datapath) PinRoot() string { return d.pinRoot }
+
+// check that the policy contract and the C side agree on the constants
+// they share.
+var _ = [1]struct{}{}[policy.MaxPortRanges-maps.MaxPortRanges]

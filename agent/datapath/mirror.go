@@ -1,0 +1,247 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/maps"
+)
+
+// mirror is what the maps hold, entry by entry and parity by parity, so
+// that Apply writes only the copies that differ from the new state.
+type mirror struct {
+	gen  uint32 // lockstep_state.gen as last written
+	mark uint64 // Apply counter: entries not marked by an Apply are gone
+
+	ipc      map[netip.Addr]*ipcEntry    // lockstep_ipcache, by unmapped address
+	trie     map[netip.Prefix]*cidrEntry // lockstep_cidrs, by 16-byte prefix
+	trieLens map[int]int                 // prefix length → how many in trie
+	cidrSet  [2]cidrSet                  // the CIDR table each parity's copies represent
+	eps      map[uint32]*epEntry         // lockstep_endpoints and lockstep_policy, by ifindex
+	names    map[string]*epEntry         // the same entries by host veth name
+}
+
+type ipcEntry struct {
+	v    maps.IPCacheValue
+	mark uint64
+}
+
+type cidrEntry struct {
+	v maps.CIDRValue
+}
+
+// cidrSet is one parity's CIDR table: canonical prefix → class.
+type cidrSet struct {
+	valid bool
+	m     map[netip.Prefix]uint32
+	lens  []int // distinct prefix lengths, longest first
+}
+
+func newCIDRSet(m map[netip.Prefix]uint32) cidrSet {
+	seen := make(map[int]bool)
+	var lens []int
+	for p := range m {
+		if !seen[p.Bits()] {
+			seen[p.Bits()] = true
+			lens = append(lens, p.Bits())
+		}
+	}
+	slices.Sort(lens)
+	slices.Reverse(lens)
+	return cidrSet{valid: true, m: m, lens: lens}
+}
+
+// lpm returns the class of the longest prefix of s containing pfx.
+func (s *cidrSet) lpm(pfx netip.Prefix) uint32 {
+	for _, l := range s.lens {
+		if l > pfx.Bits() {
+			continue
+		}
+		if c, ok := s.m[netip.PrefixFrom(pfx.Addr(), l).Masked()]; ok {
+			return c
+		}
+	}
+	return uint32(policy.NoCIDRClass)
+}
+
+// epEntry is one endpoint's lockstep_endpoints value and inner policy
+// maps. name is empty for entries adopted from a previous agent and not
+// claimed by an Apply yet.
+type epEntry struct {
+	name    string
+	ifindex uint32
+	info    maps.EndpointInfo
+	inner   [2]*innerMap              // nil: no lockstep_policy entry for that parity
+	src     [2]*policy.EndpointPolicy // what each parity was built from (fast path)
+	mark    uint64
+}
+
+// innerMap is an inner policy map, shared by both parities of an endpoint
+// when its rules did not change. known is false for maps adopted from a
+// previous agent, whose rules are not read back.
+type innerMap struct {
+	m     *ebpf.Map
+	rules map[policy.RuleKey][]policy.PortRange
+	known bool
+	refs  int
+}
+
+func (e *epEntry) setInner(parity int, im *innerMap) {
+	old := e.inner[parity]
+	if old == im {
+		return
+	}
+	if im != nil {
+		im.refs++
+	}
+	e.inner[parity] = im
+	if old != nil {
+		old.refs--
+		if old.refs == 0 && old.m != nil {
+			old.m.Close()
+		}
+	}
+}
+
+func (m *mirror) closeInners() {
+	for _, e := range m.eps {
+		e.setInner(0, nil)
+		e.setInner(1, nil)
+	}
+}
+
+func (m *mirror) addTrie(pfx netip.Prefix, v maps.CIDRValue) {
+	if _, ok := m.trie[pfx]; !ok {
+		m.trieLens[pfx.Bits()]++
+	}
+	m.trie[pfx] = &cidrEntry{v: v}
+}
+
+func (m *mirror) delTrie(pfx netip.Prefix) {
+	if _, ok := m.trie[pfx]; ok {
+		delete(m.trie, pfx)
+		if m.trieLens[pfx.Bits()]--; m.trieLens[pfx.Bits()] == 0 {
+			delete(m.trieLens, pfx.Bits())
+		}
+	}
+}
+
+// trieLookup returns what a packet gets today for the addresses of pfx not
+// covered by longer prefixes: the value of the longest prefix in the trie
+// containing pfx (all NoCIDRClass when none does).
+func (m *mirror) trieLookup(pfx netip.Prefix) maps.CIDRValue {
+	best := -1
+	var v maps.CIDRValue
+	for l := range m.trieLens {
+		if l > pfx.Bits() || l <= best {
+			continue
+		}
+		if e, ok := m.trie[netip.PrefixFrom(pfx.Addr(), l).Masked()]; ok {
+			best, v = l, e.v
+		}
+	}
+	if best < 0 {
+		v.CIDRClass = [2]uint32{uint32(policy.NoCIDRClass), uint32(policy.NoCIDRClass)}
+	}
+	return v
+}
+
+// canonPrefix returns pfx as the trie stores it: 16-byte address, IPv4 as
+// ::ffff:0:0/96 plus the IPv4 length.
+func canonPrefix(pfx netip.Prefix) netip.Prefix {
+	pfx = pfx.Masked()
+	if pfx.Addr().Is4() {
+		return netip.PrefixFrom(netip.AddrFrom16(pfx.Addr().As16()), pfx.Bits()+96)
+	}
+	return pfx
+}
+
+// hostPrefix returns a as a /128 canonical prefix.
+func hostPrefix(a netip.Addr) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom16(a.As16()), 128)
+}
+
+// adopt reads the pinned maps into the mirror, so the first Apply after a
+// restart is incremental too and removes what the previous agent left
+// behind that the new state does not have.
+func (d *Datapath) adopt() error {
+	m := &d.mirror
+	*m = mirror{
+		ipc:      make(map[netip.Addr]*ipcEntry),
+		trie:     make(map[netip.Prefix]*cidrEntry),
+		trieLens: make(map[int]int),
+		eps:      make(map[uint32]*epEntry),
+		names:    make(map[string]*epEntry),
+	}
+	var st maps.State
+	if err := d.state.Lookup(uint32(0), &st); err != nil {
+		return fmt.Errorf("read %s: %w", maps.StateMap, err)
+	}
+	m.gen = st.Gen
+
+	var a maps.Addr
+	var iv maps.IPCacheValue
+	it := d.ipcache.Iterate()
+	for it.Next(&a, &iv) {
+		m.ipc[a.Netip()] = &ipcEntry{v: iv}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", maps.IPCacheMap, err)
+	}
+
+	var ck maps.CIDRKey
+	var cv maps.CIDRValue
+	it = d.cidrs.Iterate()
+	for it.Next(&ck, &cv) {
+		m.addTrie(netip.PrefixFrom(netip.AddrFrom16(ck.Addr), int(ck.PrefixLen)), cv)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", maps.CIDRsMap, err)
+	}
+
+	var ifindex uint32
+	var info maps.EndpointInfo
+	it = d.endpoints.Iterate()
+	for it.Next(&ifindex, &info) {
+		m.eps[ifindex] = &epEntry{ifindex: ifindex, info: info}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", maps.EndpointsMap, err)
+	}
+
+	keys, err := outerKeys(d.policy)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		e := m.eps[k.Ifindex]
+		if e == nil {
+			e = &epEntry{ifindex: k.Ifindex}
+			m.eps[k.Ifindex] = e
+		}
+		e.setInner(int(k.Parity&1), &innerMap{})
+	}
+	return nil
+}
+
+func outerKeys(outer *ebpf.Map) ([]maps.PolicyOuterKey, error) {
+	var keys []maps.PolicyOuterKey
+	var k maps.PolicyOuterKey
+	var prev any
+	for {
+		err := outer.NextKey(prev, &k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return keys, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", maps.PolicyMap, err)
+		}
+		keys = append(keys, k)
+		prev = k
+	}
+}

@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Map definitions and the key/value structs shared with Go.
+ *
+ * Every struct here has a Go twin in lockstep.dev/lockstep/maps; a test
+ * compares their sizes and offsets with this object's BTF. Change both, or
+ * neither. All addresses are 16 bytes: IPv4 as IPv4-mapped IPv6
+ * (::ffff:a.b.c.d). Values that exist twice ([2]) are the two buffered
+ * copies selected by the parity of lockstep_state.gen.
+ */
+#ifndef LOCKSTEP_MAPS_H
+#define LOCKSTEP_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#define PIN_BY_NAME 1 /* LIBBPF_PIN_BY_NAME */
+
+/* READ_ONCE_GEN reads lockstep_state.gen exactly once. */
+#define READ_ONCE_GEN(st) (*(volatile __u32 *)&(st)->gen)
+
+#define DIR_INGRESS 0
+#define DIR_EGRESS 1
+
+#define EP_INGRESS_ISOLATED (1 << 0)
+#define EP_EGRESS_ISOLATED (1 << 1)
+
+#define PEER_ANY 0
+#define PEER_WORLD 2
+#define NO_CIDR_CLASS 0x80000000U
+
+#define MAX_PORT_RANGES 16
+
+/* Reasons index lockstep_drops and fill event.reason. */
+enum reason {
+	REASON_ALLOWED_NEW = 0,   /* allowed, new connection tracked */
+	REASON_POLICY_INGRESS = 1,
+	REASON_POLICY_EGRESS = 2,
+	REASON_SPOOFED = 3,
+	REASON_NO_ENDPOINT = 4,
+	REASON_UNPARSEABLE = 5,
+	REASON_MAX = 8,
+};
+
+enum verdict {
+	VERDICT_ALLOW = 0,
+	VERDICT_DROP = 1,
+};
+
+struct v6addr {
+	__u8 addr[16];
+};
+
+struct state {
+	__u32 gen;     /* parity p = gen & 1 selects the live copy */
+	__u32 monitor; /* non-zero: emit verdict events */
+};
+
+struct endpoint_info {
+	__u8 flags[2]; /* per parity: EP_*_ISOLATED */
+	__u8 has_v4;
+	__u8 has_v6;
+	struct v6addr ipv4; /* ::ffff:a.b.c.d */
+	struct v6addr ipv6;
+};
+
+struct policy_outer_key {
+	__u32 ifindex;
+	__u32 parity;
+};
+
+struct policy_key {
+	__u32 peer;
+	__u8 dir;
+	__u8 proto;
+	__u16 pad;
+};
+
+struct port_range {
+	__u16 lo;
+	__u16 hi;
+};
+
+struct policy_value {
+	__u32 nranges;
+	struct port_range ranges[MAX_PORT_RANGES];
+};
+
+struct ipcache_value {
+	__u32 identity[2];
+	__u32 cidr_class[2];
+};
+
+struct cidr_key {
+	__u32 prefixlen;
+	struct v6addr addr;
+};
+
+struct cidr_value {
+	__u32 cidr_class[2];
+};
+
+struct ct_key {
+	__u32 ifindex;
+	__u8 dir;
+	__u8 proto;
+	__u16 sport; /* host byte order */
+	__u16 dport; /* host byte order */
+	__u16 pad;
+	struct v6addr saddr;
+	struct v6addr daddr;
+};
+
+struct ct_entry {
+	__u64 expires; /* bpf_ktime_get_ns() deadline */
+	__u32 flags;
+	__u32 pad;
+};
+
+struct counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+struct event {
+	__u32 ifindex;
+	__u8 dir;
+	__u8 verdict;
+	__u8 reason;
+	__u8 proto;
+	__u16 sport;
+	__u16 dport;
+	__u32 peer;
+	struct v6addr saddr;
+	struct v6addr daddr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct state);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct endpoint_info);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_endpoints SEC(".maps");
+
+/* The template of every inner policy map. Go creates one per endpoint
+ * whose rules changed, sized to its rules (hash maps of one outer map may
+ * differ in max_entries).
+ */
+struct policy_inner {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct policy_key);
+	__type(value, struct policy_value);
+};
+
+/* policy_inner_btf only carries the full BTF of policy_key and
+ * policy_value into the object: clang-16 emits just forward declarations
+ * for the key and value of an __array inner map. Go never creates it.
+ */
+struct policy_inner policy_inner_btf SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, 8192);
+	__type(key, struct policy_outer_key);
+	__uint(pinning, PIN_BY_NAME);
+	__array(values, struct policy_inner);
+} lockstep_policy SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6addr);
+	__type(value, struct ipcache_value);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_ipcache SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cidr_key);
+	__type(value, struct cidr_value);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_cidrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct ct_key);
+	__type(value, struct ct_entry);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_ct SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, REASON_MAX);
+	__type(key, __u32);
+	__type(value, struct counter);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_events SEC(".maps");
+
+/* event_btf carries the BTF of struct event (ring buffer records have no
+ * declared type) for Go and bpftool. Go never creates it.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct event);
+} event_btf SEC(".maps");
+
+#endif /* LOCKSTEP_MAPS_H */

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Packet parsing: Ethernet, IPv4/IPv6 (with a bounded walk over IPv6
+ * extension headers) and the L4 ports connection tracking and policy need.
+ * Headers are read with bpf_skb_load_bytes so non-linear skbs parse too.
+ */
+#ifndef LOCKSTEP_PARSE_H
+#define LOCKSTEP_PARSE_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "maps.h"
+
+#ifndef IPPROTO_ICMPV6
+#define IPPROTO_ICMPV6 58
+#endif
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_AUTH 51
+#define NEXTHDR_DEST 60
+#define MAX_EXT_HDRS 8
+
+#define ICMP_ECHOREPLY 0
+#define ICMP_ECHO 8
+#define ICMPV6_ECHO_REQUEST 128
+#define ICMPV6_ECHO_REPLY 129
+
+#define TCP_FLAG_ACK 0x10
+
+enum parse_result {
+	PARSE_OK = 0,     /* addresses and (if any) ports known */
+	PARSE_PASS,       /* ARP, IPv6 neighbour discovery, MLD: always pass */
+	PARSE_NOT_IP,     /* neither IPv4 nor IPv6 */
+	PARSE_BAD_L3,     /* truncated or malformed IP header */
+	PARSE_BAD_L4,     /* addresses known, L4 header not (fragment, too many
+			   * extension headers, truncated) */
+};
+
+/* struct pkt is what the programs know about one packet. */
+struct pkt {
+	struct v6addr saddr;
+	struct v6addr daddr;
+	__u16 sport; /* host byte order; ICMP echo id for echo */
+	__u16 dport;
+	__u8 proto; /* final L4 protocol number */
+	__u8 is_v6;
+	__u8 tcp_flags;
+	__u8 pad;
+};
+
+static __always_inline void v4_mapped(struct v6addr *dst, __be32 a)
+{
+	__u32 *w = (__u32 *)dst->addr;
+
+	w[0] = 0;
+	w[1] = 0;
+	w[2] = bpf_htonl(0x0000ffff);
+	w[3] = a;
+}
+
+static __always_inline int addr_eq(const struct v6addr *a, const struct v6addr *b)
+{
+	const __u64 *x = (const __u64 *)a->addr;
+	const __u64 *y = (const __u64 *)b->addr;
+
+	return x[0] == y[0] && x[1] == y[1];
+}
+
+/* parse_l4 reads ports at off for proto. */
+static __always_inline int parse_l4(struct __sk_buff *skb, struct pkt *p, __u32 off)
+{
+	switch (p->proto) {
+	case IPPROTO_TCP: {
+		__u8 h[14];
+
+		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)))
+			return PARSE_BAD_L4;
+		p->sport = ((__u16)h[0] << 8) | h[1];
+		p->dport = ((__u16)h[2] << 8) | h[3];
+		p->tcp_flags = h[13];
+		return PARSE_OK;
+	}
+	case IPPROTO_UDP:
+	case IPPROTO_SCTP: {
+		__be16 ports[2];
+
+		/* UDP and the SCTP common header both start with the ports. */
+		if (bpf_skb_load_bytes(skb, off, ports, sizeof(ports)))
+			return PARSE_BAD_L4;
+		p->sport = bpf_ntohs(ports[0]);
+		p->dport = bpf_ntohs(ports[1]);
+		return PARSE_OK;
+	}
+	case IPPROTO_ICMP:
+	case IPPROTO_ICMPV6: {
+		__u8 h[8]; /* type, code, checksum, id, sequence */
+
+		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)))
+			return PARSE_BAD_L4;
+		if (p->proto == IPPROTO_ICMPV6) {
+			/* Router/neighbour solicitation and advertisement,
+			 * redirect (133-137) and MLD (130-132, 143). */
+			if ((h[0] >= 130 && h[0] <= 137) || h[0] == 143)
+				return PARSE_PASS;
+			if (h[0] != ICMPV6_ECHO_REQUEST && h[0] != ICMPV6_ECHO_REPLY)
+				return PARSE_OK;
+		} else if (h[0] != ICMP_ECHO && h[0] != ICMP_ECHOREPLY) {
+			return PARSE_OK;
+		}
+		/* Echo: the identifier stands in for both ports, so a reply
+		 * matches its request's reversed tuple. */
+		p->sport = ((__u16)h[4] << 8) | h[5];
+		p->dport = p->sport;
+		return PARSE_OK;
+	}
+	}
+	return PARSE_OK;
+}
+
+static __always_inline int parse_ipv4(struct __sk_buff *skb, struct pkt *p)
+{
+	struct iphdr ip;
+	__u32 off = ETH_HLEN;
+
+	if (bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)))
+		return PARSE_BAD_L3;
+	if (ip.version != 4 || ip.ihl < 5)
+		return PARSE_BAD_L3;
+	v4_mapped(&p->saddr, ip.saddr);
+	v4_mapped(&p->daddr, ip.daddr);
+	p->proto = ip.protocol;
+	/* A non-first fragment carries no L4 header. */
+	if (ip.frag_off & bpf_htons(0x1fff))
+		return PARSE_BAD_L4;
+	return parse_l4(skb, p, off + ip.ihl * 4);
+}
+
+static __always_inline int parse_ipv6(struct __sk_buff *skb, struct pkt *p)
+{
+	struct ipv6hdr ip6;
+	__u32 off = ETH_HLEN;
+	__u8 nexthdr;
+	int i;
+
+	if (bpf_skb_load_bytes(skb, off, &ip6, sizeof(ip6)))
+		return PARSE_BAD_L3;
+	if (ip6.version != 6)
+		return PARSE_BAD_L3;
+	__builtin_memcpy(p->saddr.addr, &ip6.saddr, 16);
+	__builtin_memcpy(p->daddr.addr, &ip6.daddr, 16);
+	p->is_v6 = 1;
+	nexthdr = ip6.nexthdr;
+	off += sizeof(ip6);
+
+	for (i = 0; i < MAX_EXT_HDRS; i++) {
+		__u8 h[4];
+
+		switch (nexthdr) {
+		case NEXTHDR_HOP:
+		case NEXTHDR_ROUTING:
+		case NEXTHDR_DEST:
+			if (bpf_skb_load_bytes(skb, off, h, 2))
+				return PARSE_BAD_L4;
+			nexthdr = h[0];
+			off += ((__u32)h[1] + 1) * 8;
+			break;
+		case NEXTHDR_AUTH:
+			if (bpf_skb_load_bytes(skb, off, h, 2))
+				return PARSE_BAD_L4;
+			nexthdr = h[0];
+			off += ((__u32)h[1] + 2) * 4;
+			break;
+		case NEXTHDR_FRAGMENT:
+			if (bpf_skb_load_bytes(skb, off, h, 4))
+				return PARSE_BAD_L4;
+			nexthdr = h[0];
+			p->proto = nexthdr;
+			/* Fragment offset is the top 13 bits of bytes 2-3. */
+			if ((((__u16)h[2] << 8) | h[3]) & 0xfff8)
+				return PARSE_BAD_L4;
+			off += 8;
+			break;
+		default:
+			p->proto = nexthdr;
+			return parse_l4(skb, p, off);
+		}
+	}
+	p->proto = nexthdr;
+	return PARSE_BAD_L4;
+}
+
+/* parse_packet fills p from the frame in skb. */
+static __always_inline int parse_packet(struct __sk_buff *skb, struct pkt *p)
+{
+	__be16 h_proto;
+
+	if (bpf_skb_load_bytes(skb, __builtin_offsetof(struct ethhdr, h_proto), &h_proto, sizeof(h_proto)))
+		return PARSE_NOT_IP;
+	switch (h_proto) {
+	case bpf_htons(ETH_P_ARP):
+		return PARSE_PASS;
+	case bpf_htons(ETH_P_IP):
+		return parse_ipv4(skb, p);
+	case bpf_htons(ETH_P_IPV6):
+		return parse_ipv6(skb, p);
+	}
+	return PARSE_NOT_IP;
+}
+
+#endif /* LOCKSTEP_PARSE_H */

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Policy lookup: who is the remote end (identity and CIDR class, in the
+ * packet's parity) and does the endpoint's inner policy map allow it.
+ */
+#ifndef LOCKSTEP_POLICY_H
+#define LOCKSTEP_POLICY_H
+
+#include "maps.h"
+#include "parse.h"
+
+#define PROTO_OTHER 0
+
+struct remote {
+	__u32 identity;
+	__u32 cidr_class;
+};
+
+/* remote_lookup resolves addr in parity p: a known pod address through
+ * lockstep_ipcache, anything else is PeerWorld with the class of its
+ * longest prefix in lockstep_cidrs.
+ */
+static __always_inline void remote_lookup(const struct v6addr *addr, __u32 p, struct remote *r)
+{
+	struct ipcache_value *ic = bpf_map_lookup_elem(&lockstep_ipcache, addr);
+	struct cidr_key ck;
+	struct cidr_value *cv;
+
+	if (ic) {
+		r->identity = ic->identity[p];
+		r->cidr_class = ic->cidr_class[p];
+		return;
+	}
+	r->identity = PEER_WORLD;
+	r->cidr_class = NO_CIDR_CLASS;
+	ck.prefixlen = 128;
+	ck.addr = *addr;
+	cv = bpf_map_lookup_elem(&lockstep_cidrs, &ck);
+	if (cv)
+		r->cidr_class = cv->cidr_class[p];
+}
+
+static __always_inline __u8 policy_proto(__u8 proto)
+{
+	if (proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_SCTP)
+		return proto;
+	return PROTO_OTHER;
+}
+
+/* rule_allows reports whether inner has an entry for peer that covers
+ * dport (every port for PROTO_OTHER).
+ */
+static __always_inline int rule_allows(void *inner, __u32 peer, __u8 dir, __u8 proto, __u16 dport)
+{
+	struct policy_key k = {
+		.peer = peer,
+		.dir = dir,
+		.proto = proto,
+	};
+	struct policy_value *v = bpf_map_lookup_elem(inner, &k);
+	__u32 n, i;
+
+	if (!v)
+		return 0;
+	if (proto == PROTO_OTHER)
+		return 1;
+	n = v->nranges;
+	for (i = 0; i < MAX_PORT_RANGES; i++) {
+		if (i >= n)
+			break;
+		if (dport >= v->ranges[i].lo && dport <= v->ranges[i].hi)
+			return 1;
+	}
+	return 0;
+}
+
+/* policy_allows evaluates the endpoint's rules of parity p for the remote
+ * end r of packet pk in dir. No inner map means no rule: deny.
+ */
+static __always_inline int policy_allows(__u32 ifindex, __u32 p, __u8 dir,
+					 const struct pkt *pk, const struct remote *r)
+{
+	struct policy_outer_key ok = {
+		.ifindex = ifindex,
+		.parity = p,
+	};
+	__u8 proto = policy_proto(pk->proto);
+	void *inner;
+
+	inner = bpf_map_lookup_elem(&lockstep_policy, &ok);
+	if (!inner)
+		return 0;
+	if (rule_allows(inner, r->identity, dir, proto, pk->dport))
+		return 1;
+	if (r->cidr_class != NO_CIDR_CLASS &&
+	    rule_allows(inner, r->cidr_class, dir, proto, pk->dport))
+		return 1;
+	return rule_allows(inner, PEER_ANY, dir, proto, pk->dport);
+}
+
+#endif /* LOCKSTEP_POLICY_H */

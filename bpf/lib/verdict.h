@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Verdict bookkeeping: per-reason counters and, while `lockstep monitor`
+ * runs (lockstep_state.monitor != 0), one ring buffer event per verdict.
+ */
+#ifndef LOCKSTEP_VERDICT_H
+#define LOCKSTEP_VERDICT_H
+
+#include <linux/pkt_cls.h>
+
+#include "maps.h"
+#include "parse.h"
+
+static __always_inline void count(__u32 reason, __u32 len)
+{
+	struct counter *c = bpf_map_lookup_elem(&lockstep_drops, &reason);
+
+	if (c) {
+		c->packets++;
+		c->bytes += len;
+	}
+}
+
+static __always_inline void emit(__u32 ifindex, __u8 dir, __u8 verdict, __u8 reason,
+				 const struct pkt *p, __u32 peer)
+{
+	struct event *e = bpf_ringbuf_reserve(&lockstep_events, sizeof(*e), 0);
+
+	if (!e)
+		return;
+	e->ifindex = ifindex;
+	e->dir = dir;
+	e->verdict = verdict;
+	e->reason = reason;
+	e->proto = p->proto;
+	e->sport = p->sport;
+	e->dport = p->dport;
+	e->peer = peer;
+	e->saddr = p->saddr;
+	e->daddr = p->daddr;
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* verdict counts and reports the outcome of one packet and returns the tc
+ * action that enforces it.
+ */
+static __always_inline int verdict(struct __sk_buff *skb, __u32 monitor, __u8 dir,
+				   __u8 v, __u8 reason, const struct pkt *p, __u32 peer)
+{
+	count(reason, skb->len);
+	if (monitor)
+		emit(skb->ifindex, dir, v, reason, p, peer);
+	return v == VERDICT_ALLOW ? TC_ACT_OK : TC_ACT_SHOT;
+}
+
+#endif /* LOCKSTEP_VERDICT_H */

@@ -1,0 +1,227 @@
+package maps
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/cilium/ebpf"
+)
+
+// Errors callers can test for with errors.Is.
+var (
+	// ErrNotPinned: nothing is pinned under the pin root. Is the agent
+	// running, and is --bpf-root its pin root?
+	ErrNotPinned = errors.New("no lockstep maps pinned")
+	// ErrUnknownMap: the name is not one of Names.
+	ErrUnknownMap = errors.New("unknown map")
+	// ErrNotDumpable: the map has no entries to list (the event ring
+	// buffer: use `lockstep monitor`).
+	ErrNotDumpable = errors.New("map cannot be dumped")
+)
+
+// MapInfo describes one pinned map.
+type MapInfo struct {
+	Name       string `json:"name"`
+	Type       string `json:"type"`
+	KeySize    uint32 `json:"key_size"`
+	ValueSize  uint32 `json:"value_size"`
+	MaxEntries uint32 `json:"max_entries"`
+	// Entries is the number of keys, -1 for maps without keys (ring
+	// buffers).
+	Entries int `json:"entries"`
+}
+
+// Entry is one decoded key/value pair of a map. Key and Value hold the
+// Go twins of the C structs (or a small view of them), ready for JSON.
+type Entry struct {
+	Key   any `json:"key"`
+	Value any `json:"value"`
+}
+
+// List describes every lockstep map pinned under pinRoot, in Names order.
+func List(pinRoot string) ([]MapInfo, error) {
+	var out []MapInfo
+	for _, name := range Names {
+		m, err := openPinned(pinRoot, name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		info := MapInfo{
+			Name:       name,
+			Type:       m.Type().String(),
+			KeySize:    m.KeySize(),
+			ValueSize:  m.ValueSize(),
+			MaxEntries: m.MaxEntries(),
+			Entries:    -1,
+		}
+		if m.Type() != ebpf.RingBuf {
+			info.Entries, err = Count(m)
+		}
+		m.Close()
+		if err != nil {
+			return nil, fmt.Errorf("count %s: %w", name, err)
+		}
+		out = append(out, info)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("list %s: %w", pinRoot, ErrNotPinned)
+	}
+	return out, nil
+}
+
+// Count returns the number of keys of m by walking them.
+func Count(m *ebpf.Map) (int, error) {
+	n := 0
+	var prev any
+	for {
+		k, err := m.NextKeyBytes(prev)
+		if err != nil {
+			return n, err
+		}
+		if k == nil {
+			return n, nil
+		}
+		n++
+		prev = k
+	}
+}
+
+func openPinned(pinRoot, name string) (*ebpf.Map, error) {
+	path := filepath.Join(pinRoot, name)
+	m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("open pinned map %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// PolicyEntries is the decoded value of a lockstep_policy entry: the
+// inner map's id and its rules.
+type PolicyEntries struct {
+	InnerMapID uint32       `json:"inner_map_id"`
+	Rules      []PolicyRule `json:"rules"`
+}
+
+// PolicyRule is one entry of an inner policy map, with only the used
+// port ranges.
+type PolicyRule struct {
+	Peer   uint32      `json:"peer"`
+	Dir    string      `json:"dir"`
+	Proto  string      `json:"proto"`
+	Ranges []PortRange `json:"ranges,omitempty"`
+}
+
+// Dump decodes every entry of the map name pinned under pinRoot.
+// Per-CPU counters are summed; lockstep_policy's values are expanded into
+// the rules of their inner maps.
+func Dump(pinRoot, name string) ([]Entry, error) {
+	if !slices.Contains(Names, name) {
+		return nil, fmt.Errorf("dump %s: %w (known: %v)", name, ErrUnknownMap, Names)
+	}
+	if name == EventsMap {
+		return nil, fmt.Errorf("dump %s: %w", name, ErrNotDumpable)
+	}
+	m, err := openPinned(pinRoot, name)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	var out []Entry
+	switch name {
+	case StateMap:
+		out, err = dumpAll[uint32, State](m)
+	case EndpointsMap:
+		out, err = dumpAll[uint32, EndpointInfo](m)
+	case IPCacheMap:
+		out, err = dumpAll[Addr, IPCacheValue](m)
+	case CIDRsMap:
+		out, err = dumpAll[CIDRKey, CIDRValue](m)
+	case CTMap:
+		out, err = dumpAll[CTKey, CTEntry](m)
+	case CountersMap:
+		out, err = dumpCounters(m)
+	case PolicyMap:
+		out, err = dumpPolicy(m)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dump %s: %w", name, err)
+	}
+	return out, nil
+}
+
+func dumpAll[K, V any](m *ebpf.Map) ([]Entry, error) {
+	var out []Entry
+	var k K
+	var v V
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, Entry{Key: k, Value: v})
+	}
+	return out, it.Err()
+}
+
+func dumpCounters(m *ebpf.Map) ([]Entry, error) {
+	var out []Entry
+	for i := range uint32(m.MaxEntries()) {
+		var perCPU []Counter
+		if err := m.Lookup(i, &perCPU); err != nil {
+			return nil, err
+		}
+		var sum Counter
+		for _, c := range perCPU {
+			sum.Packets += c.Packets
+			sum.Bytes += c.Bytes
+		}
+		if Reason(i).String() == fmt.Sprintf("reason-%d", i) && sum == (Counter{}) {
+			continue // unused slot
+		}
+		out = append(out, Entry{Key: Reason(i), Value: sum})
+	}
+	return out, nil
+}
+
+func dumpPolicy(outer *ebpf.Map) ([]Entry, error) {
+	var out []Entry
+	var k PolicyOuterKey
+	var id uint32
+	it := outer.Iterate()
+	for it.Next(&k, &id) {
+		v := PolicyEntries{InnerMapID: id}
+		inner, err := ebpf.NewMapFromID(ebpf.MapID(id))
+		if err != nil {
+			return nil, fmt.Errorf("open inner map %d: %w", id, err)
+		}
+		var pk PolicyKey
+		var pv PolicyValue
+		iit := inner.Iterate()
+		for iit.Next(&pk, &pv) {
+			r := PolicyRule{Peer: pk.Peer, Dir: DirString(pk.Dir), Proto: ProtoString(pk.Proto)}
+			if pk.Proto != 0 {
+				r.Ranges = slices.Clone(pv.Ranges[:min(pv.NRanges, MaxPortRanges)])
+			}
+			v.Rules = append(v.Rules, r)
+		}
+		inner.Close()
+		if err := iit.Err(); err != nil {
+			return nil, fmt.Errorf("read inner map %d: %w", id, err)
+		}
+		out = append(out, Entry{Key: k, Value: v})
+	}
+	return out, it.Err()
+}
+
+// DecodeEvent decodes one lockstep_events record.
+func DecodeEvent(raw []byte) (Event, error) {
+	var e Event
+	if _, err := binary.Decode(raw, binary.LittleEndian, &e); err != nil {
+		return Event{}, fmt.Errorf("decode event of %d bytes: %w", len(raw), err)
+	}
+	return e, nil
+}

@@ -1,0 +1,241 @@
+package maps
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Names of the pinned maps, as pinned under the dataplane's pin root.
+const (
+	StateMap     = "lockstep_state"
+	EndpointsMap = "lockstep_endpoints"
+	PolicyMap    = "lockstep_policy"
+	IPCacheMap   = "lockstep_ipcache"
+	CIDRsMap     = "lockstep_cidrs"
+	CTMap        = "lockstep_ct"
+	CountersMap  = "lockstep_drops"
+	EventsMap    = "lockstep_events"
+)
+
+// Names lists every pinned map, in the order `lockstep maps list` prints
+// them.
+var Names = []string{StateMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, CTMap, CountersMap, EventsMap}
+
+// Endpoint flag bits of EndpointInfo.Flags (C: EP_*_ISOLATED).
+const (
+	IngressIsolated uint8 = 1 << 0
+	EgressIsolated  uint8 = 1 << 1
+)
+
+// MaxPortRanges is the number of port ranges a PolicyValue holds (C:
+// MAX_PORT_RANGES); it equals policy.MaxPortRanges.
+const MaxPortRanges = 16
+
+// Addr is a 16-byte address as the maps store it: IPv6, or IPv4 as
+// IPv4-mapped IPv6 (::ffff:a.b.c.d). C: struct v6addr.
+type Addr [16]byte
+
+// AddrFrom returns a as the maps store it.
+func AddrFrom(a netip.Addr) Addr { return Addr(a.As16()) }
+
+// Netip returns the address, IPv4 unmapped.
+func (a Addr) Netip() netip.Addr { return netip.AddrFrom16(a).Unmap() }
+
+// String formats the address like netip.Addr (IPv4 unmapped).
+func (a Addr) String() string { return a.Netip().String() }
+
+// MarshalText makes Addr a JSON string.
+func (a Addr) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// State mirrors struct state: the single entry of lockstep_state.
+type State struct {
+	// Gen counts applied states; Gen&1 is the parity packets use.
+	Gen uint32 `json:"gen"`
+	// Monitor is non-zero while someone reads verdict events.
+	Monitor uint32 `json:"monitor"`
+}
+
+// EndpointInfo mirrors struct endpoint_info: the value of lockstep_endpoints,
+// keyed by the host veth's ifindex (uint32).
+type EndpointInfo struct {
+	// Flags holds IngressIsolated|EgressIsolated per parity.
+	Flags [2]uint8 `json:"flags"`
+	HasV4 uint8    `json:"has_v4"`
+	HasV6 uint8    `json:"has_v6"`
+	IPv4  Addr     `json:"ipv4"`
+	IPv6  Addr     `json:"ipv6"`
+}
+
+// PolicyOuterKey mirrors struct policy_outer_key: the key of lockstep_policy,
+// whose values are inner maps of PolicyKey → PolicyValue.
+type PolicyOuterKey struct {
+	Ifindex uint32 `json:"ifindex"`
+	Parity  uint32 `json:"parity"`
+}
+
+// PolicyKey mirrors struct policy_key: one allow-list entry of an
+// endpoint's inner policy map.
+type PolicyKey struct {
+	Peer  uint32 `json:"peer"`
+	Dir   uint8  `json:"dir"`
+	Proto uint8  `json:"proto"`
+	Pad   uint16 `json:"-"`
+}
+
+// PortRange mirrors struct port_range: an inclusive range of ports.
+type PortRange struct {
+	Lo uint16 `json:"lo"`
+	Hi uint16 `json:"hi"`
+}
+
+// PolicyValue mirrors struct policy_value: the port ranges of a PolicyKey.
+type PolicyValue struct {
+	NRanges uint32                   `json:"nranges"`
+	Ranges  [MaxPortRanges]PortRange `json:"-"`
+}
+
+// IPCacheValue mirrors struct ipcache_value: the value of lockstep_ipcache,
+// keyed by a pod Addr, per parity.
+type IPCacheValue struct {
+	Identity  [2]uint32 `json:"identity"`
+	CIDRClass [2]uint32 `json:"cidr_class"`
+}
+
+// CIDRKey mirrors struct cidr_key: the key of the lockstep_cidrs LPM trie.
+// PrefixLen counts bits of the 16-byte Addr (an IPv4 /n is 96+n).
+type CIDRKey struct {
+	PrefixLen uint32 `json:"prefixlen"`
+	Addr      Addr   `json:"addr"`
+}
+
+// Prefix returns the prefix k stands for, IPv4 as an IPv4 prefix.
+func (k CIDRKey) Prefix() netip.Prefix {
+	a := netip.AddrFrom16(k.Addr)
+	if a.Is4In6() && k.PrefixLen >= 96 {
+		return netip.PrefixFrom(a.Unmap(), int(k.PrefixLen)-96)
+	}
+	return netip.PrefixFrom(a, int(k.PrefixLen))
+}
+
+// MarshalText makes CIDRKey a JSON string such as "10.0.0.0/8".
+func (k CIDRKey) MarshalText() ([]byte, error) { return []byte(k.Prefix().String()), nil }
+
+// CIDRValue mirrors struct cidr_value: the CIDR class of a prefix, per
+// parity.
+type CIDRValue struct {
+	CIDRClass [2]uint32 `json:"cidr_class"`
+}
+
+// CTKey mirrors struct ct_key: the original tuple of a connection allowed
+// at an endpoint in a direction. Ports are in host byte order.
+type CTKey struct {
+	Ifindex uint32 `json:"ifindex"`
+	Dir     uint8  `json:"dir"`
+	Proto   uint8  `json:"proto"`
+	Sport   uint16 `json:"sport"`
+	Dport   uint16 `json:"dport"`
+	Pad     uint16 `json:"-"`
+	Saddr   Addr   `json:"saddr"`
+	Daddr   Addr   `json:"daddr"`
+}
+
+// CTEntry mirrors struct ct_entry.
+type CTEntry struct {
+	// Expires is a CLOCK_MONOTONIC deadline in nanoseconds.
+	Expires uint64 `json:"expires"`
+	Flags   uint32 `json:"flags"`
+	Pad     uint32 `json:"-"`
+}
+
+// Counter mirrors struct counter: the per-CPU value of lockstep_drops,
+// indexed by Reason.
+type Counter struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Event mirrors struct event: one verdict record of lockstep_events.
+type Event struct {
+	Ifindex uint32 `json:"ifindex"`
+	Dir     uint8  `json:"dir"`
+	Verdict uint8  `json:"verdict"`
+	Reason  Reason `json:"reason"`
+	Proto   uint8  `json:"proto"`
+	Sport   uint16 `json:"sport"`
+	Dport   uint16 `json:"dport"`
+	Peer    uint32 `json:"peer"`
+	Saddr   Addr   `json:"saddr"`
+	Daddr   Addr   `json:"daddr"`
+}
+
+// Verdicts of Event.Verdict.
+const (
+	VerdictAllow uint8 = 0
+	VerdictDrop  uint8 = 1
+)
+
+// Reason indexes lockstep_drops and explains an Event (C: enum reason).
+type Reason uint8
+
+// Reasons.
+const (
+	ReasonAllowedNew    Reason = 0
+	ReasonPolicyIngress Reason = 1
+	ReasonPolicyEgress  Reason = 2
+	ReasonSpoofed       Reason = 3
+	ReasonNoEndpoint    Reason = 4
+	ReasonUnparseable   Reason = 5
+	// NumReasons is the size of lockstep_drops (C: REASON_MAX).
+	NumReasons = 8
+)
+
+var reasonNames = [...]string{
+	ReasonAllowedNew:    "allowed-new",
+	ReasonPolicyIngress: "policy-ingress",
+	ReasonPolicyEgress:  "policy-egress",
+	ReasonSpoofed:       "spoofed-source",
+	ReasonNoEndpoint:    "no-endpoint",
+	ReasonUnparseable:   "unparseable",
+}
+
+// Reasons lists the defined reasons in index order.
+func Reasons() []Reason {
+	return []Reason{ReasonAllowedNew, ReasonPolicyIngress, ReasonPolicyEgress, ReasonSpoofed, ReasonNoEndpoint, ReasonUnparseable}
+}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) && reasonNames[r] != "" {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason-%d", uint8(r))
+}
+
+// MarshalText makes Reason a JSON string.
+func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// DirString names a direction byte (0 ingress, 1 egress) as policy does.
+func DirString(d uint8) string {
+	if d == 0 {
+		return "ingress"
+	}
+	return "egress"
+}
+
+// ProtoString names an IP protocol number.
+func ProtoString(p uint8) string {
+	switch p {
+	case 0:
+		return "other"
+	case 1:
+		return "icmp"
+	case 6:
+		return "tcp"
+	case 17:
+		return "udp"
+	case 58:
+		return "icmpv6"
+	case 132:
+		return "sctp"
+	}
+	return fmt.Sprintf("proto-%d", p)
+}
