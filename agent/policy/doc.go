@@ -13,4 +13,33 @@
 // [Desired] state. It never reads the store and never touches the kernel; the
 // agent feeds it from one committed store transaction and hands the result to
 // the dataplane, which applies it in one step.
+//
+// # Semantics
+//
+// The compiler implements Kubernetes NetworkPolicy v1 as the API reference
+// defines it:
+//
+//   - A pod is isolated for a direction only when a policy of its own
+//     namespace selects it (spec.podSelector; {} selects every pod) and
+//     lists that direction in its policy types. Defaults are the API
+//     server's: protocol TCP; policy types [Ingress], plus Egress when the
+//     policy has egress rules. Rules of all selecting policies add up.
+//   - A peer with only a podSelector means pods of the policy's namespace;
+//     only a namespaceSelector, every pod of the matching namespaces; both,
+//     the matching pods of the matching namespaces; an ipBlock, the
+//     addresses of cidr minus except — every address, pods' included. No
+//     peers means every peer ([PeerAny]); no ports means every port of
+//     every protocol, and the protocols without ports ([ProtoOther]).
+//   - A named port resolves, for ingress, against the selected pod's own
+//     container ports and, for egress, against each destination's: egress
+//     entries are then keyed by the identities that declare the name.
+//     A name nothing declares allows nothing.
+//
+// Pods are known to the dataplane by identity: one number per distinct
+// [IdentityKey] (namespace, namespace labels, pod labels, named ports),
+// which the caller assigns. Address ranges are known by CIDR class: the
+// set of ipBlocks an address lies in, numbered deterministically and
+// published as longest-prefix entries; each pod address carries its class
+// too. A namespace without an object has the labels the API server would
+// give it, {kubernetes.io/metadata.name: name}.
 package policy

@@ -1,0 +1,37 @@
+package manifests
+
+import (
+	"strings"
+	"testing"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// FuzzLoadDocument parses arbitrary bytes as one manifest file: it must
+// never panic, and whatever it accepts must be valid and compile.
+func FuzzLoadDocument(f *testing.F) {
+	f.Add([]byte(docsExample))
+	f.Add([]byte(listJSON))
+	f.Add([]byte("---\n---\n"))
+	f.Add([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {a: b}}\nspec: {containers: [{ports: [{name: http, containerPort: 80}]}]}\nstatus: {podIPs: [{ip: 10.0.0.1}, {ip: 'fd00::1'}]}\n"))
+	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec:\n  podSelector: {matchExpressions: [{key: a, operator: NotIn, values: [x]}]}\n  egress: [{to: [{ipBlock: {cidr: '::/0', except: ['fd00::/8']}}], ports: [{port: 1, endPort: 65535, protocol: SCTP}]}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		objs, err := Parse("fuzz.yaml", data)
+		if err != nil {
+			return
+		}
+		s := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Pods: objs.Pods, Policies: objs.Policies, Identities: map[string]policy.Peer{}}
+		for _, p := range objs.Pods {
+			key := policy.IdentityKey(s.Namespaces[p.Namespace], p)
+			if _, ok := s.Identities[key]; !ok {
+				s.Identities[key] = policy.FirstPodIdentity + policy.Peer(len(s.Identities))
+			}
+			s.Local = append(s.Local, policy.LocalEndpoint{HostIfName: p.Namespace + "/" + p.Name, Namespace: p.Namespace, PodName: p.Name})
+		}
+		// Too many port ranges for one key is the only thing valid objects
+		// may still fail on: it is a limit of the dataplane, not the API.
+		if _, err := policy.Compile(s); err != nil && !strings.Contains(err.Error(), "port ranges") {
+			t.Fatalf("loaded objects do not compile: %v", err)
+		}
+	})
+}

@@ -1,0 +1,294 @@
+package manifests
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	yaml "go.yaml.in/yaml/v3"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// Objects is everything read from a manifest directory.
+type Objects struct {
+	// Namespaces, sorted by name.
+	Namespaces []*policy.Namespace
+	// Pods and Policies, sorted by namespace and name.
+	Pods     []*policy.Pod
+	Policies []*policy.NetworkPolicy
+	// Warnings lists what was read but not used, such as documents of
+	// other kinds, one line each, naming the file and document.
+	Warnings []string
+}
+
+// NamespaceMap returns the namespaces by name, as [policy.Snapshot] wants them.
+func (o *Objects) NamespaceMap() map[string]*policy.Namespace {
+	m := make(map[string]*policy.Namespace, len(o.Namespaces))
+	for _, ns := range o.Namespaces {
+		m[ns.Name] = ns
+	}
+	return m
+}
+
+// Extensions are the file name suffixes Load reads.
+var Extensions = []string{".yaml", ".yml", ".json"}
+
+// Load reads every manifest file in dir (see the package documentation).
+// Errors name the file and the document (numbered from 1).
+func Load(dir string) (*Objects, error) {
+	files, err := readDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return parseFiles(files)
+}
+
+// Parse reads the manifests of one file's contents; name is used in
+// errors and warnings.
+func Parse(name string, data []byte) (*Objects, error) {
+	return parseFiles([]file{{name, data}})
+}
+
+// file is one manifest file's name and contents.
+type file struct {
+	name string
+	data []byte
+}
+
+// readDir returns the manifest files of dir, sorted by name.
+func readDir(dir string) ([]file, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest directory: %w", err)
+	}
+	var files []file
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !slices.Contains(Extensions, filepath.Ext(name)) {
+			continue
+		}
+		path := filepath.Join(dir, name)
+		// Stat, not e.Type: a mounted ConfigMap's files are symlinks.
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read manifest: %w", err)
+		}
+		files = append(files, file{path, data})
+	}
+	return files, nil
+}
+
+func parseFiles(files []file) (*Objects, error) {
+	l := &loader{
+		objs: &Objects{},
+		seen: make(map[string]string),
+	}
+	for _, f := range files {
+		for i, doc := range splitDocuments(f.data) {
+			if err := l.document(f.name, i+1, doc); err != nil {
+				return nil, err
+			}
+		}
+	}
+	byName := func(a, b policy.ObjectMeta) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	}
+	slices.SortFunc(l.objs.Namespaces, func(a, b *policy.Namespace) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(l.objs.Pods, func(a, b *policy.Pod) int { return byName(a.ObjectMeta, b.ObjectMeta) })
+	slices.SortFunc(l.objs.Policies, func(a, b *policy.NetworkPolicy) int { return byName(a.ObjectMeta, b.ObjectMeta) })
+	return l.objs, nil
+}
+
+// splitDocuments splits a YAML stream at "---" lines, the way Kubernetes'
+// YAML reader does: a line starting with "---" followed by nothing but
+// spaces or a comment. Empty documents are kept so numbering follows the
+// file.
+func splitDocuments(data []byte) [][]byte {
+	var docs [][]byte
+	start := 0
+	for off := 0; off < len(data); {
+		end := bytes.IndexByte(data[off:], '\n')
+		if end < 0 {
+			end = len(data)
+		} else {
+			end += off + 1
+		}
+		line := data[off:end]
+		if rest, ok := bytes.CutPrefix(line, []byte("---")); ok {
+			rest = bytes.TrimSpace(rest)
+			if len(rest) == 0 || rest[0] == '#' {
+				docs = append(docs, data[start:off])
+				start = end
+			}
+		}
+		off = end
+	}
+	return append(docs, data[start:])
+}
+
+// yamlToJSON converts one YAML document to JSON under YAML 1.2's core
+// schema: only true/false are booleans, so label values such as `y`, `on`
+// or `no` stay the strings their authors wrote (YAML 1.1 parsers turn them
+// into booleans). Duplicate keys are an error.
+func yamlToJSON(doc []byte) ([]byte, error) {
+	var v any
+	if err := yaml.Unmarshal(doc, &v); err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, nil
+	}
+	return json.Marshal(v)
+}
+
+// loader accumulates the objects of a load.
+type loader struct {
+	objs *Objects
+	seen map[string]string // kind/namespace/name -> where it was read
+}
+
+// document parses one YAML document: an object, a List, or nothing.
+func (l *loader) document(name string, idx int, doc []byte) error {
+	where := fmt.Sprintf("%s document %d", name, idx)
+	j, err := yamlToJSON(doc)
+	if err != nil {
+		return fmt.Errorf("parse %s: %w", where, err)
+	}
+	j = bytes.TrimSpace(j)
+	if len(j) == 0 || string(j) == "null" {
+		return nil // empty document, or only comments
+	}
+	return l.object(where, j, true)
+}
+
+// object decodes one JSON object; a List's items are objects too, but
+// may not be Lists themselves.
+func (l *loader) object(where string, j []byte, listOK bool) error {
+	if j[0] != '{' {
+		return fmt.Errorf("parse %s: not an object", where)
+	}
+	var tm policy.TypeMeta
+	if err := json.Unmarshal(j, &tm); err != nil {
+		return fmt.Errorf("parse %s: %w", where, err)
+	}
+	want := map[string]string{
+		"Namespace":     "v1",
+		"Pod":           "v1",
+		"NetworkPolicy": "networking.k8s.io/v1",
+		"List":          "v1",
+	}[tm.Kind]
+	switch {
+	case tm.Kind == "":
+		return fmt.Errorf("parse %s: no kind", where)
+	case want == "":
+		l.objs.Warnings = append(l.objs.Warnings, fmt.Sprintf("%s: skipped %s %s: lockstep does not use this kind", where, tm.APIVersion, tm.Kind))
+		return nil
+	case tm.APIVersion != want:
+		return fmt.Errorf("parse %s: %s has apiVersion %q, want %q", where, tm.Kind, tm.APIVersion, want)
+	}
+	switch tm.Kind {
+	case "List":
+		if !listOK {
+			return fmt.Errorf("parse %s: a List inside a List", where)
+		}
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(j, &list); err != nil {
+			return fmt.Errorf("parse %s: %w", where, err)
+		}
+		for i, item := range list.Items {
+			item = bytes.TrimSpace(item)
+			if len(item) == 0 || string(item) == "null" {
+				return fmt.Errorf("parse %s item %d: empty item", where, i+1)
+			}
+			if err := l.object(fmt.Sprintf("%s item %d", where, i+1), item, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "Namespace":
+		var ns policy.Namespace
+		if err := decode(where, j, &ns); err != nil {
+			return err
+		}
+		ns.Namespace = "" // cluster-scoped
+		ns.Default()
+		if err := l.add(where, &ns.TypeMeta, &ns.ObjectMeta, ns.Validate); err != nil {
+			return err
+		}
+		l.objs.Namespaces = append(l.objs.Namespaces, &ns)
+	case "Pod":
+		var pod policy.Pod
+		if err := decode(where, j, &pod); err != nil {
+			return err
+		}
+		pod.Default()
+		if err := l.add(where, &pod.TypeMeta, &pod.ObjectMeta, pod.Validate); err != nil {
+			return err
+		}
+		l.objs.Pods = append(l.objs.Pods, &pod)
+	case "NetworkPolicy":
+		var np policy.NetworkPolicy
+		if err := decode(where, j, &np); err != nil {
+			return err
+		}
+		np.Default()
+		if err := l.add(where, &np.TypeMeta, &np.ObjectMeta, np.Validate); err != nil {
+			return err
+		}
+		l.objs.Policies = append(l.objs.Policies, &np)
+	}
+	return nil
+}
+
+func decode(where string, j []byte, v any) error {
+	if err := json.Unmarshal(j, v); err != nil {
+		return fmt.Errorf("parse %s: %w", where, err)
+	}
+	return nil
+}
+
+// add defaults the namespace and UID, validates the object and checks it
+// was not read before.
+func (l *loader) add(where string, tm *policy.TypeMeta, meta *policy.ObjectMeta, validate func() error) error {
+	if tm.Kind != "Namespace" && meta.Namespace == "" {
+		meta.Namespace = "default"
+	}
+	if err := validate(); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	key := tm.Kind + " " + meta.Namespace + "/" + meta.Name
+	if tm.Kind == "Namespace" {
+		key = tm.Kind + " " + meta.Name
+	}
+	if first, dup := l.seen[key]; dup {
+		return fmt.Errorf("%s: duplicate %s (first in %s)", where, key, first)
+	}
+	l.seen[key] = where
+	if meta.UID == "" {
+		meta.UID = derivedUID(key)
+	}
+	return nil
+}
+
+// derivedUID returns a UUID-shaped UID (version 8, "custom") made from the
+// SHA-256 of the object's kind, namespace and name.
+func derivedUID(key string) string {
+	sum := sha256.Sum256([]byte("lockstep manifest " + key))
+	sum[6] = sum[6]&0x0f | 0x80
+	sum[8] = sum[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
+}

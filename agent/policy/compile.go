@@ -1,0 +1,515 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// LocalEndpoint is a pod on this node with a host-side veth: one endpoint
+// the dataplane enforces policy on.
+type LocalEndpoint struct {
+	// HostIfName is the host-side interface name; it keys Desired.Endpoints.
+	HostIfName string
+	// Namespace and PodName name the pod object, if the compiler has one.
+	Namespace, PodName string
+	// IPv4 and IPv6 are the addresses CNI gave the pod (the zero Addr when
+	// it has none of a family); they become the anti-spoofing addresses.
+	IPv4, IPv6 netip.Addr
+}
+
+// Snapshot is one consistent view of everything policy depends on.
+type Snapshot struct {
+	// Namespaces by name. A namespace that has pods or policies but no
+	// object here has the labels {kubernetes.io/metadata.name: name}.
+	Namespaces map[string]*Namespace
+	// Pods is every known pod, local and remote. Addresses are read from
+	// Status.PodIPs (or Status.PodIP); the caller fills local pods' from
+	// their CNI allocations.
+	Pods []*Pod
+	// Policies is every NetworkPolicy. They are validated (and defaulted)
+	// by Compile; an invalid one fails the compilation.
+	Policies []*NetworkPolicy
+	// Identities maps the IdentityKey of every pod that has an address or
+	// a local endpoint to its identity (>= FirstPodIdentity). A missing
+	// key is an error: the caller assigns identities before compiling.
+	Identities map[string]Peer
+	// Local is the endpoints of this node.
+	Local []LocalEndpoint
+}
+
+// Compile computes the desired dataplane state of s. It does not modify s.
+//
+// Which pods count: hostNetwork pods are ignored (they share the node's
+// addresses, and NetworkPolicy does not apply to them). Pods in phase
+// Succeeded or Failed keep their identity but lose their addresses, which
+// may already belong to a new pod — unless a local endpoint still holds
+// them. An address claimed by a local endpoint belongs to that endpoint's
+// pod; an address two remote pods claim goes to the first by
+// namespace/name.
+//
+// A local endpoint whose pod object is unknown (CNI ADD ran before the
+// manifest or API server told the agent about the pod) is not isolated in
+// either direction and has no identity: no selector can pick it, its
+// addresses have no Addrs entry and so count as non-pod addresses (only
+// ipBlock peers match them). It still gets its anti-spoofing addresses.
+// Once the pod object arrives the next compilation isolates it.
+func Compile(s *Snapshot) (*Desired, error) {
+	c := &compiler{
+		s:        s,
+		policies: make(map[string][]*compiledPolicy),
+		idents:   make(map[Peer]*identInfo),
+		nsIdents: make(map[string][]*identInfo),
+		owner:    make(map[netip.Addr]addrClaim),
+		cache:    make(map[string][]Peer),
+		nsCache:  make(map[string][]string),
+		inBlock:  make(map[string][]*identInfo),
+	}
+	var blocks []*ipBlock
+	for _, p := range s.Policies {
+		cp, err := compilePolicy(p)
+		if err != nil {
+			return nil, err
+		}
+		c.policies[cp.ns] = append(c.policies[cp.ns], cp)
+		for _, rules := range cp.rules {
+			for _, r := range rules {
+				for _, peer := range r.peers {
+					if peer.block != nil {
+						blocks = append(blocks, peer.block)
+					}
+				}
+			}
+		}
+	}
+	c.classes = newCIDRClasses(blocks)
+	if err := c.addPods(); err != nil {
+		return nil, err
+	}
+	d := &Desired{
+		Addrs:     make(map[netip.Addr]AddrEntry, len(c.owner)),
+		CIDRs:     c.classes.lpm,
+		Endpoints: make(map[string]*EndpointPolicy, len(s.Local)),
+	}
+	for a, claim := range c.owner {
+		if claim.ident == nil {
+			continue // a local endpoint without a pod object
+		}
+		class := c.classes.classOf(a)
+		d.Addrs[a] = AddrEntry{Identity: claim.ident.id, CIDRClass: class}
+		if !slices.Contains(claim.ident.classes, class) {
+			claim.ident.classes = append(claim.ident.classes, class)
+		}
+	}
+	for i := range s.Local {
+		le := &s.Local[i]
+		if _, dup := d.Endpoints[le.HostIfName]; dup {
+			return nil, fmt.Errorf("local endpoint %s listed twice", le.HostIfName)
+		}
+		ep, err := c.endpoint(le)
+		if err != nil {
+			return nil, err
+		}
+		d.Endpoints[le.HostIfName] = ep
+	}
+	return d, nil
+}
+
+// compiler holds one compilation's indexes and caches.
+type compiler struct {
+	s        *Snapshot
+	policies map[string][]*compiledPolicy // by namespace
+	classes  *cidrClasses
+
+	pods     map[string]*Pod     // namespace/name -> pod, pods that count
+	idents   map[Peer]*identInfo // by identity
+	nsKeys   map[string][]byte   // namespace -> its identity key prefix
+	keyBuf   []byte
+	nsIdents map[string][]*identInfo // by namespace, in first-seen order
+	owner    map[netip.Addr]addrClaim
+
+	cache   map[string][]Peer       // selector peer -> identities
+	nsCache map[string][]string     // namespace selector -> namespaces
+	inBlock map[string][]*identInfo // block key -> identities wholly inside it
+}
+
+// identInfo is what selectors and named ports see of an identity.
+type identInfo struct {
+	id       Peer
+	key      string // IdentityKey, to catch one id given to two keys
+	ns       string
+	nsLabels map[string]string
+	labels   map[string]string
+	ports    []namedPort
+	classes  []Peer // CIDR classes of the identity's addresses
+}
+
+// addrClaim is who an address belongs to; ident is nil for a local
+// endpoint without a pod object.
+type addrClaim struct {
+	podKey string
+	local  bool
+	ident  *identInfo
+}
+
+func (c *compiler) addPods() error {
+	s := c.s
+	c.pods = make(map[string]*Pod, len(s.Pods))
+	c.nsKeys = make(map[string][]byte)
+	localByPod := make(map[string]*LocalEndpoint, len(s.Local))
+	for i := range s.Local {
+		le := &s.Local[i]
+		key := le.Namespace + "/" + le.PodName
+		localByPod[key] = le
+		for _, a := range []netip.Addr{le.IPv4, le.IPv6} {
+			if a.IsValid() {
+				c.owner[a.Unmap()] = addrClaim{podKey: key, local: true}
+			}
+		}
+	}
+	for _, pod := range s.Pods {
+		if pod.Spec.HostNetwork {
+			continue
+		}
+		ns := podNamespace(pod)
+		key := ns + "/" + pod.Name
+		if _, dup := c.pods[key]; dup {
+			return fmt.Errorf("pod %s listed twice", key)
+		}
+		c.pods[key] = pod
+		addrs, err := podAddrs(pod)
+		if err != nil {
+			return err
+		}
+		le := localByPod[key]
+		if pod.Status.Phase == PodSucceeded || pod.Status.Phase == PodFailed {
+			addrs = nil
+		}
+		if le != nil {
+			for _, a := range []netip.Addr{le.IPv4, le.IPv6} {
+				if a.IsValid() && !slices.Contains(addrs, a.Unmap()) {
+					addrs = append(addrs, a.Unmap())
+				}
+			}
+		}
+		if len(addrs) == 0 && le == nil {
+			continue
+		}
+		info, err := c.identity(ns, pod)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			prev, taken := c.owner[a]
+			switch {
+			case !taken, prev.podKey == key:
+				c.owner[a] = addrClaim{podKey: key, local: le != nil, ident: info}
+			case prev.local:
+				// The local endpoint's CNI allocation is authoritative.
+			case key < prev.podKey:
+				c.owner[a] = addrClaim{podKey: key, ident: info}
+			}
+		}
+	}
+	return nil
+}
+
+// identity returns the identity info of pod, creating it on first sight.
+func (c *compiler) identity(ns string, pod *Pod) (*identInfo, error) {
+	nsObj := c.s.Namespaces[ns]
+	prefix, ok := c.nsKeys[ns]
+	if !ok {
+		prefix = appendNamespaceKey(nil, ns, nsObj)
+		c.nsKeys[ns] = prefix
+	}
+	c.keyBuf = appendPodKey(append(c.keyBuf[:0], prefix...), pod)
+	id, ok := c.s.Identities[string(c.keyBuf)]
+	if !ok {
+		return nil, fmt.Errorf("pod %s/%s: no identity for key %s (assign one per IdentityKey before compiling)", ns, pod.Name, c.keyBuf)
+	}
+	if id < FirstPodIdentity || id&CIDRClassBit != 0 {
+		return nil, fmt.Errorf("pod %s/%s: identity %d out of the pod range [%d, %d)", ns, pod.Name, id, FirstPodIdentity, CIDRClassBit)
+	}
+	if info, ok := c.idents[id]; ok {
+		if info.key != string(c.keyBuf) {
+			return nil, fmt.Errorf("pod %s/%s: identity %d is assigned to two keys: %s and %s", ns, pod.Name, id, info.key, c.keyBuf)
+		}
+		return info, nil
+	}
+	info := &identInfo{
+		id:       id,
+		key:      string(c.keyBuf),
+		ns:       ns,
+		nsLabels: namespaceLabels(ns, nsObj),
+		labels:   pod.Labels,
+		ports:    namedPorts(pod),
+	}
+	c.idents[id] = info
+	c.nsIdents[ns] = append(c.nsIdents[ns], info)
+	return info, nil
+}
+
+// endpoint compiles the policy of one local endpoint.
+func (c *compiler) endpoint(le *LocalEndpoint) (*EndpointPolicy, error) {
+	ep := &EndpointPolicy{IPv4: le.IPv4.Unmap(), IPv6: le.IPv6, Rules: make(map[RuleKey][]PortRange)}
+	pod := c.pods[le.Namespace+"/"+le.PodName]
+	if pod == nil {
+		return ep, nil // unknown pod: not isolated, see Compile
+	}
+	local := namedPorts(pod)
+	var selecting [2][]string
+	for _, cp := range c.policies[podNamespace(pod)] {
+		if !cp.podSel.matches(pod.Labels) {
+			continue
+		}
+		for d := Ingress; d <= Egress; d++ {
+			if !cp.applies[d] {
+				continue
+			}
+			selecting[d] = append(selecting[d], cp.name)
+			for _, r := range cp.rules[d] {
+				c.addRule(ep.Rules, d, cp, r, local)
+			}
+		}
+	}
+	ep.IngressIsolated = len(selecting[Ingress]) > 0
+	ep.EgressIsolated = len(selecting[Egress]) > 0
+	for k, rs := range ep.Rules {
+		rs = mergeRanges(rs)
+		if len(rs) > MaxPortRanges {
+			return nil, fmt.Errorf("endpoint %s (pod %s/%s): %s rules for peer %d protocol %d need %d port ranges, at most %d fit (policies: %s); merge ports into ranges with endPort",
+				le.HostIfName, le.Namespace, le.PodName, k.Dir, k.Peer, k.Proto, len(rs), MaxPortRanges, strings.Join(selecting[k.Dir], ", "))
+		}
+		ep.Rules[k] = rs
+	}
+	return ep, nil
+}
+
+// allProtocols are the keys a rule without ports allows: every port of
+// every port protocol, and every protocol without ports.
+var allProtocols = []uint8{ProtoTCP, ProtoUDP, ProtoSCTP, ProtoOther}
+
+var allPorts = PortRange{0, 65535}
+
+// addRule adds one rule of policy cp to rules. local is the selected pod's
+// named ports, against which ingress named ports resolve.
+func (c *compiler) addRule(rules map[RuleKey][]PortRange, d Direction, cp *compiledPolicy, r *compiledRule, local []namedPort) {
+	rp := c.rulePeers(cp, r)
+	add := func(peer Peer, proto uint8, pr PortRange) {
+		k := RuleKey{Peer: peer, Dir: d, Proto: proto}
+		rules[k] = append(rules[k], pr)
+	}
+	if len(r.ports) == 0 {
+		for _, peer := range rp.peers {
+			for _, proto := range allProtocols {
+				add(peer, proto, allPorts)
+			}
+		}
+		return
+	}
+	for _, spec := range r.ports {
+		switch {
+		case spec.name == "":
+			for _, peer := range rp.peers {
+				add(peer, spec.proto, PortRange{spec.lo, spec.hi})
+			}
+		case d == Ingress:
+			for _, port := range resolveNamedPort(local, spec.name, spec.proto) {
+				for _, peer := range rp.peers {
+					add(peer, spec.proto, PortRange{port, port})
+				}
+			}
+		default:
+			for _, pp := range c.egressNamed(rp, r, spec) {
+				add(pp.peer, spec.proto, PortRange{pp.port, pp.port})
+			}
+		}
+	}
+}
+
+// rulePeers is a rule's resolved peers.
+type rulePeers struct {
+	all    bool       // no from/to: every peer
+	ids    []Peer     // identities the selector peers pick, sorted
+	blocks []*ipBlock // the rule's ipBlock peers
+	peers  []Peer     // what numeric ports are keyed by: PeerAny, or ids and classes
+	named  map[portSpec][]peerPort
+}
+
+type peerPort struct {
+	peer Peer
+	port uint16
+}
+
+// rulePeers resolves (once per compilation) which peers rule r of cp
+// allows.
+func (c *compiler) rulePeers(cp *compiledPolicy, r *compiledRule) *rulePeers {
+	if r.resolved != nil {
+		return r.resolved
+	}
+	rp := &rulePeers{all: len(r.peers) == 0}
+	if rp.all {
+		rp.peers = []Peer{PeerAny}
+	}
+	var classes []Peer
+	for _, peer := range r.peers {
+		if peer.block != nil {
+			rp.blocks = append(rp.blocks, peer.block)
+			classes = append(classes, c.classes.classesOf(peer.block)...)
+			continue
+		}
+		rp.ids = append(rp.ids, c.selectorPeer(cp.ns, peer)...)
+	}
+	slices.Sort(rp.ids)
+	rp.ids = slices.Compact(rp.ids)
+	slices.Sort(classes)
+	rp.peers = append(rp.peers, rp.ids...)
+	rp.peers = append(rp.peers, slices.Compact(classes)...)
+	r.resolved = rp
+	return rp
+}
+
+// selectorPeer returns the identities a selector peer of a policy in
+// namespace ns picks. A nil namespaceSelector means the policy's own
+// namespace; a nil podSelector (with a namespaceSelector) means every pod
+// of the selected namespaces.
+func (c *compiler) selectorPeer(ns string, p compiledPeer) []Peer {
+	var key string
+	if p.ns == nil {
+		key = "pod\x00" + ns + "\x00" + p.pod.key()
+	} else {
+		key = "ns\x00" + p.ns.key() + "\x00"
+		if p.pod != nil {
+			key += "pod\x00" + p.pod.key()
+		}
+	}
+	if ids, ok := c.cache[key]; ok {
+		return ids
+	}
+	var ids []Peer
+	pick := func(infos []*identInfo) {
+		for _, info := range infos {
+			if p.pod == nil || p.pod.matches(info.labels) {
+				ids = append(ids, info.id)
+			}
+		}
+	}
+	if p.ns == nil {
+		pick(c.nsIdents[ns])
+	} else {
+		for _, name := range c.namespaces(p.ns) {
+			pick(c.nsIdents[name])
+		}
+	}
+	c.cache[key] = ids
+	return ids
+}
+
+// namespaces returns the namespaces (of those with identities) that sel
+// matches.
+func (c *compiler) namespaces(sel *selector) []string {
+	key := sel.key()
+	if names, ok := c.nsCache[key]; ok {
+		return names
+	}
+	names := []string{}
+	for name, infos := range c.nsIdents {
+		if sel.matches(infos[0].nsLabels) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	c.nsCache[key] = names
+	return names
+}
+
+// egressNamed resolves an egress named port against each destination's
+// own container ports. Selector peers resolve per identity they pick;
+// PeerAny and ipBlock peers expand to the identities of the pods in scope
+// (for an ipBlock, identities all of whose addresses lie in the block:
+// an identity is the finest thing a rule can name, so one straddling the
+// block's edge is left out rather than let through everywhere). Non-pod
+// addresses have no container ports, so a named port allows nothing to them.
+func (c *compiler) egressNamed(rp *rulePeers, r *compiledRule, spec portSpec) []peerPort {
+	if pp, ok := rp.named[spec]; ok {
+		return pp
+	}
+	var out []peerPort
+	resolve := func(info *identInfo) {
+		for _, port := range resolveNamedPort(info.ports, spec.name, spec.proto) {
+			out = append(out, peerPort{info.id, port})
+		}
+	}
+	switch {
+	case rp.all:
+		for _, info := range c.idents {
+			resolve(info)
+		}
+	default:
+		for _, id := range rp.ids {
+			resolve(c.idents[id])
+		}
+		for _, b := range rp.blocks {
+			for _, info := range c.identsInBlock(b) {
+				resolve(info)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b peerPort) int {
+		if a.peer != b.peer {
+			return int(int64(a.peer) - int64(b.peer))
+		}
+		return int(a.port) - int(b.port)
+	})
+	out = slices.Compact(out)
+	if rp.named == nil {
+		rp.named = make(map[portSpec][]peerPort)
+	}
+	rp.named[spec] = out
+	return out
+}
+
+// identsInBlock returns the identities with addresses, all of which lie in b.
+func (c *compiler) identsInBlock(b *ipBlock) []*identInfo {
+	if infos, ok := c.inBlock[b.key]; ok {
+		return infos
+	}
+	infos := []*identInfo{}
+	for _, info := range c.idents {
+		if len(info.classes) == 0 {
+			continue
+		}
+		inside := true
+		for _, class := range info.classes {
+			if !c.classes.inBlock(class, b) {
+				inside = false
+				break
+			}
+		}
+		if inside {
+			infos = append(infos, info)
+		}
+	}
+	c.inBlock[b.key] = infos
+	return infos
+}
+
+// mergeRanges sorts rs and merges overlapping and adjacent ranges.
+func mergeRanges(rs []PortRange) []PortRange {
+	slices.SortFunc(rs, func(a, b PortRange) int {
+		if a.Lo != b.Lo {
+			return int(a.Lo) - int(b.Lo)
+		}
+		return int(a.Hi) - int(b.Hi)
+	})
+	out := make([]PortRange, 0, len(rs))
+	for _, r := range rs {
+		if n := len(out); n > 0 && int(r.Lo) <= int(out[n-1].Hi)+1 {
+			out[n-1].Hi = max(out[n-1].Hi, r.Hi)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
