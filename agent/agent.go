@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/endpoints"
+	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/server"
 	"lockstep.dev/lockstep/agent/store"
@@ -23,7 +25,12 @@ import (
 const (
 	DefaultStateDir    = "/var/lib/lockstep"
 	DefaultMetricsAddr = "127.0.0.1:9962"
+	DefaultBPFRoot     = "/sys/fs/bpf/lockstep"
 )
+
+// ResyncInterval is how often the agent re-applies the committed state to
+// the dataplane to repair drift, even when nothing changed.
+const ResyncInterval = 5 * time.Minute
 
 // Config configures the agent.
 type Config struct {
@@ -36,6 +43,13 @@ type Config struct {
 	// MetricsAddr is the TCP address of /healthz and /metrics; empty
 	// disables the listener.
 	MetricsAddr string
+	// Manifests is a directory of Namespace, Pod and NetworkPolicy
+	// manifests the agent enforces and follows (the standalone source).
+	// Empty means no policy source: no pod is isolated, anti-spoofing
+	// still applies.
+	Manifests string
+	// BPFRoot is the bpffs directory the dataplane pins its maps under.
+	BPFRoot string
 	// SkipSysctls leaves IP forwarding alone (for tests that run the agent
 	// in-process on the machine's own namespace).
 	SkipSysctls bool
@@ -75,9 +89,40 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, Logger: log})
+	// The policy source is read before the API serves: pinned addresses
+	// and the first pods' policies must be known to the first ADD.
+	if cfg.Manifests != "" {
+		if err := loadManifests(st, cfg.Manifests, log); err != nil {
+			return err
+		}
+	}
+	dp, err := datapath.Load(datapath.Options{PinRoot: cfg.BPFRoot, Logger: log})
 	if err != nil {
 		return err
+	}
+	defer dp.Close()
+	enf := enforcer.New(st, dp, log)
+	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, Logger: log, Enforce: func(ctx context.Context, hostIf string) error {
+		if err := enf.Sync(ctx); err != nil {
+			return err
+		}
+		if !enf.Enforced(hostIf) {
+			return fmt.Errorf("%s: %w", hostIf, enforcer.ErrNotEnforced)
+		}
+		return nil
+	}})
+	if err != nil {
+		return err
+	}
+	// Restored endpoints are enforced before the first new one is served.
+	if err := enf.Sync(ctx); err != nil {
+		return err
+	}
+	runCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	go enf.Run(runCtx, ResyncInterval)
+	if cfg.Manifests != "" {
+		go watchManifests(runCtx, st, cfg.Manifests, log)
 	}
 	metrics := server.NewMetrics(svc.Status)
 	svc.OnWrite(metrics.ObserveWrite)

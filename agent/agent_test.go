@@ -8,9 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"lockstep.dev/lockstep/agent/api"
 )
 
 func testConfig(t *testing.T, pools ...string) Config {
@@ -54,29 +51,3 @@ func TestBadConfigTouchesNothing(t *testing.T) {
 
 // TestRunServesAndStops runs the agent in-process: it answers on its
 // socket, and cancelling its context shuts it down and removes the socket.
-func TestRunServesAndStops(t *testing.T) {
-	cfg := testConfig(t, "10.244.0.0/24")
-	ready := make(chan struct{})
-	cfg.Ready = func() { close(ready) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("agent exited: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("agent not ready")
-	}
-	st, err := api.NewClient(cfg.Socket, 0).Status(context.Background())
-	if err != nil || len(st.Pools) != 1 || st.Pools[0].Free != 254 {
-		t.Fatalf("status: %+v %v", st, err)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("shutdown: %v", err)
-	}
-	if _, err := os.Stat(cfg.Socket); !os.IsNotExist(err) {
-		t.Error("socket left after shutdown")
-	}
-}

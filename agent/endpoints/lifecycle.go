@@ -50,8 +50,17 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 			ep.Addresses, ep.Created = old.Addresses, old.Created
 			return store.UpsertEndpoint(txn, ep)
 		}
+		pinned, err := pinnedAddress(txn, ep.Pod)
+		if err != nil {
+			return err
+		}
 		for _, v6 := range s.families() {
-			ref, err := s.allocate(txn, v6)
+			var ref store.AddressRef
+			if pinned.IsValid() && pinned.Is6() == v6 {
+				ref, err = s.allocatePinned(txn, pinned)
+			} else {
+				ref, err = s.allocate(txn, v6)
+			}
 			if err != nil {
 				return err
 			}
@@ -123,6 +132,57 @@ func (s *Service) allocate(txn *store.Txn, v6 bool) (store.AddressRef, error) {
 	}
 }
 
+// PinnedIPAnnotation on a Pod the agent knows (from --manifests) asks for
+// that exact address instead of the next free one.
+const PinnedIPAnnotation = "lockstep.dev/ip"
+
+// pinnedAddress returns the address the pod's PinnedIPAnnotation asks for,
+// or the zero Addr.
+func pinnedAddress(txn *store.Txn, ref store.PodRef) (netip.Addr, error) {
+	if ref.Name == "" {
+		return netip.Addr{}, nil
+	}
+	pod, err := store.PodByName(txn, nil, ref.Namespace, ref.Name)
+	if err != nil || pod == nil {
+		return netip.Addr{}, err
+	}
+	raw, ok := pod.Object.Annotations[PinnedIPAnnotation]
+	if !ok {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(strings.TrimSpace(raw))
+	if err != nil {
+		return netip.Addr{}, api.Errorf(api.CodeInvalidConfig, "pod %s/%s: annotation %s=%q is not an IP address", ref.Namespace, ref.Name, PinnedIPAnnotation, raw)
+	}
+	return a.Unmap(), nil
+}
+
+// allocatePinned allocates exactly a, which must lie in a configured pool
+// and be free.
+func (s *Service) allocatePinned(txn *store.Txn, a netip.Addr) (store.AddressRef, error) {
+	pools, err := store.Pools(txn, nil)
+	if err != nil {
+		return store.AddressRef{}, err
+	}
+	for _, cidr := range s.cfg.Pools {
+		if !cidr.Contains(a) {
+			continue
+		}
+		if first, last, ok := ipam.Usable(cidr); !ok || a.Less(first) || last.Less(a) {
+			return store.AddressRef{}, api.Errorf(api.CodeInvalidConfig, "pinned address %s is reserved in pool %s (network or broadcast address)", a, cidr)
+		}
+		inUse, err := addrInUse(txn, pools, a)
+		if err != nil {
+			return store.AddressRef{}, err
+		}
+		if inUse {
+			return store.AddressRef{}, api.Errorf(api.CodeInvalidConfig, "pinned address %s is already in use on this node; remove the %s annotation or pick a free address", a, PinnedIPAnnotation)
+		}
+		return store.AddressRef{Pool: PoolName(cidr), Addr: a, Bits: cidr.Bits()}, nil
+	}
+	return store.AddressRef{}, api.Errorf(api.CodeInvalidConfig, "pinned address %s is outside every pool of this node; start the agent with a --pool-cidr that contains it", a)
+}
+
 // usedIn counts the allocated addresses inside cidr, whichever pool holds
 // them: a draining pool restored from disk may overlap a configured one.
 func usedIn(txn *store.Txn, pools []*store.Pool, cidr netip.Prefix) (uint64, error) {
@@ -172,8 +232,9 @@ func addrInUse(txn *store.Txn, pools []*store.Pool, a netip.Addr) (bool, error) 
 
 // Confirm marks an ADD as wired. It fails with CodeCancelled when a DEL, GC
 // or a later ADD of the same attachment superseded it.
-func (s *Service) Confirm(_ context.Context, req api.OpRequest) error {
+func (s *Service) Confirm(ctx context.Context, req api.OpRequest) error {
 	att := toStore(req.Attachment)
+	var hostIf string
 	err := s.write(func(txn *store.Txn) error {
 		e, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil {
@@ -187,12 +248,23 @@ func (s *Service) Confirm(_ context.Context, req api.OpRequest) error {
 				Details: "the ADD has been rolled back; the runtime may retry it",
 			}
 		case e.State == store.EndpointReady:
+			hostIf = e.HostIfName
 			return nil
 		}
+		hostIf = e.HostIfName
 		e = e.Copy()
 		e.State, e.Deadline = store.EndpointReady, time.Time{}
 		return store.UpsertEndpoint(txn, e)
 	})
+	if err == nil && s.cfg.Enforce != nil {
+		if err := s.cfg.Enforce(ctx, hostIf); err != nil {
+			return &api.Error{
+				Code:    api.CodeInternal,
+				Msg:     fmt.Sprintf("policy for %s/%s could not be put in force", att.ContainerID, att.IfName),
+				Details: err.Error() + "; the ADD is rolled back so the pod never runs unprotected",
+			}
+		}
+	}
 	return asAPIError(err)
 }
 

@@ -13,6 +13,11 @@ const (
 	TableAllocations = "allocations"
 	TableEndpoints   = "endpoints"
 	TableRevisions   = "revisions"
+	TableNamespaces  = "namespaces"
+	TablePods        = "pods"
+	TablePolicies    = "policies"
+	TableIdentities  = "identities"
+	TableSelectors   = "selectors"
 )
 
 // Index names. Every table has IndexID, the unique primary key.
@@ -22,6 +27,8 @@ const (
 	IndexPodUID     = "pod_uid"
 	IndexHostIf     = "host_if"
 	IndexState      = "state"
+	IndexIdentity   = "identity"
+	IndexKey        = "key"
 )
 
 // storeRevisionKey is the TableRevisions row holding the whole store's
@@ -34,6 +41,11 @@ func schema() *memdb.DBSchema {
 		TableAllocations: allocationsTableSchema(),
 		TableEndpoints:   endpointsTableSchema(),
 		TableRevisions:   revisionsTableSchema(),
+		TableNamespaces:  namespacesTableSchema(),
+		TablePods:        podsTableSchema(),
+		TablePolicies:    policiesTableSchema(),
+		TableIdentities:  identitiesTableSchema(),
+		TableSelectors:   selectorsTableSchema(),
 	}}
 }
 

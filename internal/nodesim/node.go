@@ -34,6 +34,8 @@ type NodeOptions struct {
 	// ConfList is the network config list ADD/DEL use; empty means the
 	// lockstep default with the node's socket.
 	ConfList []byte
+	// Manifests, when set, is the agent's --manifests directory.
+	Manifests string
 }
 
 // Node is a node network namespace with a lockstep agent in it.
@@ -43,8 +45,11 @@ type Node struct {
 	StateDir string
 	Socket   string
 	LogPath  string
-	CNI      *libcni.CNIConfig
-	Conf     *libcni.NetworkConfigList
+	// BPFRoot is a private bpffs mount the agent pins its maps under; Close
+	// unmounts it, which frees every map the agent left pinned.
+	BPFRoot string
+	CNI     *libcni.CNIConfig
+	Conf    *libcni.NetworkConfigList
 
 	agent *exec.Cmd
 	done  chan error
@@ -64,6 +69,7 @@ func NewNode(o NodeOptions) (*Node, error) {
 		StateDir: filepath.Join(o.WorkDir, "state"),
 		Socket:   filepath.Join(o.WorkDir, "lockstep.sock"),
 		LogPath:  filepath.Join(o.WorkDir, "agent.log"),
+		BPFRoot:  filepath.Join(o.WorkDir, "bpf"),
 	}
 	conf := o.ConfList
 	if len(conf) == 0 {
@@ -74,9 +80,13 @@ func NewNode(o NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("parse network config list: %w", err)
 	}
 	n.Conf = list
+	if err := MountBPF(n.BPFRoot); err != nil {
+		return nil, err
+	}
 	var err2 error
 	n.NS, err2 = Create(Name(o.Prefix))
 	if err2 != nil {
+		_ = UnmountBPF(n.BPFRoot)
 		return nil, err2
 	}
 	paths := append([]string{o.BinDir}, o.ExtraPluginDirs...)
@@ -90,7 +100,10 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	if n.agent != nil {
 		return errors.New("start agent: already running")
 	}
-	args := []string{"agent", "--standalone", "--state-dir", n.StateDir, "--socket", n.Socket, "--metrics-addr", ""}
+	args := []string{"agent", "--standalone", "--state-dir", n.StateDir, "--socket", n.Socket, "--metrics-addr", "", "--bpf-root", n.BPFRoot}
+	if n.Opts.Manifests != "" {
+		args = append(args, "--manifests", n.Opts.Manifests)
+	}
 	for _, p := range n.Opts.Pools {
 		args = append(args, "--pool-cidr", p)
 	}
@@ -205,6 +218,7 @@ func (n *Node) Close() error {
 	if n.NS != nil {
 		errs = append(errs, Delete(n.NS))
 	}
+	errs = append(errs, UnmountBPF(n.BPFRoot))
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,17 @@
+// Package enforcer turns committed store state into dataplane state.
+//
+// It is the only writer of the dataplane. Every apply starts from one read
+// transaction of the store, so it sees a committed state whole: the pods,
+// their addresses and identities, the policies and the selectors they
+// reference, as one transaction left them. It compiles that state
+// ([policy.Compile]) and hands the result to the [Dataplane] in one call,
+// under one lock. A background pass (the periodic resync that repairs
+// drift) goes through the same lock and the same kind of snapshot, so it can
+// never remove something an apply in progress still needs: the race of seed
+// 000, where a reconcile deleted an ipset between "apply sets" and "update
+// pod", has no window to happen in.
+//
+// The CNI ADD path calls [Enforcer.Sync] after its confirm commits and
+// replies only once Sync returns: the pod's policy is in force before the
+// runtime starts the pod's containers.
+package enforcer
