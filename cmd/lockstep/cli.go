@@ -26,7 +26,7 @@ func runCLI(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(agentCommand(), installCNICommand(), versionCommand())
+	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd())
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -88,6 +88,8 @@ Kubernetes mode is not implemented yet: start it with --standalone.`,
 	f.StringVar(&cfg.StateDir, "state-dir", agent.DefaultStateDir, "directory of the durable state file")
 	f.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket the CNI plugin calls")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", agent.DefaultMetricsAddr, "address of /healthz and /metrics; empty disables")
+	f.StringVar(&cfg.Manifests, "manifests", "", "directory of Namespace, Pod and NetworkPolicy YAML to enforce (standalone source); edits are followed")
+	f.StringVar(&cfg.BPFRoot, "bpf-root", agent.DefaultBPFRoot, "bpffs directory the dataplane pins its maps under (mounted if needed)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/spf13/cobra"
+
+	"lockstep.dev/lockstep/maps"
+)
+
+func newMonitorCmd() *cobra.Command {
+	var root, output string
+	cmd := &cobra.Command{
+		Use:   "monitor",
+		Short: "Stream policy verdicts (drops and newly allowed connections) until Ctrl-C",
+		Long: `Stream the dataplane's verdict events, one line each: every dropped packet
+and every connection policy allowed. Events are only produced while a monitor
+runs; run one at a time (the first to exit turns events off).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("parse --output %q: want text or json", output)
+			}
+			rd, err := maps.OpenEvents(root)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			done := make(chan struct{})
+			defer close(done)
+			go func() {
+				select {
+				case <-ctx.Done():
+					rd.Close() // unblocks Read
+				case <-done:
+				}
+			}()
+			defer rd.Close()
+			out := cmd.OutOrStdout()
+			enc := json.NewEncoder(out)
+			for {
+				ev, err := rd.Read()
+				if errors.Is(err, ringbuf.ErrClosed) {
+					return nil
+				}
+				if err != nil {
+					return fmt.Errorf("read event: %w", err)
+				}
+				if output == "json" {
+					if err := enc.Encode(ev); err != nil {
+						return err
+					}
+					continue
+				}
+				writeEvent(out, ev)
+			}
+		},
+	}
+	cmd.Flags().StringVar(&root, "bpf-root", defaultBPFRoot, "directory the agent pins its maps in")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json (one object per line)")
+	return cmd
+}
+
+func writeEvent(w io.Writer, ev maps.Event) {
+	verdict := "ALLOW"
+	if ev.Verdict == maps.VerdictDrop {
+		verdict = "DROP"
+	}
+	fmt.Fprintf(w, "%-5s %-14s if=%d %-7s %-6s %s:%d -> %s:%d peer=%d\n",
+		verdict, ev.Reason, ev.Ifindex, maps.DirString(ev.Dir), maps.ProtoString(ev.Proto),
+		ev.Saddr, ev.Sport, ev.Daddr, ev.Dport, ev.Peer)
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"lockstep.dev/lockstep/agent/manifests"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/internal/probe"
+)
+
+// loadManifestPods reads the pods of a manifest directory.
+func loadManifestPods(dir string) ([]policy.Pod, error) {
+	objs, err := manifests.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]policy.Pod, len(objs.Pods))
+	for i, p := range objs.Pods {
+		pods[i] = *p
+	}
+	return pods, nil
+}
+
+func newProbeCmd() *cobra.Command {
+	var (
+		manifests string
+		output    string
+		cfg       probe.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "probe --manifests DIR",
+		Short: "Test NetworkPolicy with real packets on a throwaway local node",
+		Long: `Create a throwaway node network namespace with a real lockstep agent
+enforcing the Namespaces, Pods and NetworkPolicies in --manifests, create
+every pod through the real CNI plugin, listen in each pod on every port it
+declares, and try a connection for every ordered pair of pods and every port
+of the destination: TCP connects, UDP sends a nonce and waits for its echo.
+
+Output is one reachability table per port, as the upstream Kubernetes e2e
+tests print them ('.' allowed, 'X' denied, '?' could not be probed, '-'
+self), or with -o json every result. Progress goes to stderr.
+
+The pod annotation lockstep.dev/ip pins a pod's address. Runs as root; the
+machine's own interfaces, routes and firewall are never touched, and
+everything the probe creates is removed when it ends, also on Ctrl-C.`,
+		Example: "  sudo lockstep probe --manifests examples/policy\n  sudo lockstep probe --manifests DIR -o json --timeout 500ms",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("parse -o %q: want table or json", output)
+			}
+			if manifests == "" {
+				return errors.New("no --manifests given: name a directory of Namespace, Pod and NetworkPolicy YAML")
+			}
+			if os.Geteuid() != 0 {
+				return errors.New("probe creates network namespaces and veth pairs: run it as root (sudo lockstep probe ...)")
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find own binary: %w", err)
+			}
+			kpods, err := loadManifestPods(manifests)
+			if err != nil {
+				return err
+			}
+			pods, skipped, err := probe.FromPolicyPods(kpods)
+			if err != nil {
+				return err
+			}
+			if len(skipped) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "skipping hostNetwork pods %s: NetworkPolicy does not apply to them\n", strings.Join(skipped, ", "))
+			}
+			cfg.Binary, cfg.Manifests, cfg.Pods = self, manifests, pods
+			cfg.Progress = cmd.ErrOrStderr()
+
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			rep, err := probe.Run(ctx, cfg)
+			if err != nil {
+				return fmt.Errorf("probe: %w", err)
+			}
+			return writeReport(cmd.OutOrStdout(), rep, output)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&manifests, "manifests", "", "directory of Namespace, Pod and NetworkPolicy YAML (required)")
+	f.StringVarP(&output, "output", "o", "table", "table or json")
+	f.StringSliceVar(&cfg.Pools, "pool-cidr", []string{probe.DefaultPool}, "the agent's address pools; pods pinned with lockstep.dev/ip must fall inside one")
+	f.DurationVar(&cfg.Timeout, "timeout", probe.DefaultTimeout, "how long one connection attempt may take before it counts as denied")
+	f.IntVar(&cfg.Workers, "workers", probe.DefaultWorkers, "connection attempts in flight at once")
+	return cmd
+}
+
+func writeReport(w io.Writer, rep *probe.Report, output string) error {
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	_, err := io.WriteString(w, rep.Table().String())
+	return err
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/internal/nodesim"
+
+	"lockstep.dev/lockstep/internal/probe"
+	"lockstep.dev/lockstep/internal/testenv"
+)
+
+// TestProbeCommandErrors covers the errors raised before anything is
+// created.
+func TestProbeCommandErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--manifests", "x", "-o", "yaml"}, "want table or json"},
+		{nil, "no --manifests given"},
+	} {
+		cmd := newProbeCmd()
+		cmd.SetArgs(tc.args)
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("probe %v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestPrivilegedProbeCommand runs `lockstep probe` on the no-policies
+// scenario through the built binary: JSON on stdout, progress on stderr,
+// every probe allowed.
+func TestPrivilegedProbeCommand(t *testing.T) {
+	testenv.Privileged(t)
+	bin := filepath.Join(builtBinary(t), "lockstep")
+	dir := filepath.Join("..", "..", "internal", "probe", "testdata", "scenarios", "no-policies")
+	cmd := exec.Command(bin, "probe", "--manifests", dir, "-o", "json", "--timeout", "500ms")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if strings.Contains(stderr.String(), "unknown command") || strings.Contains(stderr.String(), "not merged yet") {
+		t.Skipf("probe is not wired up yet: %s", stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("lockstep probe: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "probing ") {
+		t.Errorf("no progress on stderr:\n%s", stderr.String())
+	}
+	var rep probe.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("decode JSON output: %v\n%s", err, stdout.String())
+	}
+	if len(rep.Pods) != 9 || len(rep.Results) == 0 {
+		t.Fatalf("%d pods and %d results, want 9 pods and some results", len(rep.Pods), len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.Protocol != probe.SCTP && (r.Allowed == nil || !*r.Allowed) {
+			t.Errorf("%s -> %s %d/%s not allowed without policies (%s)", r.From, r.To, r.Port, r.Protocol, r.Error)
+		}
+	}
+}
+
+// TestPrivilegedProbeCommandSIGTERM stops `lockstep probe` with SIGTERM
+// while it creates pods and checks it removed its namespaces, work directory and
+// agent before exiting.
+func TestPrivilegedProbeCommandSIGTERM(t *testing.T) {
+	testenv.Privileged(t)
+	bin := filepath.Join(builtBinary(t), "lockstep")
+	dir := filepath.Join("..", "..", "internal", "probe", "testdata", "scenarios", "deny-all-both")
+	cmd := exec.Command(bin, "probe", "--manifests", dir, "--timeout", "3s")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var seen strings.Builder
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		seen.WriteString(sc.Text() + "\n")
+		if strings.HasPrefix(sc.Text(), "creating ") {
+			// Pods are being added through CNI, the agent is running.
+			time.Sleep(20 * time.Millisecond)
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	err = cmd.Wait()
+	if strings.Contains(seen.String(), "unknown command") || strings.Contains(seen.String(), "not merged yet") {
+		t.Skipf("probe is not wired up yet: %s", seen.String())
+	}
+	if !strings.Contains(seen.String(), "creating ") {
+		t.Fatalf("probe never started creating pods (%v):\n%s", err, seen.String())
+	}
+	if err == nil {
+		t.Errorf("probe stopped by SIGTERM exited 0:\n%s", seen.String())
+	}
+	// Only this probe's leftovers: other packages' tests may be probing in
+	// parallel. The probe names everything PREFIX-PID-...
+	mine := fmt.Sprintf("%s-%d-", probe.NSPrefix, cmd.Process.Pid)
+	entries, _ := os.ReadDir(nodesim.RunDir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), mine) {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), mine+"*")); len(dirs) > 0 {
+		t.Errorf("work directories left behind: %v", dirs)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "/"+mine).Output(); len(out) > 0 {
+		t.Errorf("agent processes left behind: %s", out)
+	}
+}

@@ -1,0 +1,50 @@
+package probe
+
+import (
+	"fmt"
+	"net/netip"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// IPAnnotation pins a pod's address: the agent hands the pod this address
+// instead of the next free one, so hand-written expectations (ipBlock
+// peers) can name it.
+const IPAnnotation = "lockstep.dev/ip"
+
+// FromPolicyPods converts manifest pods to the pods a probe creates. Pods
+// with hostNetwork share their node's namespace and are not subject to
+// NetworkPolicy; they are left out and named in skipped.
+func FromPolicyPods(in []policy.Pod) (pods []Pod, skipped []string, err error) {
+	for _, kp := range in {
+		key := kp.Namespace + "/" + kp.Name
+		if kp.Spec.HostNetwork {
+			skipped = append(skipped, key)
+			continue
+		}
+		p := Pod{Namespace: kp.Namespace, Name: kp.Name, UID: kp.UID}
+		if text, ok := kp.Annotations[IPAnnotation]; ok {
+			if p.WantIP, err = netip.ParseAddr(text); err != nil {
+				return nil, nil, fmt.Errorf("pod %s: annotation %s: %w", key, IPAnnotation, err)
+			}
+		}
+		for _, c := range kp.Spec.Containers {
+			for _, cp := range c.Ports {
+				if cp.ContainerPort < 1 || cp.ContainerPort > 65535 {
+					return nil, nil, fmt.Errorf("pod %s: container %s: containerPort %d is not 1-65535", key, c.Name, cp.ContainerPort)
+				}
+				proto := Protocol(cp.Protocol)
+				if proto == "" {
+					proto = TCP
+				}
+				if proto.rank() > 2 {
+					return nil, nil, fmt.Errorf("pod %s: container %s: protocol %q is not TCP, UDP or SCTP", key, c.Name, cp.Protocol)
+				}
+				p.Ports = append(p.Ports, Port{Port: uint16(cp.ContainerPort), Protocol: proto})
+			}
+		}
+		p.Ports = normalisePorts(p.Ports)
+		pods = append(pods, p)
+	}
+	return pods, skipped, nil
+}

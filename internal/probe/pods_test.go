@@ -1,0 +1,54 @@
+package probe
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+func kpod(ns, name string, ports ...policy.ContainerPort) policy.Pod {
+	p := policy.Pod{}
+	p.Namespace, p.Name = ns, name
+	p.Spec.Containers = []policy.Container{{Name: "c", Ports: ports}}
+	return p
+}
+
+func TestFromPolicyPods(t *testing.T) {
+	a := kpod("x", "a", policy.ContainerPort{ContainerPort: 80}, policy.ContainerPort{ContainerPort: 53, Protocol: policy.UDP}, policy.ContainerPort{ContainerPort: 80, Protocol: policy.TCP})
+	a.Annotations = map[string]string{IPAnnotation: "10.244.1.5"}
+	host := kpod("x", "host", policy.ContainerPort{ContainerPort: 80})
+	host.Spec.HostNetwork = true
+	pods, skipped, err := FromPolicyPods([]policy.Pod{a, host})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(skipped, []string{"x/host"}) {
+		t.Errorf("skipped %v, want [x/host]", skipped)
+	}
+	if len(pods) != 1 {
+		t.Fatalf("%d pods, want 1", len(pods))
+	}
+	if want := []Port{{80, TCP}, {53, UDP}}; !slices.Equal(pods[0].Ports, want) {
+		t.Errorf("ports %v, want %v (protocol defaults to TCP, duplicates dropped)", pods[0].Ports, want)
+	}
+	if pods[0].WantIP != netip.MustParseAddr("10.244.1.5") {
+		t.Errorf("WantIP %v, want 10.244.1.5", pods[0].WantIP)
+	}
+
+	for name, bad := range map[string]policy.Pod{
+		"bad protocol": kpod("x", "a", policy.ContainerPort{ContainerPort: 80, Protocol: "ICMP"}),
+		"bad port":     kpod("x", "a", policy.ContainerPort{ContainerPort: 70000}),
+		"bad address": func() policy.Pod {
+			p := kpod("x", "a")
+			p.Annotations = map[string]string{IPAnnotation: "10.244.1"}
+			return p
+		}(),
+	} {
+		if _, _, err := FromPolicyPods([]policy.Pod{bad}); err == nil || !strings.Contains(err.Error(), "x/a") {
+			t.Errorf("%s: error %v, want one naming x/a", name, err)
+		}
+	}
+}

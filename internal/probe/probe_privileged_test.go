@@ -1,0 +1,310 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// builtBinary builds the lockstep binary once per test binary.
+func builtBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "lockstep-probe-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildErr = nodesim.BuildBinary("../..", dir)
+		binPath = filepath.Join(dir, "lockstep")
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// threePods is three pods in two namespaces with TCP and UDP ports.
+func threePods() []Pod {
+	return []Pod{
+		{Namespace: "x", Name: "a", Ports: []Port{{80, TCP}, {53, UDP}}},
+		{Namespace: "x", Name: "b", Ports: []Port{{80, TCP}, {81, TCP}}},
+		{Namespace: "y", Name: "a", Ports: []Port{{80, ""}, {53, UDP}}},
+	}
+}
+
+// leftovers lists what a probe run may leave behind: its namespaces, its
+// work directories, processes running from them, and links in the
+// machine's own namespace.
+type leftovers struct {
+	netns, dirs, links []string
+	procs              []int
+}
+
+// ownPrefix is how this process's probe runs name their namespaces and
+// work dirs; other packages' tests may be probing at the same time.
+var ownPrefix = fmt.Sprintf("%s-%d-", NSPrefix, os.Getpid())
+
+func snapshot(t *testing.T) leftovers {
+	t.Helper()
+	var l leftovers
+	entries, _ := os.ReadDir(nodesim.RunDir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ownPrefix) {
+			l.netns = append(l.netns, e.Name())
+		}
+	}
+	l.dirs, _ = filepath.Glob(filepath.Join(os.TempDir(), ownPrefix+"*"))
+	for _, d := range l.dirs {
+		l.procs = append(l.procs, processesUsing(d)...)
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, link := range links {
+		l.links = append(l.links, link.Attrs().Name)
+	}
+	slices.Sort(l.links)
+	return l
+}
+
+// checkNothingLeft fails t if anything exists now that did not before.
+func checkNothingLeft(t *testing.T, before leftovers) {
+	t.Helper()
+	after := snapshot(t)
+	if len(after.netns) > 0 || len(after.dirs) > 0 || len(after.procs) > 0 {
+		t.Errorf("probe left behind namespaces %v, directories %v, processes %v", after.netns, after.dirs, after.procs)
+	}
+	if !slices.Equal(before.links, after.links) {
+		t.Errorf("the machine's links changed: before %v, after %v", before.links, after.links)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if bytes.Contains(mounts, []byte(filepath.Join(os.TempDir(), ownPrefix))) {
+		t.Errorf("a probe bpffs mount is left behind:\n%s", mounts)
+	}
+}
+
+func TestPrivilegedProbeNoPolicyAllowsAll(t *testing.T) {
+	testenv.Privileged(t)
+	bin := builtBinary(t)
+	before := snapshot(t)
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, Config{Binary: bin, Pods: threePods(), Progress: &progress})
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkNothingLeft(t, before)
+
+	// x/a and y/a declare 80/TCP and 53/UDP, x/b 80/TCP and 81/TCP: each
+	// pod probes the other two on their two ports each.
+	if got, want := len(rep.Results), 3*2*2; got != want {
+		t.Errorf("%d results, want %d", got, want)
+	}
+	want := `80/TCP  x/a  x/b  y/a
+x/a     -    .    .
+x/b     .    -    .
+y/a     .    .    -
+
+81/TCP  x/b
+x/a     .
+x/b     -
+y/a     .
+
+53/UDP  x/a  y/a
+x/a     -    .
+x/b     .    .
+y/a     .    -
+`
+	got := rep.Table()
+	if got.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+	for _, r := range rep.Results {
+		if r.Allowed == nil {
+			t.Errorf("%s -> %s %d/%s: %s", r.From, r.To, r.Port, r.Protocol, r.Error)
+		}
+	}
+	for _, p := range rep.Pods {
+		if !strings.HasPrefix(p.IP, "10.244.") {
+			t.Errorf("pod %s got %q, want an address from 10.244.0.0/16", p.Key(), p.IP)
+		}
+	}
+}
+
+func TestPrivilegedProbeSCTPUnprobeable(t *testing.T) {
+	testenv.Privileged(t)
+	if _, err := listenSCTP(0); err == nil || !strings.Contains(err.Error(), "no SCTP") {
+		t.Skipf("this kernel creates SCTP sockets (%v); the test is for one that does not", err)
+	}
+	bin := builtBinary(t)
+	pods := []Pod{
+		{Namespace: "x", Name: "a", Ports: []Port{{80, TCP}}},
+		{Namespace: "x", Name: "b", Ports: []Port{{80, TCP}, {9, SCTP}}},
+	}
+	rep, err := Run(context.Background(), Config{Binary: bin, Pods: pods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		switch r.Protocol {
+		case SCTP:
+			if r.Allowed != nil || !strings.Contains(r.Error, "no SCTP sockets") {
+				t.Errorf("SCTP result %+v, want allowed null and a no-SCTP error", r)
+			}
+		default:
+			if r.Allowed == nil || !*r.Allowed {
+				t.Errorf("TCP result %+v, want allowed", r)
+			}
+		}
+	}
+	if got := rep.Table().Count(CellUnprobeable); got != 1 {
+		t.Errorf("%d '?' cells, want 1:\n%s", got, rep.Table())
+	}
+}
+
+// TestPrivilegedProbeCancelLeavesNothing cancels runs at several points —
+// while the agent starts, while pods are created, as probing starts — and
+// checks each removes everything it made.
+func TestPrivilegedProbeCancelLeavesNothing(t *testing.T) {
+	testenv.Privileged(t)
+	bin := builtBinary(t)
+	before := snapshot(t)
+	pods := threePods()
+	for i := range 6 {
+		pods = append(pods, Pod{Namespace: "z", Name: string(rune('a' + i)), Ports: []Port{{80, TCP}, {53, UDP}}})
+	}
+	for _, at := range []string{"starting the agent", "creating", "probing"} {
+		t.Run(at, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w := &cancelOn{prefix: at, cancel: cancel}
+			_, err := Run(ctx, Config{Binary: bin, Pods: pods, Progress: w, Timeout: 2 * time.Second})
+			if err == nil {
+				t.Fatalf("run cancelled at %q returned no error", at)
+			}
+			if !w.seen {
+				t.Fatalf("progress never said %q: %v", at, err)
+			}
+			checkNothingLeft(t, before)
+		})
+	}
+}
+
+// cancelOn is a progress writer that cancels the run when a line starting
+// with prefix is written.
+type cancelOn struct {
+	mu     sync.Mutex
+	prefix string
+	cancel context.CancelFunc
+	seen   bool
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.seen && strings.HasPrefix(string(p), c.prefix) {
+		c.seen = true
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// TestPrivilegedSweepStale leaves a namespace and a work directory as a
+// killed run would, and checks SweepStale removes them.
+func TestPrivilegedSweepStale(t *testing.T) {
+	testenv.Privileged(t)
+	// A PID that is not running: the highest possible is rarely in use.
+	const deadPID = 4194303
+	if alive(deadPID) {
+		t.Skip("pid 4194303 is running")
+	}
+	name := strings.Replace(nodesim.Name(NSPrefix), "-"+strconv.Itoa(os.Getpid())+"-", "-"+strconv.Itoa(deadPID)+"-", 1)
+	n, err := nodesim.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	dir, err := os.MkdirTemp("", NSPrefix+"-"+strconv.Itoa(deadPID)+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodesim.MountBPF(filepath.Join(dir, "node", "bpf")); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := SweepStale()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed < 2 {
+		t.Errorf("SweepStale removed %d, want at least 2", removed)
+	}
+	if _, err := os.Stat(nodesim.Path(name)); err == nil {
+		t.Errorf("namespace %s is still there", name)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("directory %s is still there", dir)
+	}
+}
+
+// TestPrivilegedProbeNinePodsSixPorts is the size of the upstream e2e
+// matrix: 9 pods in 3 namespaces, 6 ports each, 432 probes. It must take
+// seconds, not minutes.
+func TestPrivilegedProbeNinePodsSixPorts(t *testing.T) {
+	testenv.Privileged(t)
+	bin := builtBinary(t)
+	ports := []Port{{80, TCP}, {81, TCP}, {8080, TCP}, {80, UDP}, {81, UDP}, {53, UDP}}
+	var pods []Pod
+	for _, ns := range []string{"x", "y", "z"} {
+		for _, name := range []string{"a", "b", "c"} {
+			pods = append(pods, Pod{Namespace: ns, Name: name, Ports: ports})
+		}
+	}
+	var progress bytes.Buffer
+	start := time.Now()
+	rep, err := Run(context.Background(), Config{Binary: bin, Pods: pods, Progress: &progress})
+	elapsed := time.Since(start)
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 9*8*6 {
+		t.Errorf("%d results, want %d", len(rep.Results), 9*8*6)
+	}
+	if allowed, _, _ := rep.Counts(); allowed != len(rep.Results) {
+		t.Errorf("%d of %d allowed without policies:\n%s", allowed, len(rep.Results), rep.Table())
+	}
+	if elapsed > 20*time.Second {
+		t.Errorf("took %s; a 9-pod, 6-port probe must take seconds", elapsed)
+	}
+}

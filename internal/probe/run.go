@@ -1,0 +1,356 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"lockstep.dev/lockstep/internal/nodesim"
+)
+
+// Defaults for Config.
+const (
+	DefaultPool    = "10.244.0.0/16"
+	DefaultTimeout = time.Second
+	DefaultWorkers = 64
+)
+
+// Config describes one probe run.
+type Config struct {
+	// Binary is the lockstep binary; it runs the agent and, linked as
+	// lockstep-cni, the CNI plugin.
+	Binary string
+	// Manifests is the directory passed to the agent's --manifests, so it
+	// enforces the policies found there. Empty starts the agent without it.
+	Manifests string
+	// Pods are created and probed. Usually read from the same directory.
+	Pods []Pod
+	// Pools are the agent's --pool-cidr values (default DefaultPool).
+	Pools []string
+	// Timeout bounds each connection attempt (default DefaultTimeout).
+	Timeout time.Duration
+	// Workers bounds the probes in flight (default DefaultWorkers).
+	Workers int
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+}
+
+// pod is a created pod: its namespace, address and listeners.
+type pod struct {
+	Pod
+	netns     ns.NetNS
+	addr      netip.Addr
+	listeners map[Port]error // nil error: listening
+}
+
+// Run creates a node with an agent and the pods, probes every ordered pair
+// of distinct pods on every port the destination declares, and removes
+// everything before it returns, also on error and when ctx is cancelled.
+// It must run as root.
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
+	cfg = withDefaults(cfg)
+	progress := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, format+"\n", args...) }
+	if err := validate(cfg.Pods); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if n, err := SweepStale(); err != nil {
+		progress("warning: sweep leftovers of earlier probes: %v", err)
+	} else if n > 0 {
+		progress("removed %d leftovers of an interrupted probe", n)
+	}
+
+	flags, err := detectAgentFlags(ctx, cfg.Binary)
+	if err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp("", workDirPattern())
+	if err != nil {
+		return nil, fmt.Errorf("create work dir: %w", err)
+	}
+	var cleanup []func() error
+	defer func() {
+		// Runs on success, error and cancellation alike, newest first.
+		var errs []error
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			errs = append(errs, cleanup[i]())
+		}
+		errs = append(errs, os.RemoveAll(work))
+		if cerr := errors.Join(errs...); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
+		}
+	}()
+
+	bin := filepath.Join(work, "bin")
+	if err := binDir(bin, cfg.Binary); err != nil {
+		return nil, err
+	}
+	args := []string{"--standalone", "--metrics-addr", ""}
+	for _, p := range cfg.Pools {
+		args = append(args, "--pool-cidr", p)
+	}
+	if cfg.Manifests != "" {
+		if flags.manifests {
+			args = append(args, "--manifests", cfg.Manifests)
+		} else {
+			progress("warning: this agent has no --manifests flag: policies are NOT enforced, every probe should be allowed")
+		}
+	}
+	// The node comes with its own bpffs mount, removed by node.Close.
+	node, err := nodesim.NewNode(nodesim.NodeOptions{Prefix: NSPrefix, BinDir: bin, Pools: cfg.Pools, WorkDir: filepath.Join(work, "node")})
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, node.Close)
+	args = append(args, "--state-dir", node.StateDir, "--socket", node.Socket)
+	if flags.bpfRoot {
+		args = append(args, "--bpf-root", node.BPFRoot)
+	}
+	progress("starting the agent in node namespace %s", filepath.Base(node.NS.Path()))
+	agent, err := startAgent(ctx, node, cfg.Binary, args)
+	if err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, func() error { agent.stop(); return nil })
+
+	progress("creating %d pods…", len(cfg.Pods))
+	pods, err := createPods(ctx, node, cfg.Pods, &cleanup)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
+		if p.WantIP.IsValid() && p.WantIP != p.addr {
+			progress("warning: pod %s pins %s with lockstep.dev/ip but got %s", p.Key(), p.WantIP, p.addr)
+		}
+	}
+	cleanup = append(cleanup, openListeners(pods))
+
+	// No settling: the agent answers a CNI ADD only once the whole
+	// committed state, every pod created so far included, is in force.
+	jobs := plan(pods)
+	progress("probing %d connections…", len(jobs))
+	probeStart := time.Now()
+	results := runProbes(ctx, jobs, cfg.Workers, cfg.Timeout)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := agent.exited(); err != nil {
+		return nil, err
+	}
+	rep = &Report{Results: results}
+	for _, p := range pods {
+		rep.Pods = append(rep.Pods, PodInfo{Namespace: p.Namespace, Name: p.Name, IP: p.addr.String(), Ports: p.Ports})
+	}
+	rep.Sort()
+	allowed, denied, unknown := rep.Counts()
+	progress("probed in %s (%s in all): %d allowed, %d denied, %d unprobeable",
+		time.Since(probeStart).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), allowed, denied, unknown)
+	return rep, nil
+}
+
+func withDefaults(cfg Config) Config {
+	if len(cfg.Pools) == 0 {
+		cfg.Pools = []string{DefaultPool}
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	pods := make([]Pod, len(cfg.Pods))
+	for i, p := range cfg.Pods {
+		p.Ports = normalisePorts(p.Ports)
+		if p.UID == "" {
+			p.UID = "probe-" + p.Namespace + "-" + p.Name
+		}
+		pods[i] = p
+	}
+	cfg.Pods = pods
+	return cfg
+}
+
+func validate(pods []Pod) error {
+	seen := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		if p.Namespace == "" || p.Name == "" {
+			return fmt.Errorf("pod %q: namespace and name are required", p.Key())
+		}
+		if seen[p.Key()] {
+			return fmt.Errorf("pod %s is declared twice", p.Key())
+		}
+		seen[p.Key()] = true
+	}
+	if len(pods) < 2 {
+		return fmt.Errorf("found %d pods: a probe needs at least two", len(pods))
+	}
+	return nil
+}
+
+// createPods creates a namespace per pod and runs CNI ADD for it, a few at
+// a time, as a kubelet starting pods would. Each namespace is added to
+// cleanup as soon as it exists.
+func createPods(ctx context.Context, node *nodesim.Node, specs []Pod, cleanup *[]func() error) ([]*pod, error) {
+	pods := make([]*pod, len(specs))
+	for i, spec := range specs {
+		n, err := nodesim.Create(nodesim.Name(NSPrefix))
+		if err != nil {
+			return nil, err
+		}
+		*cleanup = append(*cleanup, func() error { return nodesim.Delete(n) })
+		pods[i] = &pod{Pod: spec, netns: n}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(pods))
+	sem := make(chan struct{}, 8)
+	for i, p := range pods {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = addPod(ctx, node, i, p)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return pods, nil
+}
+
+func addPod(ctx context.Context, node *nodesim.Node, i int, p *pod) error {
+	rt := &libcni.RuntimeConf{
+		ContainerID: fmt.Sprintf("lsprobe%04d", i),
+		NetNS:       p.netns.Path(),
+		IfName:      "eth0",
+		Args: [][2]string{
+			{"IgnoreUnknown", "1"},
+			{"K8S_POD_NAMESPACE", p.Namespace},
+			{"K8S_POD_NAME", p.Name},
+			{"K8S_POD_UID", p.UID},
+		},
+	}
+	r, err := node.Add(ctx, rt)
+	if err != nil {
+		return fmt.Errorf("create pod %s (CNI ADD): %w", p.Key(), err)
+	}
+	res, err := types100.GetResult(r)
+	if err != nil {
+		return fmt.Errorf("create pod %s: read CNI result: %w", p.Key(), err)
+	}
+	// Probe over IPv4 when the pod has it, as the upstream e2e tests do on
+	// a single-stack cluster.
+	for _, ip := range res.IPs {
+		a, ok := netip.AddrFromSlice(ip.Address.IP)
+		if !ok {
+			continue
+		}
+		a = a.Unmap()
+		if !p.addr.IsValid() || (a.Is4() && !p.addr.Is4()) {
+			p.addr = a
+		}
+	}
+	if !p.addr.IsValid() {
+		return fmt.Errorf("create pod %s: CNI result has no address", p.Key())
+	}
+	return nil
+}
+
+// openListeners opens every pod's listeners and returns the function that
+// closes them. A listener that cannot be opened is recorded, and every
+// probe to it reported as unprobeable.
+func openListeners(pods []*pod) func() error {
+	var closers []io.Closer
+	for _, p := range pods {
+		p.listeners = make(map[Port]error, len(p.Ports))
+		for _, port := range p.Ports {
+			c, err := listen(p.netns, port)
+			p.listeners[port] = err
+			if err == nil {
+				closers = append(closers, c)
+			}
+		}
+	}
+	return func() error {
+		for _, c := range closers {
+			c.Close()
+		}
+		return nil
+	}
+}
+
+// job is one probe to make.
+type job struct {
+	from, to *pod
+	port     Port
+}
+
+// plan lists a probe for every ordered pair of distinct pods and every
+// port the destination declares.
+func plan(pods []*pod) []job {
+	var jobs []job
+	for _, from := range pods {
+		for _, to := range pods {
+			if from == to {
+				continue
+			}
+			for _, port := range to.Ports {
+				jobs = append(jobs, job{from: from, to: to, port: port})
+			}
+		}
+	}
+	return jobs
+}
+
+// runProbes makes the probes with at most workers in flight.
+func runProbes(ctx context.Context, jobs []job, workers int, timeout time.Duration) []Result {
+	results := make([]Result, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(workers, len(jobs)) {
+		wg.Go(func() {
+			for i := range next {
+				results[i] = probeOne(ctx, jobs[i], timeout)
+			}
+		})
+	}
+	for i := range jobs {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(next)
+	wg.Wait()
+	return results
+}
+
+func probeOne(ctx context.Context, j job, timeout time.Duration) Result {
+	r := Result{From: j.from.Key(), To: j.to.Key(), Port: j.port.Port, Protocol: j.port.Protocol}
+	if err := j.to.listeners[j.port]; err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	ok, err := dial(ctx, j.from.netns, netip.AddrPortFrom(j.to.addr, j.port.Port), j.port.Protocol, timeout)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.Allowed = &ok
+	return r
+}

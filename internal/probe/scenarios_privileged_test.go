@@ -1,0 +1,90 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"lockstep.dev/lockstep/agent/manifests"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/internal/testenv"
+)
+
+// loadScenarioPods reads the pods of a scenario's manifests.
+func loadScenarioPods(dir string) ([]policy.Pod, error) {
+	objs, err := manifests.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	pods := make([]policy.Pod, len(objs.Pods))
+	for i, p := range objs.Pods {
+		pods[i] = *p
+	}
+	return pods, nil
+}
+
+// TestPrivilegedProbeScenarios probes every scenario under
+// testdata/scenarios and compares the tables with its hand-derived
+// expected.txt, cell by cell.
+func TestPrivilegedProbeScenarios(t *testing.T) {
+	testenv.Privileged(t)
+	dirs, err := filepath.Glob(filepath.Join("testdata", "scenarios", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) == 0 {
+		t.Fatal("no scenarios under testdata/scenarios")
+	}
+	bin := builtBinary(t)
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			runScenario(t, bin, dir)
+		})
+	}
+}
+
+func runScenario(t *testing.T, bin, dir string) {
+	text, err := os.ReadFile(filepath.Join(dir, "expected.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expected, err := ParseTable(string(text))
+	if err != nil {
+		t.Fatalf("%s/expected.txt: %v", dir, err)
+	}
+	kpods, err := loadScenarioPods(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, _, err := FromPolicyPods(kpods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Binary: bin, Manifests: abs, Pods: pods, Progress: &progress})
+	if err != nil {
+		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	}
+	actual := rep.Table()
+	if mismatches := CompareTables(expected, actual); len(mismatches) > 0 {
+		lines := make([]string, len(mismatches))
+		for i, m := range mismatches {
+			lines[i] = "  " + m.String()
+		}
+		t.Errorf("%d cells differ from %s/expected.txt:\n%s\n\nactual:\n%s\nprogress:\n%s",
+			len(mismatches), dir, strings.Join(lines, "\n"), actual, progress.String())
+	}
+	if n := actual.Count(CellUnprobeable); n > 0 {
+		t.Logf("%d cells could not be probed ('?'), e.g. SCTP on a kernel without it", n)
+	}
+}
