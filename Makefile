@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X lockstep.dev/lockstep/internal/buildinfo.Version=$(VERSION)
 BIN      := bin
 FUZZTIME ?= 20s
 
-.PHONY: all build deps test test-unit fuzz demo bench vet clean
+.PHONY: all build deps generate check-generated test test-unit fuzz demo bench vet clean
 
 all: build
 
@@ -19,12 +19,20 @@ build:
 deps:
 	./tools/deps/install.sh
 
+## generate: recompile bpf/ into agent/datapath with the pinned clang (clang-16)
+generate:
+	$(GO) generate ./agent/datapath
+
+## check-generated: fail when the committed eBPF objects are not what bpf/ compiles to
+check-generated: generate
+	@git diff --quiet -- agent/datapath || { echo "agent/datapath: committed eBPF objects are stale; run make generate and commit"; git diff --stat -- agent/datapath; exit 1; }
+
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 ## test: everything, privileged tests included (run as root)
-test: deps build vet
+test: deps build vet check-generated
 	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) test -count=1 -timeout 20m ./...
 
 ## test-unit: only the tests that need no privileges

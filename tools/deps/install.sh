@@ -7,6 +7,14 @@ need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v iptables >/dev/null || need+=(iptables)
 [ -x /usr/lib/cni/ptp ] && [ -x /usr/lib/cni/portmap ] || need+=(containernetworking-plugins)
+# eBPF: clang-16 compiles bpf/ (make generate; CI checks the committed
+# objects are current), libbpf-dev has bpf_helpers.h, bpftool inspects maps.
+command -v clang-16 >/dev/null || need+=(clang-16)
+command -v llvm-strip-16 >/dev/null || need+=(llvm-16)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+command -v bpftool >/dev/null || need+=(bpftool)
+# Benchmarks: TCP throughput between pods with policy on and off.
+command -v iperf3 >/dev/null || need+=(iperf3)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0
