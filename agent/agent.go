@@ -126,6 +126,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	metrics := server.NewMetrics(svc.Status)
 	svc.OnWrite(metrics.ObserveWrite)
+	enf.OnApply(metrics.ObservePolicyApply)
+	metrics.AddWriter(dataplaneMetrics(dp, st))
 
 	lis, err := server.ListenSocket(cfg.Socket)
 	if err != nil {

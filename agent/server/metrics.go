@@ -22,6 +22,7 @@ type Metrics struct {
 	requests  *promtext.Counter
 	durations *promtext.Histogram
 	writes    *promtext.Histogram
+	applies   *promtext.Histogram
 }
 
 // NewMetrics creates the agent's metrics. status feeds the pool gauges at
@@ -36,6 +37,8 @@ func NewMetrics(status func(context.Context) (*api.StatusResponse, error)) *Metr
 			"Time the agent spent on an API request.", exponential(50e-6, 2, 16), "op"),
 		writes: reg.NewHistogram("lockstep_state_write_duration_seconds",
 			"Time to write one transaction's durable changes to the state file, fsync included.", exponential(25e-6, 2, 16)),
+		applies: reg.NewHistogram("lockstep_policy_apply_duration_seconds",
+			"Time from reading a committed store snapshot to its policy being in force in the dataplane (compile and apply).", exponential(50e-6, 2, 18)),
 	}
 	reg.RegisterWriter(func(w io.Writer) {
 		st, err := status(context.Background())
@@ -64,6 +67,13 @@ func (m *Metrics) observeRequest(op string, code int, d time.Duration) {
 
 // ObserveWrite records one durable write to the state file.
 func (m *Metrics) ObserveWrite(d time.Duration) { m.writes.Observe(d.Seconds()) }
+
+// ObservePolicyApply records one dataplane apply.
+func (m *Metrics) ObservePolicyApply(d time.Duration) { m.applies.Observe(d.Seconds()) }
+
+// AddWriter adds fn, which writes metric families read at scrape time
+// (dataplane counters, store gauges), to every scrape.
+func (m *Metrics) AddWriter(fn func(io.Writer)) { m.reg.RegisterWriter(fn) }
 
 // WritePrometheus writes every metric in the Prometheus text format.
 func (m *Metrics) WritePrometheus(w io.Writer) { m.reg.Write(w) }
