@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"lockstep.dev/lockstep/agent/manifests"
 	"os"
 	"os/signal"
 	"strings"
@@ -13,22 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/probe"
 )
-
-// loadManifestPods reads the pods of a manifest directory.
-func loadManifestPods(dir string) ([]policy.Pod, error) {
-	objs, err := manifests.Load(dir)
-	if err != nil {
-		return nil, err
-	}
-	pods := make([]policy.Pod, len(objs.Pods))
-	for i, p := range objs.Pods {
-		pods[i] = *p
-	}
-	return pods, nil
-}
 
 func newProbeCmd() *cobra.Command {
 	var (
@@ -68,11 +53,7 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 			if err != nil {
 				return fmt.Errorf("find own binary: %w", err)
 			}
-			kpods, err := loadManifestPods(manifests)
-			if err != nil {
-				return err
-			}
-			pods, skipped, err := probe.FromPolicyPods(kpods)
+			pods, skipped, err := probe.LoadPods(manifests)
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"fmt"
+	"lockstep.dev/lockstep/agent/manifests"
 	"net/netip"
 
 	"lockstep.dev/lockstep/agent/policy"
@@ -47,4 +48,18 @@ func FromPolicyPods(in []policy.Pod) (pods []Pod, skipped []string, err error) {
 		pods = append(pods, p)
 	}
 	return pods, skipped, nil
+}
+
+// LoadPods reads the Pods of a manifests directory (as the agent's
+// --manifests reads it) and converts them with FromPolicyPods.
+func LoadPods(dir string) (pods []Pod, skipped []string, err error) {
+	objs, err := manifests.Load(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	in := make([]policy.Pod, len(objs.Pods))
+	for i, p := range objs.Pods {
+		in[i] = *p
+	}
+	return FromPolicyPods(in)
 }

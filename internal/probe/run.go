@@ -43,6 +43,10 @@ type Config struct {
 	Workers int
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
+	// Then, when set, runs after the first probe while the node and pods
+	// still exist: it may edit the manifests (the agent follows edits) and
+	// call reprobe to probe every pair again. Its error is Run's.
+	Then func(ctx context.Context, first *Report, reprobe func(context.Context) (*Report, error)) error
 }
 
 // pod is a created pod: its namespace, address and listeners.
@@ -137,24 +141,35 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 
 	// No settling: the agent answers a CNI ADD only once the whole
 	// committed state, every pod created so far included, is in force.
-	jobs := plan(pods)
-	progress("probing %d connections…", len(jobs))
-	probeStart := time.Now()
-	results := runProbes(ctx, jobs, cfg.Workers, cfg.Timeout)
-	if err := ctx.Err(); err != nil {
+	probeAll := func(ctx context.Context) (*Report, error) {
+		jobs := plan(pods)
+		progress("probing %d connections…", len(jobs))
+		probeStart := time.Now()
+		results := runProbes(ctx, jobs, cfg.Workers, cfg.Timeout)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := agent.exited(); err != nil {
+			return nil, err
+		}
+		rep := &Report{Results: results}
+		for _, p := range pods {
+			rep.Pods = append(rep.Pods, PodInfo{Namespace: p.Namespace, Name: p.Name, IP: p.addr.String(), Ports: p.Ports})
+		}
+		rep.Sort()
+		allowed, denied, unknown := rep.Counts()
+		progress("probed in %s (%s in all): %d allowed, %d denied, %d unprobeable",
+			time.Since(probeStart).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), allowed, denied, unknown)
+		return rep, nil
+	}
+	if rep, err = probeAll(ctx); err != nil {
 		return nil, err
 	}
-	if err := agent.exited(); err != nil {
-		return nil, err
+	if cfg.Then != nil {
+		if err := cfg.Then(ctx, rep, probeAll); err != nil {
+			return nil, err
+		}
 	}
-	rep = &Report{Results: results}
-	for _, p := range pods {
-		rep.Pods = append(rep.Pods, PodInfo{Namespace: p.Namespace, Name: p.Name, IP: p.addr.String(), Ports: p.Ports})
-	}
-	rep.Sort()
-	allowed, denied, unknown := rep.Counts()
-	progress("probed in %s (%s in all): %d allowed, %d denied, %d unprobeable",
-		time.Since(probeStart).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), allowed, denied, unknown)
 	return rep, nil
 }
 

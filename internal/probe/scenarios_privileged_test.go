@@ -3,29 +3,14 @@ package probe
 import (
 	"bytes"
 	"context"
-	"lockstep.dev/lockstep/agent/manifests"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/testenv"
 )
-
-// loadScenarioPods reads the pods of a scenario's manifests.
-func loadScenarioPods(dir string) ([]policy.Pod, error) {
-	objs, err := manifests.Load(dir)
-	if err != nil {
-		return nil, err
-	}
-	pods := make([]policy.Pod, len(objs.Pods))
-	for i, p := range objs.Pods {
-		pods[i] = *p
-	}
-	return pods, nil
-}
 
 // TestPrivilegedProbeScenarios probes every scenario under
 // testdata/scenarios and compares the tables with its hand-derived
@@ -56,11 +41,7 @@ func runScenario(t *testing.T, bin, dir string) {
 	if err != nil {
 		t.Fatalf("%s/expected.txt: %v", dir, err)
 	}
-	kpods, err := loadScenarioPods(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, _, err := FromPolicyPods(kpods)
+	pods, _, err := LoadPods(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,10 @@
+// Command demo is `make demo`: lockstep's main job on one machine, no
+// cluster needed. It starts a standalone agent in a throwaway node network
+// namespace enforcing the manifests of examples/demo, creates every pod
+// through the real CNI plugin, and prints the truth table real packets
+// give. Then it edits one policy (the version in examples/demo-edit), waits
+// for the agent to follow the edit, and prints the new table and the cells
+// that changed. Everything is removed at the end, also on Ctrl-C.
 package main
 
 import (
@@ -6,191 +13,119 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/signal"
-	"strings"
+	"path/filepath"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
-	"github.com/containernetworking/cni/libcni"
-	types100 "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/ns"
-
-	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/internal/probe"
 )
-
-const nsPrefix = "lsdemo"
-
-type pod struct {
-	namespace, name string
-	netns           ns.NetNS
-	rt              *libcni.RuntimeConf
-	v4, v6          netip.Addr
-	hostIf          string
-}
 
 func main() {
 	bin := flag.String("bin", "bin", "directory holding lockstep and the lockstep-cni symlink (make build)")
-	pods := flag.Int("pods", 4, "number of pods to create")
+	examples := flag.String("examples", "examples", "directory holding demo/ and demo-edit/")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout, *bin, *pods); err != nil {
+	if err := run(ctx, os.Stdout, *bin, *examples); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, out io.Writer, bin string, podCount int) (err error) {
+func run(ctx context.Context, out io.Writer, bin, examples string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("the demo creates network namespaces and veth pairs: run it as root (sudo make demo)")
 	}
-	if _, err := os.Stat(bin + "/lockstep-cni"); err != nil {
-		return fmt.Errorf("find the plugin: %w (run make build first)", err)
+	self, err := filepath.Abs(filepath.Join(bin, "lockstep"))
+	if err != nil {
+		return err
 	}
-	if n, _ := nodesim.SweepStale(nsPrefix); n > 0 {
-		fmt.Fprintf(out, "removed %d namespaces left by an interrupted demo\n", n)
+	if _, err := os.Stat(self); err != nil {
+		return fmt.Errorf("find the binary: %w (run make build first)", err)
 	}
+	// The agent follows a directory of our own, so the edit below does not
+	// touch examples/.
 	work, err := os.MkdirTemp("", "lockstep-demo-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
+	if err := copyManifests(filepath.Join(examples, "demo"), work); err != nil {
+		return err
+	}
+	pods, _, err := probe.LoadPods(work)
+	if err != nil {
+		return err
+	}
 
-	step(out, "starting a lockstep agent in a throwaway node namespace")
-	node, err := nodesim.NewNode(nodesim.NodeOptions{
-		Prefix: nsPrefix, BinDir: bin, WorkDir: work,
-		Pools: []string{"10.244.0.0/24", "fd00:10:244::/120"},
+	fmt.Fprintf(out, "lockstep demo: %d pods from %s, policies enforced by the eBPF dataplane\n\n", len(pods), filepath.Join(examples, "demo"))
+	_, err = probe.Run(ctx, probe.Config{
+		Binary: self, Manifests: work, Pods: pods, Progress: os.Stderr,
+		Then: func(ctx context.Context, first *probe.Report, reprobe func(context.Context) (*probe.Report, error)) error {
+			before := first.Table()
+			fmt.Fprintf(out, "Truth table ('.' allowed, 'X' denied, rows are sources):\n\n%s\n", before)
+
+			edit := filepath.Join(examples, "demo-edit")
+			fmt.Fprintf(out, "Editing the policies: the manifests now match %s\n\n", edit)
+			if err := copyManifests(edit, work); err != nil {
+				return err
+			}
+			// The agent follows the directory; probe until the table
+			// changes, and say how long the edit took to be in force.
+			start := time.Now()
+			for {
+				rep, err := reprobe(ctx)
+				if err != nil {
+					return err
+				}
+				after := rep.Table()
+				if diff := probe.CompareTables(before, after); len(diff) > 0 {
+					fmt.Fprintf(out, "New truth table, in force within %s of the edit:\n\n%s\n", time.Since(start).Round(10*time.Millisecond), after)
+					fmt.Fprintln(out, "Cells that changed:")
+					for _, m := range diff {
+						fmt.Fprintf(out, "  %s %s -> %s: %c before, %c now\n", m.Port, m.From, m.To, m.Expected, m.Actual)
+					}
+					return nil
+				}
+				if time.Since(start) > 15*time.Second {
+					return errors.New("the agent did not apply the edited policies within 15s")
+				}
+			}
+		},
 	})
 	if err != nil {
 		return err
 	}
-	var created []*pod
-	defer func() {
-		// Runs on success, error and Ctrl-C alike.
-		step(out, "tearing down")
-		cleanup, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		for _, p := range created {
-			_ = node.Del(cleanup, p.rt)
-			_ = nodesim.Delete(p.netns)
-		}
-		if cerr := node.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-		fmt.Fprintln(out, "  all pods, links, namespaces and the agent are gone")
-	}()
-	if err := node.StartAgent(ctx); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "  node netns %s, pools 10.244.0.0/24 and fd00:10:244::/120\n", node.NS.Path())
-
-	step(out, "creating %d pods through CNI ADD (libcni -> bin/lockstep-cni -> agent)", podCount)
-	names := []string{"web-0", "web-1", "db-0", "cache-0", "api-0", "api-1", "worker-0", "worker-1"}
-	for i := range podCount {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		p := &pod{namespace: "demo", name: fmt.Sprintf("pod-%d", i)}
-		if i < len(names) {
-			p.name = names[i]
-		}
-		if p.netns, err = nodesim.Create(nodesim.Name(nsPrefix)); err != nil {
-			return err
-		}
-		created = append(created, p)
-		p.rt = nodesim.Runtime("demo-"+p.name, p.netns, "eth0", p.namespace, p.name)
-		start := time.Now()
-		raw, err := node.Add(ctx, p.rt)
-		if err != nil {
-			return fmt.Errorf("ADD %s: %w", p.name, err)
-		}
-		took := time.Since(start)
-		res, err := types100.GetResult(raw)
-		if err != nil {
-			return err
-		}
-		for _, ip := range res.IPs {
-			a, _ := netip.AddrFromSlice(ip.Address.IP)
-			if a = a.Unmap(); a.Is4() {
-				p.v4 = a
-			} else {
-				p.v6 = a
-			}
-		}
-		p.hostIf = api.HostIfName(p.rt.ContainerID, "eth0")
-		fmt.Fprintf(out, "  %-10s %-14s %-22s host veth %s  (ADD %s)\n", p.name, p.v4, p.v6, p.hostIf, took.Round(100*time.Microsecond))
-	}
-
-	step(out, "CHECK and STATUS")
-	for _, p := range created {
-		if err := node.Check(ctx, p.rt); err != nil {
-			return fmt.Errorf("CHECK %s: %w", p.name, err)
-		}
-	}
-	if err := node.Status(ctx); err != nil {
-		return fmt.Errorf("STATUS: %w", err)
-	}
-	fmt.Fprintf(out, "  every pod's interface, addresses and routes match the agent's record; plugin ready\n")
-
-	step(out, "ping matrix (IPv4 / IPv6), rows ping columns")
-	if err := pingMatrix(ctx, out, node, created); err != nil {
-		return err
-	}
-	return ctx.Err()
-}
-
-func pingMatrix(ctx context.Context, out io.Writer, node *nodesim.Node, pods []*pod) error {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	header := []string{"from \\ to"}
-	for _, p := range pods {
-		header = append(header, p.name)
-	}
-	fmt.Fprintln(tw, "  "+strings.Join(header, "\t"))
-	type src struct {
-		name  string
-		netns ns.NetNS
-	}
-	sources := []src{{"node", node.NS}}
-	for _, p := range pods {
-		sources = append(sources, src{p.name, p.netns})
-	}
-	failed := 0
-	for _, s := range sources {
-		row := []string{s.name}
-		for _, dst := range pods {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if s.name == dst.name {
-				row = append(row, "-")
-				continue
-			}
-			cell := ""
-			for _, a := range []netip.Addr{dst.v4, dst.v6} {
-				if err := nodesim.Ping(s.netns, a, time.Second); err != nil {
-					cell += "✗"
-					failed++
-				} else {
-					cell += "✓"
-				}
-			}
-			row = append(row, cell[:len(cell)/2]+" "+cell[len(cell)/2:])
-		}
-		fmt.Fprintln(tw, "  "+strings.Join(row, "\t"))
-	}
-	tw.Flush()
-	if failed > 0 {
-		return fmt.Errorf("%d pings failed", failed)
-	}
-	fmt.Fprintln(out, "  every pod reaches every other pod and the node, over IPv4 and IPv6")
+	fmt.Fprintln(out, "\nEverything the demo created is gone. Try your own policies: bin/lockstep probe --manifests DIR")
 	return nil
 }
 
-func step(out io.Writer, format string, args ...any) {
-	fmt.Fprintf(out, "\n==> "+format+"\n", args...)
+// copyManifests copies the YAML files of src into dst, replacing files of
+// the same name, each through a rename so the agent never reads half a
+// file.
+func copyManifests(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", src, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".yaml" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		tmp := filepath.Join(dst, "."+e.Name()+".tmp")
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(dst, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
