@@ -43,6 +43,7 @@ test-unit:
 fuzz:
 	$(GO) test ./cni/config -run '^$$' -fuzz '^FuzzParseNetConf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cni/config -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./agent/manifests -run '^$$' -fuzz '^FuzzLoadDocument$$' -fuzztime $(FUZZTIME)
 
 ## demo: a standalone node with real pods in network namespaces, then teardown
 demo: build
