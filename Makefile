@@ -49,9 +49,10 @@ fuzz:
 demo: build
 	$(GO) run ./tools/demo -bin $(BIN)
 
-## bench: lockstep vs the reference plugins, written to BENCHMARKS.md
+## bench: CNI latency vs the reference plugins, then the policy dataplane, written to BENCHMARKS.md
 bench: deps build
 	$(GO) run ./tools/cnibench -bin $(BIN) -out BENCHMARKS.md
+	$(GO) run ./tools/policybench -bin $(BIN) -out BENCHMARKS.md
 
 clean:
 	rm -rf $(BIN)

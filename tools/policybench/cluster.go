@@ -1,0 +1,154 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// The shape of the synthetic cluster: namespaces × apps × replicas remote
+// pods (10k), one label set per app and so one identity per app (1k), one
+// NetworkPolicy per app (1k).
+const (
+	clusterNamespaces = 50
+	clusterApps       = 20
+	clusterReplicas   = 10
+	clusterTeams      = 5
+)
+
+// cluster is a synthetic set of Kubernetes objects, realistic enough that
+// the compiler does the work a real cluster asks of it: namespaces with
+// team labels, deployment-like pods (app, tier, pod-template-hash) with
+// named container ports, and policies with a pod selector, ingress from
+// pod and namespace selectors on numeric, ranged and named ports, and
+// egress to DNS by name and to ipBlocks with excepts.
+type cluster struct {
+	Namespaces []*policy.Namespace
+	Pods       []*policy.Pod
+	Policies   []*policy.NetworkPolicy
+}
+
+// newCluster builds the remote part of the cluster. Pod addresses are
+// 10.(n>>16).(n>>8).n for the n-th pod, inside 10.0.0.0/16, apart from any
+// pool a node under test hands out.
+func newCluster() *cluster {
+	c := &cluster{}
+	n := 0
+	for i := range clusterNamespaces {
+		ns := nsName(i)
+		c.Namespaces = append(c.Namespaces, &policy.Namespace{
+			TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: policy.ObjectMeta{Name: ns, Labels: map[string]string{"team": fmt.Sprintf("t%d", i%clusterTeams), "env": []string{"prod", "staging"}[i%2]}},
+		})
+		for j := range clusterApps {
+			for k := range clusterReplicas {
+				a := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
+				p := appPod(ns, j, fmt.Sprintf("%s-%x-%d", appName(j), 0x5f00+j, k))
+				p.Status = policy.PodStatus{Phase: "Running", PodIP: a.String(), PodIPs: []policy.PodIP{{IP: a.String()}}}
+				p.Spec.NodeName = "remote-node"
+				c.Pods = append(c.Pods, p)
+				n++
+			}
+			c.Policies = append(c.Policies, appPolicy(ns, i, j, 0))
+		}
+	}
+	return c
+}
+
+func nsName(i int) string  { return fmt.Sprintf("ns%d", i) }
+func appName(j int) string { return fmt.Sprintf("app%d", j) }
+
+// appPod returns a pod of app j in ns, with the labels a Deployment gives
+// it and a named HTTP and DNS port.
+func appPod(ns string, j int, name string) *policy.Pod {
+	return &policy.Pod{
+		TypeMeta: policy.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+			"app": appName(j), "tier": fmt.Sprint(j % 3), "pod-template-hash": fmt.Sprintf("%x", 0x5f00+j),
+		}},
+		Spec: policy.PodSpec{Containers: []policy.Container{{Name: "main", Ports: []policy.ContainerPort{
+			{Name: "http", ContainerPort: 8000 + int32(j)},
+			{Name: "dns", ContainerPort: 53, Protocol: policy.UDP},
+		}}}},
+	}
+}
+
+// appPolicy returns the policy of app j in namespace i. version changes
+// the upper end of its port range, so that successive versions differ in
+// the rules they compile to.
+func appPolicy(ns string, i, j, version int) *policy.NetworkPolicy {
+	udp := policy.UDP
+	endPort := int32(9100 + version%500)
+	np := &policy.NetworkPolicy{
+		TypeMeta:   policy.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: "allow-" + appName(j)},
+		Spec: policy.NetworkPolicySpec{
+			PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": appName(j)}},
+			Ingress: []policy.IngressRule{{
+				Ports: []policy.NetworkPolicyPort{{Port: policy.FromString("http")}, {Port: policy.FromInt(9000), EndPort: &endPort}},
+				From: []policy.NetworkPolicyPeer{
+					{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"app": appName((j + 1) % clusterApps)}}},
+					{
+						NamespaceSelector: &policy.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", j%clusterTeams)}},
+						PodSelector: &policy.LabelSelector{MatchExpressions: []policy.LabelSelectorRequirement{
+							{Key: "tier", Operator: policy.OpIn, Values: []string{"0", "1"}},
+						}},
+					},
+				},
+			}},
+			Egress: []policy.EgressRule{
+				{Ports: []policy.NetworkPolicyPort{{Protocol: &udp, Port: policy.FromString("dns")}}, To: []policy.NetworkPolicyPeer{{NamespaceSelector: &policy.LabelSelector{}}}},
+				{To: []policy.NetworkPolicyPeer{{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"tier": "2"}}}}},
+			},
+			PolicyTypes: []policy.PolicyType{policy.PolicyTypeIngress, policy.PolicyTypeEgress},
+		},
+	}
+	if j%4 == 0 {
+		// Every fourth app also talks to an external range.
+		np.Spec.Egress = append(np.Spec.Egress, policy.EgressRule{
+			Ports: []policy.NetworkPolicyPort{{Port: policy.FromInt(443)}},
+			To: []policy.NetworkPolicyPeer{{IPBlock: &policy.IPBlock{
+				CIDR: fmt.Sprintf("172.%d.0.0/16", 16+j), Except: []string{fmt.Sprintf("172.%d.%d.0/24", 16+j, i)},
+			}}},
+		})
+	}
+	return np
+}
+
+// list is a Kubernetes v1 List, the form the manifest files are written in.
+type list struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Items      []any  `json:"items"`
+}
+
+// writeManifests writes the cluster plus extra objects as one JSON v1
+// List into dir/cluster.json, for an agent's --manifests.
+func writeManifests(dir string, c *cluster, extra ...any) error {
+	l := list{APIVersion: "v1", Kind: "List"}
+	for _, ns := range c.Namespaces {
+		l.Items = append(l.Items, ns)
+	}
+	for _, p := range c.Pods {
+		l.Items = append(l.Items, p)
+	}
+	for _, np := range c.Policies {
+		l.Items = append(l.Items, np)
+	}
+	l.Items = append(l.Items, extra...)
+	b, err := json.Marshal(l)
+	if err != nil {
+		return fmt.Errorf("encode manifests: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create manifest directory: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cluster.json"), b, 0o600); err != nil {
+		return fmt.Errorf("write manifests: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,22 @@
+// Command policybench measures lockstep's policy dataplane and writes the
+// results into its own section of BENCHMARKS.md, between the markers
+// <!-- policybench:begin --> and <!-- policybench:end -->, as
+// tools/cnibench does for CNI ADD/DEL.
+//
+// One run measures, on one synthetic cluster of 10k remote pods and 1k
+// NetworkPolicies (see cluster.go):
+//
+//   - the in-kernel cost of one verdict of the to_pod program, by running
+//     agent/datapath's BenchmarkVerdict as a subprocess and reading its
+//     ns/verdict metric;
+//   - the latency from committing one policy edit to the store until
+//     enforcer.Sync returns with the maps applied, on 20 local endpoints
+//     attached to real veths in a throwaway netns, split into compile and
+//     apply;
+//   - TCP throughput between two pods (iperf3) with the BPF filters on and
+//     with them removed;
+//   - the agent's resident memory with the cluster loaded from --manifests.
+//
+// Everything privileged happens in network namespaces and bpffs mounts it
+// creates and removes; run it as root, usually through `make bench`.
+package main

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"lockstep.dev/lockstep/internal/nodesim"
+)
+
+// nsPrefix names every namespace policybench creates (policybench-PID-N).
+const nsPrefix = "policybench"
+
+// modulePath identifies the lockstep repository when looking for its root.
+const modulePath = "lockstep.dev/lockstep"
+
+// config is what the command line asks for.
+type config struct {
+	out          string
+	binDir       string
+	edits        int
+	verdictRuns  int
+	iperfSeconds int
+	iperfRounds  int
+
+	// args are the flags as given, kept to record the exact command.
+	args []string
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("policybench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sudo go run ./tools/policybench [flags]   (or: make bench)")
+		fmt.Fprintln(stderr, "Benchmarks lockstep's policy dataplane (verdict cost, policy change latency, throughput, agent memory) in throwaway network namespaces.")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.out, "out", "", "markdown file whose policybench section is (re)written; empty prints the section to stdout")
+	fs.StringVar(&c.binDir, "bin", "bin", "directory holding lockstep and the lockstep-cni symlink (make build)")
+	fs.IntVar(&c.edits, "edits", 200, "timed policy edits")
+	fs.IntVar(&c.verdictRuns, "verdict-runs", 200000, "BPF_PROG_TEST_RUN repetitions per verdict benchmark (go test -benchtime Nx)")
+	fs.IntVar(&c.iperfSeconds, "iperf-seconds", 5, "length of each iperf3 run")
+	fs.IntVar(&c.iperfRounds, "iperf-rounds", 3, "iperf3 runs with policy on and with it off; the median counts")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q: policybench takes only flags", fs.Args())
+	}
+	switch {
+	case c.edits < 2:
+		return c, fmt.Errorf("-edits %d: need at least two", c.edits)
+	case c.verdictRuns < 1:
+		return c, fmt.Errorf("-verdict-runs %d: need at least one", c.verdictRuns)
+	case c.iperfSeconds < 1 || c.iperfRounds < 1:
+		return c, errors.New("-iperf-seconds and -iperf-rounds must be at least 1")
+	}
+	c.args = args
+	return c, nil
+}
+
+// run is the whole command; it returns the exit status. Cleanup runs before
+// it returns, whatever happened.
+func run(args []string, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "policybench:", err)
+		return 2
+	}
+	if euid := os.Geteuid(); euid != 0 {
+		fmt.Fprintf(stderr, "policybench: must run as root (euid is %d): it creates network namespaces, veth pairs and bpffs mounts; try `sudo make bench`\n", euid)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	b := &bench{cfg: cfg}
+	var cleanErr error
+	rep, runErr := func() (*report, error) {
+		// Deferred, so that even a panic removes what the run created.
+		defer func() { cleanErr = b.cleanup() }()
+		return b.run(ctx)
+	}()
+	if cleanErr != nil {
+		fmt.Fprintln(stderr, "policybench: clean up:", cleanErr)
+	}
+	if runErr != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "policybench: interrupted; nothing was written")
+			return 130
+		}
+		fmt.Fprintln(stderr, "policybench:", runErr)
+		return 1
+	}
+	if err := rep.write(cfg.out, os.Stdout); err != nil {
+		fmt.Fprintln(stderr, "policybench:", err)
+		return 1
+	}
+	if cfg.out != "" {
+		logf("wrote %s", cfg.out)
+	}
+	if cleanErr != nil {
+		return 1
+	}
+	return 0
+}
+
+// bench is one run: its configuration, work directory and what must be
+// undone at the end, in reverse order.
+type bench struct {
+	cfg      config
+	binDir   string // absolute
+	work     string
+	cleanups []func() error
+}
+
+// onCleanup registers fn to run at the end of the run, before the
+// functions registered earlier.
+func (b *bench) onCleanup(fn func() error) { b.cleanups = append(b.cleanups, fn) }
+
+// cleanup undoes everything the run created, newest first.
+func (b *bench) cleanup() error {
+	var errs []error
+	for i := len(b.cleanups) - 1; i >= 0; i-- {
+		errs = append(errs, b.cleanups[i]())
+	}
+	b.cleanups = nil
+	return errors.Join(errs...)
+}
+
+// newNetns creates a namespace that is deleted at the end of the run.
+func (b *bench) newNetns() (ns.NetNS, error) {
+	n, err := nodesim.Create(nodesim.Name(nsPrefix))
+	if err != nil {
+		return nil, err
+	}
+	b.onCleanup(func() error { return nodesim.Delete(n) })
+	return n, nil
+}
+
+// run measures everything, in the order least to most likely to fail on
+// an unusual machine, and returns the report.
+func (b *bench) run(ctx context.Context) (*report, error) {
+	if n, _ := nodesim.SweepStale(nsPrefix); n > 0 {
+		logf("removed %d namespaces left by an interrupted run", n)
+	}
+	root, err := findRepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if b.binDir, err = filepath.Abs(b.cfg.binDir); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(b.binDir, "lockstep-cni")); err != nil {
+		return nil, fmt.Errorf("find the plugin: %w (run make build first, or pass -bin)", err)
+	}
+	if b.work, err = os.MkdirTemp("", "policybench-"); err != nil {
+		return nil, err
+	}
+	b.onCleanup(func() error { return os.RemoveAll(b.work) })
+
+	rep := &report{cfg: b.cfg, facts: gatherFacts(b.cfg, b.binDir, loadAverage())}
+	c := newCluster()
+	logf("cluster: %d namespaces, %d remote pods, %d policies, %d local endpoints",
+		len(c.Namespaces), len(c.Pods), len(c.Policies), localEndpoints)
+
+	logf("policy change → maps applied: %d edits", b.cfg.edits)
+	if rep.change, err = b.benchPolicyChange(ctx, c, b.cfg.edits); err != nil {
+		return nil, fmt.Errorf("policy change benchmark: %w", err)
+	}
+	logf("per-packet verdict: go test -bench Verdict ./agent/datapath")
+	if rep.verdicts, err = benchVerdict(ctx, root, b.cfg.verdictRuns); err != nil {
+		return nil, fmt.Errorf("verdict benchmark: %w", err)
+	}
+	logf("agent memory with the cluster loaded")
+	if rep.rss, err = b.benchRSS(ctx, c); err != nil {
+		return nil, fmt.Errorf("agent memory: %w", err)
+	}
+	logf("TCP throughput between two pods, policy on and off")
+	if rep.iperf, err = b.benchThroughput(ctx); err != nil {
+		return nil, fmt.Errorf("throughput benchmark: %w", err)
+	}
+	return rep, ctx.Err()
+}
+
+// logf prints a progress line on stderr.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "policybench: "+format+"\n", args...)
+}
+
+// findRepoRoot walks up from the working directory to the directory whose
+// go.mod declares the lockstep module.
+func findRepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("get working directory: %w", err)
+	}
+	for {
+		if isLockstepModule(filepath.Join(dir, "go.mod")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("find the lockstep repository: run policybench from inside it (it runs go test on agent/datapath)")
+		}
+		dir = parent
+	}
+}
+
+func isLockstepModule(goMod string) bool {
+	f, err := os.Open(goMod)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if mod, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
+			return strings.Trim(strings.TrimSpace(mod), `"`) == modulePath
+		}
+	}
+	return false
+}

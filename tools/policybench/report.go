@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The markers around the section policybench owns in the output file, and
+// the end marker of tools/cnibench's section, which a new policybench
+// section follows.
+const (
+	beginMarker    = "<!-- policybench:begin -->"
+	endMarker      = "<!-- policybench:end -->"
+	cnibenchMarker = "<!-- cnibench:end -->"
+)
+
+// The targets lockstep's policy dataplane is held to.
+const (
+	targetVerdictNS     = 50.0
+	targetChangeP50     = time.Millisecond
+	targetChangeP99     = 10 * time.Millisecond
+	targetThroughputMin = 0.95 // policy-on rate at least this share of policy-off
+	targetRSSKB         = 150 * 1024
+)
+
+// report is what one run measured, ready to render.
+type report struct {
+	cfg      config
+	facts    facts
+	change   *changeResult
+	verdicts map[verdictKey]float64
+	rss      *rssResult
+	iperf    *throughputResult
+}
+
+// target is one line of the targets table.
+type target struct {
+	name, measured string
+	pass           bool
+}
+
+func (r *report) targets() []target {
+	worst := 0.0
+	for _, v := range r.verdicts {
+		worst = max(worst, v)
+	}
+	p50, p99 := percentile(r.change.endToEnd, 50), percentile(r.change.endToEnd, 99)
+	on, off := median(r.iperf.on), median(r.iperf.off)
+	ratio := on / off
+	return []target{{
+		name:     fmt.Sprintf("verdict ≤ %.0f ns (every case)", targetVerdictNS),
+		measured: fmt.Sprintf("worst %.0f ns", worst),
+		pass:     worst <= targetVerdictNS,
+	}, {
+		name:     "policy change → maps applied p50 ≤ " + fmtDur(targetChangeP50),
+		measured: fmtDur(p50),
+		pass:     p50 <= targetChangeP50,
+	}, {
+		name:     "policy change → maps applied p99 ≤ " + fmtDur(targetChangeP99),
+		measured: fmtDur(p99),
+		pass:     p99 <= targetChangeP99,
+	}, {
+		name:     fmt.Sprintf("throughput with policy ≥ %.2f × without", targetThroughputMin),
+		measured: fmt.Sprintf("%.2f×", ratio),
+		pass:     ratio >= targetThroughputMin,
+	}, {
+		name:     fmt.Sprintf("agent RSS ≤ %d MiB", targetRSSKB/1024),
+		measured: fmt.Sprintf("%.0f MiB", float64(r.rss.rssKB)/1024),
+		pass:     r.rss.rssKB <= targetRSSKB,
+	}}
+}
+
+// section renders the policybench section, markers included.
+func (r *report) section() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	c := r.change
+
+	w("%s", beginMarker)
+	w("## Policy dataplane: verdict cost, policy changes, throughput, memory")
+	w("")
+	w("_Written by `tools/policybench` (`make bench`); do not edit by hand._")
+	w("")
+	w("One synthetic cluster throughout: %d namespaces × %d apps × %d replicas = %d remote",
+		clusterNamespaces, clusterApps, clusterReplicas, clusterNamespaces*clusterApps*clusterReplicas)
+	w("pods with addresses, one label set per app (%d identities), and %d NetworkPolicies",
+		c.identities, clusterNamespaces*clusterApps)
+	w("(pod selector; ingress from a pod selector and from a namespace selector with a")
+	w("pod selector, on a named port and a port range; egress to DNS by named port, to a")
+	w("tier, and for every fourth app to an ipBlock with an except).")
+	w("")
+	w("- **Verdict**: agent/datapath's `BenchmarkVerdict` (10k identities in the ipcache,")
+	w("  100 / 1k / 10k rules on the endpoint), run as `go test -bench` with %d", r.cfg.verdictRuns)
+	w("  BPF_PROG_TEST_RUN repetitions per case; the kernel's own per-run time, which")
+	w("  includes building the test skb, not only the program.")
+	w("- **Policy change → maps applied**: the cluster in an agent store, %d local", localEndpoints)
+	w("  endpoints on real veths in a throwaway netns with the programs attached. Each of")
+	w("  %d edits changes the port range of a policy that selects a local endpoint; the", c.edits)
+	w("  time runs from the store write transaction to `enforcer.Sync` returning")
+	w("  (snapshot, compile, apply). Compile-only is `policy.Compile` of the snapshot after")
+	w("  each edit; apply-only is `Datapath.Apply` of two precompiled states one edit")
+	w("  apart, in turn. Percentiles are nearest-rank.")
+	w("- **Throughput**: a node with the agent, two pods ADDed through lockstep-cni, a")
+	w("  policy isolating the server and allowing the client on TCP %d; `iperf3 -c -t %d`", iperfPort, r.cfg.iperfSeconds)
+	w("  from the client pod to the server pod, %d runs with lockstep's filters attached,", r.cfg.iperfRounds)
+	w("  then %d with the clsact qdisc removed from both host veths. Median of each.", r.cfg.iperfRounds)
+	w("- **Agent memory**: `lockstep agent --standalone --manifests` with the cluster as")
+	w("  manifests, VmRSS %s after it starts serving (it loads and applies the manifests", settle)
+	w("  before it opens its socket).")
+	w("")
+
+	w("### Machine")
+	w("")
+	w("| | |")
+	w("|---|---|")
+	w("| command | `%s` |", r.facts.command)
+	w("| date | %s |", r.facts.date)
+	w("| kernel | %s |", r.facts.kernel)
+	w("| CPUs (nproc) | %s |", r.facts.cpus)
+	w("| load average at start (1, 5, 15 min) | %s |", r.facts.load)
+	w("| Go | %s |", r.facts.goVersion)
+	w("| lockstep | %s |", r.facts.lockstep)
+	w("| source tree (git describe) | %s |", r.facts.tree)
+	w("| iperf3 | %s |", r.facts.iperf)
+	w("")
+
+	w("### Per-packet verdict (to_pod, 10k identities)")
+	w("")
+	w("| rules | deny | allow-new | ct-hit |")
+	w("|---:|---:|---:|---:|")
+	for _, n := range verdictRuleCounts {
+		cells := make([]string, len(verdictCases))
+		for i, kase := range verdictCases {
+			cells[i] = fmt.Sprintf("%.0f ns", r.verdicts[verdictKey{n, kase}])
+		}
+		w("| %d | %s |", n, strings.Join(cells, " | "))
+	}
+	w("")
+
+	w("### Policy change → maps applied (%d edits)", c.edits)
+	w("")
+	w("Compiled state: %d ipcache addresses, %d rules over %d endpoints.", c.addrs, c.rules, localEndpoints)
+	w("")
+	w("| | p50 | p90 | p99 | max |")
+	w("|---|---:|---:|---:|---:|")
+	for _, m := range []struct {
+		name string
+		d    []time.Duration
+	}{
+		{"**end to end** (commit → Sync returned)", c.endToEnd},
+		{"compile only", c.compile},
+		{"apply only", c.apply},
+	} {
+		w("| %s | %s | %s | %s | %s |", m.name, fmtDur(percentile(m.d, 50)), fmtDur(percentile(m.d, 90)),
+			fmtDur(percentile(m.d, 99)), fmtDur(percentile(m.d, 100)))
+	}
+	w("")
+
+	w("### TCP throughput between two pods (iperf3, %d s per run)", r.cfg.iperfSeconds)
+	w("")
+	w("| | median | runs |")
+	w("|---|---:|---|")
+	w("| policy on | %s | %s |", gbps(median(r.iperf.on)), gbpsList(r.iperf.on))
+	w("| policy off | %s | %s |", gbps(median(r.iperf.off)), gbpsList(r.iperf.off))
+	w("| **on ÷ off** | **%.2f** | |", median(r.iperf.on)/median(r.iperf.off))
+	w("")
+
+	w("### Agent memory (%d pods, %d policies)", clusterNamespaces*clusterApps*clusterReplicas, clusterNamespaces*clusterApps)
+	w("")
+	w("| | |")
+	w("|---|---:|")
+	w("| VmRSS | %.0f MiB |", float64(r.rss.rssKB)/1024)
+	w("| VmHWM (peak) | %.0f MiB |", float64(r.rss.hwmKB)/1024)
+	w("")
+
+	targets := r.targets()
+	passed := 0
+	for _, t := range targets {
+		if t.pass {
+			passed++
+		}
+	}
+	w("### Targets (%d/%d pass)", passed, len(targets))
+	w("")
+	w("| target | measured | result |")
+	w("|---|---|---|")
+	for _, t := range targets {
+		result := "**FAIL**"
+		if t.pass {
+			result = "PASS"
+		}
+		w("| %s | %s | %s |", t.name, t.measured, result)
+	}
+	w("%s", endMarker)
+	return b.String()
+}
+
+func gbps(bps float64) string { return fmt.Sprintf("%.2f Gbit/s", bps/1e9) }
+
+func gbpsList(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf("%.2f", x/1e9)
+	}
+	return strings.Join(s, ", ")
+}
+
+// write splices the section into path (atomically), or prints it when
+// path is empty.
+func (r *report) write(path string, stdout io.Writer) error {
+	section := r.section()
+	if path == "" {
+		_, err := io.WriteString(stdout, section)
+		return err
+	}
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	updated, err := spliceSection(old, section)
+	if err != nil {
+		return fmt.Errorf("update %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".policybench-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(updated)
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// spliceSection returns old with its policybench section replaced by
+// section. A file without one gets it right after the cnibench section, or
+// at the end when there is none.
+func spliceSection(old []byte, section string) ([]byte, error) {
+	begin := bytes.Index(old, []byte(beginMarker))
+	end := bytes.Index(old, []byte(endMarker))
+	switch {
+	case begin < 0 && end < 0:
+		if at := bytes.Index(old, []byte(cnibenchMarker)); at >= 0 {
+			at += len(cnibenchMarker)
+			if at < len(old) && old[at] == '\n' {
+				at++
+			}
+			var out []byte
+			out = append(out, old[:at]...)
+			out = append(out, '\n')
+			out = append(out, section...)
+			return append(out, old[at:]...), nil
+		}
+		out := bytes.TrimRight(old, "\n")
+		if len(out) > 0 {
+			out = append(out, "\n\n"...)
+		}
+		return append(out, section...), nil
+	case begin < 0 || end < begin:
+		return nil, fmt.Errorf("the markers %s and %s are missing or out of order; fix them by hand (or delete the broken section) and rerun", beginMarker, endMarker)
+	}
+	end += len(endMarker)
+	if end < len(old) && old[end] == '\n' {
+		end++
+	}
+	var out []byte
+	out = append(out, old[:begin]...)
+	out = append(out, section...)
+	return append(out, old[end:]...), nil
+}

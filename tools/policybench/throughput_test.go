@@ -1,0 +1,31 @@
+package main
+
+import "testing"
+
+func TestParseIperf(t *testing.T) {
+	for _, tc := range []struct {
+		name, out string
+		want      float64
+		wantErr   bool
+	}{
+		{"report", `{"start":{},"intervals":[],"end":{"sum_sent":{"bits_per_second":2.1e10},"sum_received":{"bits_per_second":2.05e10}}}`, 2.05e10, false},
+		{"refused", `{"start":{},"intervals":[],"end":{},"error":"error - unable to connect to server: Connection refused"}`, 0, true},
+		{"empty", ``, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseIperf([]byte(tc.out))
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("got %v, %v; want %v (error %v)", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestMedian(t *testing.T) {
+	if got := median([]float64{3, 1, 2}); got != 2 {
+		t.Errorf("odd: got %v", got)
+	}
+	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
+		t.Errorf("even: got %v", got)
+	}
+}

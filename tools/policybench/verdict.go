@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// verdictCases are BenchmarkVerdict's sub-benchmarks per rule count, in
+// the order the table shows them.
+var verdictCases = []string{"deny", "allow-new", "ct-hit"}
+
+// verdictRuleCounts are the rule counts BenchmarkVerdict runs with.
+var verdictRuleCounts = []int{100, 1000, 10000}
+
+// verdictKey names one measurement of BenchmarkVerdict.
+type verdictKey struct {
+	rules int
+	kase  string // deny, allow-new or ct-hit
+}
+
+// benchVerdict runs agent/datapath's BenchmarkVerdict (10k identities,
+// 100/1k/10k rules) as `go test` would and returns ns/verdict per case.
+func benchVerdict(ctx context.Context, repoRoot string, runs int) (map[verdictKey]float64, error) {
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", "^BenchmarkVerdict$",
+		"-benchtime", fmt.Sprintf("%dx", runs), "./agent/datapath/")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "LOCKSTEP_PRIVILEGED=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out.String())
+	}
+	got, err := parseVerdicts(&out)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range verdictRuleCounts {
+		for _, c := range verdictCases {
+			if _, ok := got[verdictKey{n, c}]; !ok {
+				return nil, fmt.Errorf("go test printed no ns/verdict for rules=%d/%s; output:\n%s", n, c, out.String())
+			}
+			logf("  rules=%d %s: %.0f ns/verdict", n, c, got[verdictKey{n, c}])
+		}
+	}
+	return got, nil
+}
+
+// parseVerdicts reads `go test -bench` output and returns the ns/verdict
+// metric of every BenchmarkVerdict/rules=N/CASE line, e.g.
+//
+//	BenchmarkVerdict/rules=100/deny-2   200000   398.1 ns/op   392.0 ns/verdict
+func parseVerdicts(r io.Reader) (map[verdictKey]float64, error) {
+	got := map[verdictKey]float64{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 {
+			continue
+		}
+		name, ok := strings.CutPrefix(fields[0], "BenchmarkVerdict/rules=")
+		if !ok {
+			continue
+		}
+		rulesText, kase, ok := strings.Cut(name, "/")
+		if !ok {
+			continue
+		}
+		// Drop the -GOMAXPROCS suffix go test adds when it is not 1.
+		if i := strings.LastIndexByte(kase, '-'); i > 0 {
+			if _, err := strconv.Atoi(kase[i+1:]); err == nil {
+				kase = kase[:i]
+			}
+		}
+		rules, err := strconv.Atoi(rulesText)
+		if err != nil {
+			return nil, fmt.Errorf("parse %q: rule count: %w", sc.Text(), err)
+		}
+		for i := 2; i+1 < len(fields); i += 2 {
+			if fields[i+1] != "ns/verdict" {
+				continue
+			}
+			v, err := strconv.ParseFloat(fields[i], 64)
+			if err != nil {
+				return nil, fmt.Errorf("parse %q: ns/verdict: %w", sc.Text(), err)
+			}
+			got[verdictKey{rules, kase}] = v
+		}
+	}
+	return got, sc.Err()
+}
