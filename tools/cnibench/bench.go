@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"lockstep.dev/lockstep/internal/benchkit"
+
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/internal/nodesim"
@@ -40,7 +42,7 @@ type bench struct {
 // The report is also returned, with an error, when the measurements finished
 // but a burst failed its checks: that outcome is worth writing down.
 func (b *bench) run(ctx context.Context) (*report, error) {
-	load := loadAverage()
+	load := benchkit.LoadAverage()
 	if n, err := sweepStaleRuns(b.cfg.workDir); err != nil {
 		return nil, err
 	} else if n > 0 {
@@ -114,7 +116,7 @@ func (b *bench) lockstepBinary(ctx context.Context) (string, error) {
 		}
 		return filepath.Abs(b.cfg.binDir)
 	}
-	root, err := findRepoRoot()
+	root, err := benchkit.FindRepoRoot()
 	if err != nil {
 		return "", err
 	}

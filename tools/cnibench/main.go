@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -9,16 +8,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 )
 
 // nsPrefix names every namespace cnibench creates (cnibench-PID-N).
 const nsPrefix = "cnibench"
-
-// modulePath identifies the lockstep repository when looking for its root.
-const modulePath = "lockstep.dev/lockstep"
 
 // config is what the command line asks for.
 type config struct {
@@ -145,38 +139,4 @@ func run(args []string, stderr io.Writer) int {
 // logf prints a progress line on stderr.
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "cnibench: "+format+"\n", args...)
-}
-
-// findRepoRoot walks up from the working directory to the directory whose
-// go.mod declares the lockstep module.
-func findRepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("get working directory: %w", err)
-	}
-	for {
-		if isLockstepModule(filepath.Join(dir, "go.mod")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("find the lockstep repository: run cnibench from inside it, or pass -bin with a built lockstep")
-		}
-		dir = parent
-	}
-}
-
-func isLockstepModule(goMod string) bool {
-	f, err := os.Open(goMod)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if mod, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
-			return strings.Trim(strings.TrimSpace(mod), `"`) == modulePath
-		}
-	}
-	return false
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"lockstep.dev/lockstep/internal/benchkit"
 )
 
 // The markers around the section cnibench owns in the output file.
@@ -68,21 +70,21 @@ func (r *report) targets() []target {
 		ratio = float64(add.p50) / float64(refAdd.p50)
 	}
 	rate := perSecond(ls.burst.pods, ls.burst.addWall)
-	burst := fmt.Sprintf("%.0f pods/s (%d pods in %s)", rate, ls.burst.pods, fmtDur(ls.burst.addWall))
+	burst := fmt.Sprintf("%.0f pods/s (%d pods in %s)", rate, ls.burst.pods, benchkit.FmtDur(ls.burst.addWall))
 	if !ls.burst.ok() {
 		burst += fmt.Sprintf("; only %d/%d ADDs succeeded cleanly", ls.burst.addOK, ls.burst.pods)
 	}
 	return []target{{
-		name:     "lockstep ADD p50 ≤ " + fmtDur(targetAddP50),
-		measured: fmtDur(add.p50),
+		name:     "lockstep ADD p50 ≤ " + benchkit.FmtDur(targetAddP50),
+		measured: benchkit.FmtDur(add.p50),
 		pass:     add.n > 0 && add.p50 <= targetAddP50,
 	}, {
-		name:     "lockstep ADD p99 ≤ " + fmtDur(targetAddP99),
-		measured: fmtDur(add.p99),
+		name:     "lockstep ADD p99 ≤ " + benchkit.FmtDur(targetAddP99),
+		measured: benchkit.FmtDur(add.p99),
 		pass:     add.n > 0 && add.p99 <= targetAddP99,
 	}, {
 		name:     "lockstep ADD p50 ≤ ½ × " + referenceName + " ADD p50",
-		measured: fmt.Sprintf("%s vs %s (%.2f×)", fmtDur(add.p50), fmtDur(refAdd.p50), ratio),
+		measured: fmt.Sprintf("%s vs %s (%.2f×)", benchkit.FmtDur(add.p50), benchkit.FmtDur(refAdd.p50), ratio),
 		pass:     add.n > 0 && refAdd.n > 0 && ratio <= targetVsReference,
 	}, {
 		name:     fmt.Sprintf("lockstep burst ADD ≥ %.0f pods/s", targetBurstPerSec),
@@ -161,34 +163,34 @@ func (r *report) section() string {
 		{"ADD", func(s *side) []time.Duration { return s.add }},
 		{"DEL", func(s *side) []time.Duration { return s.del }},
 	} {
-		row(m.name+" p50", func(s *side) string { return fmtDur(summarize(m.get(s)).p50) })
-		row(m.name+" p90", func(s *side) string { return fmtDur(summarize(m.get(s)).p90) })
-		row(m.name+" p99", func(s *side) string { return fmtDur(summarize(m.get(s)).p99) })
-		row(m.name+" max", func(s *side) string { return fmtDur(summarize(m.get(s)).max) })
+		row(m.name+" p50", func(s *side) string { return benchkit.FmtDur(summarize(m.get(s)).p50) })
+		row(m.name+" p90", func(s *side) string { return benchkit.FmtDur(summarize(m.get(s)).p90) })
+		row(m.name+" p99", func(s *side) string { return benchkit.FmtDur(summarize(m.get(s)).p99) })
+		row(m.name+" max", func(s *side) string { return benchkit.FmtDur(summarize(m.get(s)).max) })
 	}
-	row("**ADD+DEL p50**", func(s *side) string { return "**" + fmtDur(summarize(s.addDel).p50) + "**" })
-	row("exec floor (VERSION) p50", func(s *side) string { return fmtDur(summarize(s.execFloor).p50) })
-	row("plugin CPU per ADD p50", func(s *side) string { return fmtDur(summarize(s.addCPU).p50) })
+	row("**ADD+DEL p50**", func(s *side) string { return "**" + benchkit.FmtDur(summarize(s.addDel).p50) + "**" })
+	row("exec floor (VERSION) p50", func(s *side) string { return benchkit.FmtDur(summarize(s.execFloor).p50) })
+	row("plugin CPU per ADD p50", func(s *side) string { return benchkit.FmtDur(summarize(s.addCPU).p50) })
 	w("")
 
 	w("### Burst (%d pods at once)", r.cfg.burst)
 	w("")
 	header("")
-	row("ADD wall time", func(s *side) string { return fmtDur(s.burst.addWall) })
+	row("ADD wall time", func(s *side) string { return benchkit.FmtDur(s.burst.addWall) })
 	row("**ADD throughput**", func(s *side) string {
 		return fmt.Sprintf("**%.0f pods/s**", perSecond(s.burst.pods, s.burst.addWall))
 	})
-	row("ADD per pod p50", func(s *side) string { return fmtDur(summarize(s.burst.addEach).p50) })
-	row("ADD per pod p99", func(s *side) string { return fmtDur(summarize(s.burst.addEach).p99) })
+	row("ADD per pod p50", func(s *side) string { return benchkit.FmtDur(summarize(s.burst.addEach).p50) })
+	row("ADD per pod p99", func(s *side) string { return benchkit.FmtDur(summarize(s.burst.addEach).p99) })
 	row("plugin CPU per ADD (mean)", func(s *side) string {
 		if s.burst.pods == 0 {
-			return fmtDur(0)
+			return benchkit.FmtDur(0)
 		}
-		return fmtDur(s.burst.addCPU / time.Duration(s.burst.pods))
+		return benchkit.FmtDur(s.burst.addCPU / time.Duration(s.burst.pods))
 	})
 	row("ADDs succeeded", func(s *side) string { return fmt.Sprintf("%d/%d", s.burst.addOK, s.burst.pods) })
 	row("unique addresses", func(s *side) string { return fmt.Sprintf("%d", s.burst.uniqueIPs) })
-	row("DEL wall time", func(s *side) string { return fmtDur(s.burst.delWall) })
+	row("DEL wall time", func(s *side) string { return benchkit.FmtDur(s.burst.delWall) })
 	row("DEL throughput", func(s *side) string {
 		return fmt.Sprintf("%.0f pods/s", perSecond(s.burst.pods, s.burst.delWall))
 	})

@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"lockstep.dev/lockstep/internal/benchkit"
 )
 
 func TestSpliceSection(t *testing.T) {
@@ -40,7 +42,7 @@ func TestSpliceSectionRefusesBrokenMarkers(t *testing.T) {
 }
 
 func TestCommandLineHidesMachinePaths(t *testing.T) {
-	got := commandLine([]string{"-out", "/src/lockstep/BENCHMARKS.md", "-bin=/src/lockstep/bin", "-work", "/home/me/scratch", "-ref-plugins", "/usr/lib/cni", "-n", "50"}, "/src/lockstep")
+	got := benchkit.CommandLine("tools/cnibench", []string{"-out", "/src/lockstep/BENCHMARKS.md", "-bin=/src/lockstep/bin", "-work", "/home/me/scratch", "-ref-plugins", "/usr/lib/cni", "-n", "50"}, "/src/lockstep")
 	want := "go run ./tools/cnibench -out BENCHMARKS.md -bin=bin -work …/scratch -ref-plugins /usr/lib/cni -n 50"
 	if got != want {
 		t.Fatalf("commandLine = %q\nwant          %q", got, want)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"lockstep.dev/lockstep/internal/benchkit"
+
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -201,7 +203,7 @@ func (s *side) runBurst(ctx context.Context) error {
 		}
 	}
 	r.uniqueIPs = len(seen)
-	logf("burst, %s: %d/%d ADDs in %s; DELing them at once", s.name, r.addOK, n, fmtDur(r.addWall))
+	logf("burst, %s: %d/%d ADDs in %s; DELing them at once", s.name, r.addOK, n, benchkit.FmtDur(r.addWall))
 
 	delErrs := make([]error, n)
 	r.delWall = all(n, func(i int) { delErrs[i] = s.node.Del(ctx, rts[i]) })

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -47,18 +46,6 @@ func perSecond(n int, d time.Duration) float64 {
 		return 0
 	}
 	return float64(n) / d.Seconds()
-}
-
-// fmtDur renders a duration in milliseconds, the unit every table uses.
-func fmtDur(d time.Duration) string {
-	ms := float64(d) / float64(time.Millisecond)
-	switch {
-	case ms >= 100:
-		return fmt.Sprintf("%.0f ms", ms)
-	case ms >= 10:
-		return fmt.Sprintf("%.1f ms", ms)
-	}
-	return fmt.Sprintf("%.2f ms", ms)
 }
 
 // progress prints "done/total" on stderr at every tenth of the way.

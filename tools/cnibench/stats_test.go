@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"lockstep.dev/lockstep/internal/benchkit"
 )
 
 func TestPercentileNearestRank(t *testing.T) {
@@ -50,8 +52,8 @@ func TestFmtDur(t *testing.T) {
 		12345 * time.Microsecond:  "12.3 ms",
 		123456 * time.Microsecond: "123 ms",
 	} {
-		if got := fmtDur(d); got != want {
-			t.Errorf("fmtDur(%v) = %q, want %q", d, got, want)
+		if got := benchkit.FmtDur(d); got != want {
+			t.Errorf("benchkit.FmtDur(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

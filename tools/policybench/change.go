@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"lockstep.dev/lockstep/internal/benchkit"
+
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -98,7 +100,7 @@ func (b *bench) benchPolicyChange(ctx context.Context, c *cluster, edits int) (*
 				return fmt.Errorf("%s: %w after the first sync", hostIf(k), enforcer.ErrNotEnforced)
 			}
 		}
-		logf("  first sync (attach %d endpoints, apply everything): %s", localEndpoints, fmtDur(time.Since(start)))
+		logf("  first sync (attach %d endpoints, apply everything): %s", localEndpoints, benchkit.FmtDur(time.Since(start)))
 
 		prog := newProgress("policy edits", edits)
 		var desired []*policy.Desired

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"lockstep.dev/lockstep/internal/benchkit"
 )
 
 // facts describe the machine and build a run measured, so numbers from two
@@ -28,9 +29,9 @@ type facts struct {
 // gatherFacts records the machine and build; loadAtStart is /proc/loadavg's
 // first three fields when the run started.
 func gatherFacts(cfg config, binDir, loadAtStart string) facts {
-	root, _ := findRepoRoot()
+	root, _ := benchkit.FindRepoRoot()
 	f := facts{
-		command:   commandLine(cfg.args, root),
+		command:   benchkit.CommandLine("tools/policybench", cfg.args, root),
 		date:      time.Now().UTC().Format("2006-01-02 15:04 UTC"),
 		kernel:    "unknown",
 		cpus:      fmt.Sprintf("%d", runtime.NumCPU()),
@@ -43,7 +44,7 @@ func gatherFacts(cfg config, binDir, loadAtStart string) facts {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		f.kernel = strings.TrimSpace(string(b))
 	}
-	if model := cpuModel(); model != "" {
+	if model := benchkit.CPUModel(); model != "" {
 		f.cpus += " × " + model
 	}
 	if out, err := exec.Command(filepath.Join(binDir, "lockstep"), "version").Output(); err == nil {
@@ -60,61 +61,4 @@ func gatherFacts(cfg config, binDir, loadAtStart string) facts {
 		}
 	}
 	return f
-}
-
-// cpuModel returns the first "model name" of /proc/cpuinfo.
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if key, val, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(key) == "model name" {
-			return strings.TrimSpace(val)
-		}
-	}
-	return ""
-}
-
-// commandLine renders the command that was run, with paths inside the
-// repository made relative and others shortened to …/BASE, so that no
-// path of this machine ends up in the committed file.
-func commandLine(args []string, repoRoot string) string {
-	parts := []string{"go run ./tools/policybench"}
-	for _, a := range args {
-		if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") {
-			a = name + "=" + displayPath(val, repoRoot)
-		} else {
-			a = displayPath(a, repoRoot)
-		}
-		if strings.ContainsAny(a, " \t'\"") {
-			a = fmt.Sprintf("%q", a)
-		}
-		parts = append(parts, a)
-	}
-	return strings.Join(parts, " ")
-}
-
-func displayPath(p, repoRoot string) string {
-	if !filepath.IsAbs(p) {
-		return p
-	}
-	clean := filepath.Clean(p)
-	if repoRoot != "" {
-		if rel, err := filepath.Rel(repoRoot, clean); err == nil && !strings.HasPrefix(rel, "..") {
-			return rel
-		}
-	}
-	return "…/" + filepath.Base(clean)
-}
-
-// loadAverage returns the 1, 5 and 15 minute load averages, or "unknown".
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
-		return strings.Join(f[:3], " ")
-	}
-	return "unknown"
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -10,8 +9,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
+
+	"lockstep.dev/lockstep/internal/benchkit"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
@@ -20,9 +20,6 @@ import (
 
 // nsPrefix names every namespace policybench creates (policybench-PID-N).
 const nsPrefix = "policybench"
-
-// modulePath identifies the lockstep repository when looking for its root.
-const modulePath = "lockstep.dev/lockstep"
 
 // config is what the command line asks for.
 type config struct {
@@ -162,7 +159,7 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	if n, _ := nodesim.SweepStale(nsPrefix); n > 0 {
 		logf("removed %d namespaces left by an interrupted run", n)
 	}
-	root, err := findRepoRoot()
+	root, err := benchkit.FindRepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +174,7 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	}
 	b.onCleanup(func() error { return os.RemoveAll(b.work) })
 
-	rep := &report{cfg: b.cfg, facts: gatherFacts(b.cfg, b.binDir, loadAverage())}
+	rep := &report{cfg: b.cfg, facts: gatherFacts(b.cfg, b.binDir, benchkit.LoadAverage())}
 	c := newCluster()
 	logf("cluster: %d namespaces, %d remote pods, %d policies, %d local endpoints",
 		len(c.Namespaces), len(c.Pods), len(c.Policies), localEndpoints)
@@ -204,38 +201,4 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 // logf prints a progress line on stderr.
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "policybench: "+format+"\n", args...)
-}
-
-// findRepoRoot walks up from the working directory to the directory whose
-// go.mod declares the lockstep module.
-func findRepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("get working directory: %w", err)
-	}
-	for {
-		if isLockstepModule(filepath.Join(dir, "go.mod")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("find the lockstep repository: run policybench from inside it (it runs go test on agent/datapath)")
-		}
-		dir = parent
-	}
-}
-
-func isLockstepModule(goMod string) bool {
-	f, err := os.Open(goMod)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if mod, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
-			return strings.Trim(strings.TrimSpace(mod), `"`) == modulePath
-		}
-	}
-	return false
 }

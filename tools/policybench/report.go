@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"lockstep.dev/lockstep/internal/benchkit"
 )
 
 // The markers around the section policybench owns in the output file, and
@@ -50,7 +52,7 @@ func (r *report) targets() []target {
 	for _, v := range r.verdicts {
 		worst = max(worst, v)
 	}
-	p50, p99 := percentile(r.change.endToEnd, 50), percentile(r.change.endToEnd, 99)
+	p50, p99 := benchkit.Percentile(r.change.endToEnd, 50), benchkit.Percentile(r.change.endToEnd, 99)
 	on, off := median(r.iperf.on), median(r.iperf.off)
 	ratio := on / off
 	return []target{{
@@ -58,12 +60,12 @@ func (r *report) targets() []target {
 		measured: fmt.Sprintf("worst %.0f ns", worst),
 		pass:     worst <= targetVerdictNS,
 	}, {
-		name:     "policy change → maps applied p50 ≤ " + fmtDur(targetChangeP50),
-		measured: fmtDur(p50),
+		name:     "policy change → maps applied p50 ≤ " + benchkit.FmtDur(targetChangeP50),
+		measured: benchkit.FmtDur(p50),
 		pass:     p50 <= targetChangeP50,
 	}, {
-		name:     "policy change → maps applied p99 ≤ " + fmtDur(targetChangeP99),
-		measured: fmtDur(p99),
+		name:     "policy change → maps applied p99 ≤ " + benchkit.FmtDur(targetChangeP99),
+		measured: benchkit.FmtDur(p99),
 		pass:     p99 <= targetChangeP99,
 	}, {
 		name:     fmt.Sprintf("throughput with policy ≥ %.2f × without", targetThroughputMin),
@@ -157,8 +159,8 @@ func (r *report) section() string {
 		{"compile only", c.compile},
 		{"apply only", c.apply},
 	} {
-		w("| %s | %s | %s | %s | %s |", m.name, fmtDur(percentile(m.d, 50)), fmtDur(percentile(m.d, 90)),
-			fmtDur(percentile(m.d, 99)), fmtDur(percentile(m.d, 100)))
+		w("| %s | %s | %s | %s | %s |", m.name, benchkit.FmtDur(benchkit.Percentile(m.d, 50)), benchkit.FmtDur(benchkit.Percentile(m.d, 90)),
+			benchkit.FmtDur(benchkit.Percentile(m.d, 99)), benchkit.FmtDur(benchkit.Percentile(m.d, 100)))
 	}
 	w("")
 

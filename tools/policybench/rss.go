@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"lockstep.dev/lockstep/internal/benchkit"
+
 	"lockstep.dev/lockstep/internal/nodesim"
 )
 
@@ -53,7 +55,7 @@ func (b *bench) benchRSS(ctx context.Context, c *cluster) (*rssResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	logf("  agent serving %s after start", fmtDur(time.Since(start)))
+	logf("  agent serving %s after start", benchkit.FmtDur(time.Since(start)))
 	pid, err := processBySocket(node.Socket)
 	if err != nil {
 		return nil, err
