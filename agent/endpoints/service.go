@@ -179,14 +179,13 @@ func (s *Service) write(fn func(*store.Txn) error) error {
 		return err
 	}
 	start := time.Now()
-	wrote, err := s.db.Apply(txn.Changes())
+	wrote, err := s.db.Commit(txn)
 	if err != nil {
 		return &api.Error{Code: api.CodeInternal, Msg: "lockstep agent could not record the change durably", Details: err.Error()}
 	}
 	if wrote && s.onWrite != nil {
 		s.onWrite(time.Since(start))
 	}
-	txn.Commit()
 	return nil
 }
 

@@ -27,7 +27,9 @@ const schemaVersion = "1"
 var (
 	bucketMeta      = []byte("meta")
 	bucketEndpoints = []byte("endpoints")
+	bucketCleanups  = []byte("cleanups")
 	keyVersion      = []byte("schema-version")
+	keyDataplane    = []byte("dataplane")
 )
 
 // DB is the agent's state file.
@@ -71,8 +73,10 @@ func (db *DB) init() (err error) {
 		if err != nil {
 			return corrupt(db.path, err)
 		}
-		if _, err := tx.CreateBucketIfNotExists(bucketEndpoints); err != nil {
-			return corrupt(db.path, err)
+		for _, name := range [][]byte{bucketEndpoints, bucketCleanups} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return corrupt(db.path, err)
+			}
 		}
 		switch v := meta.Get(keyVersion); {
 		case v == nil:
@@ -133,39 +137,29 @@ func endpointKey(att store.Attachment) []byte {
 // fsync'd bbolt transaction. It writes nothing, and costs no fsync, when no
 // durable field changed. It returns whether it wrote.
 func (db *DB) Apply(changes memdb.Changes) (wrote bool, err error) {
-	type put struct {
-		key, value []byte
-	}
 	var puts []put
 	for _, ch := range changes {
-		if ch.Table != store.TableEndpoints {
-			continue
+		var p *put
+		var err error
+		switch ch.Table {
+		case store.TableEndpoints:
+			p, err = endpointPut(ch)
+		case store.TableCleanups:
+			p, err = cleanupPut(ch)
 		}
-		before, _ := ch.Before.(*store.Endpoint)
-		after, _ := ch.After.(*store.Endpoint)
-		switch {
-		case after == nil && before != nil:
-			puts = append(puts, put{key: endpointKey(before.Attachment)})
-		case after != nil:
-			value, err := json.Marshal(recordOf(after))
-			if err != nil {
-				return false, fmt.Errorf("encode endpoint %s/%s: %w", after.ContainerID, after.IfName, err)
-			}
-			if before != nil {
-				old, _ := json.Marshal(recordOf(before))
-				if bytes.Equal(old, value) {
-					continue
-				}
-			}
-			puts = append(puts, put{key: endpointKey(after.Attachment), value: value})
+		if err != nil {
+			return false, err
+		}
+		if p != nil {
+			puts = append(puts, *p)
 		}
 	}
 	if len(puts) == 0 {
 		return false, nil
 	}
 	err = db.bolt.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketEndpoints)
 		for _, p := range puts {
+			b := tx.Bucket(p.bucket)
 			var err error
 			if p.value == nil {
 				err = b.Delete(p.key)
@@ -182,6 +176,47 @@ func (db *DB) Apply(changes memdb.Changes) (wrote bool, err error) {
 		return false, fmt.Errorf("write state file %s: %w", db.path, err)
 	}
 	return true, nil
+}
+
+// Commit writes txn's durable changes (see Apply), then commits txn: a
+// change is on disk before any reader of the store can see it. On error
+// txn is left open for the caller to abort. It returns whether it wrote.
+func (db *DB) Commit(txn *store.Txn) (wrote bool, err error) {
+	wrote, err = db.Apply(txn.Changes())
+	if err != nil {
+		return false, err
+	}
+	txn.Commit()
+	return wrote, nil
+}
+
+// put is one key to write (value != nil) or delete in a bucket.
+type put struct {
+	bucket, key, value []byte
+}
+
+// endpointPut is the write a change of the endpoints table needs, or nil
+// when no durable field changed.
+func endpointPut(ch memdb.Change) (*put, error) {
+	before, _ := ch.Before.(*store.Endpoint)
+	after, _ := ch.After.(*store.Endpoint)
+	switch {
+	case after == nil && before != nil:
+		return &put{bucket: bucketEndpoints, key: endpointKey(before.Attachment)}, nil
+	case after != nil:
+		value, err := json.Marshal(recordOf(after))
+		if err != nil {
+			return nil, fmt.Errorf("encode endpoint %s/%s: %w", after.ContainerID, after.IfName, err)
+		}
+		if before != nil {
+			old, _ := json.Marshal(recordOf(before))
+			if bytes.Equal(old, value) {
+				return nil, nil
+			}
+		}
+		return &put{bucket: bucketEndpoints, key: endpointKey(after.Attachment), value: value}, nil
+	}
+	return nil, nil
 }
 
 // LoadEndpoints returns every endpoint in the file, each Ready.

@@ -31,11 +31,10 @@ func write(t *testing.T, s *store.Store, db *DB, fn func(*store.Txn) error) bool
 	if err := fn(txn); err != nil {
 		t.Fatal(err)
 	}
-	wrote, err := db.Apply(txn.Changes())
+	wrote, err := db.Commit(txn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	txn.Commit()
 	return wrote
 }
 

@@ -46,6 +46,7 @@ func schema() *memdb.DBSchema {
 		TablePolicies:    policiesTableSchema(),
 		TableIdentities:  identitiesTableSchema(),
 		TableSelectors:   selectorsTableSchema(),
+		TableCleanups:    cleanupsTableSchema(),
 	}}
 }
 

@@ -70,7 +70,15 @@ func TestSchemaIndexes(t *testing.T) {
 		}
 		ready := endpoint("c2", "eth0", "ls3", "", "10.244.0.4")
 		ready.State = EndpointReady
-		return UpsertEndpoint(txn, ready)
+		if err := UpsertEndpoint(txn, ready); err != nil {
+			return err
+		}
+		for _, b := range []string{"iptables-legacy", "ebpf"} {
+			if err := UpsertCleanup(txn, &Cleanup{Backend: b}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 
 	txn := s.ReadTxn()
@@ -111,6 +119,9 @@ func TestSchemaIndexes(t *testing.T) {
 		{TableEndpoints, IndexState, []any{EndpointPending}, 2},
 		{TableEndpoints, IndexState, []any{EndpointReady}, 1},
 		{TableRevisions, IndexID, []any{TableEndpoints}, 1},
+		{TableCleanups, IndexID, []any{"iptables-legacy"}, 1},
+		{TableCleanups, IndexID, []any{"iptables-nft"}, 0},
+		{TableCleanups, IndexID + "_prefix", []any{"iptables"}, 1},
 	}
 	for _, tc := range tests {
 		if got := count(tc.table, tc.index, tc.args...); got != tc.want {
@@ -232,5 +243,32 @@ func TestRevisions(t *testing.T) {
 	}
 	if err := UpsertPool(read, Pool{Name: "x"}); err == nil {
 		t.Error("write helper on a read transaction: want error")
+	}
+}
+
+func TestCleanupRecordKeepsItsRevisions(t *testing.T) {
+	s := mustStore(t)
+	commit(t, s, func(txn *Txn) error {
+		return UpsertCleanup(txn, &Cleanup{Backend: "iptables-legacy", Reason: "dataplane changed"})
+	})
+	commit(t, s, func(txn *Txn) error {
+		return UpsertCleanup(txn, &Cleanup{Backend: "iptables-legacy", Reason: "dataplane changed", Attempts: 1, LastError: "exit status 4"})
+	})
+	got, err := CleanupByBackend(s.ReadTxn(), nil, "iptables-legacy")
+	if err != nil || got == nil {
+		t.Fatalf("CleanupByBackend = %v, %v", got, err)
+	}
+	if got.CreateRevision != 1 || got.ModifyRevision != 2 || got.Attempts != 1 {
+		t.Errorf("record = %+v; want created at 1, modified at 2, 1 attempt", got)
+	}
+	commit(t, s, func(txn *Txn) error { return DeleteCleanup(txn, "iptables-legacy") })
+	commit(t, s, func(txn *Txn) error { return DeleteCleanup(txn, "iptables-legacy") }) // idempotent
+	if all, _ := Cleanups(s.ReadTxn(), nil); len(all) != 0 {
+		t.Errorf("after delete: %d records left", len(all))
+	}
+	txn := s.WriteTxn()
+	defer txn.Abort()
+	if err := UpsertCleanup(txn, &Cleanup{}); err == nil {
+		t.Error("a clean-up without a backend was accepted")
 	}
 }
