@@ -56,4 +56,6 @@
 // (5.8), bounded loops (5.3), hash-of-maps whose inner maps differ in size
 // (5.10), BPF_PROG_TEST_RUN for sched_cls (tests). The agent needs
 // CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN (for the bpffs mount), or root.
+// On other systems the package builds so the agent does, and Load fails
+// with an error wrapping errors.ErrUnsupported.
 package datapath

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -75,6 +77,7 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 	f := cmd.Flags()
 	f.StringVar(&manifests, "manifests", "", "directory of Namespace, Pod and NetworkPolicy YAML (required)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
+	f.StringVar(&cfg.Dataplane, "dataplane", "ebpf", "the agent's policy dataplane: ebpf or iptables")
 	f.StringSliceVar(&cfg.Pools, "pool-cidr", []string{probe.DefaultPool}, "the agent's address pools; pods pinned with lockstep.dev/ip must fall inside one")
 	f.DurationVar(&cfg.Timeout, "timeout", probe.DefaultTimeout, "how long one connection attempt may take before it counts as denied")
 	f.IntVar(&cfg.Workers, "workers", probe.DefaultWorkers, "connection attempts in flight at once")

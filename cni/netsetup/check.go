@@ -1,3 +1,5 @@
+//go:build linux
+
 package netsetup
 
 import (
@@ -6,32 +8,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 )
-
-// CheckArgs describes the wiring Check expects to find.
-type CheckArgs struct {
-	// Netns is the path of the pod's network namespace.
-	Netns string
-	// HostIf and PodIf name the two ends of the pod's veth.
-	HostIf string
-	PodIf  string
-	// Addresses are the pod's addresses; like Setup, Check only looks at
-	// the address and expects it as a /32 or /128.
-	Addresses []netip.Prefix
-}
-
-// MismatchError lists every way the node and pod wiring differ from what
-// Check expected, one sentence per difference.
-type MismatchError struct {
-	Diffs []string
-}
-
-// Error joins the differences.
-func (e *MismatchError) Error() string { return strings.Join(e.Diffs, "; ") }
 
 // Check verifies the wiring Setup builds: the host end exists, is a veth,
 // is the pod end's peer and routes every pod address; the pod end exists,

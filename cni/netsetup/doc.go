@@ -26,4 +26,8 @@
 // All functions act on the network namespace of the calling thread as the
 // node's namespace, and enter the pod's only through ns.Do. Callers that
 // simulate a node run them inside that node's ns.Do.
+//
+// Veths and network namespaces are Linux's: on other systems the package
+// builds, and Setup, Teardown, Check and ListHostLinks fail with an error
+// wrapping errors.ErrUnsupported.
 package netsetup

@@ -1,23 +1,11 @@
+//go:build linux
+
 package netsetup
 
 import (
-	"net"
-	"net/netip"
-
 	"github.com/vishvananda/netlink"
 
 	"lockstep.dev/lockstep/agent/api"
-)
-
-// HostMAC is the MAC address of every host-side veth. Pods reach their
-// gateway through a permanent neighbour entry pointing at it.
-var HostMAC = net.HardwareAddr{0xee, 0xee, 0xee, 0xee, 0xee, 0xee}
-
-// Gateways every pod routes through. They are link-local, so the same
-// address can sit on every host-side veth without conflict.
-var (
-	GatewayV4 = netip.MustParseAddr("169.254.1.1")
-	GatewayV6 = netip.MustParseAddr("fe80::1")
 )
 
 // ListHostLinks returns the names of the lockstep veths in the current

@@ -1,3 +1,5 @@
+//go:build linux
+
 package netsetup
 
 import (
@@ -13,51 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Errors Setup wraps so callers can tell a conflict from a kernel failure.
-var (
-	// ErrRouteTaken: the node already routes a pod address through another
-	// link, typically a pod that was never deleted.
-	ErrRouteTaken = errors.New("another link already routes this address")
-	// ErrPodIfExists: the pod namespace already has an interface with the
-	// requested name.
-	ErrPodIfExists = errors.New("pod interface name already taken in the pod netns")
-)
-
 // minMTUv6 is the smallest MTU on which the kernel keeps IPv6 enabled.
 const minMTUv6 = 1280
-
-// SetupArgs describes one pod attachment to wire.
-type SetupArgs struct {
-	// Netns is the path of the pod's network namespace.
-	Netns string
-	// HostIf names the host end, normally api.HostIfName(containerID, ifName).
-	HostIf string
-	// PodIf names the pod end, the runtime's CNI_IFNAME.
-	PodIf string
-	// MTU applies to both ends; 0 keeps the kernel default.
-	MTU int
-	// Addresses are the pod's addresses. Only the address matters: each is
-	// wired as a /32 or /128.
-	Addresses []netip.Prefix
-}
-
-// Link identifies one end of the veth pair.
-type Link struct {
-	Name string
-	MAC  net.HardwareAddr
-	// Index is the interface index inside the end's own namespace.
-	Index int
-}
-
-// Wired is what Setup built, enough for a CNI result.
-type Wired struct {
-	Host Link
-	Pod  Link
-	// Netns is the pod namespace path the pod end lives in.
-	Netns string
-	// Addresses are the pod addresses as configured: /32 and /128.
-	Addresses []netip.Prefix
-}
 
 // Setup creates the veth pair for one attachment and configures both ends:
 // addresses, gateway routes and permanent gateway neighbours inside the pod,

@@ -1,3 +1,5 @@
+//go:build linux
+
 package nodesim
 
 import (
@@ -36,6 +38,9 @@ type NodeOptions struct {
 	ConfList []byte
 	// Manifests, when set, is the agent's --manifests directory.
 	Manifests string
+	// AgentArgs are appended to the agent's command line (e.g.
+	// "--dataplane", "iptables").
+	AgentArgs []string
 }
 
 // Node is a node network namespace with a lockstep agent in it.
@@ -107,6 +112,7 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	for _, p := range n.Opts.Pools {
 		args = append(args, "--pool-cidr", p)
 	}
+	args = append(args, n.Opts.AgentArgs...)
 	logFile, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("open agent log: %w", err)

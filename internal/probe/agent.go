@@ -1,3 +1,5 @@
+//go:build linux
+
 package probe
 
 import (
@@ -27,7 +29,7 @@ type agentProc struct {
 // binary knows them: with an older binary the probe still runs, but no
 // policy is enforced.
 type agentFlags struct {
-	manifests, bpfRoot bool
+	manifests, bpfRoot, dataplane bool
 }
 
 // detectAgentFlags asks the binary which optional agent flags it accepts.
@@ -40,6 +42,7 @@ func detectAgentFlags(ctx context.Context, binary string) (agentFlags, error) {
 	return agentFlags{
 		manifests: strings.Contains(help, "--manifests"),
 		bpfRoot:   strings.Contains(help, "--bpf-root"),
+		dataplane: strings.Contains(help, "--dataplane"),
 	}, nil
 }
 

@@ -1,3 +1,5 @@
+//go:build linux
+
 package probe
 
 import (
@@ -37,6 +39,9 @@ type Config struct {
 	Pods []Pod
 	// Pools are the agent's --pool-cidr values (default DefaultPool).
 	Pools []string
+	// Dataplane is the agent's --dataplane (empty: the agent's default,
+	// eBPF).
+	Dataplane string
 	// Timeout bounds each connection attempt (default DefaultTimeout).
 	Timeout time.Duration
 	// Workers bounds the probes in flight (default DefaultWorkers).
@@ -109,6 +114,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		} else {
 			progress("warning: this agent has no --manifests flag: policies are NOT enforced, every probe should be allowed")
 		}
+	}
+	if cfg.Dataplane != "" {
+		if !flags.dataplane {
+			return nil, fmt.Errorf("probe with dataplane %s: this lockstep binary has no agent --dataplane flag", cfg.Dataplane)
+		}
+		args = append(args, "--dataplane", cfg.Dataplane)
 	}
 	// The node comes with its own bpffs mount, removed by node.Close.
 	node, err := nodesim.NewNode(nodesim.NodeOptions{Prefix: NSPrefix, BinDir: bin, Pools: cfg.Pools, WorkDir: filepath.Join(work, "node")})

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command demo is `make demo`: lockstep's main job on one machine, no
 // cluster needed. It starts a standalone agent in a throwaway node network
 // namespace enforcing the manifests of examples/demo, creates every pod

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 // progress prints "done/total" on stderr at every tenth of the way.

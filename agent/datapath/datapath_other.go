@@ -1,0 +1,58 @@
+//go:build !linux
+
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/maps"
+)
+
+// DefaultPinRoot is where Load pins the maps on Linux.
+const DefaultPinRoot = "/sys/fs/bpf/lockstep"
+
+// Options configure Load.
+type Options struct {
+	// PinRoot is the directory the maps are pinned in.
+	PinRoot string
+	// Logger receives progress and repairs; nil discards.
+	Logger *slog.Logger
+}
+
+// Datapath is the eBPF dataplane, which needs Linux (tc, bpffs): on other
+// systems Load fails and there is never a Datapath to call.
+type Datapath struct{}
+
+// errUnsupported says what failed, on which system, and wraps
+// errors.ErrUnsupported.
+func errUnsupported(what string) error {
+	return fmt.Errorf("%s: the eBPF dataplane needs linux, not %s (use --dataplane hns on windows): %w",
+		what, runtime.GOOS, errors.ErrUnsupported)
+}
+
+// Load fails with an error wrapping errors.ErrUnsupported.
+func Load(Options) (*Datapath, error) { return nil, errUnsupported("load eBPF dataplane") }
+
+// Attach fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) Attach(ifname string) error { return errUnsupported("attach to " + ifname) }
+
+// Detach fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) Detach(ifname string) error { return errUnsupported("detach from " + ifname) }
+
+// Apply fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) Apply(*policy.Desired) error { return errUnsupported("apply eBPF dataplane state") }
+
+// Counters fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) Counters() (map[string]maps.Counter, error) {
+	return nil, errUnsupported("read eBPF counters")
+}
+
+// Stats fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) Stats() (map[string]int, error) { return nil, errUnsupported("read eBPF map sizes") }
+
+// Close does nothing.
+func (d *Datapath) Close() error { return nil }

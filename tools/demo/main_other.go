@@ -1,0 +1,15 @@
+//go:build !linux
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+)
+
+// main explains that demo builds its nodes out of Linux network namespaces.
+func main() {
+	fmt.Fprintf(os.Stderr, "demo: needs linux network namespaces, not %s; run it on a Linux machine\n", runtime.GOOS)
+	os.Exit(2)
+}
