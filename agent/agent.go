@@ -10,10 +10,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/persist"
@@ -48,7 +48,15 @@ type Config struct {
 	// Empty means no policy source: no pod is isolated, anti-spoofing
 	// still applies.
 	Manifests string
-	// BPFRoot is the bpffs directory the dataplane pins its maps under.
+	// Dataplane is the policy backend: DataplaneEBPF (default),
+	// DataplaneIptables or DataplaneHNS (Windows only).
+	Dataplane string
+	// HNSNetwork is the HNS network the hns dataplane programs
+	// (DefaultHNSNetwork when empty).
+	HNSNetwork string
+	// BPFRoot is the bpffs directory the eBPF dataplane pins its maps
+	// under; the other dataplanes clean it up if a previous agent left
+	// maps there.
 	BPFRoot string
 	// SkipSysctls leaves IP forwarding alone (for tests that run the agent
 	// in-process on the machine's own namespace).
@@ -96,12 +104,16 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	dp, err := datapath.Load(datapath.Options{PinRoot: cfg.BPFRoot, Logger: log})
+	be, err := openBackend(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer dp.Close()
-	enf := enforcer.New(st, dp, log)
+	defer be.close()
+	cleanups, err := startCleanups(ctx, cfg, st, db, be.name, log)
+	if err != nil {
+		return err
+	}
+	enf := enforcer.New(st, be.dp, log)
 	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, Logger: log, Enforce: func(ctx context.Context, hostIf string) error {
 		if err := enf.Sync(ctx); err != nil {
 			return err
@@ -121,20 +133,27 @@ func Run(ctx context.Context, cfg Config) error {
 	runCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	go enf.Run(runCtx, ResyncInterval)
+	go cleanups.Run(runCtx)
 	if cfg.Manifests != "" {
 		go watchManifests(runCtx, st, cfg.Manifests, log)
 	}
 	metrics := server.NewMetrics(svc.Status)
 	svc.OnWrite(metrics.ObserveWrite)
-	enf.OnApply(metrics.ObservePolicyApply)
-	metrics.AddWriter(dataplaneMetrics(dp, st))
+	var lastApply atomic.Int64
+	enf.OnApply(func(d time.Duration) {
+		metrics.ObservePolicyApply(d)
+		lastApply.Store(time.Now().UnixNano())
+	})
+	metrics.AddWriter(dataplaneMetrics(be, cleanups, st))
 
 	lis, err := server.ListenSocket(cfg.Socket)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(cfg.Socket)
-	apiSrv := server.NewAPIServer(svc, log, metrics)
+	apiSrv := server.NewAPIServer(&agentAPI{Service: svc, dataplane: func() *api.DataplaneStatus {
+		return dataplaneStatus(be, enf, cleanups, lastApply.Load())
+	}}, log, metrics)
 	errc := make(chan error, 2)
 	go func() { errc <- apiSrv.Serve(lis) }()
 
@@ -170,7 +189,7 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, p := range cfg.Pools {
 		pools = append(pools, p.String())
 	}
-	log.Info("lockstep agent ready", "socket", cfg.Socket, "state", db.Path(), "pools", pools)
+	log.Info("lockstep agent ready", "socket", cfg.Socket, "state", db.Path(), "pools", pools, "dataplane", be.name)
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}

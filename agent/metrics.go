@@ -4,15 +4,15 @@ import (
 	"io"
 	"sort"
 
+	"lockstep.dev/lockstep/agent/cleanup"
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/promtext"
 )
 
-// dataplaneMetrics writes, at scrape time, the BPF verdict counters by
-// reason, the entry count of every map, and gauges of the committed policy
-// state (endpoints, identities, selectors, policies).
-func dataplaneMetrics(dp *datapath.Datapath, st *store.Store) func(io.Writer) {
+// ebpfMetrics writes, at scrape time, the BPF verdict counters by reason
+// and the entry count of every map.
+func ebpfMetrics(dp *datapath.Datapath) func(io.Writer) {
 	return func(w io.Writer) {
 		if counters, err := dp.Counters(); err == nil {
 			promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, and allowed new connections).", "counter")
@@ -27,6 +27,42 @@ func dataplaneMetrics(dp *datapath.Datapath, st *store.Store) func(io.Writer) {
 			for _, name := range sortedKeys(stats) {
 				promtext.WriteSample(w, "lockstep_datapath_map_entries", float64(stats[name]), "map", name)
 			}
+		}
+	}
+}
+
+// ebpfCounts reports the map entry counts for `lockstep status`.
+func ebpfCounts(dp *datapath.Datapath) func() map[string]int {
+	return func() map[string]int {
+		stats, _ := dp.Stats()
+		out := make(map[string]int, len(stats))
+		for name, n := range stats {
+			out["map "+name] = n
+		}
+		return out
+	}
+}
+
+// dataplaneMetrics writes, at scrape time, the backend's own samples, the
+// backend in use, pending clean-ups and their attempts, and gauges of the
+// committed policy state (endpoints, identities, selectors, policies).
+func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store) func(io.Writer) {
+	return func(w io.Writer) {
+		if be.metrics != nil {
+			be.metrics(w)
+		}
+		promtext.WriteHeader(w, "lockstep_dataplane_info", "The dataplane backend the agent enforces policy with.", "gauge")
+		promtext.WriteSample(w, "lockstep_dataplane_info", 1, "backend", be.name)
+		pending := cleanups.Pending()
+		promtext.WriteHeader(w, "lockstep_dataplane_cleanups_pending", "Backends lockstep stopped using and still has to clean, with the attempts made so far.", "gauge")
+		for _, c := range pending {
+			promtext.WriteSample(w, "lockstep_dataplane_cleanups_pending", float64(c.Attempts), "backend", c.Backend)
+		}
+		attempts := cleanups.AttemptCounts()
+		promtext.WriteHeader(w, "lockstep_dataplane_cleanup_attempts_total", "Clean-up attempts of unused dataplane backends since the agent started, by result.", "counter")
+		for _, b := range sortedKeys(attempts) {
+			promtext.WriteSample(w, "lockstep_dataplane_cleanup_attempts_total", float64(attempts[b].Succeeded), "backend", b, "result", "done")
+			promtext.WriteSample(w, "lockstep_dataplane_cleanup_attempts_total", float64(attempts[b].Failed), "backend", b, "result", "failed")
 		}
 		txn := st.ReadTxn()
 		eps, _ := store.Endpoints(txn, nil)

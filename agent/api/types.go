@@ -135,9 +135,38 @@ type PoolStatus struct {
 	Draining bool         `json:"draining,omitempty"`
 }
 
-// StatusResponse is the agent's health as the CNI STATUS verb needs it.
+// StatusResponse is the agent's health: the pools the CNI STATUS verb
+// needs, and the dataplane `lockstep status` shows.
 type StatusResponse struct {
-	Pools []PoolStatus `json:"pools"`
+	Pools     []PoolStatus     `json:"pools"`
+	Dataplane *DataplaneStatus `json:"dataplane,omitempty"`
+}
+
+// DataplaneStatus is what the agent's dataplane enforces and what it still
+// owes.
+type DataplaneStatus struct {
+	// Name is the backend in use with its variant: "ebpf",
+	// "iptables-nft", "iptables-legacy", "hns".
+	Name string `json:"name"`
+	// LastApply is when the last apply finished; zero before the first.
+	LastApply time.Time `json:"lastApply,omitzero"`
+	// LastApplyError is the last apply's error; empty when it succeeded.
+	LastApplyError string `json:"lastApplyError,omitempty"`
+	// Counts are the backend's sizes: sets, rules, chains, map entries.
+	Counts map[string]int `json:"counts,omitempty"`
+	// PendingCleanups are backends lockstep stopped using and has not
+	// finished cleaning yet.
+	PendingCleanups []CleanupStatus `json:"pendingCleanups"`
+}
+
+// CleanupStatus is one pending clean-up of a backend.
+type CleanupStatus struct {
+	Backend     string    `json:"backend"`
+	Reason      string    `json:"reason"`
+	Since       time.Time `json:"since"`
+	Attempts    int       `json:"attempts"`
+	LastError   string    `json:"lastError,omitempty"`
+	LastAttempt time.Time `json:"lastAttempt,omitzero"`
 }
 
 // HostIfName is the deterministic name of an attachment's host-side veth:

@@ -26,7 +26,7 @@ func runCLI(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd())
+	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd())
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -89,6 +89,8 @@ Kubernetes mode is not implemented yet: start it with --standalone.`,
 	f.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket the CNI plugin calls")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", agent.DefaultMetricsAddr, "address of /healthz and /metrics; empty disables")
 	f.StringVar(&cfg.Manifests, "manifests", "", "directory of Namespace, Pod and NetworkPolicy YAML to enforce (standalone source); edits are followed")
+	f.StringVar(&cfg.Dataplane, "dataplane", agent.DataplaneEBPF, "policy dataplane: ebpf, iptables (legacy or nft, detected) or hns (Windows)")
+	f.StringVar(&cfg.HNSNetwork, "hns-network", agent.DefaultHNSNetwork, "HNS network the hns dataplane programs (Windows)")
 	f.StringVar(&cfg.BPFRoot, "bpf-root", agent.DefaultBPFRoot, "bpffs directory the dataplane pins its maps under (mounted if needed)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")

@@ -1,0 +1,195 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/agent/cleanup"
+	"lockstep.dev/lockstep/agent/datapath"
+	"lockstep.dev/lockstep/agent/endpoints"
+	"lockstep.dev/lockstep/agent/enforcer"
+	"lockstep.dev/lockstep/agent/persist"
+	"lockstep.dev/lockstep/agent/store"
+)
+
+// Dataplanes accepted by Config.Dataplane.
+const (
+	// DataplaneEBPF enforces with the eBPF programs (the default).
+	DataplaneEBPF = "ebpf"
+	// DataplaneIptables enforces with iptables and ipset, in whichever of
+	// iptables-legacy and iptables-nft the node uses.
+	DataplaneIptables = "iptables"
+	// DataplaneHNS enforces with Windows HNS SetPolicies and ACLs.
+	DataplaneHNS = "hns"
+)
+
+// Backend names, as recorded in the state file and in clean-ups: a
+// dataplane with its variant.
+const (
+	backendEBPF           = "ebpf"
+	backendIptablesLegacy = "iptables-legacy"
+	backendIptablesNft    = "iptables-nft"
+)
+
+// backend is the dataplane the agent drives.
+type backend struct {
+	// name is the backend with its variant, e.g. "iptables-nft".
+	name string
+	dp   enforcer.Dataplane
+	// counts reports the backend's sizes for `lockstep status`.
+	counts func() map[string]int
+	// metrics writes backend-specific samples at scrape time.
+	metrics func(io.Writer)
+	close   func() error
+}
+
+// residue is what a backend the agent does not use can have left behind.
+type residue struct {
+	// leftovers counts lockstep's objects still in the backend.
+	leftovers func(ctx context.Context) (int, error)
+	cleanup.Cleaner
+}
+
+// openBackend loads the dataplane cfg asks for.
+func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, error) {
+	switch cfg.Dataplane {
+	case "", DataplaneEBPF:
+		dp, err := datapath.Load(datapath.Options{PinRoot: cfg.BPFRoot, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return &backend{name: backendEBPF, dp: dp, counts: ebpfCounts(dp), metrics: ebpfMetrics(dp), close: dp.Close}, nil
+	case DataplaneIptables:
+		return openIptables(ctx, log)
+	case DataplaneHNS:
+		return openHNS(ctx, cfg, log)
+	}
+	return nil, fmt.Errorf("run agent: unknown --dataplane %q: want %s, %s or %s", cfg.Dataplane, DataplaneEBPF, DataplaneIptables, DataplaneHNS)
+}
+
+// residues lists every backend other than current that lockstep knows how
+// to clean on this node.
+func residues(cfg Config, current string) map[string]residue {
+	all := map[string]residue{
+		backendEBPF: {
+			leftovers: func(context.Context) (int, error) { return datapath.Leftovers(cfg.BPFRoot) },
+			Cleaner:   cleanup.CleanerFunc(func(context.Context) error { return datapath.Sweep(cfg.BPFRoot) }),
+		},
+	}
+	for name, r := range iptablesResidues() {
+		all[name] = r
+	}
+	delete(all, current)
+	return all
+}
+
+// CleanupTimeout bounds the clean-up attempt the agent makes at start,
+// before it enforces anything; what is left is retried in the background.
+const CleanupTimeout = 10 * time.Second
+
+// startCleanups restores pending clean-ups, schedules one for the backend
+// the agent ran with before (when it changed) and for every other backend
+// that still holds lockstep state, records the backend now in use, and
+// makes a first attempt.
+func startCleanups(ctx context.Context, cfg Config, st *store.Store, db *persist.DB, current string, log *slog.Logger) (*cleanup.Manager, error) {
+	res := residues(cfg, current)
+	cleaners := make(map[string]cleanup.Cleaner, len(res))
+	for name, r := range res {
+		cleaners[name] = r.Cleaner
+	}
+	mgr := cleanup.New(st, db, cleaners, log)
+	if err := mgr.Restore(); err != nil {
+		return nil, err
+	}
+	prev, err := db.Dataplane()
+	if err != nil {
+		return nil, err
+	}
+	if prev != "" && prev != current {
+		if err := mgr.Schedule(prev, fmt.Sprintf("dataplane changed from %s to %s", prev, current)); err != nil {
+			return nil, err
+		}
+	}
+	for name, r := range res {
+		n, err := r.leftovers(ctx)
+		if err != nil {
+			log.Warn("look for state left in a dataplane backend not in use", "backend", name, "err", err)
+			continue
+		}
+		if n > 0 {
+			if err := mgr.Schedule(name, fmt.Sprintf("found %d objects of lockstep's in %s, which this agent does not use", n, name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if prev != current {
+		if err := db.SetDataplane(current); err != nil {
+			return nil, err
+		}
+	}
+	// A pending clean-up of the backend now in use would destroy what this
+	// agent is about to apply: it is done, by definition.
+	if err := dropCleanup(st, db, current); err != nil {
+		return nil, err
+	}
+	attemptCtx, cancel := context.WithTimeout(ctx, CleanupTimeout)
+	defer cancel()
+	if _, err := mgr.RunOnce(attemptCtx); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// dropCleanup deletes the pending clean-up of backend, durably.
+func dropCleanup(st *store.Store, db *persist.DB, backend string) error {
+	txn := st.WriteTxn()
+	defer txn.Abort()
+	if err := store.DeleteCleanup(txn, backend); err != nil {
+		return err
+	}
+	_, err := db.Commit(txn)
+	return err
+}
+
+// agentAPI is the API the agent serves: the endpoint service's, with the
+// dataplane's state added to Status.
+type agentAPI struct {
+	*endpoints.Service
+	dataplane func() *api.DataplaneStatus
+}
+
+// Status answers the CNI STATUS verb and `lockstep status`.
+func (a *agentAPI) Status(ctx context.Context) (*api.StatusResponse, error) {
+	st, err := a.Service.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st.Dataplane = a.dataplane()
+	return st, nil
+}
+
+// dataplaneStatus reports be's state; lastApply is in Unix nanoseconds, 0
+// before the first apply.
+func dataplaneStatus(be *backend, enf *enforcer.Enforcer, cleanups *cleanup.Manager, lastApply int64) *api.DataplaneStatus {
+	out := &api.DataplaneStatus{Name: be.name, PendingCleanups: []api.CleanupStatus{}}
+	if lastApply != 0 {
+		out.LastApply = time.Unix(0, lastApply).UTC()
+	}
+	if err := enf.LastError(); err != nil {
+		out.LastApplyError = err.Error()
+	}
+	if be.counts != nil {
+		out.Counts = be.counts()
+	}
+	for _, c := range cleanups.Pending() {
+		out.PendingCleanups = append(out.PendingCleanups, api.CleanupStatus{
+			Backend: c.Backend, Reason: c.Reason, Since: c.Since, Attempts: c.Attempts,
+			LastError: c.LastError, LastAttempt: c.LastAttempt,
+		})
+	}
+	return out
+}

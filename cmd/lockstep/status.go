@@ -1,0 +1,88 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"lockstep.dev/lockstep/agent/api"
+)
+
+func newStatusCmd() *cobra.Command {
+	var socket, output string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the agent's dataplane, pools, last apply error and pending clean-ups",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "table" && output != "json" {
+				return errOutput(output)
+			}
+			c := api.NewClient(socket, timeout)
+			defer c.Close()
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("ask the agent on %s for its status: %w", socket, err)
+			}
+			if output == "json" {
+				return writeJSON(cmd.OutOrStdout(), st)
+			}
+			return writeStatus(cmd.OutOrStdout(), st, time.Now())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&socket, "socket", api.DefaultSocket, "the agent's unix socket")
+	f.DurationVar(&timeout, "timeout", api.DefaultTimeout, "how long to wait for the agent")
+	f.StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+// writeStatus prints st for a person.
+func writeStatus(out io.Writer, st *api.StatusResponse, now time.Time) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if dp := st.Dataplane; dp != nil {
+		fmt.Fprintf(w, "Dataplane:\t%s\n", dp.Name)
+		switch {
+		case dp.LastApply.IsZero() && dp.LastApplyError == "":
+			fmt.Fprintf(w, "Last apply:\tnone yet\n")
+		case dp.LastApplyError != "":
+			fmt.Fprintf(w, "Last apply:\tFAILED: %s\n", dp.LastApplyError)
+		default:
+			fmt.Fprintf(w, "Last apply:\tok, %s ago\n", now.Sub(dp.LastApply).Round(time.Millisecond))
+		}
+		keys := make([]string, 0, len(dp.Counts))
+		for k := range dp.Counts {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %s:\t%d\n", k, dp.Counts[k])
+		}
+		if len(dp.PendingCleanups) == 0 {
+			fmt.Fprintf(w, "Pending clean-ups:\tnone\n")
+		} else {
+			fmt.Fprintf(w, "Pending clean-ups:\t%d\n", len(dp.PendingCleanups))
+		}
+		for _, c := range dp.PendingCleanups {
+			fmt.Fprintf(w, "  %s:\t%s; since %s, %d attempts", c.Backend, c.Reason, c.Since.UTC().Format(time.RFC3339), c.Attempts)
+			if c.LastError != "" {
+				fmt.Fprintf(w, ", last error: %s", c.LastError)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	fmt.Fprintf(w, "Pools:\t\n")
+	for _, p := range st.Pools {
+		state := ""
+		if p.Draining {
+			state = " (draining)"
+		}
+		fmt.Fprintf(w, "  %s:\t%d used, %d free of %d%s\n", p.CIDR, p.Used, p.Free, p.Size, state)
+	}
+	return w.Flush()
+}

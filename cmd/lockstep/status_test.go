@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/agent/api"
+)
+
+func TestWriteStatus(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		name string
+		st   api.StatusResponse
+		want []string
+	}{
+		{
+			name: "clean-up pending after a failed attempt",
+			st: api.StatusResponse{Dataplane: &api.DataplaneStatus{
+				Name: "iptables-nft", LastApply: now.Add(-2 * time.Second),
+				Counts: map[string]int{"sets": 4, "rules": 40},
+				PendingCleanups: []api.CleanupStatus{{Backend: "iptables-legacy", Reason: "dataplane changed",
+					Since: now.Add(-time.Hour), Attempts: 3, LastError: "exit status 4"}},
+			}},
+			want: []string{"iptables-nft", "ok, 2s ago", "rules:", "40", "Pending clean-ups:  1", "iptables-legacy:", "3 attempts", "last error: exit status 4"},
+		},
+		{
+			name: "apply failed",
+			st:   api.StatusResponse{Dataplane: &api.DataplaneStatus{Name: "ebpf", LastApplyError: "attach ls1: no such device"}},
+			want: []string{"FAILED: attach ls1: no such device", "Pending clean-ups:  none"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := writeStatus(&buf, &tc.st, now); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(buf.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, buf.String())
+				}
+			}
+		})
+	}
+}
