@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"os/exec"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,13 +29,9 @@ const (
 	DataplaneHNS = "hns"
 )
 
-// Backend names, as recorded in the state file and in clean-ups: a
-// dataplane with its variant.
-const (
-	backendEBPF           = "ebpf"
-	backendIptablesLegacy = "iptables-legacy"
-	backendIptablesNft    = "iptables-nft"
-)
+// backendEBPF is the eBPF dataplane's name in the state file and in
+// clean-ups; iptables backends are named by iptables.Mode.String.
+const backendEBPF = "ebpf"
 
 // backend is the dataplane the agent drives.
 type backend struct {
@@ -116,6 +114,9 @@ func startCleanups(ctx context.Context, cfg Config, st *store.Store, db *persist
 	}
 	for name, r := range res {
 		n, err := r.leftovers(ctx)
+		if errors.Is(err, exec.ErrNotFound) {
+			continue // the backend's tools are not installed: nothing of it to clean
+		}
 		if err != nil {
 			log.Warn("look for state left in a dataplane backend not in use", "backend", name, "err", err)
 			continue

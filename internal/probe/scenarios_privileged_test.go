@@ -15,8 +15,9 @@ import (
 )
 
 // TestPrivilegedProbeScenarios probes every scenario under
-// testdata/scenarios and compares the tables with its hand-derived
-// expected.txt, cell by cell.
+// testdata/scenarios on every Linux dataplane and compares the tables with
+// its hand-derived expected.txt, cell by cell: the eBPF and iptables
+// dataplanes must agree with the API documentation, and so with each other.
 func TestPrivilegedProbeScenarios(t *testing.T) {
 	testenv.Privileged(t)
 	dirs, err := filepath.Glob(filepath.Join("testdata", "scenarios", "*"))
@@ -27,14 +28,18 @@ func TestPrivilegedProbeScenarios(t *testing.T) {
 		t.Fatal("no scenarios under testdata/scenarios")
 	}
 	bin := builtBinary(t)
-	for _, dir := range dirs {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			runScenario(t, bin, dir)
+	for _, dataplane := range []string{"ebpf", "iptables"} {
+		t.Run(dataplane, func(t *testing.T) {
+			for _, dir := range dirs {
+				t.Run(filepath.Base(dir), func(t *testing.T) {
+					runScenario(t, bin, dir, dataplane)
+				})
+			}
 		})
 	}
 }
 
-func runScenario(t *testing.T, bin, dir string) {
+func runScenario(t *testing.T, bin, dir, dataplane string) {
 	text, err := os.ReadFile(filepath.Join(dir, "expected.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +59,7 @@ func runScenario(t *testing.T, bin, dir string) {
 	var progress bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, Config{Binary: bin, Manifests: abs, Pods: pods, Progress: &progress})
+	rep, err := Run(ctx, Config{Binary: bin, Manifests: abs, Pods: pods, Dataplane: dataplane, Progress: &progress})
 	if err != nil {
 		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
 	}

@@ -1,0 +1,487 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// Options configure a Dataplane.
+type Options struct {
+	// Mode selects the iptables tools (see Detect). Required.
+	Mode Mode
+	// Runner runs the tools; nil means ExecRunner{}.
+	Runner Runner
+	// DisableIPv6 leaves ip6tables and IPv6 sets alone, for nodes without
+	// IPv6. IPv6 traffic of pods is then not filtered at all.
+	DisableIPv6 bool
+	// Timeout bounds each command; 0 means DefaultTimeout.
+	Timeout time.Duration
+}
+
+// DefaultTimeout bounds one iptables or ipset command.
+const DefaultTimeout = time.Minute
+
+// Dataplane enforces a policy.Desired with iptables and ipset. It
+// implements enforcer.Dataplane. Apply, Attach and Detach must not run
+// concurrently (the Enforcer serialises them); Stats may be called any time.
+type Dataplane struct {
+	mode    Mode
+	run     Runner
+	timeout time.Duration
+	r       renderer
+
+	mu       sync.Mutex
+	attached map[string]bool
+	eps      map[string]*epRender // renders of the endpoints last planned
+	applied  *state               // what the tables and sets hold; nil: unknown
+
+	// beforeRules, when set, runs after step 1 (sets) and before step 2
+	// (rules) of every Apply: the window of seed 000.
+	beforeRules func()
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+// state is what lockstep's sets and chains hold: after a successful Apply
+// its plan; after a full read, what the tools reported.
+type state struct {
+	sets   map[string]*ipSet
+	chains [2]map[string][]string
+	// read is set for a state read from the tools: chains hold the
+	// lockstep chains present (their rules as saved, never compared), and
+	// foreign the rules of other chains that jump into them.
+	read    bool
+	foreign [2][]string
+}
+
+// New returns a Dataplane for o. It runs nothing: the first Apply reads
+// the current state and reconciles it.
+func New(o Options) (*Dataplane, error) {
+	if !o.Mode.valid() {
+		return nil, fmt.Errorf("create iptables dataplane: %w %d", ErrUnknownMode, o.Mode)
+	}
+	if o.Runner == nil {
+		o.Runner = ExecRunner{}
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	fams := []Family{IPv4, IPv6}
+	if o.DisableIPv6 {
+		fams = fams[:1]
+	}
+	return &Dataplane{
+		mode:     o.Mode,
+		run:      o.Runner,
+		timeout:  o.Timeout,
+		r:        renderer{mode: o.Mode, fams: fams},
+		attached: map[string]bool{},
+		stats:    Stats{Mode: o.Mode},
+	}, nil
+}
+
+// Attach records hostIf as an endpoint Apply may enforce. Nothing is
+// written until Apply: the CNI ADD path applies before the pod's
+// containers start. It fails with ErrBadIfName for a name lockstep cannot
+// write into rules verbatim. It is idempotent.
+func (d *Dataplane) Attach(hostIf string) error {
+	if err := checkIfName(hostIf); err != nil {
+		return fmt.Errorf("attach to %s: %w", hostIf, err)
+	}
+	d.mu.Lock()
+	d.attached[hostIf] = true
+	d.mu.Unlock()
+	return nil
+}
+
+// Detach forgets hostIf. Its chains go with the next Apply that lacks it
+// (the Enforcer applies that state before it detaches).
+func (d *Dataplane) Detach(hostIf string) error {
+	d.mu.Lock()
+	delete(d.attached, hostIf)
+	d.mu.Unlock()
+	return nil
+}
+
+// Invalidate forgets what the dataplane believes is applied, so the next
+// Apply reads the tables and sets back and repairs any drift (rules or
+// sets changed behind lockstep's back). A periodic resync should call it
+// before applying.
+func (d *Dataplane) Invalidate() {
+	d.mu.Lock()
+	d.applied = nil
+	d.mu.Unlock()
+}
+
+// Apply makes want the enforced state in three steps, each one command
+// per family (or one ipset restore):
+//
+//  1. create the sets want references and update their members;
+//  2. rewrite the chains and jumps that changed, in one iptables-restore
+//     --noflush commit per family: rules now reference only sets that
+//     exist;
+//  3. destroy the sets no rule references any more.
+//
+// A set is therefore destroyed only once the commit that removed its last
+// reference is in force (seed 000). Apply diffs against the state it last
+// applied; an error forgets that state, and the next Apply reads the
+// tables and sets back and reconciles them whole.
+//
+// Each family's rules change atomically, but a set's members change just
+// before the rules do: for a few milliseconds the old rules may see new
+// members. Apply keeps references to want; the caller must not modify it
+// afterwards (passing the same *policy.EndpointPolicy for an unchanged
+// endpoint skips comparing it).
+func (d *Dataplane) Apply(want *policy.Desired) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	start := time.Now()
+	full := d.applied == nil
+	err := d.apply(want)
+	d.statsMu.Lock()
+	d.stats.Applies++
+	if full {
+		d.stats.FullReconciles++
+	}
+	if err != nil {
+		d.stats.Failures++
+	} else {
+		d.stats.LastApply = time.Since(start)
+		d.stats.Sets, d.stats.SetEntries, d.stats.Chains, d.stats.Rules = d.applied.counts()
+	}
+	d.statsMu.Unlock()
+	return err
+}
+
+func (d *Dataplane) apply(want *policy.Desired) error {
+	var missing []string
+	for name := range want.Endpoints {
+		if !d.attached[name] {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("apply policy: %w: %s (call Attach first)", ErrNotAttached, strings.Join(missing, ", "))
+	}
+	p, eps, err := d.r.render(want, d.eps)
+	if err != nil {
+		return fmt.Errorf("apply policy: %w", err)
+	}
+	d.eps = eps
+	cur := d.applied
+	if cur == nil {
+		if cur, err = d.read(); err != nil {
+			return err
+		}
+	}
+	// From here on an error leaves the tables in a state only a fresh read
+	// can tell.
+	d.applied = nil
+	if batch := setUpdates(cur.sets, p.sets); len(batch) > 0 {
+		if err := d.ipsetRestore(batch); err != nil {
+			return fmt.Errorf("create and update ipsets: %w", err)
+		}
+	}
+	if d.beforeRules != nil {
+		d.beforeRules()
+	}
+	next := &state{sets: maps.Clone(p.sets)}
+	var payloads [2][]byte
+	for _, f := range d.r.fams {
+		payloads[f.index()], next.chains[f.index()] = chainUpdates(cur, p, f)
+	}
+	if err := d.restoreFamilies(payloads); err != nil {
+		return err
+	}
+	// The rules in force reference only p's sets. Sets to destroy stay in
+	// the state as unknown until a destroy of them succeeds.
+	var gone []string
+	for name, s := range cur.sets {
+		if _, ok := p.sets[name]; !ok {
+			gone = append(gone, name)
+			next.sets[name] = &ipSet{family: s.family, net: s.net, unknown: true}
+		}
+	}
+	d.applied = next
+	if len(gone) > 0 {
+		slices.Sort(gone)
+		var b strings.Builder
+		for _, name := range gone {
+			b.WriteString("destroy " + name + "\n")
+		}
+		if err := d.ipsetRestore([]byte(b.String())); err != nil {
+			return fmt.Errorf("destroy unreferenced ipsets: %w", err)
+		}
+		for _, name := range gone {
+			delete(next.sets, name)
+		}
+	}
+	return nil
+}
+
+// setUpdates is the ipset restore batch of step 1: create what is new,
+// add and delete members. A set of unknown content that is wanted again
+// is flushed and refilled (no rule references it: its last reference went
+// in the commit before its destroy was attempted).
+func setUpdates(cur, want map[string]*ipSet) []byte {
+	var changed []string
+	for name, s := range want {
+		old := cur[name]
+		if old == s || old != nil && !old.unknown && old.family == s.family && old.net == s.net && maps.Equal(old.entries, s.entries) {
+			continue
+		}
+		changed = append(changed, name)
+	}
+	slices.Sort(changed)
+	var b strings.Builder
+	for _, name := range changed {
+		s, old := want[name], cur[name]
+		if old != nil && (old.family != s.family || old.net != s.net) {
+			old = nil // recreate fails loudly: ipset names the conflict
+		}
+		if old == nil || old.unknown {
+			fmt.Fprintf(&b, "create %s %s family %s maxelem %d\n", name, s.typ(), s.family.ipsetFamily(), maxElem)
+			if old != nil {
+				b.WriteString("flush " + name + "\n")
+			}
+			old = nil
+		}
+		for _, e := range sortedPrefixes(s.entries) {
+			nomatch := s.entries[e]
+			if old != nil {
+				if was, ok := old.entries[e]; ok && was == nomatch {
+					continue
+				}
+			}
+			b.WriteString("add " + name + " " + entryText(s, e))
+			if nomatch {
+				b.WriteString(" nomatch")
+			}
+			b.WriteByte('\n')
+		}
+		if old == nil {
+			continue
+		}
+		for _, e := range sortedPrefixes(old.entries) {
+			if _, ok := s.entries[e]; !ok {
+				b.WriteString("del " + name + " " + entryText(s, e) + "\n")
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return []byte(b.String())
+}
+
+// chainUpdates is the iptables-restore --noflush payload of step 2 for
+// family f (nil when nothing changes) and the chains in force once it is
+// committed. Hook chains (per-endpoint jumps) change rule by rule; other
+// chains that changed are flushed and refilled, new ones declared.
+// After a read, every wanted chain is rewritten, every other lockstep
+// chain deleted, and the jumps from built-in chains replaced by one each,
+// first in its chain.
+func chainUpdates(cur *state, p *plan, f Family) ([]byte, map[string][]string) {
+	want, have := p.chains[f.index()], cur.chains[f.index()]
+	next := make(map[string][]string, len(want))
+	var rewrite, edit, remove []string
+	for c, rules := range want {
+		old, ok := have[c]
+		next[c] = rules
+		switch {
+		case cur.read || !ok:
+			rewrite = append(rewrite, c)
+		case isDispatch(c):
+			edit = append(edit, c)
+		case !sameRules(old, rules):
+			rewrite = append(rewrite, c)
+		}
+	}
+	for c := range have {
+		if _, ok := want[c]; !ok {
+			remove = append(remove, c)
+		}
+	}
+	slices.Sort(rewrite)
+	slices.Sort(edit)
+	slices.Sort(remove)
+	var decl, dels, adds, drops []string
+	for _, c := range edit {
+		rm, add, merged := diffRules(have[c], want[c])
+		for _, r := range rm {
+			dels = append(dels, "-D "+c+" "+r)
+		}
+		for _, r := range add {
+			adds = append(adds, "-A "+c+" "+r)
+		}
+		next[c] = merged
+	}
+	for _, c := range rewrite {
+		if _, ok := have[c]; ok {
+			decl = append(decl, "-F "+c) // cheaper than redeclaring for iptables-nft
+		} else {
+			decl = append(decl, ":"+c+" - [0:0]")
+		}
+		for _, r := range want[c] {
+			adds = append(adds, "-A "+c+" "+r)
+		}
+	}
+	for _, c := range remove {
+		decl = append(decl, "-F "+c)
+		drops = append(drops, "-X "+c)
+	}
+	if cur.read {
+		for _, r := range cur.foreign[f.index()] {
+			dels = append(dels, "-D"+strings.TrimPrefix(r, "-A"))
+		}
+		for _, h := range hooks {
+			adds = append(adds, "-I "+h.builtin+" 1 -m comment --comment \""+jumpComment+"\" -j "+h.chain)
+		}
+	}
+	if len(decl)+len(dels)+len(adds)+len(drops) == 0 {
+		return nil, next
+	}
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for _, group := range [][]string{decl, dels, adds, drops} {
+		for _, line := range group {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	b.WriteString("COMMIT\n")
+	return []byte(b.String()), next
+}
+
+// sameRules is slices.Equal, short-cut for the slices an unchanged
+// endpoint's render shares with the applied state.
+func sameRules(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	return slices.Equal(a, b)
+}
+
+// restoreFamilies commits each family's payload (nil: nothing to do). With
+// iptables-nft the two run at the same time: they are separate tables, and
+// most of each run is reading the table, which the kernel serves in
+// parallel. Legacy tools take one lock (xtables.lock) and run one by one.
+func (d *Dataplane) restoreFamilies(payloads [2][]byte) error {
+	var errs [2]error
+	var wg sync.WaitGroup
+	for _, f := range d.r.fams {
+		payload := payloads[f.index()]
+		if payload == nil {
+			continue
+		}
+		run := func() {
+			if err := d.iptablesRestore(f, payload); err != nil {
+				errs[f.index()] = fmt.Errorf("rewrite %s chains: %w", f, err)
+			}
+		}
+		if d.mode == ModeNFT {
+			wg.Go(run)
+		} else {
+			run()
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs[0], errs[1])
+}
+
+// diffRules compares a hook chain's rules as sets: the rules to delete,
+// the rules to append, and the chain's rules once that is done.
+func diffRules(old, want []string) (rm, add, merged []string) {
+	inWant := make(map[string]bool, len(want))
+	for _, r := range want {
+		inWant[r] = true
+	}
+	inOld := make(map[string]bool, len(old))
+	for _, r := range old {
+		inOld[r] = true
+		if inWant[r] {
+			merged = append(merged, r)
+		} else {
+			rm = append(rm, r)
+		}
+	}
+	for _, r := range want {
+		if !inOld[r] {
+			add = append(add, r)
+			merged = append(merged, r)
+		}
+	}
+	return rm, add, merged
+}
+
+// ipsetRestore runs one ipset restore batch. -exist makes every line
+// idempotent: creating an identical set, adding a member (which also
+// updates its nomatch flag), deleting a missing one, destroying a missing
+// set.
+func (d *Dataplane) ipsetRestore(batch []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
+	defer cancel()
+	_, err := d.run.Run(ctx, ipsetTool, []string{"-exist", "restore"}, batch)
+	return err
+}
+
+func (d *Dataplane) iptablesRestore(f Family, payload []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
+	defer cancel()
+	_, err := d.run.Run(ctx, d.mode.RestoreTool(f), restoreArgs, payload)
+	return err
+}
+
+// restoreArgs: wait up to 5 s for the xtables lock (legacy; nft ignores
+// it), and leave everything not named in the payload alone.
+var restoreArgs = []string{"-w", "5", "--noflush"}
+
+// Stats describe the applied state, for `lockstep status` and metrics.
+type Stats struct {
+	// Mode is the dataplane's iptables mode.
+	Mode Mode
+	// Sets and SetEntries count lockstep's ipsets and their members.
+	Sets, SetEntries int
+	// Chains and Rules count lockstep's chains and their rules, both
+	// families together (the jumps from built-in chains not included).
+	Chains, Rules int
+	// LastApply is how long the last successful Apply took.
+	LastApply time.Duration
+	// Applies counts Apply calls; FullReconciles those that read the
+	// state back first; Failures those that returned an error.
+	Applies, FullReconciles, Failures uint64
+}
+
+// Stats returns the counts as of the last successful Apply.
+func (d *Dataplane) Stats() Stats {
+	d.statsMu.Lock()
+	defer d.statsMu.Unlock()
+	return d.stats
+}
+
+func (s *state) counts() (sets, entries, chains, rules int) {
+	for _, set := range s.sets {
+		sets++
+		entries += len(set.entries)
+	}
+	for _, cs := range s.chains {
+		for _, rs := range cs {
+			chains++
+			rules += len(rs)
+		}
+	}
+	return sets, entries, chains, rules
+}

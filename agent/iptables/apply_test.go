@@ -1,0 +1,329 @@
+package iptables
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// TestApplyOrderSetsRulesDestroy: a change that swaps the set a rule uses
+// runs (1) one ipset restore creating the new set, (2) one iptables-restore
+// per family, (3) one ipset restore destroying the old set — never a
+// destroy before the rules that referenced the set are gone.
+func TestApplyOrderSetsRulesDestroy(t *testing.T) {
+	for _, m := range []Mode{ModeNFT, ModeLegacy} {
+		t.Run(m.String(), func(t *testing.T) {
+			n := newFakeNode()
+			a, b := twoPods(300), twoPods(301)
+			d := newTestDataplane(t, m, n, a)
+			mustApply(t, d, a)
+			n.takeCalls()
+			mustApply(t, d, b)
+			calls := n.takeCalls()
+			var got []string
+			for _, c := range calls {
+				got = append(got, c.String())
+			}
+			if len(got) == 4 {
+				slices.Sort(got[1:3]) // the families of step 2 may run concurrently
+				slices.SortFunc(calls[1:3], func(a, b fakeCall) int { return strings.Compare(a.String(), b.String()) })
+			}
+			want := []string{
+				"ipset -exist restore",
+				m.RestoreTool(IPv4) + " -w 5 --noflush",
+				m.RestoreTool(IPv6) + " -w 5 --noflush",
+				"ipset -exist restore",
+			}
+			slices.Sort(want[1:3])
+			if !slices.Equal(got, want) {
+				t.Fatalf("calls %q, want %q", got, want)
+			}
+			p := setPrefix(m, IPv4)
+			if s := calls[0].stdin; !strings.Contains(s, "create "+p+"id-301 hash:ip") || !strings.Contains(s, "add "+p+"id-301 10.0.0.2") || strings.Contains(s, "destroy") {
+				t.Errorf("step 1 must create and fill the new set only:\n%s", s)
+			}
+			v4 := calls[1]
+			if v4.name != m.RestoreTool(IPv4) {
+				v4 = calls[2]
+			}
+			if s := v4.stdin; !strings.Contains(s, "--match-set "+p+"id-301 src") {
+				t.Errorf("step 2 must switch the rule to the new set:\n%s", s)
+			}
+			wantDestroy := "destroy " + p + "id-300\ndestroy " + setPrefix(m, IPv6) + "id-300\n"
+			if calls[3].stdin != wantDestroy {
+				t.Errorf("step 3:\n%s\nwant:\n%s", calls[3].stdin, wantDestroy)
+			}
+			assertNoViolations(t, n)
+			assertView(t, n, m, b)
+		})
+	}
+}
+
+// TestApplyDiff: after a full apply, each change touches only what
+// changed.
+func TestApplyDiff(t *testing.T) {
+	base := manyEndpoints(50, 0)
+	oneRule := manyEndpoints(50, 0)
+	oneRule.Endpoints["ep7"] = manyEndpoints(50, 1).Endpoints["ep7"]
+	added := manyEndpoints(51, 0)
+	removed := manyEndpoints(49, 0)
+	newPeer := manyEndpoints(50, 0)
+	newPeer.Endpoints["ep7"] = &policy.EndpointPolicy{IPv4: base.Endpoints["ep7"].IPv4, IngressIsolated: true,
+		Rules: map[policy.RuleKey][]policy.PortRange{{Peer: policy.PeerWorld, Dir: policy.Ingress, Proto: policy.ProtoUDP}: ports(53, 53)}}
+	tests := []struct {
+		name       string
+		next       *policy.Desired
+		wantCalls  int
+		wantChains []string // chains the IPv4 payload touches
+		wantLines  []string // lines the IPv4 payload must have
+	}{
+		{name: "nothing changed", next: manyEndpoints(50, 0), wantCalls: 0},
+		{name: "one endpoint's port", next: oneRule, wantCalls: 1, // IPv6 has no member of the peers: no rule there
+			wantChains: []string{"LOCKSTEP-I-ep7"},
+			wantLines:  []string{"-F LOCKSTEP-I-ep7"}},
+		{name: "one endpoint more", next: added, wantCalls: 2, // its peers' sets exist already
+			wantChains: []string{"LOCKSTEP-E-ep50", "LOCKSTEP-FORWARD", "LOCKSTEP-I-ep50", "LOCKSTEP-INPUT", "LOCKSTEP-OUTPUT"},
+			wantLines:  []string{"-A LOCKSTEP-FORWARD -i ep50 -j LOCKSTEP-E-ep50", "-A LOCKSTEP-OUTPUT -o ep50 -j LOCKSTEP-I-ep50"}},
+		{name: "one endpoint less", next: removed, wantCalls: 2,
+			wantChains: []string{"LOCKSTEP-E-ep49", "LOCKSTEP-FORWARD", "LOCKSTEP-I-ep49", "LOCKSTEP-INPUT", "LOCKSTEP-OUTPUT"},
+			wantLines:  []string{"-D LOCKSTEP-FORWARD -i ep49 -j LOCKSTEP-E-ep49", "-X LOCKSTEP-I-ep49"}},
+		{name: "a rule needing a new set", next: newPeer, wantCalls: 3, // no destroy: 307 and 308 are still used
+			wantChains: []string{"LOCKSTEP-E-ep7", "LOCKSTEP-I-ep7"}, // egress no longer isolated
+			wantLines:  []string{"-A LOCKSTEP-I-ep7 -p udp -m set ! --match-set lockstep-nft4-pods src -m udp --dport 53 -j RETURN"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newFakeNode()
+			d := newTestDataplane(t, ModeNFT, n, base, tt.next)
+			mustApply(t, d, base)
+			n.takeCalls()
+			mustApply(t, d, tt.next)
+			calls := n.takeCalls()
+			if len(calls) != tt.wantCalls {
+				t.Fatalf("%d calls, want %d: %v", len(calls), tt.wantCalls, calls)
+			}
+			for _, c := range calls {
+				if c.name != ModeNFT.RestoreTool(IPv4) {
+					continue
+				}
+				if got := payloadChains(c.stdin); !slices.Equal(got, tt.wantChains) {
+					t.Errorf("payload touches %q, want %q:\n%s", got, tt.wantChains, c.stdin)
+				}
+				for _, line := range tt.wantLines {
+					if !strings.Contains(c.stdin, line+"\n") {
+						t.Errorf("payload lacks %q:\n%s", line, c.stdin)
+					}
+				}
+			}
+			assertView(t, n, ModeNFT, tt.next)
+		})
+	}
+}
+
+// TestApplyFailureRepairs fails each command of an Apply with each kind of
+// fault: the Apply reports it, nothing is left referencing a missing set,
+// and the next Apply (reading the state back when it must) converges.
+func TestApplyFailureRepairs(t *testing.T) {
+	from, to := twoPods(300), twoPods(301)
+	for call := 1; call <= 4; call++ {
+		for _, fl := range []fault{faultBefore, faultPartial, faultAfter} {
+			t.Run(fmt.Sprintf("call%d/fault%d", call, fl), func(t *testing.T) {
+				n := newFakeNode()
+				d := newTestDataplane(t, ModeLegacy, n, from, to)
+				mustApply(t, d, from)
+				count := 0
+				n.faults = func(fakeCall) fault {
+					count++
+					if count == call {
+						return fl
+					}
+					return faultNone
+				}
+				if err := d.Apply(to); err == nil {
+					t.Fatal("Apply succeeded through a failed command")
+				}
+				n.faults = nil
+				n.takeCalls()
+				mustApply(t, d, to)
+				reread := slices.ContainsFunc(n.takeCalls(), func(c fakeCall) bool { return c.String() == "ipset save" })
+				if reread != (call < 4) {
+					t.Errorf("after a failure at call %d the next Apply read the state back: %v, want %v", call, reread, call < 4)
+				}
+				assertNoViolations(t, n)
+				assertView(t, n, ModeLegacy, to)
+				if s := d.Stats(); s.Failures != 1 || s.Applies != 3 {
+					t.Errorf("stats %+v, want 3 applies and 1 failure", s)
+				}
+			})
+		}
+	}
+}
+
+// TestApplyRepairsDrift: after Invalidate, Apply reads the tables back and
+// removes whatever lockstep did not write, or restores what it lost.
+func TestApplyRepairsDrift(t *testing.T) {
+	want := manyEndpoints(5, 0)
+	tests := []struct {
+		name  string
+		drift func(n *fakeNode)
+	}{
+		{"a rule deleted", func(n *fakeNode) {
+			t := n.tables[tableKey{ModeNFT, IPv4, "filter"}]
+			t.chains["LOCKSTEP-I-ep2"] = t.chains["LOCKSTEP-I-ep2"][1:]
+		}},
+		{"a stale lockstep chain with a jump", func(n *fakeNode) {
+			t := n.tables[tableKey{ModeNFT, IPv6, "filter"}]
+			t.chains["LOCKSTEP-E-gone"] = []string{"-j DROP"}
+			t.chains["FORWARD"] = append(t.chains["FORWARD"], "-j LOCKSTEP-E-gone")
+		}},
+		{"the hook jump moved and doubled", func(n *fakeNode) {
+			t := n.tables[tableKey{ModeNFT, IPv4, "filter"}]
+			t.chains["FORWARD"] = append([]string{"-j ACCEPT"}, append(t.chains["FORWARD"], t.chains["FORWARD"]...)...)
+		}},
+		{"a stale set and a changed member", func(n *fakeNode) {
+			n.sets["lockstep-nft4-id-999"] = newSet(IPv4, false)
+			n.sets["lockstep-nft4-net-1"].entries[prefix("172.16.5.0/24")] = false
+		}},
+		{"chains gone", func(n *fakeNode) {
+			delete(n.tables, tableKey{ModeNFT, IPv4, "filter"})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newFakeNode()
+			d := newTestDataplane(t, ModeNFT, n, want)
+			mustApply(t, d, want)
+			tt.drift(n)
+			mustApply(t, d, want) // believes nothing changed
+			if diffViews(n.view(ModeNFT), expectedView(t, ModeNFT, want)) == "" {
+				t.Fatal("the drift is invisible: the test proves nothing")
+			}
+			d.Invalidate()
+			mustApply(t, d, want)
+			assertView(t, n, ModeNFT, want)
+			if fwd := n.tables[tableKey{ModeNFT, IPv4, "filter"}].chains["FORWARD"]; !strings.HasSuffix(fwd[0], "-j "+chainForward) {
+				t.Errorf("FORWARD starts with %q, want lockstep's jump first", fwd[0])
+			}
+		})
+	}
+}
+
+// TestApplyElidesEmptySets: a rule whose peer has no member in a family
+// is left out of that family, and its set not created. When the peer
+// gains a member, the set comes in step 1 and the rule in step 2; when it
+// loses it, the rule goes in step 2 and the set in step 3.
+func TestApplyElidesEmptySets(t *testing.T) {
+	v4only := twoPods(300)
+	delete(v4only.Addrs, addr("fd00::1"))
+	dual := twoPods(300)
+	n := newFakeNode()
+	d := newTestDataplane(t, ModeNFT, n, dual)
+	v6rule := "-p tcp -m set --match-set lockstep-nft6-id-300 src -m tcp --dport 80 -j RETURN"
+	steps := []struct {
+		name     string
+		state    *policy.Desired
+		calls    []string
+		rule, v6 bool
+	}{
+		{"IPv4 members only", v4only, nil, false, false},
+		{"an IPv6 member arrives", dual, []string{"ipset -exist restore", "ip6tables-nft-restore -w 5 --noflush"}, true, true},
+		{"and leaves", v4only, []string{"ip6tables-nft-restore -w 5 --noflush", "ipset -exist restore"}, false, false},
+	}
+	for i, step := range steps {
+		n.takeCalls()
+		mustApply(t, d, step.state)
+		calls := n.takeCalls()
+		if i > 0 {
+			var got []string
+			for _, c := range calls {
+				got = append(got, c.String())
+			}
+			if !slices.Equal(got, step.calls) {
+				t.Errorf("%s: calls %q, want %q", step.name, got, step.calls)
+			}
+		}
+		v := n.view(ModeNFT)
+		if _, ok := v.sets["lockstep-nft6-id-300"]; ok != step.v6 {
+			t.Errorf("%s: IPv6 set exists=%v, want %v", step.name, ok, step.v6)
+		}
+		if got := slices.Contains(v.chains[IPv6.index()]["LOCKSTEP-I-ls-a"], v6rule); got != step.rule {
+			t.Errorf("%s: IPv6 rule present=%v, want %v", step.name, got, step.rule)
+		}
+		assertNoViolations(t, n)
+		assertView(t, n, ModeNFT, step.state)
+	}
+}
+
+func TestApplyRequiresAttach(t *testing.T) {
+	d := newTestDataplane(t, ModeNFT, newFakeNode())
+	err := d.Apply(twoPods(300))
+	if !errors.Is(err, ErrNotAttached) || !strings.Contains(err.Error(), "ls-a") {
+		t.Fatalf("got %v, want ErrNotAttached naming ls-a", err)
+	}
+	if err := d.Attach("bad+"); !errors.Is(err, ErrBadIfName) {
+		t.Fatalf("Attach(bad+) = %v, want ErrBadIfName", err)
+	}
+}
+
+// TestApplyLeavesOtherModeAlone: a legacy dataplane's leftovers (chains
+// and sets) survive an nft dataplane's applies untouched, and vice versa.
+func TestApplyLeavesOtherModeAlone(t *testing.T) {
+	n := newFakeNode()
+	old := twoPods(300)
+	mustApply(t, newTestDataplane(t, ModeLegacy, n, old), old)
+	legacy := n.view(ModeLegacy)
+	now := twoPods(301)
+	mustApply(t, newTestDataplane(t, ModeNFT, n, now), now)
+	if diff := diffViews(n.view(ModeLegacy), legacy); diff != "" {
+		t.Fatalf("the nft dataplane changed legacy state:\n%s", diff)
+	}
+	assertView(t, n, ModeNFT, now)
+}
+
+func TestApplyDisableIPv6(t *testing.T) {
+	n := newFakeNode()
+	d, err := New(Options{Mode: ModeNFT, Runner: n, DisableIPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := twoPods(300)
+	attachAll(t, d, want)
+	mustApply(t, d, want)
+	for _, c := range n.takeCalls() {
+		if strings.HasPrefix(c.name, "ip6tables") || strings.Contains(c.stdin, "nft6") {
+			t.Errorf("IPv6 disabled, but %s ran with %q", c, c.stdin)
+		}
+	}
+}
+
+func TestStats(t *testing.T) {
+	n := newFakeNode()
+	want := twoPods(300)
+	d := newTestDataplane(t, ModeNFT, n, want)
+	mustApply(t, d, want)
+	s := d.Stats()
+	v := n.view(ModeNFT)
+	chains, rules := 0, 0
+	for _, cs := range v.chains {
+		chains += len(cs)
+		for _, rs := range cs {
+			rules += len(rs)
+		}
+	}
+	entries := 0
+	for _, e := range v.sets {
+		entries += len(e)
+	}
+	if s.Mode != ModeNFT || s.Sets != len(v.sets) || s.SetEntries != entries || s.Chains != chains || s.Rules != rules ||
+		s.Applies != 1 || s.FullReconciles != 1 || s.LastApply <= 0 {
+		t.Fatalf("stats %+v; node has %d sets, %d entries, %d chains, %d rules", s, len(v.sets), entries, chains, rules)
+	}
+	if got := slices.Sorted(maps.Keys(v.sets)); !slices.Equal(got, []string{"lockstep-nft4-id-300", "lockstep-nft6-id-300"}) {
+		t.Errorf("sets %v", got)
+	}
+}

@@ -1,0 +1,100 @@
+// Package iptables is lockstep's iptables/ipset NetworkPolicy dataplane:
+// the sibling of the eBPF dataplane (agent/datapath) for nodes that cannot
+// run it. A [Dataplane] implements enforcer.Dataplane and enforces a
+// [policy.Desired] with exactly the eBPF dataplane's semantics, using only
+// the iptables-restore, iptables-save and ipset tools of one [Mode].
+//
+// # Where packets are judged
+//
+// Pods are routed through the node (ptp-style /32 routes), so their
+// traffic crosses the node's filter table: what a pod sends arrives on its
+// host-side veth (-i hostIf, policy direction egress), what it receives
+// leaves through it (-o hostIf, ingress). One rule, inserted first, jumps
+// from each of FORWARD, INPUT and OUTPUT into lockstep's chain for it;
+// those three hold one jump per endpoint and direction:
+//
+//	FORWARD -> LOCKSTEP-FORWARD: -i if -> LOCKSTEP-E-<if>, -o if -> LOCKSTEP-I-<if>
+//	INPUT   -> LOCKSTEP-INPUT:   -i if -> LOCKSTEP-E-<if>   (pod to node)
+//	OUTPUT  -> LOCKSTEP-OUTPUT:  -o if -> LOCKSTEP-I-<if>   (node to pod: the world)
+//
+// A packet between two pods of the node passes the sender's egress chain
+// and then the receiver's ingress chain. lockstep only drops: an allowed
+// packet RETURNs and continues through the node's other rules, as a packet
+// the eBPF programs pass continues through the stack.
+//
+// LOCKSTEP-E-<if> first drops what the pod sends from an address that is
+// not its own (IPv6: except link-local ICMPv6, via LOCKSTEP-LL6), isolated
+// or not. In an isolated direction the chain then returns replies of
+// accepted connections (conntrack ESTABLISHED,RELATED: an entry exists
+// only for a flow that was accepted), one rule per rule key and port chunk
+// (multiport holds 15 ports), and drops the rest. ProtoOther keys (every
+// protocol without ports) come after TCP, UDP and SCTP are dropped, so a
+// rule with ports never admits ICMP. IPv6 neighbour discovery and MLD
+// always pass, as in the eBPF programs.
+//
+// # Sets
+//
+// The remote end is matched through ipsets: a hash:ip set per pod identity
+// (its pods' addresses), a hash:ip set of every pod address for PeerWorld
+// (matched negated: "not a pod"), and a hash:net set per CIDR class. An
+// address's class is its pod's AddrEntry.CIDRClass, or for any other
+// address the class of its longest prefix in Desired.CIDRs; hash:net
+// decides by the most specific entry containing an address, so each
+// prefix enters the set of its own class, and as a nomatch entry the sets
+// of its ancestors' classes. That is how an ipBlock except stays exact at
+// any depth; a pod whose class differs from its prefix's gets a host entry
+// (member in its class, nomatch in the other), and a default route of a
+// class becomes its two /1 halves (ipset refuses /0). A rule whose set
+// would be empty in a family can match nothing there: it is left out of
+// that family, and the set is not created.
+//
+// ipsets are one table per network namespace, shared by iptables-legacy,
+// iptables-nft and everything else on the node. Set names therefore carry
+// the mode and the family: lockstep-nft4-id-300, lockstep-legacy6-net-2,
+// lockstep-nft4-pods. A new nft dataplane never touches a set that legacy
+// leftovers reference, and cleaning up legacy destroys only legacy sets.
+//
+// # Apply: sets, rules, then destroy (seed 000)
+//
+// Every Apply runs three steps, each one command (per family for rules):
+// one ipset restore creates the sets the new rules reference and updates
+// members; one iptables-restore --noflush per family rewrites the chains
+// and jumps that changed, atomically, so rules reference only sets that
+// exist; one ipset restore destroys the sets no rule references any more.
+// A set is destroyed only after the commit that removed its last
+// reference, and the Enforcer runs one Apply at a time, so no reconcile
+// can destroy a set between the two steps that need it, the race of seed
+// 000 (Azure NPM's "selector ipset ... does not exist").
+//
+// Apply diffs against the state it last applied, so a change costs what
+// it touches: an endpoint whose policy is unchanged is not rendered again,
+// a changed endpoint's chain is flushed and refilled, an endpoint that
+// comes or goes adds or deletes its jumps. A command that fails makes the
+// Dataplane forget that state; the next Apply reads the lockstep chains
+// and sets back (iptables-save, ipset save) and reconciles them whole:
+// every lockstep chain rewritten, stale chains, sets and jumps removed,
+// the jumps from built-in chains put back first. [Dataplane.Invalidate]
+// asks for the same repair, for a periodic resync. A failed destroy in
+// step 3 is retried by the next Apply. Each family's rules change in one
+// commit, but set members change just before them: for milliseconds, old
+// rules can see new members.
+//
+// # Modes and clean-up (seed 002)
+//
+// iptables-legacy and iptables-nft keep separate rules that only their own
+// tools see. [Detect] picks the node's mode with kube-proxy's heuristic.
+// Every command names its mode's tool, and so does clean-up: [Cleanup]
+// removes every lockstep jump and chain of a mode in one commit per
+// family, deciding what to remove from what that mode's iptables-save
+// shows, so it finishes any half-done clean-up and is idempotent;
+// [DestroySets] then removes the mode's sets, [ListLeftovers] says what is
+// left, and [Purge] does all of it. Retrying and remembering pending
+// clean-ups is agent/cleanup's job.
+//
+// # Requirements
+//
+// iptables 1.8.4 or later (legacy and nft variants), ipset 7, and the
+// kernel's xt_set, xt_conntrack, xt_multiport and ip_set_hash_{ip,net}
+// modules; CAP_NET_ADMIN. All commands go through a [Runner], so the
+// package builds on every platform and tests run it against a fake.
+package iptables

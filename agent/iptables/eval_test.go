@@ -1,0 +1,265 @@
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// testPacket is a packet at one of the hooks lockstep uses.
+type testPacket struct {
+	hook        string // FORWARD, INPUT or OUTPUT
+	in, out     string // interfaces ("" for none)
+	src, dst    netip.Addr
+	proto       uint8 // IP protocol number
+	dport       uint16
+	icmpType    uint8
+	established bool // conntrack says ESTABLISHED
+}
+
+const (
+	protoICMP   = 1
+	protoICMPv6 = 58
+)
+
+func (p testPacket) String() string {
+	return fmt.Sprintf("%s in=%s out=%s %s->%s proto=%d dport=%d icmp=%d est=%v", p.hook, p.in, p.out, p.src, p.dst, p.proto, p.dport, p.icmpType, p.established)
+}
+
+// evalFake runs p through the filter table of mode m in the fake and
+// reports whether it is accepted. Only the matches lockstep writes are
+// understood; anything else fails the evaluation.
+func (n *fakeNode) evalFake(m Mode, p testPacket) (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	t := n.tables[tableKey{m, familyOf(p.src), "filter"}]
+	if t == nil {
+		return true, nil
+	}
+	v, err := n.evalChain(t, p.hook, p, 0)
+	if err != nil {
+		return false, err
+	}
+	if v == "" || v == "RETURN" {
+		return t.policy[p.hook] != "DROP", nil
+	}
+	return v == "ACCEPT", nil
+}
+
+// evalChain returns the terminal verdict (ACCEPT, DROP), "RETURN" for an
+// explicit return, or "" when the chain ran out.
+func (n *fakeNode) evalChain(t *fakeTable, chain string, p testPacket, depth int) (string, error) {
+	if depth > 8 {
+		return "", fmt.Errorf("jump depth exceeded at %s", chain)
+	}
+	for _, r := range t.chains[chain] {
+		ok, target, err := n.matchRule(r, p)
+		if err != nil {
+			return "", fmt.Errorf("chain %s rule %q: %w", chain, r, err)
+		}
+		if !ok {
+			continue
+		}
+		switch target {
+		case "ACCEPT", "DROP", "RETURN":
+			return target, nil
+		}
+		v, err := n.evalChain(t, target, p, depth+1)
+		if err != nil {
+			return "", err
+		}
+		if v == "ACCEPT" || v == "DROP" {
+			return v, nil
+		}
+	}
+	return "", nil
+}
+
+// tokens splits a rule, keeping a quoted comment as one token.
+func tokens(r string) []string {
+	var out []string
+	for len(r) > 0 {
+		r = strings.TrimLeft(r, " ")
+		if r == "" {
+			break
+		}
+		if r[0] == '"' {
+			end := strings.IndexByte(r[1:], '"')
+			out = append(out, r[1:end+1])
+			r = r[end+2:]
+			continue
+		}
+		tok, rest, _ := strings.Cut(r, " ")
+		out = append(out, tok)
+		r = rest
+	}
+	return out
+}
+
+var protoNumbers = map[string]uint8{"tcp": 6, "udp": 17, "sctp": 132, "ipv6-icmp": 58, "icmp": 1}
+
+func (n *fakeNode) matchRule(r string, p testPacket) (bool, string, error) {
+	tok := tokens(r)
+	neg := false
+	match := true
+	target := ""
+	check := func(b bool) {
+		if b == neg {
+			match = false
+		}
+		neg = false
+	}
+	for i := 0; i < len(tok); i++ {
+		arg := func() string {
+			i++
+			return tok[i]
+		}
+		switch tok[i] {
+		case "!":
+			neg = true
+		case "-s", "-d":
+			pfx := netip.MustParsePrefix(arg())
+			a := p.src
+			if tok[i-1] == "-d" {
+				a = p.dst
+			}
+			check(pfx.Contains(a))
+		case "-i":
+			check(arg() == p.in)
+		case "-o":
+			check(arg() == p.out)
+		case "-p":
+			check(protoNumbers[arg()] == p.proto)
+		case "-m":
+			switch arg() {
+			case "tcp", "udp", "sctp", "multiport", "set", "conntrack", "icmp6", "comment":
+			default:
+				return false, "", fmt.Errorf("unknown match %s", tok[i])
+			}
+		case "--dport":
+			lo, hi := parseRange(arg())
+			check(p.dport >= lo && p.dport <= hi)
+		case "--dports":
+			in := false
+			for _, part := range strings.Split(arg(), ",") {
+				lo, hi := parseRange(part)
+				in = in || p.dport >= lo && p.dport <= hi
+			}
+			check(in)
+		case "--match-set":
+			name, dir := arg(), arg()
+			a := p.src
+			if dir == "dst" {
+				a = p.dst
+			}
+			s := n.sets[name]
+			if s == nil {
+				return false, "", fmt.Errorf("set %s missing", name)
+			}
+			check(setContains(s, a))
+		case "--ctstate":
+			check(strings.Contains(arg(), "ESTABLISHED") && p.established)
+		case "--icmpv6-type":
+			v, _ := strconv.Atoi(arg())
+			check(p.proto == protoICMPv6 && int(p.icmpType) == v)
+		case "--comment":
+			arg()
+		case "-j":
+			target = arg()
+		default:
+			return false, "", fmt.Errorf("unknown token %s", tok[i])
+		}
+	}
+	return match, target, nil
+}
+
+func parseRange(s string) (uint16, uint16) {
+	a, b, ok := strings.Cut(s, ":")
+	lo, _ := strconv.Atoi(a)
+	hi := lo
+	if ok {
+		hi, _ = strconv.Atoi(b)
+	}
+	return uint16(lo), uint16(hi)
+}
+
+// setContains is a set lookup: hash:net decides by the most specific
+// entry containing a, which must not be nomatch.
+func setContains(s *ipSet, a netip.Addr) bool {
+	for bits := a.BitLen(); bits >= 0; bits-- {
+		pfx, _ := a.Prefix(bits)
+		if nomatch, ok := s.entries[pfx]; ok {
+			return !nomatch
+		}
+		if !s.net {
+			return false
+		}
+	}
+	return false
+}
+
+// refAllowed is what the eBPF programs decide for p (bpf/endpoint.c,
+// bpf/lib/policy.h), with p's hook saying which programs it crosses:
+// from_pod of p.in (FORWARD, INPUT) and to_pod of p.out (FORWARD, OUTPUT).
+func refAllowed(d *policy.Desired, p testPacket) bool {
+	if p.proto == protoICMPv6 && (p.icmpType >= 130 && p.icmpType <= 137 || p.icmpType == 143) {
+		return true
+	}
+	if ep := d.Endpoints[p.in]; ep != nil && p.hook != "OUTPUT" {
+		if !sourceOK(ep, p) {
+			return false
+		}
+		if ep.EgressIsolated && !p.established && !refPolicy(d, ep, policy.Egress, p.dst, p) {
+			return false
+		}
+	}
+	if ep := d.Endpoints[p.out]; ep != nil && p.hook != "INPUT" {
+		if ep.IngressIsolated && !p.established && !refPolicy(d, ep, policy.Ingress, p.src, p) {
+			return false
+		}
+	}
+	return true
+}
+
+func sourceOK(ep *policy.EndpointPolicy, p testPacket) bool {
+	if p.src.Is4() {
+		return ep.IPv4.IsValid() && p.src == ep.IPv4
+	}
+	if ep.IPv6.IsValid() && p.src == ep.IPv6 {
+		return true
+	}
+	if p.proto != protoICMPv6 {
+		return false
+	}
+	return netip.MustParsePrefix("fe80::/10").Contains(p.src) || p.src == netip.IPv6Unspecified()
+}
+
+func refPolicy(d *policy.Desired, ep *policy.EndpointPolicy, dir policy.Direction, remote netip.Addr, p testPacket) bool {
+	identity, class := policy.PeerWorld, newCIDRIndex(d.CIDRs).lookup(remote)
+	if e, ok := d.Addrs[remote]; ok {
+		identity, class = e.Identity, e.CIDRClass
+	}
+	proto := p.proto
+	if protoRank(proto) < 0 {
+		proto = policy.ProtoOther
+	}
+	allows := func(peer policy.Peer) bool {
+		ranges, ok := ep.Rules[policy.RuleKey{Peer: peer, Dir: dir, Proto: proto}]
+		if !ok {
+			return false
+		}
+		if proto == policy.ProtoOther {
+			return true
+		}
+		for _, r := range ranges {
+			if p.dport >= r.Lo && p.dport <= r.Hi {
+				return true
+			}
+		}
+		return false
+	}
+	return allows(identity) || class != policy.NoCIDRClass && allows(class) || allows(policy.PeerAny)
+}

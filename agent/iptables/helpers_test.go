@@ -1,0 +1,175 @@
+package iptables
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// newTestDataplane returns a Dataplane of mode m on r with every endpoint
+// of the given states attached.
+func newTestDataplane(tb testing.TB, m Mode, r Runner, states ...*policy.Desired) *Dataplane {
+	tb.Helper()
+	d, err := New(Options{Mode: m, Runner: r})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, s := range states {
+		attachAll(tb, d, s)
+	}
+	return d
+}
+
+func attachAll(tb testing.TB, d *Dataplane, want *policy.Desired) {
+	tb.Helper()
+	for name := range want.Endpoints {
+		if err := d.Attach(name); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+func mustApply(tb testing.TB, d *Dataplane, want *policy.Desired) {
+	tb.Helper()
+	if err := d.Apply(want); err != nil {
+		tb.Fatalf("Apply: %v", err)
+	}
+}
+
+// expectedView is what a fresh Dataplane of mode m leaves on a fresh node
+// for want: the reference every repaired state must equal.
+func expectedView(tb testing.TB, m Mode, want *policy.Desired) lockstepView {
+	tb.Helper()
+	n := newFakeNode()
+	mustApply(tb, newTestDataplane(tb, m, n, want), want)
+	return n.view(m)
+}
+
+// diffViews describes how got differs from want (empty when equal).
+// Hook chains are compared as sets: Apply appends to them.
+func diffViews(got, want lockstepView) string {
+	var b strings.Builder
+	for i, f := range families {
+		for _, c := range sortedKeys(want.chains[i]) {
+			g, w := got.chains[i][c], want.chains[i][c]
+			if isDispatch(c) {
+				g, w = slices.Sorted(slices.Values(g)), slices.Sorted(slices.Values(w))
+			}
+			if _, ok := got.chains[i][c]; !ok {
+				fmt.Fprintf(&b, "%s chain %s missing\n", f, c)
+			} else if !slices.Equal(g, w) {
+				fmt.Fprintf(&b, "%s chain %s:\n  got  %q\n  want %q\n", f, c, g, w)
+			}
+		}
+		for c := range got.chains[i] {
+			if _, ok := want.chains[i][c]; !ok {
+				fmt.Fprintf(&b, "%s chain %s should not exist\n", f, c)
+			}
+		}
+		if !slices.Equal(got.jumps[i], want.jumps[i]) {
+			fmt.Fprintf(&b, "%s jumps:\n  got  %q\n  want %q\n", f, got.jumps[i], want.jumps[i])
+		}
+	}
+	for _, name := range sortedKeys(want.sets) {
+		if g, ok := got.sets[name]; !ok {
+			fmt.Fprintf(&b, "set %s missing\n", name)
+		} else if !maps.Equal(g, want.sets[name]) {
+			fmt.Fprintf(&b, "set %s:\n  got  %v\n  want %v\n", name, g, want.sets[name])
+		}
+	}
+	for name := range got.sets {
+		if _, ok := want.sets[name]; !ok {
+			fmt.Fprintf(&b, "set %s should not exist\n", name)
+		}
+	}
+	return b.String()
+}
+
+func assertView(tb testing.TB, n *fakeNode, m Mode, want *policy.Desired) {
+	tb.Helper()
+	if diff := diffViews(n.view(m), expectedView(tb, m, want)); diff != "" {
+		tb.Fatalf("node state differs from the desired state:\n%s", diff)
+	}
+}
+
+func assertNoViolations(tb testing.TB, n *fakeNode) {
+	tb.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.violations) > 0 {
+		tb.Fatalf("%d kernel invariant violations, first: %s", len(n.violations), n.violations[0])
+	}
+}
+
+// twoPods is a node with server ls-a (10.0.0.5, fd00::5) whose ingress
+// allows TCP 80 from identity from, and client addresses of identities
+// 300 (10.0.0.1, fd00::1) and 301 (10.0.0.2, fd00::2).
+func twoPods(from policy.Peer) *policy.Desired {
+	return &policy.Desired{
+		Addrs: map[netip.Addr]policy.AddrEntry{
+			addr("10.0.0.1"): {Identity: 300, CIDRClass: policy.NoCIDRClass},
+			addr("10.0.0.2"): {Identity: 301, CIDRClass: policy.NoCIDRClass},
+			addr("fd00::1"):  {Identity: 300, CIDRClass: policy.NoCIDRClass},
+			addr("fd00::2"):  {Identity: 301, CIDRClass: policy.NoCIDRClass},
+			addr("10.0.0.5"): {Identity: 400, CIDRClass: policy.NoCIDRClass},
+			addr("fd00::5"):  {Identity: 400, CIDRClass: policy.NoCIDRClass},
+		},
+		CIDRs: map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		Endpoints: map[string]*policy.EndpointPolicy{"ls-a": {
+			IPv4: addr("10.0.0.5"), IPv6: addr("fd00::5"), IngressIsolated: true,
+			Rules: map[policy.RuleKey][]policy.PortRange{{Peer: from, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(80, 80)},
+		}},
+	}
+}
+
+// manyEndpoints is an IPv4-only node with n endpoints ep0..ep(n-1); endpoint i's
+// ingress allows TCP port 1000+i (plus shift) from identities 300+i%50 and
+// 300+(i+1)%50, and egress to CIDR class 1 on 443.
+func manyEndpoints(n int, shift uint16) *policy.Desired {
+	d := &policy.Desired{
+		Addrs: map[netip.Addr]policy.AddrEntry{},
+		CIDRs: map[netip.Prefix]policy.Peer{
+			prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass,
+			prefix("172.16.0.0/12"): class1, prefix("172.16.5.0/24"): policy.NoCIDRClass,
+		},
+		Endpoints: map[string]*policy.EndpointPolicy{},
+	}
+	for i := range 100 {
+		d.Addrs[netip.AddrFrom4([4]byte{10, 1, byte(i / 100), byte(i % 100)})] = policy.AddrEntry{Identity: 300 + policy.Peer(i%50), CIDRClass: policy.NoCIDRClass}
+	}
+	for i := range n {
+		a := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
+		d.Addrs[a] = policy.AddrEntry{Identity: 1000 + policy.Peer(i), CIDRClass: policy.NoCIDRClass}
+		p := 1000 + uint16(i) + shift
+		d.Endpoints[fmt.Sprintf("ep%d", i)] = &policy.EndpointPolicy{
+			IPv4: a, IngressIsolated: true, EgressIsolated: true,
+			Rules: map[policy.RuleKey][]policy.PortRange{
+				{Peer: 300 + policy.Peer(i%50), Dir: policy.Ingress, Proto: policy.ProtoTCP}:     ports(p, p),
+				{Peer: 300 + policy.Peer((i+1)%50), Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(p, p),
+				{Peer: class1, Dir: policy.Egress, Proto: policy.ProtoTCP}:                       ports(443, 443),
+			},
+		}
+	}
+	return d
+}
+
+// payloadChains lists the chains a restore payload touches.
+func payloadChains(payload string) []string {
+	seen := map[string]bool{}
+	for _, line := range strings.Split(payload, "\n") {
+		switch {
+		case strings.HasPrefix(line, ":"):
+			c, _, _ := strings.Cut(line[1:], " ")
+			seen[c] = true
+		case strings.HasPrefix(line, "-"):
+			f := strings.Fields(line)
+			seen[f[1]] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}

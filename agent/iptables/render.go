@@ -1,0 +1,542 @@
+package iptables
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// ipSet is one ipset's content, desired or applied.
+type ipSet struct {
+	family Family
+	net    bool // hash:net (a CIDR class); otherwise hash:ip
+	// entries maps each member to its nomatch flag (hash:net only): the
+	// most specific entry containing an address decides, and a nomatch one
+	// says "not in the set".
+	entries map[netip.Prefix]bool
+	// unknown marks an applied set whose content is not known: a destroy
+	// of it was attempted and may or may not have happened.
+	unknown bool
+}
+
+func newSet(f Family, net bool) *ipSet {
+	return &ipSet{family: f, net: net, entries: map[netip.Prefix]bool{}}
+}
+
+func (s *ipSet) typ() string {
+	if s.net {
+		return "hash:net"
+	}
+	return "hash:ip"
+}
+
+// maxElem bounds each set. The pods set holds every pod address of the
+// cluster, so it is well above ipset's default of 65536.
+const maxElem = 1 << 20
+
+// plan is the complete desired state of one Apply: every set and, per
+// family, every lockstep chain with its rules (the text after "-A CHAIN ",
+// exactly as iptables-save prints it).
+type plan struct {
+	sets   map[string]*ipSet
+	chains [2]map[string][]string
+}
+
+// epRender is one endpoint's rendered chains, kept between applies so an
+// unchanged endpoint is not rendered again.
+type epRender struct {
+	ep    *policy.EndpointPolicy
+	keys  []policy.RuleKey // ep.Rules' keys in rule order
+	peers []policy.Peer    // the peers its rules match through a set
+	// chains[f] holds the family's [egress, ingress] rules, rendered for
+	// sig[f]: which of peers have a non-empty set in that family.
+	chains [2][2][]string
+	sig    [2]string
+}
+
+// renderer turns a policy.Desired into a plan.
+type renderer struct {
+	mode Mode
+	fams []Family
+	// The sets of the last plan and what they were built from: reused
+	// while the addresses, CIDRs and referenced peers stay the same.
+	lastAddrs map[netip.Addr]policy.AddrEntry
+	lastCIDRs map[netip.Prefix]policy.Peer
+	lastPeers map[policy.Peer]bool
+	lastSets  map[string]*ipSet
+}
+
+// render builds the plan of want. cache holds the previous renders by host
+// ifname; render returns the new cache. A rule whose set would be empty in
+// a family matches nothing there: it is left out, and the set is not
+// created (a cluster without IPv6 pods gets almost no IPv6 rules). The
+// negated match of PeerWorld keeps its set, empty or not.
+func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*plan, map[string]*epRender, error) {
+	names := slices.Sorted(maps.Keys(want.Endpoints))
+	next := make(map[string]*epRender, len(names))
+	peers := map[policy.Peer]bool{}
+	for _, name := range names {
+		ep := want.Endpoints[name]
+		er := cache[name]
+		switch {
+		case er != nil && er.ep == ep:
+		case er != nil && sameEndpoint(er.ep, ep):
+			c := *er
+			c.ep = ep
+			er = &c
+		default:
+			var err error
+			if er, err = newEPRender(name, ep); err != nil {
+				return nil, nil, err
+			}
+		}
+		next[name] = er
+		for _, peer := range er.peers {
+			peers[peer] = true
+		}
+	}
+	p := &plan{sets: r.sets(want, peers)}
+	for _, f := range r.fams {
+		has := make(map[policy.Peer]bool, len(peers))
+		for peer := range peers {
+			name, _ := setName(r.mode, f, peer)
+			has[peer] = p.sets[name] != nil
+		}
+		nonEmpty := func(peer policy.Peer) bool { return has[peer] }
+		chains := map[string][]string{}
+		fwd, in, out := ndRules(f), ndRules(f), ndRules(f)
+		for _, name := range names {
+			e, i := egressPrefix+name, ingressPrefix+name
+			fwd = append(fwd, "-i "+name+" -j "+e, "-o "+name+" -j "+i)
+			in = append(in, "-i "+name+" -j "+e)
+			out = append(out, "-o "+name+" -j "+i)
+			er := next[name]
+			sig := signature(er.peers, nonEmpty)
+			if er.chains[f.index()][0] == nil || er.sig[f.index()] != sig {
+				if er == cache[name] {
+					c := *er // cached renders are shared with the applied state
+					er = &c
+					next[name] = er
+				}
+				er.chains[f.index()] = r.renderEndpoint(f, er.ep, er.keys, nonEmpty)
+				er.sig[f.index()] = sig
+			}
+			chains[e] = er.chains[f.index()][0]
+			chains[i] = er.chains[f.index()][1]
+		}
+		chains[chainForward], chains[chainInput], chains[chainOutput] = fwd, in, out
+		if f == IPv6 {
+			chains[chainLL6] = []string{"-s fe80::/10 -p ipv6-icmp -j RETURN", "-s ::/128 -p ipv6-icmp -j RETURN", "-j DROP"}
+		}
+		p.chains[f.index()] = chains
+	}
+	return p, next, nil
+}
+
+// signature records which of peers have a set in a family.
+func signature(peers []policy.Peer, nonEmpty func(policy.Peer) bool) string {
+	b := make([]byte, len(peers))
+	for i, peer := range peers {
+		b[i] = '0'
+		if nonEmpty(peer) {
+			b[i] = '1'
+		}
+	}
+	return string(b)
+}
+
+// sets returns the sets of want for the referenced peers: the last plan's
+// when nothing they depend on changed. An incremental compiler hands the
+// same map again when it did not change, which is checked first.
+func (r *renderer) sets(want *policy.Desired, peers map[policy.Peer]bool) map[string]*ipSet {
+	if r.lastSets != nil && maps.Equal(r.lastPeers, peers) &&
+		(sameMap(r.lastCIDRs, want.CIDRs) || maps.Equal(r.lastCIDRs, want.CIDRs)) &&
+		(sameMap(r.lastAddrs, want.Addrs) || maps.Equal(r.lastAddrs, want.Addrs)) {
+		return r.lastSets
+	}
+	sets := r.fillSets(want, peers)
+	r.lastAddrs, r.lastCIDRs, r.lastPeers, r.lastSets = want.Addrs, want.CIDRs, peers, sets
+	return sets
+}
+
+// sameMap reports whether a and b are the same map object.
+func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
+	return a != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// sameEndpoint reports whether a and b enforce the same policy.
+func sameEndpoint(a, b *policy.EndpointPolicy) bool {
+	return a.IPv4 == b.IPv4 && a.IPv6 == b.IPv6 &&
+		a.IngressIsolated == b.IngressIsolated && a.EgressIsolated == b.EgressIsolated &&
+		maps.EqualFunc(a.Rules, b.Rules, slices.Equal)
+}
+
+// ndRules lets IPv6 neighbour discovery, router discovery, redirects and
+// MLD (ICMPv6 types 130-137 and 143) through, as the eBPF programs do.
+func ndRules(f Family) []string {
+	if f != IPv6 {
+		return nil
+	}
+	var out []string
+	for _, t := range []int{130, 131, 132, 133, 134, 135, 136, 137, 143} {
+		out = append(out, "-p ipv6-icmp -m icmp6 --icmpv6-type "+strconv.Itoa(t)+" -j RETURN")
+	}
+	return out
+}
+
+// newEPRender validates ep and orders its rules; the chains are rendered
+// per family once the sets are known.
+func newEPRender(name string, ep *policy.EndpointPolicy) (*epRender, error) {
+	keys := slices.Collect(maps.Keys(ep.Rules))
+	for _, k := range keys {
+		if protoRank(k.Proto) < 0 {
+			return nil, fmt.Errorf("render endpoint %s: rule for peer %d has protocol %d (want 0, 6, 17 or 132)", name, k.Peer, k.Proto)
+		}
+	}
+	slices.SortFunc(keys, func(a, b policy.RuleKey) int {
+		return cmp.Or(cmp.Compare(protoRank(a.Proto), protoRank(b.Proto)), cmp.Compare(a.Peer, b.Peer))
+	})
+	er := &epRender{ep: ep, keys: keys}
+	for _, k := range keys {
+		if _, ok := setName(ModeNFT, IPv4, k.Peer); ok && !slices.Contains(er.peers, k.Peer) {
+			er.peers = append(er.peers, k.Peer)
+		}
+	}
+	slices.Sort(er.peers)
+	return er, nil
+}
+
+// renderEndpoint renders the two chains of one endpoint in family f:
+//
+//	LOCKSTEP-E-<if>  anti-spoofing, then (egress isolated) the egress policy
+//	LOCKSTEP-I-<if>  (ingress isolated) the ingress policy; else empty
+//
+// An allowed packet RETURNs (lockstep only ever drops: what it allows
+// continues through the node's other rules, as after the eBPF programs); a
+// denied one is dropped. nonEmpty says which peers have a set in f.
+func (r *renderer) renderEndpoint(f Family, ep *policy.EndpointPolicy, keys []policy.RuleKey, nonEmpty func(policy.Peer) bool) [2][]string {
+	var egress []string
+	if f == IPv4 {
+		if ep.IPv4.IsValid() {
+			egress = append(egress, "! -s "+netip.PrefixFrom(ep.IPv4, 32).String()+" -j DROP")
+		} else {
+			egress = append(egress, "-j DROP")
+		}
+	} else {
+		if ep.IPv6.IsValid() {
+			egress = append(egress, "! -s "+netip.PrefixFrom(ep.IPv6, 128).String()+" -j "+chainLL6)
+		} else {
+			egress = append(egress, "-j "+chainLL6)
+		}
+	}
+	if ep.EgressIsolated {
+		egress = append(egress, r.policyRules(f, policy.Egress, keys, ep.Rules, nonEmpty)...)
+	}
+	var ingress []string
+	if ep.IngressIsolated {
+		ingress = r.policyRules(f, policy.Ingress, keys, ep.Rules, nonEmpty)
+	}
+	return [2][]string{egress, ingress}
+}
+
+// protoRank orders rules: port protocols first, then the rest; -1 for a
+// protocol a RuleKey cannot have.
+func protoRank(proto uint8) int {
+	switch proto {
+	case policy.ProtoTCP:
+		return 0
+	case policy.ProtoUDP:
+		return 1
+	case policy.ProtoSCTP:
+		return 2
+	case policy.ProtoOther:
+		return 3
+	}
+	return -1
+}
+
+var protoName = map[uint8]string{policy.ProtoTCP: "tcp", policy.ProtoUDP: "udp", policy.ProtoSCTP: "sctp"}
+
+// policyRules renders the allow-list of one isolated direction: replies of
+// accepted connections, then one rule per (peer, protocol, port chunk),
+// then a drop. ProtoOther rules (every protocol without ports) come after
+// TCP, UDP and SCTP are dropped, so a rule with ports never lets ICMP
+// through and a ProtoOther rule never lets TCP through.
+func (r *renderer) policyRules(f Family, dir policy.Direction, keys []policy.RuleKey, rules map[policy.RuleKey][]policy.PortRange, nonEmpty func(policy.Peer) bool) []string {
+	word := "src"
+	if dir == policy.Egress {
+		word = "dst"
+	}
+	out := []string{"-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"}
+	var other []string
+	for _, k := range keys {
+		if k.Dir != dir {
+			continue
+		}
+		match, ok := r.peerMatch(f, k.Peer, word)
+		if !ok || k.Peer != policy.PeerAny && !nonEmpty(k.Peer) {
+			continue
+		}
+		if k.Proto == policy.ProtoOther {
+			other = append(other, match+"-j RETURN")
+			continue
+		}
+		proto := protoName[k.Proto]
+		for _, ports := range portMatches(proto, rules[k]) {
+			out = append(out, "-p "+proto+" "+match+ports+"-j RETURN")
+		}
+	}
+	if len(other) > 0 {
+		out = append(out, "-p tcp -j DROP", "-p udp -j DROP", "-p sctp -j DROP")
+		out = append(out, other...)
+	}
+	return append(out, "-j DROP")
+}
+
+// peerMatch is the match of a rule for peer (with a trailing space), and
+// false for a peer that matches nothing.
+func (r *renderer) peerMatch(f Family, peer policy.Peer, word string) (string, bool) {
+	if peer == policy.PeerAny {
+		return "", true
+	}
+	name, ok := setName(r.mode, f, peer)
+	if !ok {
+		return "", false
+	}
+	if peer == policy.PeerWorld {
+		return "-m set ! --match-set " + name + " " + word + " ", true
+	}
+	return "-m set --match-set " + name + " " + word + " ", true
+}
+
+// multiportSlots is how many ports one multiport match holds; a range
+// takes two.
+const multiportSlots = 15
+
+// portMatches renders the destination port ranges of a rule as matches
+// (each with a trailing space), as many as multiport's 15 slots need: ""
+// for every port, none for no range at all (a rule that allows nothing).
+func portMatches(proto string, ranges []policy.PortRange) []string {
+	if len(ranges) == 0 {
+		return nil
+	}
+	for _, pr := range ranges {
+		if pr.Lo == 0 && pr.Hi == 65535 {
+			return []string{""}
+		}
+	}
+	if len(ranges) == 1 {
+		return []string{"-m " + proto + " --dport " + portRange(ranges[0]) + " "}
+	}
+	var out, chunk []string
+	slots := 0
+	for _, pr := range ranges {
+		n := 1
+		if pr.Lo != pr.Hi {
+			n = 2
+		}
+		if slots+n > multiportSlots {
+			out = append(out, "-m multiport --dports "+strings.Join(chunk, ",")+" ")
+			chunk, slots = nil, 0
+		}
+		chunk = append(chunk, portRange(pr))
+		slots += n
+	}
+	return append(out, "-m multiport --dports "+strings.Join(chunk, ",")+" ")
+}
+
+func portRange(pr policy.PortRange) string {
+	if pr.Lo == pr.Hi {
+		return strconv.Itoa(int(pr.Lo))
+	}
+	return strconv.Itoa(int(pr.Lo)) + ":" + strconv.Itoa(int(pr.Hi))
+}
+
+// fillSets builds the sets the rules reference, with their members,
+// leaving out the empty ones except PeerWorld's.
+func (r *renderer) fillSets(want *policy.Desired, peers map[policy.Peer]bool) map[string]*ipSet {
+	sets := map[string]*ipSet{}
+	var ids [2]map[policy.Peer]*ipSet
+	var pods [2]*ipSet
+	classes := map[policy.Peer]bool{}
+	for _, f := range r.fams {
+		ids[f.index()] = map[policy.Peer]*ipSet{}
+		for peer := range peers {
+			name, _ := setName(r.mode, f, peer)
+			switch {
+			case peer == policy.PeerWorld:
+				pods[f.index()] = newSet(f, false)
+				sets[name] = pods[f.index()]
+			case peer&policy.CIDRClassBit != 0:
+				classes[peer] = true
+			default:
+				s := newSet(f, false)
+				ids[f.index()][peer] = s
+				sets[name] = s
+			}
+		}
+	}
+	if len(peers) == 0 {
+		return sets
+	}
+	for a, e := range want.Addrs {
+		a = a.Unmap()
+		f := familyOf(a)
+		if ids[f.index()] == nil {
+			continue // family disabled
+		}
+		host := netip.PrefixFrom(a, a.BitLen())
+		if s := pods[f.index()]; s != nil {
+			s.entries[host] = false
+		}
+		if s := ids[f.index()][e.Identity]; s != nil {
+			s.entries[host] = false
+		}
+	}
+	if len(classes) > 0 {
+		maps.Copy(sets, r.netSets(want, classes))
+	}
+	for name, s := range sets {
+		if len(s.entries) == 0 && !strings.HasSuffix(name, "-pods") {
+			delete(sets, name)
+		}
+	}
+	return sets
+}
+
+func familyOf(a netip.Addr) Family {
+	if a.Is4() {
+		return IPv4
+	}
+	return IPv6
+}
+
+// netSets builds the hash:net set of every class in classes, such that an
+// address is in the set of class C exactly when the eBPF dataplane gives
+// it class C: for a pod address its AddrEntry.CIDRClass, for any other
+// the class of its longest prefix in want.CIDRs.
+//
+// hash:net looks at the most specific entry containing an address, and a
+// nomatch entry there means "not in the set". So each prefix of CIDRs goes
+// into the set of its own class, and as nomatch into the sets of the
+// classes of its ancestors (an ipBlock's except is such a prefix). A pod
+// address whose class differs from its longest prefix's gets a host entry:
+// a member in its own class's set, nomatch in the other. ipset refuses /0,
+// so a default route of class C becomes the two /1 halves.
+func (r *renderer) netSets(want *policy.Desired, classes map[policy.Peer]bool) map[string]*ipSet {
+	idx := newCIDRIndex(want.CIDRs)
+	out := map[string]*ipSet{}
+	sets := map[[2]uint32]*ipSet{}
+	for _, f := range r.fams {
+		for c := range classes {
+			name, _ := setName(r.mode, f, c)
+			s := newSet(f, true)
+			out[name] = s
+			sets[[2]uint32{uint32(f), uint32(c)}] = s
+		}
+	}
+	set := func(f Family, c policy.Peer) *ipSet { return sets[[2]uint32{uint32(f), uint32(c)}] }
+	for pfx, c := range idx.m {
+		f := familyOf(pfx.Addr())
+		if pfx.Bits() == 0 {
+			if s := set(f, c); s != nil {
+				for _, half := range halves(f) {
+					if _, listed := idx.m[half]; !listed {
+						s.entries[half] = false
+					}
+				}
+			}
+			continue
+		}
+		if s := set(f, c); s != nil {
+			s.entries[pfx] = false
+		}
+		for _, anc := range idx.ancestorClasses(pfx) {
+			if s := set(f, anc); s != nil && anc != c {
+				s.entries[pfx] = true
+			}
+		}
+	}
+	for a, e := range want.Addrs {
+		a = a.Unmap()
+		f := familyOf(a)
+		lpm := idx.lookup(a)
+		if lpm == e.CIDRClass {
+			continue
+		}
+		host := netip.PrefixFrom(a, a.BitLen())
+		if s := set(f, e.CIDRClass); s != nil {
+			s.entries[host] = false
+		}
+		if s := set(f, lpm); s != nil {
+			s.entries[host] = true
+		}
+	}
+	return out
+}
+
+func halves(f Family) [2]netip.Prefix {
+	if f == IPv4 {
+		return [2]netip.Prefix{netip.MustParsePrefix("0.0.0.0/1"), netip.MustParsePrefix("128.0.0.0/1")}
+	}
+	return [2]netip.Prefix{netip.MustParsePrefix("::/1"), netip.MustParsePrefix("8000::/1")}
+}
+
+// cidrIndex is a longest-prefix-match view of Desired.CIDRs.
+type cidrIndex struct {
+	m    map[netip.Prefix]policy.Peer
+	lens [2][]int // prefix lengths present, longest first, by family index
+}
+
+func newCIDRIndex(cidrs map[netip.Prefix]policy.Peer) *cidrIndex {
+	x := &cidrIndex{m: make(map[netip.Prefix]policy.Peer, len(cidrs))}
+	var seen [2]map[int]bool
+	seen[0], seen[1] = map[int]bool{}, map[int]bool{}
+	for pfx, c := range cidrs {
+		if pfx.Addr().Is4In6() {
+			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), max(pfx.Bits()-96, 0))
+		}
+		pfx = pfx.Masked()
+		x.m[pfx] = c
+		seen[familyOf(pfx.Addr()).index()][pfx.Bits()] = true
+	}
+	for i := range seen {
+		x.lens[i] = slices.Sorted(maps.Keys(seen[i]))
+		slices.Reverse(x.lens[i])
+	}
+	return x
+}
+
+// lookup is the class of a's longest prefix (NoCIDRClass when none).
+func (x *cidrIndex) lookup(a netip.Addr) policy.Peer {
+	for _, l := range x.lens[familyOf(a).index()] {
+		p, _ := a.Prefix(l)
+		if c, ok := x.m[p]; ok {
+			return c
+		}
+	}
+	return policy.NoCIDRClass
+}
+
+// ancestorClasses lists the classes of the listed prefixes strictly
+// containing pfx (with repeats).
+func (x *cidrIndex) ancestorClasses(pfx netip.Prefix) []policy.Peer {
+	var out []policy.Peer
+	for _, l := range x.lens[familyOf(pfx.Addr()).index()] {
+		if l >= pfx.Bits() {
+			continue
+		}
+		anc, _ := pfx.Addr().Prefix(l)
+		if c, ok := x.m[anc]; ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
