@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X lockstep.dev/lockstep/internal/buildinfo.Version=$(VERSION)
 BIN      := bin
 FUZZTIME ?= 20s
 
-.PHONY: all build deps generate check-generated test test-unit fuzz demo bench vet clean
+.PHONY: all build deps generate generate-kube check-generated kube-testenv cross test test-unit fuzz demo bench vet clean
 
 all: build
 
@@ -19,20 +19,33 @@ build:
 deps:
 	./tools/deps/install.sh
 
-## generate: recompile bpf/ into agent/datapath with the pinned clang (clang-16)
-generate:
+## generate: recompile bpf/ into agent/datapath with the pinned clang (clang-16), then generate-kube
+generate: generate-kube
 	$(GO) generate ./agent/datapath
 
-## check-generated: fail when the committed eBPF objects are not what bpf/ compiles to
+## generate-kube: DeepCopy methods and deploy/crds from kube/apis, with the pinned controller-gen
+generate-kube:
+	./kube/generate.sh
+
+## check-generated: fail when the committed eBPF objects or CRDs are not what their sources generate
 check-generated: generate
 	@git diff --quiet -- agent/datapath || { echo "agent/datapath: committed eBPF objects are stale; run make generate and commit"; git diff --stat -- agent/datapath; exit 1; }
+	@test -z "$$(git status --porcelain -- deploy/crds 'kube/apis/*/zz_generated.deepcopy.go')" || { echo "kube: committed CRDs or DeepCopy code are stale; run make generate-kube and commit"; git status --short -- deploy/crds 'kube/apis/*/zz_generated.deepcopy.go'; exit 1; }
+
+## kube-testenv: kube-apiserver and kubectl for the TestKube... tests, cached outside the repo (~7 min cold, instant warm)
+kube-testenv:
+	./tools/kube-testenv/build.sh >/dev/null
+
+## cross: everything builds for Windows (the hns dataplane's home)
+cross:
+	GOOS=windows $(GO) build ./...
 
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 ## test: everything, privileged tests included (run as root)
-test: deps build vet check-generated
+test: deps build vet cross check-generated kube-testenv
 	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) test -count=1 -timeout 20m ./...
 
 ## test-unit: only the tests that need no privileges

@@ -15,6 +15,9 @@ command -v llvm-strip-16 >/dev/null || need+=(llvm-16)
 command -v bpftool >/dev/null || need+=(bpftool)
 # Benchmarks: TCP throughput between pods with policy on and off.
 command -v iperf3 >/dev/null || need+=(iperf3)
+# Integration tests against a real kube-apiserver (internal/kubetest) store
+# in etcd; the apiserver itself is built by tools/kube-testenv/build.sh.
+command -v etcd >/dev/null || need+=(etcd-server)
 
 if [ ${#need[@]} -eq 0 ]; then
 	exit 0

@@ -1,0 +1,456 @@
+package kube_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"lockstep.dev/lockstep/agent"
+	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/cni/install"
+	"lockstep.dev/lockstep/kube/apis/v1alpha1"
+)
+
+const deployDir = "../deploy"
+
+// manifests is every object of the kustomization, decoded strictly: a
+// misspelt field fails the test rather than being dropped by the API
+// server.
+type manifests struct {
+	crds                map[string]map[string]any // by metadata.name
+	serviceAccounts     []corev1.ServiceAccount
+	clusterRoles        []rbacv1.ClusterRole
+	roles               []rbacv1.Role
+	clusterRoleBindings []rbacv1.ClusterRoleBinding
+	roleBindings        []rbacv1.RoleBinding
+	daemonSets          []appsv1.DaemonSet
+	deployments         []appsv1.Deployment
+	pdbs                []policyv1.PodDisruptionBudget
+	ipPools             []v1alpha1.IPPool
+}
+
+func strict[T any](t *testing.T, where string, doc []byte) T {
+	t.Helper()
+	var v T
+	if err := yaml.UnmarshalStrict(doc, &v); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	return v
+}
+
+func (m *manifests) load(t *testing.T, path string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	for i := 0; ; i++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &tm); err != nil {
+			t.Fatalf("%s document %d: %v", path, i, err)
+		}
+		if tm.Kind == "" {
+			continue // an empty document
+		}
+		where := path + ": " + tm.Kind
+		switch tm.Kind {
+		case "CustomResourceDefinition":
+			crd := strict[map[string]any](t, where, doc)
+			if m.crds == nil {
+				m.crds = map[string]map[string]any{}
+			}
+			m.crds[dig[string](t, crd, "metadata", "name")] = crd
+		case "ServiceAccount":
+			m.serviceAccounts = append(m.serviceAccounts, strict[corev1.ServiceAccount](t, where, doc))
+		case "ClusterRole":
+			m.clusterRoles = append(m.clusterRoles, strict[rbacv1.ClusterRole](t, where, doc))
+		case "Role":
+			m.roles = append(m.roles, strict[rbacv1.Role](t, where, doc))
+		case "ClusterRoleBinding":
+			m.clusterRoleBindings = append(m.clusterRoleBindings, strict[rbacv1.ClusterRoleBinding](t, where, doc))
+		case "RoleBinding":
+			m.roleBindings = append(m.roleBindings, strict[rbacv1.RoleBinding](t, where, doc))
+		case "DaemonSet":
+			m.daemonSets = append(m.daemonSets, strict[appsv1.DaemonSet](t, where, doc))
+		case "Deployment":
+			m.deployments = append(m.deployments, strict[appsv1.Deployment](t, where, doc))
+		case "PodDisruptionBudget":
+			m.pdbs = append(m.pdbs, strict[policyv1.PodDisruptionBudget](t, where, doc))
+		case "IPPool":
+			m.ipPools = append(m.ipPools, strict[v1alpha1.IPPool](t, where, doc))
+		default:
+			t.Fatalf("%s: kind %s is not checked by this test; add it", path, tm.Kind)
+		}
+	}
+}
+
+// dig walks a decoded YAML tree by keys.
+func dig[T any](t *testing.T, v any, keys ...string) T {
+	t.Helper()
+	for _, k := range keys {
+		m, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("at %q: not a mapping", k)
+		}
+		v = m[k]
+	}
+	out, ok := v.(T)
+	if !ok {
+		t.Fatalf("at %v: %T is not %T", keys, v, out)
+	}
+	return out
+}
+
+// loadKustomization reads deploy/kustomization.yaml and every file it
+// lists.
+func loadKustomization(t *testing.T) (*manifests, []string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	if err := yaml.Unmarshal(raw, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	m := &manifests{}
+	for _, res := range k.Resources {
+		m.load(t, filepath.Join(deployDir, res))
+	}
+	return m, k.Resources
+}
+
+// can reports whether ServiceAccount ns/sa may do verb on resource (in
+// group, named name, in namespace objNS or cluster-wide if empty) under
+// the manifests' RBAC.
+func (m *manifests) can(sa, ns, verb, group, resource, name, objNS string) bool {
+	bound := func(subjects []rbacv1.Subject) bool {
+		return slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == ns
+		})
+	}
+	var rules []rbacv1.PolicyRule
+	for _, b := range m.clusterRoleBindings {
+		if bound(b.Subjects) && b.RoleRef.Kind == "ClusterRole" {
+			for _, r := range m.clusterRoles {
+				if r.Name == b.RoleRef.Name {
+					rules = append(rules, r.Rules...)
+				}
+			}
+		}
+	}
+	for _, b := range m.roleBindings {
+		if bound(b.Subjects) && b.Namespace == objNS && b.RoleRef.Kind == "Role" {
+			for _, r := range m.roles {
+				if r.Name == b.RoleRef.Name && r.Namespace == b.Namespace {
+					rules = append(rules, r.Rules...)
+				}
+			}
+		}
+	}
+	match := func(list []string, v string) bool { return slices.Contains(list, v) || slices.Contains(list, "*") }
+	for _, r := range rules {
+		if match(r.APIGroups, group) && match(r.Resources, resource) && match(r.Verbs, verb) &&
+			(len(r.ResourceNames) == 0 || slices.Contains(r.ResourceNames, name)) {
+			return true
+		}
+	}
+	return false
+}
+
+const (
+	namespace = "kube-system"
+	agentSA   = "lockstep-agent"
+	opSA      = "lockstep-operator"
+	group     = v1alpha1.GroupName
+)
+
+func TestKustomizationListsEveryManifest(t *testing.T) {
+	_, listed := loadKustomization(t)
+	for _, glob := range []string{"*.yaml", "crds/*.yaml"} {
+		files, err := filepath.Glob(filepath.Join(deployDir, glob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			rel, _ := filepath.Rel(deployDir, f)
+			if rel != "kustomization.yaml" && !slices.Contains(listed, rel) {
+				t.Errorf("deploy/%s is not in deploy/kustomization.yaml resources; kubectl apply -k would skip it", rel)
+			}
+		}
+	}
+}
+
+// TestRBACSplitsNodeIPAMOwnership checks the permissions the release
+// handshake relies on: each side can write its own half of a NodeIPAM and
+// cannot write the other's.
+func TestRBACSplitsNodeIPAMOwnership(t *testing.T) {
+	m, _ := loadKustomization(t)
+	tests := []struct {
+		sa, verb, group, resource, name, ns string
+		want                                bool
+	}{
+		// The agent: reads what it enforces and its NodeIPAM, writes
+		// only NodeIPAM status.
+		{agentSA, "watch", "", "pods", "", "", true},
+		{agentSA, "watch", "", "namespaces", "", "", true},
+		{agentSA, "watch", "", "nodes", "", "", true},
+		{agentSA, "watch", "networking.k8s.io", "networkpolicies", "", "", true},
+		{agentSA, "watch", group, "nodeipams", "", "", true},
+		{agentSA, "update", group, "nodeipams/status", "", "", true},
+		{agentSA, "update", group, "nodeipams", "", "", false},
+		{agentSA, "patch", group, "nodeipams", "", "", false},
+		{agentSA, "create", group, "nodeipams", "", "", false},
+		{agentSA, "delete", group, "nodeipams", "", "", false},
+		{agentSA, "update", group, "ippools", "", "", false},
+		{agentSA, "update", "", "nodes", "", "", false},
+		// The operator: owns IPPools and NodeIPAM metadata and spec,
+		// never NodeIPAM status.
+		{opSA, "watch", "", "nodes", "", "", true},
+		{opSA, "watch", "", "pods", "", "", true},
+		{opSA, "create", group, "nodeipams", "", "", true},
+		{opSA, "update", group, "nodeipams", "", "", true},
+		{opSA, "delete", group, "nodeipams", "", "", true},
+		{opSA, "update", group, "nodeipams/status", "", "", false},
+		{opSA, "patch", group, "nodeipams/status", "", "", false},
+		{opSA, "update", group, "ippools/status", "", "", true},
+		{opSA, "update", "", "nodes", "", "", false},
+		// Leader election on one Lease in its namespace.
+		{opSA, "create", "coordination.k8s.io", "leases", "", namespace, true},
+		{opSA, "update", "coordination.k8s.io", "leases", "lockstep-operator", namespace, true},
+		{opSA, "update", "coordination.k8s.io", "leases", "kube-scheduler", namespace, false},
+		{opSA, "update", "coordination.k8s.io", "leases", "lockstep-operator", "default", false},
+	}
+	for _, tt := range tests {
+		if got := m.can(tt.sa, namespace, tt.verb, tt.group, tt.resource, tt.name, tt.ns); got != tt.want {
+			t.Errorf("%s can %s %s.%s %q in %q = %v, want %v", tt.sa, tt.verb, tt.resource, tt.group, tt.name, tt.ns, got, tt.want)
+		}
+	}
+	for _, sa := range []string{agentSA, opSA} {
+		if !slices.ContainsFunc(m.serviceAccounts, func(s corev1.ServiceAccount) bool { return s.Name == sa && s.Namespace == namespace }) {
+			t.Errorf("no ServiceAccount %s/%s", namespace, sa)
+		}
+	}
+}
+
+func volumeHostPaths(spec corev1.PodSpec) map[string]string {
+	paths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			paths[v.Name] = v.HostPath.Path
+		}
+	}
+	return paths
+}
+
+// mountedHostPaths maps each mount path of c to the host path behind it.
+func mountedHostPaths(spec corev1.PodSpec, c corev1.Container) map[string]string {
+	vols := volumeHostPaths(spec)
+	out := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		out[m.MountPath] = vols[m.Name]
+	}
+	return out
+}
+
+func TestAgentDaemonSet(t *testing.T) {
+	m, _ := loadKustomization(t)
+	if len(m.daemonSets) != 1 {
+		t.Fatalf("%d DaemonSets, want the agent's", len(m.daemonSets))
+	}
+	ds := m.daemonSets[0]
+	spec := ds.Spec.Template.Spec
+	if ds.Namespace != namespace || spec.ServiceAccountName != agentSA {
+		t.Errorf("agent runs in %s as %s, want %s as %s", ds.Namespace, spec.ServiceAccountName, namespace, agentSA)
+	}
+	if !spec.HostNetwork {
+		t.Error("agent is not in the host network namespace")
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "" && t.Operator == corev1.TolerationOpExists }) {
+		t.Error("agent does not tolerate every taint: a tainted node would get no pod network")
+	}
+
+	if len(spec.InitContainers) != 1 {
+		t.Fatalf("%d init containers, want install-cni", len(spec.InitContainers))
+	}
+	initC := spec.InitContainers[0]
+	wantInstall := []string{"install-cni", "--bin-dir", install.DefaultBinDir, "--conf-dir", install.DefaultConfDir}
+	if !slices.Equal(initC.Args, wantInstall) || !slices.Equal(initC.Command, []string{"lockstep"}) {
+		t.Errorf("init container runs %v %v, want lockstep %v", initC.Command, initC.Args, wantInstall)
+	}
+	for dir, host := range map[string]string{install.DefaultBinDir: install.DefaultBinDir, install.DefaultConfDir: install.DefaultConfDir} {
+		if got := mountedHostPaths(spec, initC)[dir]; got != host {
+			t.Errorf("install-cni mounts host %q at %s, want %s", got, dir, host)
+		}
+	}
+
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%d containers, want the agent", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Error("agent is not privileged")
+	}
+	if want := []string{"agent", "--node-name", "$(NODE_NAME)"}; !slices.Equal(c.Args, want) {
+		t.Errorf("agent args %v, want %v", c.Args, want)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+	}) {
+		t.Error("NODE_NAME is not taken from spec.nodeName")
+	}
+	mounts := mountedHostPaths(spec, c)
+	for _, dir := range []string{agent.DefaultStateDir, filepath.Dir(api.DefaultSocket), filepath.Dir(agent.DefaultBPFRoot)} {
+		if mounts[dir] != dir {
+			t.Errorf("agent mounts host %q at %s, want the host's %s: its default path", mounts[dir], dir, dir)
+		}
+	}
+	for _, v := range c.VolumeMounts {
+		if v.MountPath == filepath.Dir(agent.DefaultBPFRoot) && (v.MountPropagation == nil || *v.MountPropagation != corev1.MountPropagationBidirectional) {
+			t.Error("bpffs is not mounted Bidirectional: a bpffs the agent mounts would not reach the host")
+		}
+	}
+	_, port, err := net.SplitHostPort(agent.DefaultMetricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || strconv.Itoa(p.HTTPGet.Port.IntValue()) != port {
+			t.Errorf("%s probe %+v does not check /healthz on the agent's default port %s", name, p, port)
+		}
+	}
+}
+
+func TestOperatorDeployment(t *testing.T) {
+	m, _ := loadKustomization(t)
+	if len(m.deployments) != 1 {
+		t.Fatalf("%d Deployments, want the operator's", len(m.deployments))
+	}
+	d := m.deployments[0]
+	spec := d.Spec.Template.Spec
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("operator replicas %v, want 2", d.Spec.Replicas)
+	}
+	if d.Namespace != namespace || spec.ServiceAccountName != opSA {
+		t.Errorf("operator runs in %s as %s, want %s as %s", d.Namespace, spec.ServiceAccountName, namespace, opSA)
+	}
+	if !spec.HostNetwork {
+		t.Error("operator is not host-network: it could not start before the pod network it creates")
+	}
+	c := spec.Containers[0]
+	if len(c.Args) == 0 || c.Args[0] != "operator" {
+		t.Errorf("operator args %v, want the operator subcommand", c.Args)
+	}
+	for _, env := range []string{"POD_NAME", "POD_NAMESPACE"} {
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == env && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil }) {
+			t.Errorf("operator has no %s from the downward API; leader election needs it", env)
+		}
+	}
+	if len(m.pdbs) != 1 || m.pdbs[0].Namespace != namespace {
+		t.Error("no PodDisruptionBudget keeps one operator replica up")
+	}
+}
+
+func TestImagesArePlaceholders(t *testing.T) {
+	m, _ := loadKustomization(t)
+	var specs []corev1.PodSpec
+	for _, ds := range m.daemonSets {
+		specs = append(specs, ds.Spec.Template.Spec)
+	}
+	for _, d := range m.deployments {
+		specs = append(specs, d.Spec.Template.Spec)
+	}
+	for _, s := range specs {
+		for _, c := range append(s.InitContainers, s.Containers...) {
+			if c.Image != "lockstep:dev" {
+				t.Errorf("container %s runs %q; the manifests use lockstep:dev and kustomize sets the real image", c.Name, c.Image)
+			}
+		}
+	}
+}
+
+// TestCRDsMatchTypes checks the generated CRDs against the Go API: names,
+// scope, the status subresource, and that each half of the release
+// handshake accepts exactly its writer's states.
+func TestCRDsMatchTypes(t *testing.T) {
+	m, _ := loadKustomization(t)
+	for _, resource := range []string{v1alpha1.IPPoolResource, v1alpha1.NodeIPAMResource} {
+		name := resource + "." + v1alpha1.GroupName
+		crd, ok := m.crds[name]
+		if !ok {
+			t.Fatalf("no CRD %s; run kube/generate.sh", name)
+		}
+		if got := dig[string](t, crd, "spec", "scope"); got != "Cluster" {
+			t.Errorf("%s scope %s, want Cluster", name, got)
+		}
+		versions := dig[[]any](t, crd, "spec", "versions")
+		if len(versions) != 1 || dig[string](t, versions[0], "name") != v1alpha1.SchemeGroupVersion.Version {
+			t.Fatalf("%s versions %v, want only %s", name, versions, v1alpha1.SchemeGroupVersion.Version)
+		}
+		dig[map[string]any](t, versions[0], "subresources", "status")
+	}
+
+	schema := dig[map[string]any](t, dig[[]any](t, m.crds["nodeipams.lockstep.dev"], "spec", "versions")[0], "schema", "openAPIV3Schema")
+	for _, half := range []struct {
+		path []string
+		want []v1alpha1.ReleaseState
+	}{
+		{[]string{"spec"}, []v1alpha1.ReleaseState{v1alpha1.MarkedForRelease, v1alpha1.Released}},
+		{[]string{"status"}, []v1alpha1.ReleaseState{v1alpha1.ReadyForRelease, v1alpha1.DoNotRelease}},
+	} {
+		p := append([]string{"properties"}, half.path[0], "properties", "releases", "items", "properties", "state", "enum")
+		var got []v1alpha1.ReleaseState
+		for _, s := range dig[[]any](t, schema, p...) {
+			got = append(got, v1alpha1.ReleaseState(s.(string)))
+		}
+		if !slices.Equal(got, half.want) {
+			t.Errorf("%s.releases accepts %v, want %v", half.path[0], got, half.want)
+		}
+	}
+}
+
+// TestExamplePools keeps deploy/examples valid against the API types.
+func TestExamplePools(t *testing.T) {
+	m := &manifests{}
+	m.load(t, filepath.Join(deployDir, "examples", "ippools.yaml"))
+	if len(m.ipPools) == 0 {
+		t.Fatal("no IPPool in deploy/examples/ippools.yaml")
+	}
+	for _, p := range m.ipPools {
+		for _, c := range p.Spec.CIDRs {
+			prefix, err := c.Prefix()
+			if err != nil {
+				t.Errorf("pool %s: %v", p.Name, err)
+				continue
+			}
+			if int(p.Spec.BlockSize) < prefix.Bits() || int(p.Spec.BlockSize) > prefix.Addr().BitLen() {
+				t.Errorf("pool %s: blockSize %d does not fit %s", p.Name, p.Spec.BlockSize, c)
+			}
+		}
+	}
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Builds the kube-apiserver and kubectl that lockstep's integration tests run
+# (internal/kubetest) from the Kubernetes release pinned in go.mod beside this
+# script, and prints the directory that holds them.
+#
+# The binaries live outside the repository, in
+#   ${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/<version>}
+# and are built only when missing or when go.mod, go.sum or this script
+# changed since they were built: a build takes about five minutes on two
+# cores with a cold Go build cache (seconds with a warm one), a call that
+# finds them built returns at once. Concurrent callers (parallel test
+# packages) wait on one lock and build once. Progress goes to stderr; stdout
+# is only the directory.
+#
+#   tools/kube-testenv/build.sh          # build if needed, print the dir
+#   tools/kube-testenv/build.sh -check   # print the dir, exit 1 if not built
+set -euo pipefail
+
+# Everything is in main, which bash reads whole before running it: editing
+# this file during a build (a pull, a checkout) must not change what the
+# running build does next.
+main() {
+	here=$(cd "$(dirname "$0")" && pwd)
+	version=$(sed -n 's/^\(require\)\{0,1\}[[:space:]]*k8s\.io\/kubernetes \(v[0-9][^ ]*\).*/\2/p' "$here/go.mod")
+	if [ -z "$version" ]; then
+		echo "kube-testenv: no k8s.io/kubernetes requirement in $here/go.mod" >&2
+		exit 1
+	fi
+	cache=${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/$version}
+	stamp=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -d' ' -f1)
+
+	built() {
+		[ -x "$cache/kube-apiserver" ] && [ -x "$cache/kubectl" ] &&
+			[ "$(cat "$cache/stamp" 2>/dev/null)" = "$stamp" ]
+	}
+
+	if built; then
+		echo "$cache"
+		exit 0
+	fi
+	if [ "${1:-}" = -check ]; then
+		echo "$cache"
+		exit 1
+	fi
+
+	mkdir -p "$cache"
+	exec 9>"$cache/.lock"
+	flock 9
+	if built; then # another caller built them while we waited
+		echo "$cache"
+		exit 0
+	fi
+	rm -rf "$cache"/.build.* # left by a build that was killed; we hold the lock
+
+	# Kubernetes' own build (hack/lib/version.sh) stamps the release with these;
+	# without them /version and `kubectl version` report v0.0.0-master.
+	IFS=. read -r major minor _ <<<"${version#v}"
+	ldflags="-s -w"
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+		ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	done
+
+	tmp=$(mktemp -d "$cache/.build.XXXXXX")
+	trap 'rm -rf "$tmp"; [ -z "${ticker:-}" ] || kill "$ticker" 2>/dev/null || true' EXIT
+	echo "kube-testenv: building kube-apiserver and kubectl $version into $cache" >&2
+	echo "kube-testenv: about 5 minutes on 2 cores with a cold Go build cache, seconds with a warm one" >&2
+	start=$SECONDS
+	# The ticker's sleep must not hold stdout, stderr or the lock open after
+	# the ticker is killed: a caller reading our output would wait for it.
+	(while sleep 30 >/dev/null 2>&1 9>&-; do echo "kube-testenv: still building ($((SECONDS - start))s)" >&2; done) 9>&- &
+	ticker=$!
+	(
+		cd "$here"
+		GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
+			k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+	)
+	kill "$ticker" 2>/dev/null || true
+	ticker=
+	mv -f "$tmp/kube-apiserver" "$tmp/kubectl" "$cache/"
+	echo "$stamp" >"$cache/stamp"
+	echo "kube-testenv: built in $((SECONDS - start))s" >&2
+	echo "$cache"
+}
+
+main "$@"
