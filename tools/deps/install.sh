@@ -6,6 +6,9 @@ set -euo pipefail
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v iptables >/dev/null || need+=(iptables)
+# The iptables dataplane: ipset, and both iptables-legacy and iptables-nft
+# (Debian's iptables package ships both).
+command -v ipset >/dev/null || need+=(ipset)
 [ -x /usr/lib/cni/ptp ] && [ -x /usr/lib/cni/portmap ] || need+=(containernetworking-plugins)
 # eBPF: clang-16 compiles bpf/ (make generate; CI checks the committed
 # objects are current), libbpf-dev has bpf_helpers.h, bpftool inspects maps.
