@@ -3,10 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"fmt"
 	"io"
 	"log/slog"
+	"os/exec"
 	"time"
 
 	"lockstep.dev/lockstep/agent/api"

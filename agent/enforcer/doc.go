@@ -3,13 +3,22 @@
 // It is the only writer of the dataplane. Every apply starts from one read
 // transaction of the store, so it sees a committed state whole: the pods,
 // their addresses and identities, the policies and the selectors they
-// reference, as one transaction left them. It compiles that state
-// ([policy.Compile]) and hands the result to the [Dataplane] in one call,
-// under one lock. A background pass (the periodic resync that repairs
-// drift) goes through the same lock and the same kind of snapshot, so it can
-// never remove something an apply in progress still needs: the race of seed
-// 000, where a reconcile deleted an ipset between "apply sets" and "update
-// pod", has no window to happen in.
+// reference, as one transaction left them. It compiles that state and hands
+// the result to the [Dataplane] in one call, under one lock. A background
+// pass (the periodic resync that repairs drift) goes through the same lock
+// and the same kind of snapshot, so it can never remove something an apply
+// in progress still needs: the race of seed 000, where a reconcile deleted
+// an ipset between "apply sets" and "update pod", has no window to happen
+// in.
+//
+// Compilation is incremental: the enforcer keeps a [policy.Incremental]
+// and feeds it, from the store's change log ([store.ChangesSince]), only
+// the objects written since the revision it last applied; it reads the
+// whole store when the log no longer reaches back that far, and on every
+// resync, which so also rebuilds the compiler's state from scratch. The
+// result is what [policy.Compile] of a [Snapshot] of the same transaction
+// gives. When it is the state applied last, object for object (a change
+// that concerns no local endpoint), the dataplane is not called.
 //
 // The CNI ADD path calls [Enforcer.Sync] after its confirm commits and
 // replies only once Sync returns: the pod's policy is in force before the

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
+	"maps"
+	"reflect"
 	"sync"
 	"time"
 
@@ -30,6 +31,14 @@ type Dataplane interface {
 	Apply(d *policy.Desired) error
 }
 
+// Invalidator is implemented by dataplanes that remember what they applied
+// and diff against it (iptables, HNS): Invalidate makes the next Apply read
+// the real state back, so that a resync repairs drift made behind
+// lockstep's back instead of finding nothing to do.
+type Invalidator interface {
+	Invalidate()
+}
+
 // ErrNotEnforced: Sync finished but the endpoint is not enforced, e.g. its
 // host link vanished before it could be attached.
 var ErrNotEnforced = errors.New("endpoint not enforced")
@@ -44,9 +53,31 @@ type Enforcer struct {
 	applied  uint64     // store revision last applied
 	attached map[string]bool
 	lastErr  error
+	// feed keeps the incremental compiler in step with the store.
+	feed feeder
+	// last is the state last applied, and force makes the next apply call
+	// the dataplane even if the compiled state is last (a resync).
+	last  *policy.Desired
+	force bool
 
-	// observe, when set, receives the duration of every apply.
-	observe func(time.Duration)
+	// observe, when set, receives the duration of every apply, and
+	// observePhases its parts.
+	observe       func(time.Duration)
+	observePhases func(Phases)
+}
+
+// Phases is how long the parts of one apply took.
+type Phases struct {
+	// Feed is handing the compiler what changed in the store since the
+	// last apply (read from the store's change log), or every object.
+	Feed time.Duration
+	// Compile is the incremental compilation.
+	Compile time.Duration
+	// Apply is the dataplane's Apply, with attaching new endpoints and
+	// detaching old ones; zero when the compiled state was the one
+	// applied last (Skipped).
+	Apply   time.Duration
+	Skipped bool
 }
 
 // New returns an Enforcer for st and dp.
@@ -59,6 +90,9 @@ func New(st *store.Store, dp Dataplane, log *slog.Logger) *Enforcer {
 
 // OnApply registers fn to observe how long each apply took.
 func (e *Enforcer) OnApply(fn func(time.Duration)) { e.observe = fn }
+
+// OnPhases registers fn to observe how long the parts of each apply took.
+func (e *Enforcer) OnPhases(fn func(Phases)) { e.observePhases = fn }
 
 // Sync applies the latest committed state, unless it is already applied,
 // and returns once it is in force.
@@ -88,10 +122,18 @@ func (e *Enforcer) Sync(ctx context.Context) error {
 
 // Resync applies the latest committed state even if nothing changed in the
 // store: it repairs drift in the dataplane (entries changed behind
-// lockstep's back). It takes the same lock as Sync.
+// lockstep's back). It also recompiles from the whole store rather than
+// from what changed, so that state the incremental compiler carries
+// between applies is rebuilt from scratch periodically. It takes the same
+// lock as Sync.
 func (e *Enforcer) Resync(ctx context.Context) error {
 	e.mu.Lock()
 	e.applied = 0
+	e.force = true
+	e.feed.reset()
+	if inv, ok := e.dp.(Invalidator); ok {
+		inv.Invalidate()
+	}
 	e.mu.Unlock()
 	return e.Sync(ctx)
 }
@@ -150,33 +192,61 @@ func (e *Enforcer) Run(ctx context.Context, resync time.Duration) {
 	}
 }
 
-// apply compiles the snapshot txn and applies it: new endpoints are
+// apply compiles the state txn reads and applies it: new endpoints are
 // attached first, then the state is applied in one step, then endpoints
-// that are gone are detached.
+// that are gone are detached. The compiler is incremental: it is fed only
+// what changed since the last apply (see feeder). When the compiled state
+// is the one last applied (a change that does not concern this node), the
+// dataplane is left alone.
 func (e *Enforcer) apply(txn *store.Txn) error {
-	snap, err := Snapshot(txn)
-	if err != nil {
-		return err
+	var ph Phases
+	start := time.Now()
+	if err := e.feed.feed(txn); err != nil {
+		return fmt.Errorf("read policy inputs: %w", err)
 	}
-	desired, err := policy.Compile(snap)
+	fed := time.Now()
+	desired, err := e.feed.comp.Compile()
 	if err != nil {
 		return fmt.Errorf("compile policy: %w", err)
 	}
+	compiled := time.Now()
+	ph.Feed, ph.Compile = fed.Sub(start), compiled.Sub(fed)
+	defer func() {
+		ph.Apply = time.Since(compiled)
+		if e.observePhases != nil {
+			e.observePhases(ph)
+		}
+	}()
+	endpoints := desired.Endpoints
 	for hostIf := range desired.Endpoints {
 		if e.attached[hostIf] {
 			continue
 		}
 		if err := e.dp.Attach(hostIf); err != nil {
 			// The link may be gone already (a DEL is on its way); do not let
-			// one pod block every other pod's policy.
+			// one pod block every other pod's policy. desired is shared
+			// with the compiler: leave it out of a copy.
 			e.log.Warn("attach endpoint; leaving it out of this apply", "if", hostIf, "err", err)
-			delete(desired.Endpoints, hostIf)
+			if sameMap(endpoints, desired.Endpoints) {
+				endpoints = maps.Clone(desired.Endpoints)
+			}
+			delete(endpoints, hostIf)
 			continue
 		}
 		e.attached[hostIf] = true
 	}
-	if err := e.dp.Apply(desired); err != nil {
-		return fmt.Errorf("apply dataplane state: %w", err)
+	if !sameMap(endpoints, desired.Endpoints) {
+		d := *desired
+		d.Endpoints = endpoints
+		desired = &d
+	}
+	ph.Skipped = !e.force && sameDesired(desired, e.last)
+	if !ph.Skipped {
+		if err := e.dp.Apply(desired); err != nil {
+			e.last = nil
+			return fmt.Errorf("apply dataplane state: %w", err)
+		}
+		e.last, e.force = desired, false
 	}
 	for hostIf := range e.attached {
 		if _, ok := desired.Endpoints[hostIf]; ok {
@@ -190,9 +260,22 @@ func (e *Enforcer) apply(txn *store.Txn) error {
 	return nil
 }
 
-// Snapshot builds the compiler's input from one store read transaction:
-// local endpoints are the Ready ones; a local pod's addresses come from its
-// endpoint, remote pods' from their status.
+// sameDesired reports whether a and b are made of the same maps, which an
+// incremental compiler returns when nothing in them changed.
+func sameDesired(a, b *policy.Desired) bool {
+	return a != nil && b != nil && sameMap(a.Addrs, b.Addrs) && sameMap(a.CIDRs, b.CIDRs) && sameMap(a.Endpoints, b.Endpoints)
+}
+
+// sameMap reports whether a and b are the same map object.
+func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// Snapshot builds the full compiler's input from one store read
+// transaction: local endpoints are the Ready ones; a local pod's addresses
+// come from its endpoint, remote pods' from their status. The enforcer
+// itself feeds an incremental compiler the same objects (see feeder);
+// [policy.Compile] of a Snapshot is the reference its result must equal.
 func Snapshot(txn *store.Txn) (*policy.Snapshot, error) {
 	snap := &policy.Snapshot{Namespaces: map[string]*policy.Namespace{}, Identities: map[string]policy.Peer{}}
 	nss, err := store.Namespaces(txn, nil)
@@ -212,50 +295,20 @@ func Snapshot(txn *store.Txn) (*policy.Snapshot, error) {
 	if snap.Policies, err = store.Policies(txn, nil); err != nil {
 		return nil, err
 	}
-	eps, err := store.EndpointsByState(txn, nil, store.EndpointReady)
+	local, localAddrs, err := localEndpoints(txn)
 	if err != nil {
 		return nil, err
 	}
-	localAddrs := map[string][]netip.Addr{}
-	for _, ep := range eps {
-		le := policy.LocalEndpoint{HostIfName: ep.HostIfName, Namespace: ep.Pod.Namespace, PodName: ep.Pod.Name}
-		for _, a := range ep.Addresses {
-			if a.Addr.Is4() {
-				le.IPv4 = a.Addr
-			} else {
-				le.IPv6 = a.Addr
-			}
-			if ep.Pod.Name != "" {
-				key := ep.Pod.Namespace + "/" + ep.Pod.Name
-				localAddrs[key] = append(localAddrs[key], a.Addr)
-			}
-		}
-		snap.Local = append(snap.Local, le)
-	}
+	snap.Local = local
 	pods, err := store.Pods(txn, nil)
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range pods {
-		if addrs, ok := localAddrs[p.Namespace+"/"+p.Name]; ok {
+		if addrs, ok := localAddrs[podRef{p.Namespace, p.Name}]; ok {
 			p = withAddrs(p, addrs)
 		}
 		snap.Pods = append(snap.Pods, p)
 	}
 	return snap, nil
-}
-
-// withAddrs returns a copy of p whose status lists addrs, the addresses CNI
-// gave the local pod; the stored object is left alone.
-func withAddrs(p *policy.Pod, addrs []netip.Addr) *policy.Pod {
-	c := *p
-	c.Status.PodIP = ""
-	c.Status.PodIPs = make([]policy.PodIP, len(addrs))
-	for i, a := range addrs {
-		c.Status.PodIPs[i] = policy.PodIP{IP: a.String()}
-	}
-	if len(addrs) > 0 {
-		c.Status.PodIP = addrs[0].String()
-	}
-	return &c
 }

@@ -3,6 +3,9 @@ package policy
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -74,4 +77,155 @@ func BenchmarkCompile(b *testing.B) {
 	b.ReportMetric(float64(len(d.Addrs)), "addrs")
 	b.ReportMetric(float64(len(d.CIDRs)), "cidrs")
 	b.ReportMetric(float64(rules), "rules")
+}
+
+// feedIncremental gives inc every object of s.
+func feedIncremental(inc *Incremental, s *Snapshot) {
+	for _, ns := range s.Namespaces {
+		inc.SetNamespace(ns)
+	}
+	for k, id := range s.Identities {
+		inc.SetIdentity(k, id)
+	}
+	for _, p := range s.Pods {
+		inc.SetPod(p)
+	}
+	for _, np := range s.Policies {
+		inc.SetPolicy(np)
+	}
+	inc.SetLocal(s.Local)
+}
+
+// BenchmarkIncrementalFirst is the first compilation of an Incremental:
+// what the agent pays once at start (compare BenchmarkCompile). state-KB
+// is the heap the compiler keeps afterwards, its result included (a full
+// Compile keeps only its result, result-KB).
+func BenchmarkIncrementalFirst(b *testing.B) {
+	s := benchSnapshot(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		inc := NewIncremental()
+		feedIncremental(inc, s)
+		if _, err := inc.Compile(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	retained := func(build func() any) float64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		keep := build()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(keep)
+		return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / 1024
+	}
+	b.ReportMetric(retained(func() any {
+		d, err := Compile(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}), "result-KB")
+	b.ReportMetric(retained(func() any {
+		inc := NewIncremental()
+		feedIncremental(inc, s)
+		if _, err := inc.Compile(); err != nil {
+			b.Fatal(err)
+		}
+		return inc
+	}), "state-KB")
+}
+
+// BenchmarkIncrementalPolicyEdit is one policy edit (a port range of a
+// policy selecting a local endpoint) and the compilation after it.
+func BenchmarkIncrementalPolicyEdit(b *testing.B) {
+	s := benchSnapshot(b)
+	inc := NewIncremental()
+	feedIncremental(inc, s)
+	if _, err := inc.Compile(); err != nil {
+		b.Fatal(err)
+	}
+	// The policies selecting the local endpoints' pods.
+	var edit []*NetworkPolicy
+	for _, le := range s.Local {
+		for _, np := range s.Policies {
+			if np.Namespace == le.Namespace && np.Spec.PodSelector.MatchLabels["app"] == strings.Split(le.PodName, "-")[0] {
+				edit = append(edit, np)
+			}
+		}
+	}
+	if len(edit) == 0 {
+		b.Fatal("no policy selects a local endpoint")
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		np := *edit[i%len(edit)]
+		np.Spec.Ingress = slices.Clone(np.Spec.Ingress)
+		np.Spec.Ingress[0].Ports = []NetworkPolicyPort{named("http"), {Port: FromInt(9000), EndPort: ptr(int32(9100 + i%500))}}
+		inc.SetPolicy(&np)
+		d, err := inc.Compile()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(d.Endpoints) != len(s.Local) {
+			b.Fatalf("%d endpoints", len(d.Endpoints))
+		}
+		i++
+	}
+}
+
+// BenchmarkIncrementalPodChurn is a remote pod leaving and coming back
+// with the same labels: the address changes, the identity stays.
+func BenchmarkIncrementalPodChurn(b *testing.B) {
+	s := benchSnapshot(b)
+	inc := NewIncremental()
+	feedIncremental(inc, s)
+	if _, err := inc.Compile(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		p := s.Pods[(i*7919)%len(s.Pods)]
+		if i%2 == 0 {
+			inc.DeletePod(p.Namespace, p.Name)
+		} else {
+			inc.SetPod(p)
+		}
+		if _, err := inc.Compile(); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkIncrementalNewIdentity is a pod with a label set of its own
+// appearing and leaving: a new identity every selector must consider.
+func BenchmarkIncrementalNewIdentity(b *testing.B) {
+	s := benchSnapshot(b)
+	inc := NewIncremental()
+	feedIncremental(inc, s)
+	if _, err := inc.Compile(); err != nil {
+		b.Fatal(err)
+	}
+	ns := s.Namespaces["ns3"]
+	p := withPorts(mkPod("ns3", "odd", ips("10.200.0.1"), "app", "odd", "tier", "2"), ContainerPort{Name: "dns", ContainerPort: 53, Protocol: UDP})
+	inc.SetIdentity(IdentityKey(ns, p), FirstPodIdentity+Peer(len(s.Identities)))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i%2 == 0 {
+			inc.SetPod(p)
+		} else {
+			inc.DeletePod(p.Namespace, p.Name)
+		}
+		if _, err := inc.Compile(); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
 }

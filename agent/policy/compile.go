@@ -203,8 +203,12 @@ func (c *compiler) addPods() error {
 		for _, a := range addrs {
 			prev, taken := c.owner[a]
 			switch {
-			case !taken, prev.podKey == key:
-				c.owner[a] = addrClaim{podKey: key, local: le != nil, ident: info}
+			case !taken:
+				c.owner[a] = addrClaim{podKey: key, ident: info}
+			case prev.podKey == key:
+				// The pod of the local endpoint that claimed a.
+				prev.ident = info
+				c.owner[a] = prev
 			case prev.local:
 				// The local endpoint's CNI allocation is authoritative.
 			case key < prev.podKey:
@@ -278,8 +282,7 @@ func (c *compiler) endpoint(le *LocalEndpoint) (*EndpointPolicy, error) {
 	for k, rs := range ep.Rules {
 		rs = mergeRanges(rs)
 		if len(rs) > MaxPortRanges {
-			return nil, fmt.Errorf("endpoint %s (pod %s/%s): %s rules for peer %d protocol %d need %d port ranges, at most %d fit (policies: %s); merge ports into ranges with endPort",
-				le.HostIfName, le.Namespace, le.PodName, k.Dir, k.Peer, k.Proto, len(rs), MaxPortRanges, strings.Join(selecting[k.Dir], ", "))
+			return nil, errTooManyRanges(le, k, len(rs), strings.Join(selecting[k.Dir], ", "))
 		}
 		ep.Rules[k] = rs
 	}

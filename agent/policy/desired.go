@@ -98,6 +98,31 @@ type AddrEntry struct {
 // Desired is the complete dataplane state of a node: what the dataplane
 // must enforce once it has applied it. Maps are keyed by value so two
 // Desired can be compared entry by entry.
+//
+// # Sharing
+//
+// A Desired, and every map, slice and *EndpointPolicy it reaches, is
+// immutable once returned: neither the compiler nor a dataplane ever
+// modifies it, and a dataplane may keep references to it after Apply
+// returns. A caller that needs a variant copies what it changes (the
+// enforcer copies Endpoints to leave out an endpoint it could not attach).
+//
+// Successive results of one [Incremental] share whatever did not change:
+//
+//   - Addrs, CIDRs and Endpoints are the previous result's very maps when
+//     none of their entries changed, and new maps otherwise;
+//   - an endpoint whose policy did not change keeps its *EndpointPolicy
+//     pointer (and so its Rules map); one whose policy changed gets a new
+//     one, never an old one modified;
+//   - the []PortRange of one EndpointPolicy's Rules may share a backing
+//     array, each slice capped at its own length.
+//
+// So a dataplane may skip, by pointer comparison alone, every part that is
+// the same object as in the state it applied last: the same pointer means
+// the same content. The converse does not hold: a new pointer may carry
+// equal content (after a compiler rebuild, or a change that cancelled
+// out), so a dataplane that compares contents too saves more work. [Compile]
+// returns new maps and pointers every time.
 type Desired struct {
 	// Addrs maps every known pod address (local and remote) to its identity
 	// and CIDR class. Addresses are unmapped (IPv4 as 4 bytes).

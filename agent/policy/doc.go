@@ -14,6 +14,14 @@
 // agent feeds it from one committed store transaction and hands the result to
 // the dataplane, which applies it in one step.
 //
+// [Compile] computes a snapshot from scratch and is the reference. The
+// agent uses [Incremental], which is told which objects changed and keeps
+// what it derived between compilations (compiled policies, the identities
+// each selector picks, address owners, each endpoint's rules), so that a
+// change costs what it affects rather than the size of the cluster. Its
+// results equal Compile's, and share their unchanged parts (see
+// [Desired]); a randomized differential test holds it to both.
+//
 // # Semantics
 //
 // The compiler implements Kubernetes NetworkPolicy v1 as the API reference

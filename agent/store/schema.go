@@ -47,6 +47,7 @@ func schema() *memdb.DBSchema {
 		TableIdentities:  identitiesTableSchema(),
 		TableSelectors:   selectorsTableSchema(),
 		TableCleanups:    cleanupsTableSchema(),
+		TableChanges:     changesTableSchema(),
 	}}
 }
 

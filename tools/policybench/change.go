@@ -25,14 +25,28 @@ import (
 // datapath is attached to.
 const localEndpoints = 20
 
-// changeResult is what the policy-change benchmark measured.
+// changeResult is what the change benchmarks measured: policy edits,
+// with Sync's phases, and two kinds of pod churn, end to end.
 type changeResult struct {
-	edits      int
-	endToEnd   []time.Duration // UpsertPolicy commit → enforcer.Sync returned
-	compile    []time.Duration // policy.Compile of the same snapshot
-	apply      []time.Duration // datapath.Apply of a precompiled one-edit change
-	addrs      int             // ipcache entries of the compiled state
-	rules      int             // rules over all local endpoints
+	edits    int
+	endToEnd []time.Duration // UpsertPolicy write → enforcer.Sync returned
+	write    []time.Duration // the store write transaction alone
+	feed     []time.Duration // Sync: hand the compiler what changed (the change log)
+	compile  []time.Duration // Sync: incremental compilation
+	apply    []time.Duration // Sync: datapath.Apply (zero when skipped)
+	skipped  int             // applies skipped: the compiled state did not change
+	full     []time.Duration // policy.Compile of a whole snapshot: the path before incremental compilation
+	// elsewhere: edits of policies that select no local endpoint (most
+	// edits, in a cluster of many nodes); podChurn: a remote pod of an
+	// existing identity appears or leaves (an address changes);
+	// identChurn: a pod with a label set of its own appears or leaves (an
+	// identity that every endpoint's DNS egress rule picks). End to end,
+	// as endToEnd.
+	elsewhere, podChurn, identChurn []time.Duration
+	elsewhereSkipped                int
+
+	addrs      int // ipcache entries of the compiled state
+	rules      int // rules over all local endpoints
 	identities int
 }
 
@@ -53,9 +67,17 @@ func editPolicy(i int) *policy.NetworkPolicy {
 	return appPolicy(nsName(k), k, k%clusterApps, i+1)
 }
 
+// editElsewhere is the i-th edit of a policy that selects no local pod:
+// that of the next app in local pod i%20's namespace.
+func editElsewhere(i int) *policy.NetworkPolicy {
+	k := i % localEndpoints
+	return appPolicy(nsName(k), k, (k+1)%clusterApps, i+1)
+}
+
 // benchPolicyChange loads the cluster into a store, attaches the datapath
 // to localEndpoints veths in a fresh netns (bpffs on a temporary mount) and
-// times edits one by one through the enforcer, as the agent applies them.
+// times changes one by one through the enforcer, as the agent applies
+// them: policy edits, then pod churn, then identity churn.
 func (b *bench) benchPolicyChange(ctx context.Context, c *cluster, edits int) (*changeResult, error) {
 	node, err := b.newNetns()
 	if err != nil {
@@ -104,61 +126,138 @@ func (b *bench) benchPolicyChange(ctx context.Context, c *cluster, edits int) (*
 		}
 		logf("  first sync (attach %d endpoints, apply everything): %s", localEndpoints, benchkit.FmtDur(time.Since(start)))
 
-		prog := newProgress("policy edits", edits)
-		var desired []*policy.Desired
+		var ph enforcer.Phases
+		enf.OnPhases(func(p enforcer.Phases) { ph = p })
+		if err := benchEdits(ctx, st, enf, res, edits, &ph); err != nil {
+			return err
+		}
+		prog := newProgress("policy edits elsewhere", edits)
 		for i := range edits {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			start := time.Now()
-			txn := st.WriteTxn()
-			if err := store.UpsertPolicy(txn, editPolicy(i)); err != nil {
-				txn.Abort()
-				return err
-			}
-			txn.Commit()
-			if err := enf.Sync(ctx); err != nil {
-				return fmt.Errorf("sync edit %d: %w", i, err)
-			}
-			res.endToEnd = append(res.endToEnd, time.Since(start))
-
-			snap, err := enforcer.Snapshot(st.ReadTxn())
+			ph = enforcer.Phases{}
+			d, err := timeWrite(ctx, st, enf, func(txn *store.Txn) error { return store.UpsertPolicy(txn, editElsewhere(i)) })
 			if err != nil {
-				return err
+				return fmt.Errorf("policy edit elsewhere %d: %w", i, err)
 			}
-			start = time.Now()
-			d, err := policy.Compile(snap)
-			if err != nil {
-				return err
-			}
-			res.compile = append(res.compile, time.Since(start))
-			if len(desired) < 2 {
-				desired = append(desired, d)
-			}
-			res.addrs, res.identities, res.rules = len(d.Addrs), len(snap.Identities), 0
-			for _, ep := range d.Endpoints {
-				res.rules += len(ep.Rules)
+			res.elsewhere = append(res.elsewhere, d)
+			if ph.Skipped {
+				res.elsewhereSkipped++
 			}
 			prog.step()
 		}
-		// Apply alone: two precompiled states one edit apart, in turn, after
-		// an untimed apply of the second (the maps hold the last edit's).
-		if err := dp.Apply(desired[1]); err != nil {
-			return fmt.Errorf("apply: %w", err)
+		if res.podChurn, err = benchChurn(ctx, st, enf, "pod churn", edits, churnPod); err != nil {
+			return err
 		}
-		for i := range edits {
-			start := time.Now()
-			if err := dp.Apply(desired[i%2]); err != nil {
-				return fmt.Errorf("apply: %w", err)
-			}
-			res.apply = append(res.apply, time.Since(start))
-		}
-		return nil
+		res.identChurn, err = benchChurn(ctx, st, enf, "identity churn", edits, soloPod)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// benchEdits times edits policy edits through the store and the
+// enforcer, each followed by the full compilation it used to cost.
+func benchEdits(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, res *changeResult, edits int, ph *enforcer.Phases) error {
+	prog := newProgress("policy edits", edits)
+	for i := range edits {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		*ph = enforcer.Phases{}
+		start := time.Now()
+		txn := st.WriteTxn()
+		if err := store.UpsertPolicy(txn, editPolicy(i)); err != nil {
+			txn.Abort()
+			return err
+		}
+		txn.Commit()
+		written := time.Now()
+		if err := enf.Sync(ctx); err != nil {
+			return fmt.Errorf("sync edit %d: %w", i, err)
+		}
+		res.endToEnd = append(res.endToEnd, time.Since(start))
+		res.write = append(res.write, written.Sub(start))
+		res.feed, res.compile, res.apply = append(res.feed, ph.Feed), append(res.compile, ph.Compile), append(res.apply, ph.Apply)
+		if ph.Skipped {
+			res.skipped++
+		}
+
+		snap, err := enforcer.Snapshot(st.ReadTxn())
+		if err != nil {
+			return err
+		}
+		start = time.Now()
+		d, err := policy.Compile(snap)
+		if err != nil {
+			return err
+		}
+		res.full = append(res.full, time.Since(start))
+		res.addrs, res.identities, res.rules = len(d.Addrs), len(snap.Identities), 0
+		for _, ep := range d.Endpoints {
+			res.rules += len(ep.Rules)
+		}
+		prog.step()
+	}
+	return nil
+}
+
+// benchChurn times n pod changes, end to end: pod(i) is written for even
+// i and deleted for odd i.
+func benchChurn(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, what string, n int, pod func(i int) *policy.Pod) ([]time.Duration, error) {
+	prog := newProgress(what, n)
+	var out []time.Duration
+	for i := range n {
+		p := pod(i - i%2)
+		d, err := timeWrite(ctx, st, enf, func(txn *store.Txn) error {
+			if i%2 == 0 {
+				return store.UpsertPod(txn, p)
+			}
+			return store.DeletePod(txn, p.Namespace, p.Name)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s %d: %w", what, i, err)
+		}
+		out = append(out, d)
+		prog.step()
+	}
+	return out, nil
+}
+
+// timeWrite commits write in one transaction and syncs the enforcer, and
+// returns how long both took.
+func timeWrite(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, write func(*store.Txn) error) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	txn := st.WriteTxn()
+	if err := write(txn); err != nil {
+		txn.Abort()
+		return 0, err
+	}
+	txn.Commit()
+	if err := enf.Sync(ctx); err != nil {
+		return 0, fmt.Errorf("sync: %w", err)
+	}
+	return time.Since(start), nil
+}
+
+// churnPod is a remote pod of app i%20 of namespace i%50, an identity the
+// cluster has, at an address of its own.
+func churnPod(i int) *policy.Pod {
+	a := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
+	p := appPod(nsName(i%clusterNamespaces), i%clusterApps, fmt.Sprintf("churn-%d", i))
+	p.Status = policy.PodStatus{Phase: "Running", PodIP: a.String(), PodIPs: []policy.PodIP{{IP: a.String()}}}
+	return p
+}
+
+// soloPod is churnPod with an app label no other pod has: a new identity,
+// which every policy's DNS egress rule (to every namespace) picks.
+func soloPod(i int) *policy.Pod {
+	p := churnPod(i)
+	p.Labels = map[string]string{"app": fmt.Sprintf("solo-%d", i), "tier": "1"}
+	return p
 }
 
 func hostIf(k int) string { return fmt.Sprintf("lsb%d", k) }

@@ -7,12 +7,15 @@
 // NetworkPolicies (see cluster.go):
 //
 //   - the in-kernel cost of one verdict of the to_pod program, by running
-//     agent/datapath's BenchmarkVerdict as a subprocess and reading its
+//     agent/datapath's BenchmarkVerdict and BenchmarkVerdictFloor (the
+//     cost of BPF_PROG_TEST_RUN itself) as a subprocess and reading their
 //     ns/verdict metric;
-//   - the latency from committing one policy edit to the store until
+//   - the latency from writing one policy edit to the store until
 //     enforcer.Sync returns with the maps applied, on 20 local endpoints
-//     attached to real veths in a throwaway netns, split into compile and
-//     apply;
+//     attached to real veths in a throwaway netns, split into Sync's
+//     phases (change log, incremental compile, apply) and compared with a
+//     full compilation; and the same for remote pods and new identities
+//     coming and going;
 //   - TCP throughput between two pods (iperf3) with the BPF filters on and
 //     with them removed;
 //   - the agent's resident memory with the cluster loaded from --manifests.

@@ -51,14 +51,16 @@ type target struct {
 
 func (r *report) targets() []target {
 	worst := 0.0
-	for _, v := range r.verdicts {
-		worst = max(worst, v)
+	for _, n := range verdictRuleCounts {
+		for _, kase := range verdictCases {
+			worst = max(worst, r.netVerdict(verdictKey{n, kase}))
+		}
 	}
 	p50, p99 := benchkit.Percentile(r.change.endToEnd, 50), benchkit.Percentile(r.change.endToEnd, 99)
 	on, off := median(r.iperf.on), median(r.iperf.off)
 	ratio := on / off
 	return []target{{
-		name:     fmt.Sprintf("verdict ≤ %.0f ns (every case)", targetVerdictNS),
+		name:     fmt.Sprintf("verdict above the test-run floor ≤ %.0f ns (every case)", targetVerdictNS),
 		measured: fmt.Sprintf("worst %.0f ns", worst),
 		pass:     worst <= targetVerdictNS,
 	}, {
@@ -78,6 +80,11 @@ func (r *report) targets() []target {
 		measured: fmt.Sprintf("%.0f MiB", float64(r.rss.rssKB)/1024),
 		pass:     r.rss.rssKB <= targetRSSKB,
 	}}
+}
+
+// netVerdict is the time of verdict k above the floor of its harness.
+func (r *report) netVerdict(k verdictKey) float64 {
+	return r.verdicts[k] - r.verdicts[floorKey(k.kase)]
 }
 
 // section renders the policybench section, markers included.
@@ -101,15 +108,23 @@ func (r *report) section() string {
 	w("")
 	w("- **Verdict**: agent/datapath's `BenchmarkVerdict` (10k identities in the ipcache,")
 	w("  100 / 1k / 10k rules on the endpoint), run as `go test -bench` with %d", r.cfg.verdictRuns)
-	w("  BPF_PROG_TEST_RUN repetitions per case; the kernel's own per-run time, which")
-	w("  includes building the test skb, not only the program.")
+	w("  runs per case: the kernel's own per-run time (BPF_PROG_TEST_RUN's duration, no")
+	w("  syscall). deny and ct-hit are one test run of that many kernel repetitions;")
+	w("  allow-new must be a new connection every run, so it is that many test runs of")
+	w("  one. The floor is `BenchmarkVerdictFloor`, a program that only returns, under")
+	w("  the same two harnesses and packet; *net* is a verdict minus its harness's floor.")
 	w("- **Policy change → maps applied**: the cluster in an agent store, %d local", localEndpoints)
 	w("  endpoints on real veths in a throwaway netns with the programs attached. Each of")
 	w("  %d edits changes the port range of a policy that selects a local endpoint; the", c.edits)
-	w("  time runs from the store write transaction to `enforcer.Sync` returning")
-	w("  (snapshot, compile, apply). Compile-only is `policy.Compile` of the snapshot after")
-	w("  each edit; apply-only is `Datapath.Apply` of two precompiled states one edit")
-	w("  apart, in turn. Percentiles are nearest-rank.")
+	w("  time runs from the store write transaction to `enforcer.Sync` returning. Sync")
+	w("  reads what changed from the store's change log, compiles incrementally, and")
+	w("  applies (its phases are timed inside Sync). *Full compile* is `policy.Compile`")
+	w("  of a whole snapshot after each edit: what every Sync cost before incremental")
+	w("  compilation. Then, end to end, %d writes of each: edits of policies that select", c.edits)
+	w("  no local endpoint (*elsewhere*, most edits of a many-node cluster); a remote pod")
+	w("  of an existing identity appearing then leaving (*pod churn*); a pod with a")
+	w("  label set of its own (a new identity every policy's DNS egress rule picks)")
+	w("  appearing then leaving (*identity churn*). Percentiles are nearest-rank.")
 	w("- **Throughput**: a node with the agent, two pods ADDed through lockstep-cni, a")
 	w("  policy isolating the server and allowing the client on TCP %d; `iperf3 -c -t %d`", iperfPort, r.cfg.iperfSeconds)
 	w("  from the client pod to the server pod, %d runs with lockstep's filters attached,", r.cfg.iperfRounds)
@@ -136,12 +151,19 @@ func (r *report) section() string {
 
 	w("### Per-packet verdict (to_pod, 10k identities)")
 	w("")
-	w("| rules | deny | allow-new | ct-hit |")
-	w("|---:|---:|---:|---:|")
+	w("Measured, and net of the test-run floor (%.0f ns with the kernel's repeat, %.0f ns",
+		r.verdicts[floorKey("deny")], r.verdicts[floorKey("allow-new")])
+	w("for single runs):")
+	w("")
+	w("| rules | deny | allow-new | ct-hit | deny net | allow-new net | ct-hit net |")
+	w("|---:|---:|---:|---:|---:|---:|---:|")
 	for _, n := range verdictRuleCounts {
-		cells := make([]string, len(verdictCases))
-		for i, kase := range verdictCases {
-			cells[i] = fmt.Sprintf("%.0f ns", r.verdicts[verdictKey{n, kase}])
+		cells := make([]string, 0, 2*len(verdictCases))
+		for _, kase := range verdictCases {
+			cells = append(cells, fmt.Sprintf("%.0f ns", r.verdicts[verdictKey{n, kase}]))
+		}
+		for _, kase := range verdictCases {
+			cells = append(cells, fmt.Sprintf("%.0f ns", r.netVerdict(verdictKey{n, kase})))
 		}
 		w("| %d | %s |", n, strings.Join(cells, " | "))
 	}
@@ -149,7 +171,8 @@ func (r *report) section() string {
 
 	w("### Policy change → maps applied (%d edits)", c.edits)
 	w("")
-	w("Compiled state: %d ipcache addresses, %d rules over %d endpoints.", c.addrs, c.rules, localEndpoints)
+	w("Compiled state: %d ipcache addresses, %d rules over %d endpoints. Applies skipped", c.addrs, c.rules, localEndpoints)
+	w("(compiled state unchanged): %d of %d.", c.skipped, c.edits)
 	w("")
 	w("| | p50 | p90 | p99 | max |")
 	w("|---|---:|---:|---:|---:|")
@@ -157,9 +180,15 @@ func (r *report) section() string {
 		name string
 		d    []time.Duration
 	}{
-		{"**end to end** (commit → Sync returned)", c.endToEnd},
-		{"compile only", c.compile},
-		{"apply only", c.apply},
+		{"**end to end** (write → Sync returned)", c.endToEnd},
+		{"store write transaction", c.write},
+		{"Sync: read the change log", c.feed},
+		{"Sync: incremental compile", c.compile},
+		{"Sync: apply", c.apply},
+		{"full compile of a snapshot (before)", c.full},
+		{fmt.Sprintf("**edit elsewhere**, end to end (%d/%d applies skipped)", c.elsewhereSkipped, len(c.elsewhere)), c.elsewhere},
+		{"**pod churn**, end to end", c.podChurn},
+		{"**identity churn**, end to end", c.identChurn},
 	} {
 		w("| %s | %s | %s | %s | %s |", m.name, benchkit.FmtDur(benchkit.Percentile(m.d, 50)), benchkit.FmtDur(benchkit.Percentile(m.d, 90)),
 			benchkit.FmtDur(benchkit.Percentile(m.d, 99)), benchkit.FmtDur(benchkit.Percentile(m.d, 100)))

@@ -21,16 +21,28 @@ var verdictCases = []string{"deny", "allow-new", "ct-hit"}
 // verdictRuleCounts are the rule counts BenchmarkVerdict runs with.
 var verdictRuleCounts = []int{100, 1000, 10000}
 
-// verdictKey names one measurement of BenchmarkVerdict.
+// verdictKey names one measurement of BenchmarkVerdict, or with rules 0
+// one of BenchmarkVerdictFloor (kase repeat or single).
 type verdictKey struct {
 	rules int
-	kase  string // deny, allow-new or ct-hit
+	kase  string // deny, allow-new or ct-hit; repeat or single
+}
+
+// floorKey is the BenchmarkVerdictFloor measurement of the harness kase
+// runs under: allow-new cannot use the kernel's repeat (its second run
+// would hit the connection the first created), the others do.
+func floorKey(kase string) verdictKey {
+	if kase == "allow-new" {
+		return verdictKey{0, "single"}
+	}
+	return verdictKey{0, "repeat"}
 }
 
 // benchVerdict runs agent/datapath's BenchmarkVerdict (10k identities,
-// 100/1k/10k rules) as `go test` would and returns ns/verdict per case.
+// 100/1k/10k rules) and BenchmarkVerdictFloor as `go test` would and
+// returns ns/verdict per case.
 func benchVerdict(ctx context.Context, repoRoot string, runs int) (map[verdictKey]float64, error) {
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", "^BenchmarkVerdict$",
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", "^BenchmarkVerdict(Floor)?$",
 		"-benchtime", fmt.Sprintf("%dx", runs), "./agent/datapath/")
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "LOCKSTEP_PRIVILEGED=1")
@@ -43,21 +55,29 @@ func benchVerdict(ctx context.Context, repoRoot string, runs int) (map[verdictKe
 	if err != nil {
 		return nil, err
 	}
+	for _, k := range []verdictKey{floorKey("deny"), floorKey("allow-new")} {
+		if _, ok := got[k]; !ok {
+			return nil, fmt.Errorf("go test printed no ns/verdict for BenchmarkVerdictFloor/%s; output:\n%s", k.kase, out.String())
+		}
+		logf("  floor (empty program), %s: %.0f ns/verdict", k.kase, got[k])
+	}
 	for _, n := range verdictRuleCounts {
 		for _, c := range verdictCases {
 			if _, ok := got[verdictKey{n, c}]; !ok {
 				return nil, fmt.Errorf("go test printed no ns/verdict for rules=%d/%s; output:\n%s", n, c, out.String())
 			}
-			logf("  rules=%d %s: %.0f ns/verdict", n, c, got[verdictKey{n, c}])
+			logf("  rules=%d %s: %.0f ns/verdict (%.0f above the floor)", n, c, got[verdictKey{n, c}], got[verdictKey{n, c}]-got[floorKey(c)])
 		}
 	}
 	return got, nil
 }
 
 // parseVerdicts reads `go test -bench` output and returns the ns/verdict
-// metric of every BenchmarkVerdict/rules=N/CASE line, e.g.
+// metric of every BenchmarkVerdict/rules=N/CASE and
+// BenchmarkVerdictFloor/HARNESS line, e.g.
 //
 //	BenchmarkVerdict/rules=100/deny-2   200000   398.1 ns/op   392.0 ns/verdict
+//	BenchmarkVerdictFloor/repeat-2      200000    36.2 ns/op    34.0 ns/verdict
 func parseVerdicts(r io.Reader) (map[verdictKey]float64, error) {
 	got := map[verdictKey]float64{}
 	sc := bufio.NewScanner(r)
@@ -66,12 +86,14 @@ func parseVerdicts(r io.Reader) (map[verdictKey]float64, error) {
 		if len(fields) < 4 {
 			continue
 		}
-		name, ok := strings.CutPrefix(fields[0], "BenchmarkVerdict/rules=")
-		if !ok {
-			continue
-		}
-		rulesText, kase, ok := strings.Cut(name, "/")
-		if !ok {
+		var rulesText, kase string
+		if name, ok := strings.CutPrefix(fields[0], "BenchmarkVerdict/rules="); ok {
+			if rulesText, kase, ok = strings.Cut(name, "/"); !ok {
+				continue
+			}
+		} else if kase, ok = strings.CutPrefix(fields[0], "BenchmarkVerdictFloor/"); ok {
+			rulesText = "0"
+		} else {
 			continue
 		}
 		// Drop the -GOMAXPROCS suffix go test adds when it is not 1.

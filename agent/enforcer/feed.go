@@ -1,0 +1,235 @@
+package enforcer
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/agent/store"
+)
+
+// podRef names a pod by namespace and name, as the store keys it.
+type podRef struct{ ns, name string }
+
+// feeder keeps an incremental compiler in step with the store: it hands
+// the compiler the objects that changed since the revision it last saw,
+// read from the store's change log, or every object when the log does
+// not reach back that far.
+type feeder struct {
+	comp *policy.Incremental
+	// rev is the store revision comp has seen; 0 with comp nil.
+	rev uint64
+	// localAddrs are the CNI addresses of the local pods as comp has them.
+	localAddrs map[podRef][]netip.Addr
+}
+
+// reset makes the next feed start over from the whole store.
+func (f *feeder) reset() { *f = feeder{} }
+
+// feed brings the compiler to the revision txn reads. On error the
+// compiler's inputs are in an unknown state, and the feeder resets.
+func (f *feeder) feed(txn *store.Txn) (err error) {
+	defer func() {
+		if err != nil {
+			f.reset()
+		}
+	}()
+	rev := store.Revision(txn, "")
+	if f.comp == nil {
+		return f.feedAll(txn, rev)
+	}
+	changes, err := store.ChangesSince(txn, f.rev)
+	if errors.Is(err, store.ErrChangesTrimmed) {
+		return f.feedAll(txn, rev)
+	}
+	if err != nil {
+		return err
+	}
+	// Local endpoints first: a pod changed in the same window is then fed
+	// with its new CNI addresses.
+	for _, c := range changes {
+		if c.Table == store.TableEndpoints {
+			if err := f.feedLocal(txn); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	for _, c := range changes {
+		f.feedChange(c)
+	}
+	f.rev = rev
+	return nil
+}
+
+// feedChange hands the compiler one changed object.
+func (f *feeder) feedChange(c store.Change) {
+	obj := c.After
+	if obj == nil {
+		obj = c.Before
+	}
+	deleted := c.After == nil
+	switch c.Table {
+	case store.TableNamespaces:
+		ns := obj.(*policy.Namespace)
+		if deleted {
+			f.comp.DeleteNamespace(ns.Name)
+		} else {
+			f.comp.SetNamespace(ns)
+		}
+	case store.TablePods:
+		p := obj.(*store.Pod).Object
+		if deleted {
+			f.comp.DeletePod(p.Namespace, p.Name)
+		} else {
+			f.setPod(p)
+		}
+	case store.TablePolicies:
+		np := obj.(*policy.NetworkPolicy)
+		if deleted {
+			f.comp.DeletePolicy(np.Namespace, np.Name)
+		} else {
+			f.comp.SetPolicy(np)
+		}
+	case store.TableIdentities:
+		id := obj.(*store.Identity)
+		if deleted {
+			f.comp.DeleteIdentity(id.Key)
+		} else {
+			f.comp.SetIdentity(id.Key, id.ID)
+		}
+	default:
+		// Endpoints were read whole by feed; the rest is not policy input.
+	}
+}
+
+// setPod hands the compiler p, with its CNI addresses if it is local.
+func (f *feeder) setPod(p *policy.Pod) {
+	if addrs, ok := f.localAddrs[podRef{p.Namespace, p.Name}]; ok {
+		p = withAddrs(p, addrs)
+	}
+	f.comp.SetPod(p)
+}
+
+// feedLocal reads the Ready endpoints, hands them to the compiler, and
+// hands it again every stored pod whose CNI addresses changed.
+func (f *feeder) feedLocal(txn *store.Txn) error {
+	local, addrs, err := localEndpoints(txn)
+	if err != nil {
+		return err
+	}
+	f.comp.SetLocal(local)
+	old := f.localAddrs
+	f.localAddrs = addrs
+	for ref, a := range addrs {
+		if b, ok := old[ref]; !ok || !slices.Equal(a, b) {
+			if err := f.refeedPod(txn, ref); err != nil {
+				return err
+			}
+		}
+	}
+	for ref := range old {
+		if _, ok := addrs[ref]; !ok {
+			if err := f.refeedPod(txn, ref); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f *feeder) refeedPod(txn *store.Txn, ref podRef) error {
+	p, err := store.PodByName(txn, nil, ref.ns, ref.name)
+	if err != nil {
+		return err
+	}
+	if p != nil {
+		f.setPod(p.Object)
+	}
+	return nil
+}
+
+// feedAll gives a new compiler every object of the store.
+func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
+	f.comp = policy.NewIncremental()
+	nss, err := store.Namespaces(txn, nil)
+	if err != nil {
+		return err
+	}
+	for _, ns := range nss {
+		f.comp.SetNamespace(ns)
+	}
+	ids, err := store.Identities(txn, nil)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		f.comp.SetIdentity(id.Key, id.ID)
+	}
+	nps, err := store.Policies(txn, nil)
+	if err != nil {
+		return err
+	}
+	for _, np := range nps {
+		f.comp.SetPolicy(np)
+	}
+	local, addrs, err := localEndpoints(txn)
+	if err != nil {
+		return err
+	}
+	f.comp.SetLocal(local)
+	f.localAddrs = addrs
+	pods, err := store.Pods(txn, nil)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		f.setPod(p)
+	}
+	f.rev = rev
+	return nil
+}
+
+// localEndpoints returns the Ready endpoints as the compiler's local
+// endpoints, and the CNI addresses of each pod they name.
+func localEndpoints(txn *store.Txn) ([]policy.LocalEndpoint, map[podRef][]netip.Addr, error) {
+	eps, err := store.EndpointsByState(txn, nil, store.EndpointReady)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read ready endpoints: %w", err)
+	}
+	local := make([]policy.LocalEndpoint, 0, len(eps))
+	addrs := map[podRef][]netip.Addr{}
+	for _, ep := range eps {
+		le := policy.LocalEndpoint{HostIfName: ep.HostIfName, Namespace: ep.Pod.Namespace, PodName: ep.Pod.Name}
+		for _, a := range ep.Addresses {
+			if a.Addr.Is4() {
+				le.IPv4 = a.Addr
+			} else {
+				le.IPv6 = a.Addr
+			}
+			if ep.Pod.Name != "" {
+				ref := podRef{ep.Pod.Namespace, ep.Pod.Name}
+				addrs[ref] = append(addrs[ref], a.Addr)
+			}
+		}
+		local = append(local, le)
+	}
+	return local, addrs, nil
+}
+
+// withAddrs returns a copy of p whose status lists addrs, the addresses CNI
+// gave the local pod; the stored object is left alone.
+func withAddrs(p *policy.Pod, addrs []netip.Addr) *policy.Pod {
+	c := *p
+	c.Status.PodIP = ""
+	c.Status.PodIPs = make([]policy.PodIP, len(addrs))
+	for i, a := range addrs {
+		c.Status.PodIPs[i] = policy.PodIP{IP: a.String()}
+	}
+	if len(addrs) > 0 {
+		c.Status.PodIP = addrs[0].String()
+	}
+	return &c
+}

@@ -1,0 +1,224 @@
+package policy
+
+import (
+	"maps"
+	"slices"
+	"strings"
+)
+
+// endpointState is one local endpoint and its compiled policy. A
+// compilation recomputes it whole when what selects it may have changed
+// (full), or only the entries of the identities in peers.
+type endpointState struct {
+	le     LocalEndpoint
+	podKey string // le.Namespace/le.PodName
+	// ns is the namespace of its pod as of the last full recompute, ""
+	// when it had none.
+	ns    string
+	sel   [2][]*policyState // the policies selecting it, by direction
+	local []namedPort       // its pod's named ports
+	out   *EndpointPolicy
+	full  bool
+	peers map[Peer]struct{}
+}
+
+func (st *state) markFull(e *endpointState) {
+	e.full, e.peers = true, nil
+	st.dirtyEPs[e] = struct{}{}
+}
+
+func (st *state) markPeer(e *endpointState, id Peer) {
+	if e.full {
+		return
+	}
+	if e.peers == nil {
+		e.peers = map[Peer]struct{}{}
+	}
+	e.peers[id] = struct{}{}
+	st.dirtyEPs[e] = struct{}{}
+}
+
+// podOf returns the pod e names, nil when there is none: Compile looks
+// pods up by "namespace/name", so a namespace "" never matches.
+func (st *state) podOf(e *endpointState) *Pod {
+	if e.le.Namespace == "" {
+		return nil
+	}
+	if ps := st.pods[objKey{e.le.Namespace, e.le.PodName}]; ps != nil {
+		return ps.pod
+	}
+	return nil
+}
+
+// removeEndpoint forgets a local endpoint that is gone.
+func (st *state) removeEndpoint(name string, e *endpointState) {
+	st.unselect(e)
+	setDelete(st.epsByPod, e.podKey, e)
+	setDelete(st.epsByNS, e.ns, e)
+	delete(st.eps, name)
+	delete(st.dirtyEPs, e)
+	st.epsChanged = true
+}
+
+// unselect removes e from the policies selecting it.
+func (st *state) unselect(e *endpointState) {
+	for d := range e.sel {
+		for _, ps := range e.sel[d] {
+			delete(ps.selected, e)
+			st.touchedPols[ps] = struct{}{}
+		}
+		e.sel[d] = nil
+	}
+}
+
+// reselect finds the policies selecting e's pod, as compiler.endpoint does.
+func (st *state) reselect(e *endpointState) {
+	st.unselect(e)
+	setDelete(st.epsByNS, e.ns, e)
+	e.ns, e.local = "", nil
+	pod := st.podOf(e)
+	if pod == nil {
+		return // unknown pod: not isolated, see Compile
+	}
+	e.ns = podNamespace(pod)
+	setAdd(st.epsByNS, e.ns, e)
+	e.local = namedPorts(pod)
+	for ps := range st.nsPolicies[e.ns] {
+		if !ps.cp.podSel.matches(pod.Labels) {
+			continue
+		}
+		if ps.selected == nil {
+			ps.selected = map[*endpointState]struct{}{}
+		}
+		ps.selected[e] = struct{}{}
+		st.touchedPols[ps] = struct{}{}
+		for d := Ingress; d <= Egress; d++ {
+			if ps.cp.applies[d] {
+				e.sel[d] = append(e.sel[d], ps)
+			}
+		}
+	}
+}
+
+// updateEndpoints recomputes the dirty endpoints. Policies that came into
+// use are activated before any rule is computed; those that went out of
+// use are deactivated after, so that a selector peer an edited policy
+// keeps is never dropped and recomputed.
+func (st *state) updateEndpoints() error {
+	dirty := make([]*endpointState, 0, len(st.dirtyEPs))
+	for e := range st.dirtyEPs {
+		dirty = append(dirty, e)
+	}
+	slices.SortFunc(dirty, func(a, b *endpointState) int { return strings.Compare(a.le.HostIfName, b.le.HostIfName) })
+	for _, e := range dirty {
+		if e.full {
+			st.reselect(e)
+		}
+	}
+	for ps := range st.touchedPols {
+		if !ps.dead && !ps.active && len(ps.selected) > 0 {
+			st.activate(ps)
+		}
+	}
+	for _, e := range dirty {
+		var err error
+		if e.full {
+			err = st.computeFull(e)
+		} else {
+			err = st.computePeers(e)
+		}
+		if err != nil {
+			return err
+		}
+		e.full, e.peers = false, nil
+	}
+	reset(&st.dirtyEPs)
+	for ps := range st.touchedPols {
+		if ps.active && (ps.dead || len(ps.selected) == 0) {
+			st.deactivate(ps)
+		}
+	}
+	reset(&st.touchedPols)
+	return nil
+}
+
+// computeFull recomputes every rule of e.
+func (st *state) computeFull(e *endpointState) error {
+	for d := range e.sel {
+		for _, ps := range e.sel[d] {
+			for _, r := range ps.rules[d] {
+				st.addRule(&st.rb, r, e.local)
+			}
+		}
+	}
+	rules, err := st.rb.build(e.tooMany)
+	if err != nil {
+		return err
+	}
+	ep := &EndpointPolicy{
+		IPv4: e.le.IPv4.Unmap(), IPv6: e.le.IPv6,
+		IngressIsolated: len(e.sel[Ingress]) > 0, EgressIsolated: len(e.sel[Egress]) > 0,
+		Rules: rules,
+	}
+	if e.out == nil || !sameEndpointPolicy(e.out, ep) {
+		e.out = ep
+		st.epsChanged = true
+	}
+	return nil
+}
+
+// computePeers recomputes the entries of e keyed by the identities in
+// e.peers; e's policy is replaced (copied) only if one of them changed.
+func (st *state) computePeers(e *endpointState) error {
+	for id := range e.peers {
+		x := st.byID[id]
+		if x == nil {
+			continue // gone: its entries are removed below
+		}
+		for d := range e.sel {
+			for _, ps := range e.sel[d] {
+				for _, r := range ps.rules[d] {
+					st.addPeerRule(&st.rb, r, x, e.local)
+				}
+			}
+		}
+	}
+	fresh, err := st.rb.build(e.tooMany)
+	if err != nil {
+		return err
+	}
+	old := e.out.Rules
+	changed := false
+	e.eachPeerKey(func(k RuleKey) {
+		a, inOld := old[k]
+		b, inNew := fresh[k]
+		changed = changed || inOld != inNew || !slices.Equal(a, b)
+	})
+	if !changed {
+		return nil
+	}
+	rules := maps.Clone(old)
+	e.eachPeerKey(func(k RuleKey) {
+		if rs, ok := fresh[k]; ok {
+			rules[k] = rs
+		} else {
+			delete(rules, k)
+		}
+	})
+	ep := *e.out
+	ep.Rules = rules
+	e.out = &ep
+	st.epsChanged = true
+	return nil
+}
+
+// eachPeerKey calls fn with every rule key an identity of e.peers can have.
+func (e *endpointState) eachPeerKey(fn func(RuleKey)) {
+	for id := range e.peers {
+		for d := Ingress; d <= Egress; d++ {
+			for _, proto := range allProtocols {
+				fn(RuleKey{Peer: id, Dir: d, Proto: proto})
+			}
+		}
+	}
+}

@@ -1,0 +1,387 @@
+package policy
+
+import (
+	"maps"
+	"slices"
+	"strings"
+)
+
+// policyState is one compiled policy and the local endpoints it selects.
+// While it selects any (active), its rules' selector peers are registered
+// and kept up to date.
+type policyState struct {
+	key objKey
+	cp  *compiledPolicy
+	// rules are the rules of the directions the policy applies to, while
+	// it is active.
+	rules    [2][]*ruleState
+	blocks   []*ipBlock // every ipBlock peer, both directions
+	selected map[*endpointState]struct{}
+	active   bool
+	dead     bool // replaced or deleted; deactivated once no endpoint uses it
+}
+
+// ruleState is one rule of a policy in a direction the policy applies to.
+type ruleState struct {
+	policy *policyState
+	dir    Direction
+	r      *compiledRule
+	blocks []*ipBlock
+	peers  []*selPeer // the rule's selector peers, while the policy is active
+	named  bool       // an egress rule with a named port
+}
+
+// all reports whether the rule has no peers: it allows every peer.
+func (r *ruleState) all() bool { return len(r.r.peers) == 0 }
+
+// picks reports whether one of the rule's selector peers picks id.
+func (r *ruleState) picks(id Peer) bool {
+	for _, s := range r.peers {
+		if _, ok := s.members[id]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// selPeer is a selector peer in use and the identities it picks: those of
+// namespace scope matching pod (no namespaceSelector), or those of the
+// namespaces matching ns and, when set, pod. users counts the active rules
+// referring to it.
+type selPeer struct {
+	scope   string
+	pod, ns *selector
+	key     string
+	members map[Peer]struct{}
+	users   map[*ruleState]int
+}
+
+func (s *selPeer) matches(x *identState) bool {
+	if s.ns == nil {
+		if x.ns != s.scope {
+			return false
+		}
+	} else if !s.ns.matches(x.nsLabels) {
+		return false
+	}
+	return s.pod == nil || s.pod.matches(x.labels)
+}
+
+// selPeerKey is the canonical key of a selector peer of a policy in ns.
+func selPeerKey(ns string, p compiledPeer) string {
+	if p.ns == nil {
+		return "pod\x00" + ns + "\x00" + p.pod.key()
+	}
+	key := "ns\x00" + p.ns.key() + "\x00"
+	if p.pod != nil {
+		key += "pod\x00" + p.pod.key()
+	}
+	return key
+}
+
+// setPolicy replaces the policy of key k with np (nil: deletes it). It
+// records in blockSeen whether each ipBlock key it touches was in use
+// before this compilation.
+func (st *state) setPolicy(k objKey, np *NetworkPolicy, blockSeen map[string]bool) error {
+	if old := st.policies[k]; old != nil {
+		st.dropPolicy(old, blockSeen)
+	}
+	if np == nil {
+		return nil
+	}
+	cp, err := compilePolicy(np)
+	if err != nil {
+		return err
+	}
+	ps := &policyState{key: k, cp: cp}
+	for _, rules := range cp.rules {
+		for _, r := range rules {
+			for _, peer := range r.peers {
+				if peer.block != nil {
+					ps.blocks = append(ps.blocks, peer.block)
+				}
+			}
+		}
+	}
+	for _, b := range ps.blocks {
+		if _, ok := blockSeen[b.key]; !ok {
+			blockSeen[b.key] = st.blocks[b.key] > 0
+		}
+		st.blocks[b.key]++
+		st.blockByKey[b.key] = b
+	}
+	st.policies[k] = ps
+	setAdd(st.nsPolicies, cp.ns, ps)
+	// The endpoints it selects now; those it selected before were marked
+	// by dropPolicy.
+	for e := range st.epsByNS[cp.ns] {
+		if pod := st.podOf(e); pod != nil && cp.podSel.matches(pod.Labels) {
+			st.markFull(e)
+		}
+	}
+	return nil
+}
+
+// dropPolicy removes a policy that was replaced or deleted.
+func (st *state) dropPolicy(ps *policyState, blockSeen map[string]bool) {
+	delete(st.policies, ps.key)
+	setDelete(st.nsPolicies, ps.cp.ns, ps)
+	for _, b := range ps.blocks {
+		if _, ok := blockSeen[b.key]; !ok {
+			blockSeen[b.key] = true
+		}
+		if st.blocks[b.key]--; st.blocks[b.key] == 0 {
+			delete(st.blocks, b.key)
+			delete(st.blockByKey, b.key)
+		}
+	}
+	for e := range ps.selected {
+		st.markFull(e)
+	}
+	ps.dead = true
+	st.touchedPols[ps] = struct{}{}
+}
+
+// rebuildClasses recomputes the CIDR classes from the ipBlocks in use.
+// Class numbers may all change, so every endpoint is recomputed.
+func (st *state) rebuildClasses() {
+	blocks := make([]*ipBlock, 0, len(st.blockByKey))
+	for _, b := range st.blockByKey {
+		blocks = append(blocks, b)
+	}
+	st.classes = newCIDRClasses(blocks)
+	st.classesChanged = true
+	for _, e := range st.eps {
+		st.markFull(e)
+	}
+}
+
+// activate registers the rules of a policy that came into use, and their
+// selector peers.
+func (st *state) activate(ps *policyState) {
+	for d := Ingress; d <= Egress; d++ {
+		if !ps.cp.applies[d] {
+			continue
+		}
+		for _, cr := range ps.cp.rules[d] {
+			r := &ruleState{policy: ps, dir: d, r: cr}
+			for _, peer := range cr.peers {
+				if peer.block != nil {
+					r.blocks = append(r.blocks, peer.block)
+					continue
+				}
+				s := st.registerPeer(ps.cp.ns, peer)
+				s.users[r]++
+				r.peers = append(r.peers, s)
+			}
+			for _, spec := range cr.ports {
+				r.named = r.named || (d == Egress && spec.name != "")
+			}
+			if r.named && r.all() {
+				st.allNamed[r] = struct{}{}
+			}
+			if r.named && len(r.blocks) > 0 {
+				st.blockNamed[r] = struct{}{}
+			}
+			ps.rules[d] = append(ps.rules[d], r)
+		}
+	}
+	ps.active = true
+}
+
+// deactivate releases what activate registered.
+func (st *state) deactivate(ps *policyState) {
+	for _, rules := range ps.rules {
+		for _, r := range rules {
+			for _, s := range r.peers {
+				if s.users[r]--; s.users[r] == 0 {
+					delete(s.users, r)
+				}
+				if len(s.users) == 0 {
+					st.unregisterPeer(s)
+				}
+			}
+			delete(st.allNamed, r)
+			delete(st.blockNamed, r)
+		}
+	}
+	ps.rules = [2][]*ruleState{}
+	ps.active = false
+}
+
+// registerPeer returns the selector peer of a policy in ns, computing
+// which identities it picks when it is new.
+func (st *state) registerPeer(ns string, p compiledPeer) *selPeer {
+	key := selPeerKey(ns, p)
+	if s := st.peers[key]; s != nil {
+		return s
+	}
+	s := &selPeer{pod: p.pod, ns: p.ns, key: key, members: map[Peer]struct{}{}, users: map[*ruleState]int{}}
+	if p.ns == nil {
+		s.scope = ns
+		for x := range st.nsIdents[ns] {
+			if s.matches(x) {
+				s.members[x.id] = struct{}{}
+			}
+		}
+		setAdd(st.scopedPeers, ns, s)
+	} else {
+		for _, x := range st.byID {
+			if s.matches(x) {
+				s.members[x.id] = struct{}{}
+			}
+		}
+		st.globalPeers[s] = struct{}{}
+	}
+	st.peers[key] = s
+	return s
+}
+
+func (st *state) unregisterPeer(s *selPeer) {
+	delete(st.peers, s.key)
+	if s.ns == nil {
+		setDelete(st.scopedPeers, s.scope, s)
+	} else {
+		delete(st.globalPeers, s)
+	}
+}
+
+// markRule marks identity id dirty in every endpoint that uses rule r.
+func (st *state) markRule(r *ruleState, id Peer) {
+	for e := range r.policy.selected {
+		st.markPeer(e, id)
+	}
+}
+
+// identInBlock reports whether x has addresses, all inside block b (see
+// compiler.identsInBlock).
+func (st *state) identInBlock(x *identState, b *ipBlock) bool {
+	if len(x.classes) == 0 {
+		return false
+	}
+	for _, c := range x.classes {
+		if !st.classes.inBlock(c.class, b) {
+			return false
+		}
+	}
+	return true
+}
+
+// addRule adds everything rule r gives an endpoint whose own named ports
+// are local, as compiler.addRule does.
+func (st *state) addRule(b *ruleBuilder, r *ruleState, local []namedPort) {
+	d := r.dir
+	// peers calls fn for PeerAny, or for every identity the selector peers
+	// pick and every class of the ipBlocks (possibly more than once).
+	peers := func(fn func(Peer)) {
+		if r.all() {
+			fn(PeerAny)
+			return
+		}
+		for _, s := range r.peers {
+			for id := range s.members {
+				fn(id)
+			}
+		}
+		for _, blk := range r.blocks {
+			for _, class := range st.classes.classesOf(blk) {
+				fn(class)
+			}
+		}
+	}
+	if len(r.r.ports) == 0 {
+		peers(func(p Peer) {
+			for _, proto := range allProtocols {
+				b.add(RuleKey{Peer: p, Dir: d, Proto: proto}, allPorts)
+			}
+		})
+		return
+	}
+	for _, spec := range r.r.ports {
+		switch {
+		case spec.name == "":
+			pr := PortRange{spec.lo, spec.hi}
+			peers(func(p Peer) { b.add(RuleKey{Peer: p, Dir: d, Proto: spec.proto}, pr) })
+		case d == Ingress:
+			forNamedPort(local, spec.name, spec.proto, func(port uint16) {
+				peers(func(p Peer) { b.add(RuleKey{Peer: p, Dir: d, Proto: spec.proto}, PortRange{port, port}) })
+			})
+		default:
+			resolve := func(x *identState) {
+				forNamedPort(x.ports, spec.name, spec.proto, func(port uint16) {
+					b.add(RuleKey{Peer: x.id, Dir: d, Proto: spec.proto}, PortRange{port, port})
+				})
+			}
+			if r.all() {
+				for _, x := range st.byID {
+					resolve(x)
+				}
+				continue
+			}
+			for _, s := range r.peers {
+				for id := range s.members {
+					resolve(st.byID[id])
+				}
+			}
+			for _, blk := range r.blocks {
+				for _, x := range st.byID {
+					if st.identInBlock(x, blk) {
+						resolve(x)
+					}
+				}
+			}
+		}
+	}
+}
+
+// addPeerRule adds what rule r gives an endpoint for identity x alone: the
+// entries addRule adds keyed by x.id.
+func (st *state) addPeerRule(b *ruleBuilder, r *ruleState, x *identState, local []namedPort) {
+	d := r.dir
+	add := func(proto uint8, pr PortRange) { b.add(RuleKey{Peer: x.id, Dir: d, Proto: proto}, pr) }
+	picked := !r.all() && r.picks(x.id)
+	if len(r.r.ports) == 0 {
+		if picked {
+			for _, proto := range allProtocols {
+				add(proto, allPorts)
+			}
+		}
+		return
+	}
+	for _, spec := range r.r.ports {
+		switch {
+		case spec.name == "":
+			if picked {
+				add(spec.proto, PortRange{spec.lo, spec.hi})
+			}
+		case d == Ingress:
+			if picked {
+				forNamedPort(local, spec.name, spec.proto, func(port uint16) { add(spec.proto, PortRange{port, port}) })
+			}
+		default:
+			inScope := r.all() || picked
+			for _, blk := range r.blocks {
+				inScope = inScope || st.identInBlock(x, blk)
+			}
+			if inScope {
+				forNamedPort(x.ports, spec.name, spec.proto, func(port uint16) { add(spec.proto, PortRange{port, port}) })
+			}
+		}
+	}
+}
+
+// tooMany is the error of a key of e that needs n port ranges.
+func (e *endpointState) tooMany(k RuleKey, n int) error {
+	var names []string
+	for _, ps := range e.sel[k.Dir] {
+		names = append(names, ps.cp.name)
+	}
+	return errTooManyRanges(&e.le, k, n, strings.Join(names, ", "))
+}
+
+// sameEndpointPolicy reports whether a and b are equal.
+func sameEndpointPolicy(a, b *EndpointPolicy) bool {
+	return a.IPv4 == b.IPv4 && a.IPv6 == b.IPv6 &&
+		a.IngressIsolated == b.IngressIsolated && a.EgressIsolated == b.EgressIsolated &&
+		maps.EqualFunc(a.Rules, b.Rules, slices.Equal)
+}

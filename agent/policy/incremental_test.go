@@ -1,0 +1,170 @@
+package policy
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestIncrementalMatchesCompile is the differential test of the
+// incremental compiler: random namespaces, pods, policies, identity
+// numbers and local endpoints change a few at a time, and after every step
+// the incremental result must equal a full Compile of the same objects
+// (both failing, or equal entry for entry). It also checks that no result
+// handed out earlier was modified, which the sharing of unchanged parts
+// between results must never do.
+func TestIncrementalMatchesCompile(t *testing.T) {
+	seeds, steps := 12, 1500
+	if testing.Short() {
+		seeds, steps = 3, 500
+	}
+	var compiled, failed, rules, reused int
+	for seed := range seeds {
+		w := newWorld(uint64(seed) + 1)
+		var prev, prevCopy *Desired
+		for step := range steps {
+			for range 1 + w.rng.IntN(3) {
+				w.edit()
+			}
+			if w.chance(0.05) {
+				for range 10 + w.rng.IntN(20) { // a burst, one compilation
+					w.edit()
+				}
+			}
+			want, wantErr := Compile(w.snapshot())
+			got, gotErr := w.inc.Compile()
+			w.failed = wantErr != nil
+			if (gotErr != nil) != (wantErr != nil) {
+				t.Fatalf("seed %d step %d: incremental error %v, full error %v", seed, step, gotErr, wantErr)
+			}
+			if prev != nil {
+				if diff := diffDesired(prev, prevCopy); diff != "" {
+					t.Fatalf("seed %d step %d: a result handed out earlier was modified:\n%s", seed, step, diff)
+				}
+			}
+			if wantErr != nil {
+				failed++
+				continue
+			}
+			compiled++
+			if diff := diffDesired(got, want); diff != "" {
+				t.Fatalf("seed %d step %d: incremental result differs from Compile:\n%s", seed, step, diff)
+			}
+			for name, ep := range got.Endpoints {
+				rules += len(ep.Rules)
+				if prev != nil && prev.Endpoints[name] == ep {
+					reused++
+				}
+			}
+			prev, prevCopy = got, deepCopy(got)
+		}
+	}
+	t.Logf("%d compilations, %d failed as the full compiler did, %d rules compared, %d endpoint policies reused", compiled, failed, rules, reused)
+	// The world must exercise both outcomes and real rules, or the
+	// comparison proves little.
+	if compiled < seeds*steps/3 || failed == 0 || rules < compiled || reused == 0 {
+		t.Errorf("the random world is too tame: %d compiled, %d failed, %d rules, %d reused", compiled, failed, rules, reused)
+	}
+}
+
+// TestIncrementalSharesUnchanged: a result shares the maps and endpoint
+// policies a change did not touch, which backends rely on to skip work.
+func TestIncrementalSharesUnchanged(t *testing.T) {
+	inc := NewIncremental()
+	nsTeam := mkNS("team", "env", "prod")
+	inc.SetNamespace(nsTeam)
+	pods := []*Pod{
+		mkPod("team", "a", ips("10.0.0.1"), "app", "a"),
+		mkPod("team", "b", ips("10.0.0.2"), "app", "b"),
+		mkPod("team", "c", ips("10.0.0.3"), "app", "c"),
+	}
+	for _, p := range pods {
+		inc.SetPod(p)
+		inc.SetIdentity(IdentityKey(nsTeam, p), FirstPodIdentity+Peer(len(inc.in.identities)))
+	}
+	inc.SetLocal([]LocalEndpoint{
+		{HostIfName: "lxc-a", Namespace: "team", PodName: "a", IPv4: addr("10.0.0.1")},
+		{HostIfName: "lxc-b", Namespace: "team", PodName: "b", IPv4: addr("10.0.0.2")},
+	})
+	webFrom := func(app string, port int32) *NetworkPolicy {
+		return mkPolicy("team", "web", sel("app", "a"), NetworkPolicySpec{Ingress: []IngressRule{{
+			Ports: []NetworkPolicyPort{tcp(port)}, From: []NetworkPolicyPeer{{PodSelector: sel("app", app)}}}}})
+	}
+	inc.SetPolicy(webFrom("b", 80))
+	first, err := inc.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A port change of a policy selecting only a: b's policy, the addresses
+	// and the CIDR table stay the same objects.
+	inc.SetPolicy(webFrom("b", 81))
+	second, err := inc.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Endpoints["lxc-b"] != first.Endpoints["lxc-b"] {
+		t.Error("lxc-b's policy was rebuilt though nothing selecting it changed")
+	}
+	if second.Endpoints["lxc-a"] == first.Endpoints["lxc-a"] {
+		t.Error("lxc-a's policy is the old object though its rules changed")
+	}
+	if !sameMap(second.Addrs, first.Addrs) || !sameMap(second.CIDRs, first.CIDRs) {
+		t.Error("Addrs or CIDRs were copied though no address or ipBlock changed")
+	}
+
+	// Nothing changed: the same result, object for object.
+	third, err := inc.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameMap(third.Endpoints, second.Endpoints) || !sameMap(third.Addrs, second.Addrs) {
+		t.Error("a compilation with no change built new maps")
+	}
+
+	// A new address for c changes Addrs only.
+	inc.SetPod(mkPod("team", "c", ips("10.0.0.3", "10.0.0.9"), "app", "c"))
+	fourth, err := inc.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sameMap(fourth.Addrs, third.Addrs) || fourth.Addrs[addr("10.0.0.9")].Identity == 0 {
+		t.Errorf("c's new address: Addrs %v", fourth.Addrs)
+	}
+	if fourth.Endpoints["lxc-a"] != third.Endpoints["lxc-a"] {
+		t.Error("lxc-a's policy was rebuilt by an address change of a pod it does not select")
+	}
+}
+
+// TestIncrementalRecoversAfterError: a compilation that fails (an invalid
+// policy) leaves no state behind; fixing the input compiles again.
+func TestIncrementalRecoversAfterError(t *testing.T) {
+	inc := NewIncremental()
+	p := mkPod("team", "a", ips("10.0.0.1"), "app", "a")
+	inc.SetPod(p)
+	inc.SetIdentity(IdentityKey(nil, p), FirstPodIdentity)
+	inc.SetLocal([]LocalEndpoint{{HostIfName: "lxc-a", Namespace: "team", PodName: "a", IPv4: addr("10.0.0.1")}})
+	bad := mkPolicy("team", "p", sel("app", "a"), NetworkPolicySpec{PolicyTypes: []PolicyType{"Sideways"}})
+	inc.SetPolicy(bad)
+	if _, err := inc.Compile(); err == nil {
+		t.Fatal("invalid policy: want an error")
+	}
+	if _, err := inc.Compile(); err == nil {
+		t.Fatal("invalid policy, second compilation: want the error again")
+	}
+	inc.SetPolicy(mkPolicy("team", "p", sel("app", "a"), NetworkPolicySpec{}))
+	d, err := inc.Compile()
+	if err != nil {
+		t.Fatalf("after the fix: %v", err)
+	}
+	if ep := d.Endpoints["lxc-a"]; ep == nil || !ep.IngressIsolated || len(ep.Rules) != 0 {
+		t.Errorf("after the fix: lxc-a %+v, want isolated for ingress with no rules", ep)
+	}
+}
+
+// sameMap reports whether a and b are the same map object.
+func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return fmt.Sprintf("%p", a) == fmt.Sprintf("%p", b)
+}

@@ -1,0 +1,102 @@
+package store
+
+import (
+	"errors"
+	"testing"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// TestChangesSince: every committed write lands in the change log with
+// the objects before and after, in commit order; a reader sees the changes
+// of exactly the revisions its snapshot holds; an aborted transaction
+// leaves nothing.
+func TestChangesSince(t *testing.T) {
+	s := mustStore(t)
+	commit(t, s, func(txn *Txn) error { return UpsertPod(txn, pod("x", "a", map[string]string{"app": "web"})) })
+	rev1 := Revision(s.ReadTxn(), "")
+	commit(t, s, func(txn *Txn) error { return UpsertPolicy(txn, allowFrom("x", "p", map[string]string{"app": "web"})) })
+	before := s.ReadTxn() // a reader of revision 2
+	commit(t, s, func(txn *Txn) error { return DeletePod(txn, "x", "a") })
+	aborted := s.WriteTxn()
+	if err := UpsertPod(aborted, pod("x", "b", nil)); err != nil {
+		t.Fatal(err)
+	}
+	aborted.Abort()
+
+	tables := func(cs []Change) map[string]int {
+		m := map[string]int{}
+		for _, c := range cs {
+			m[c.Table]++
+		}
+		return m
+	}
+	all, err := ChangesSince(s.ReadTxn(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tables(all)
+	// Pod inserted then deleted, its identity created then deleted, the
+	// policy and its two selectors inserted; nothing of the aborted write.
+	want := map[string]int{TablePods: 2, TableIdentities: 2, TablePolicies: 1, TableSelectors: 2}
+	if len(got) != len(want) {
+		t.Fatalf("tables changed: got %v, want %v", got, want)
+	}
+	for table, n := range want {
+		if got[table] != n {
+			t.Errorf("%s: %d changes, want %d (all: %v)", table, got[table], n, got)
+		}
+	}
+	first, last := all[0], all[len(all)-1]
+	if first.Table != TablePods && first.Table != TableIdentities || first.Before != nil || first.After == nil {
+		t.Errorf("first change %+v, want the insert of revision 1", first)
+	}
+	if p, ok := last.Before.(*Pod); last.Table == TablePods && (!ok || p.Object.Name != "a" || last.After != nil) {
+		t.Errorf("last pod change %+v, want the delete of x/a", last)
+	}
+
+	since1, err := ChangesSince(before, rev1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tables(since1); got[TablePods] != 0 || got[TablePolicies] != 1 {
+		t.Errorf("a reader of revision %d since %d: %v, want the policy's changes only", Revision(before, ""), rev1, got)
+	}
+	if cs, err := ChangesSince(s.ReadTxn(), Revision(s.ReadTxn(), "")); err != nil || len(cs) != 0 {
+		t.Errorf("changes since the current revision: %v, %v; want none", cs, err)
+	}
+	if _, err := s.ReadTxn().Get(TableChanges, IndexID, 1); err == nil {
+		t.Error("change log lookup with an int: want error")
+	}
+}
+
+// TestChangeLogTrimmed: the log keeps ChangeLogRevisions revisions; a
+// consumer further behind is told to read the whole store.
+func TestChangeLogTrimmed(t *testing.T) {
+	s := mustStore(t)
+	for i := range ChangeLogRevisions + 20 {
+		commit(t, s, func(txn *Txn) error {
+			return UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: "x", Labels: map[string]string{"i": string(rune('a' + i%26))}}})
+		})
+	}
+	txn := s.ReadTxn()
+	rev := Revision(txn, "")
+	if _, err := ChangesSince(txn, 1); !errors.Is(err, ErrChangesTrimmed) {
+		t.Errorf("changes since revision 1 of %d: got %v, want ErrChangesTrimmed", rev, err)
+	}
+	cs, err := ChangesSince(txn, rev-10)
+	if err != nil || len(cs) != 10 {
+		t.Errorf("changes of the last 10 revisions: %d, %v; want 10", len(cs), err)
+	}
+	it, err := txn.LowerBound(TableChanges, IndexID, uint64(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		rows++
+	}
+	if rows > ChangeLogRevisions {
+		t.Errorf("change log holds %d revisions, want at most %d", rows, ChangeLogRevisions)
+	}
+}
