@@ -31,6 +31,11 @@ type config struct {
 	verdictRuns  int
 	iperfSeconds int
 	iperfRounds  int
+	// dataplanes runs the eBPF-versus-iptables comparison, dpEdits
+	// edits per cell; only, when set, runs that one section alone.
+	dataplanes bool
+	dpEdits    int
+	only       string
 
 	// args are the flags as given, kept to record the exact command.
 	args []string
@@ -55,6 +60,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.verdictRuns, "verdict-runs", 200000, "BPF_PROG_TEST_RUN repetitions per verdict benchmark (go test -benchtime Nx)")
 	fs.IntVar(&c.iperfSeconds, "iperf-seconds", 5, "length of each iperf3 run")
 	fs.IntVar(&c.iperfRounds, "iperf-rounds", 3, "iperf3 runs with policy on and with it off; the median counts")
+	fs.BoolVar(&c.dataplanes, "dataplanes", true, "compare the eBPF and iptables (nft) dataplanes: change latency at 100/1k/10k pods, 640 policies from scratch")
+	fs.IntVar(&c.dpEdits, "dp-edits", 100, "timed policy edits per dataplane and pod count in the dataplane comparison")
+	fs.StringVar(&c.only, "only", "", `run only this section: "dataplanes" (empty runs everything)`)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -68,6 +76,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-verdict-runs %d: need at least one", c.verdictRuns)
 	case c.iperfSeconds < 1 || c.iperfRounds < 1:
 		return c, errors.New("-iperf-seconds and -iperf-rounds must be at least 1")
+	case c.dpEdits < 2:
+		return c, fmt.Errorf("-dp-edits %d: need at least two", c.dpEdits)
+	case c.only != "" && c.only != "dataplanes":
+		return c, fmt.Errorf("-only %q: the only section that runs alone is dataplanes", c.only)
+	case c.only == "dataplanes" && !c.dataplanes:
+		return c, errors.New("-only dataplanes contradicts -dataplanes=false")
 	}
 	c.args = args
 	return c, nil
@@ -181,6 +195,9 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	logf("cluster: %d namespaces, %d remote pods, %d policies, %d local endpoints",
 		len(c.Namespaces), len(c.Pods), len(c.Policies), localEndpoints)
 
+	if b.cfg.only == "dataplanes" {
+		return rep, b.runDataplanes(ctx, rep)
+	}
 	logf("policy change → maps applied: %d edits", b.cfg.edits)
 	if rep.change, err = b.benchPolicyChange(ctx, c, b.cfg.edits); err != nil {
 		return nil, fmt.Errorf("policy change benchmark: %w", err)
@@ -197,7 +214,22 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	if rep.iperf, err = b.benchThroughput(ctx); err != nil {
 		return nil, fmt.Errorf("throughput benchmark: %w", err)
 	}
+	if b.cfg.dataplanes {
+		if err := b.runDataplanes(ctx, rep); err != nil {
+			return nil, err
+		}
+	}
 	return rep, ctx.Err()
+}
+
+// runDataplanes runs the eBPF-versus-iptables comparison into rep.
+func (b *bench) runDataplanes(ctx context.Context, rep *report) error {
+	logf("dataplanes: eBPF versus iptables (%s), %d edits per pod count", "nft", b.cfg.dpEdits)
+	var err error
+	if rep.dataplanes, err = b.benchDataplanes(ctx, b.cfg.dpEdits); err != nil {
+		return fmt.Errorf("dataplane comparison: %w", err)
+	}
+	return ctx.Err()
 }
 
 // logf prints a progress line on stderr.

@@ -31,6 +31,12 @@ const (
 	targetChangeP99     = 10 * time.Millisecond
 	targetThroughputMin = 0.95 // policy-on rate at least this share of policy-off
 	targetRSSKB         = 150 * 1024
+
+	// The iptables dataplane's targets: scratchPolicies policies applied
+	// from scratch, and one policy change with iptablesTargetRules loaded.
+	targetIPTablesScratch = 2 * time.Second
+	targetIPTablesChange  = 50 * time.Millisecond
+	iptablesTargetRules   = 50000
 )
 
 // report is what one run measured, ready to render.
@@ -41,6 +47,9 @@ type report struct {
 	verdicts map[verdictKey]float64
 	rss      *rssResult
 	iperf    *throughputResult
+	// dataplanes is the eBPF-versus-iptables comparison; nil when it did
+	// not run. It is the only part set with -only dataplanes.
+	dataplanes *dataplanesResult
 }
 
 // target is one line of the targets table.
@@ -50,6 +59,9 @@ type target struct {
 }
 
 func (r *report) targets() []target {
+	if r.change == nil {
+		return r.dataplaneTargets()
+	}
 	worst := 0.0
 	for _, n := range verdictRuleCounts {
 		for _, kase := range verdictCases {
@@ -59,7 +71,7 @@ func (r *report) targets() []target {
 	p50, p99 := benchkit.Percentile(r.change.endToEnd, 50), benchkit.Percentile(r.change.endToEnd, 99)
 	on, off := median(r.iperf.on), median(r.iperf.off)
 	ratio := on / off
-	return []target{{
+	return append([]target{{
 		name:     fmt.Sprintf("verdict above the test-run floor ≤ %.0f ns (every case)", targetVerdictNS),
 		measured: fmt.Sprintf("worst %.0f ns", worst),
 		pass:     worst <= targetVerdictNS,
@@ -79,7 +91,7 @@ func (r *report) targets() []target {
 		name:     fmt.Sprintf("agent RSS ≤ %d MiB", targetRSSKB/1024),
 		measured: fmt.Sprintf("%.0f MiB", float64(r.rss.rssKB)/1024),
 		pass:     r.rss.rssKB <= targetRSSKB,
-	}}
+	}}, r.dataplaneTargets()...)
 }
 
 // netVerdict is the time of verdict k above the floor of its harness.
@@ -94,6 +106,17 @@ func (r *report) section() string {
 	c := r.change
 
 	w("%s", beginMarker)
+	if c == nil {
+		w("## Policy dataplane: eBPF versus iptables")
+		w("")
+		w("_Written by `tools/policybench -only dataplanes`; do not edit by hand._")
+		w("")
+		r.writeMachine(w)
+		r.writeDataplanes(w)
+		r.writeTargets(w)
+		w("%s", endMarker)
+		return b.String()
+	}
 	w("## Policy dataplane: verdict cost, policy changes, throughput, memory")
 	w("")
 	w("_Written by `tools/policybench` (`make bench`); do not edit by hand._")
@@ -134,20 +157,7 @@ func (r *report) section() string {
 	w("  before it opens its socket).")
 	w("")
 
-	w("### Machine")
-	w("")
-	w("| | |")
-	w("|---|---|")
-	w("| command | `%s` |", r.facts.command)
-	w("| date | %s |", r.facts.date)
-	w("| kernel | %s |", r.facts.kernel)
-	w("| CPUs (nproc) | %s |", r.facts.cpus)
-	w("| load average at start (1, 5, 15 min) | %s |", r.facts.load)
-	w("| Go | %s |", r.facts.goVersion)
-	w("| lockstep | %s |", r.facts.lockstep)
-	w("| source tree (git describe) | %s |", r.facts.tree)
-	w("| iperf3 | %s |", r.facts.iperf)
-	w("")
+	r.writeMachine(w)
 
 	w("### Per-packet verdict (to_pod, 10k identities)")
 	w("")
@@ -212,6 +222,34 @@ func (r *report) section() string {
 	w("| VmHWM (peak) | %.0f MiB |", float64(r.rss.hwmKB)/1024)
 	w("")
 
+	if r.dataplanes != nil {
+		r.writeDataplanes(w)
+	}
+	r.writeTargets(w)
+	w("%s", endMarker)
+	return b.String()
+}
+
+// writeMachine renders the table of facts about the machine and the run.
+func (r *report) writeMachine(w func(string, ...any)) {
+	w("### Machine")
+	w("")
+	w("| | |")
+	w("|---|---|")
+	w("| command | `%s` |", r.facts.command)
+	w("| date | %s |", r.facts.date)
+	w("| kernel | %s |", r.facts.kernel)
+	w("| CPUs (nproc) | %s |", r.facts.cpus)
+	w("| load average at start (1, 5, 15 min) | %s |", r.facts.load)
+	w("| Go | %s |", r.facts.goVersion)
+	w("| lockstep | %s |", r.facts.lockstep)
+	w("| source tree (git describe) | %s |", r.facts.tree)
+	w("| iperf3 | %s |", r.facts.iperf)
+	w("")
+}
+
+// writeTargets renders the targets table.
+func (r *report) writeTargets(w func(string, ...any)) {
 	targets := r.targets()
 	passed := 0
 	for _, t := range targets {
@@ -230,8 +268,93 @@ func (r *report) section() string {
 		}
 		w("| %s | %s | %s |", t.name, t.measured, result)
 	}
-	w("%s", endMarker)
-	return b.String()
+}
+
+// dataplaneTargets are the iptables targets, measured by the dataplane
+// comparison; none when it did not run.
+func (r *report) dataplaneTargets() []target {
+	d := r.dataplanes
+	if d == nil {
+		return nil
+	}
+	var out []target
+	if s := d.scratchOf(dpIPTables); s != nil {
+		out = append(out, target{
+			name:     fmt.Sprintf("iptables: %d policies applied from scratch < %s", scratchPolicies, benchkit.FmtDur(targetIPTablesScratch)),
+			measured: fmt.Sprintf("%s (%d rules, %d sets loaded)", benchkit.FmtDur(s.stats.firstSync), s.stats.ruleLines, s.stats.sets),
+			pass:     s.stats.firstSync < targetIPTablesScratch,
+		})
+	}
+	last := dataplanePodCounts[len(dataplanePodCounts)-1]
+	if c := d.change(dpIPTables, last); c != nil {
+		p50, p99 := benchkit.Percentile(c.changes, 50), benchkit.Percentile(c.changes, 99)
+		out = append(out, target{
+			name: fmt.Sprintf("iptables: one policy change < %s with %dk rules loaded (p50 counts)",
+				benchkit.FmtDur(targetIPTablesChange), iptablesTargetRules/1000),
+			measured: fmt.Sprintf("p50 %s, p99 %s at %d pods, with %d rules loaded", benchkit.FmtDur(p50), benchkit.FmtDur(p99), last, c.stats.ruleLines),
+			pass:     p50 < targetIPTablesChange,
+		})
+	}
+	return out
+}
+
+// writeDataplanes renders the eBPF-versus-iptables comparison.
+func (r *report) writeDataplanes(w func(string, ...any)) {
+	d := r.dataplanes
+	w("### Dataplanes: eBPF versus iptables (%s), one run", d.mode)
+	w("")
+	w("Both dataplanes behind the same `enforcer.Enforcer`, each in a throwaway node netns")
+	w("with %d local endpoints on real veths: eBPF with its maps on a private bpffs,", localEndpoints)
+	w("iptables in mode %s with every iptables and ipset command run inside the netns.", d.mode)
+	w("The cluster is the one above cut to N remote pods taken at an even stride (1,000")
+	w("pods: one replica of every app; 100: one of every tenth app), with all %d policies.", clusterNamespaces*clusterApps)
+	w("Each of %d edits changes the port range of a policy that selects a local endpoint;", d.edits)
+	w("time runs from the store write transaction to `enforcer.Sync` returning, as above.")
+	w("*First sync* is the Sync that applied the loaded store to the empty dataplane.")
+	w("Rules *compiled* are lockstep's rules over the local endpoints (what eBPF loads);")
+	w("iptables rules and sets are `Dataplane.Stats()` (both families, jumps from the")
+	w("built-in chains not counted).")
+	w("")
+	w("| dataplane | pods | p50 | p90 | p99 | max | skipped | first sync | rules compiled | iptables rules | ipsets (members) |")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for i := range d.changes {
+		c := &d.changes[i]
+		w("| %s | %d | %s | %s | %s | %s | %d/%d | %s | %d | %s | %s |", c.kind, c.pods,
+			benchkit.FmtDur(benchkit.Percentile(c.changes, 50)), benchkit.FmtDur(benchkit.Percentile(c.changes, 90)),
+			benchkit.FmtDur(benchkit.Percentile(c.changes, 99)), benchkit.FmtDur(benchkit.Percentile(c.changes, 100)),
+			c.skipped, len(c.changes), benchkit.FmtDur(c.stats.firstSync), c.stats.rules, iptCell(c, c.stats.ruleLines), setsCell(c))
+	}
+	w("")
+	w("#### %d policies from scratch", scratchPolicies)
+	w("")
+	w("One Sync into an empty dataplane with the first %d policies (%d namespaces × %d apps)", scratchPolicies, scratchPolicies/clusterApps, clusterApps)
+	w("and %d remote pods committed. For reference, Azure NPM published 4 minutes for 640", clusterNamespaces*clusterApps*clusterReplicas)
+	w("policies on legacy iptables (a different policy shape and node; not measured here).")
+	w("")
+	w("| dataplane | Sync | rules compiled | ipcache addresses | iptables rules | iptables chains | ipsets (members) |")
+	w("|---|---:|---:|---:|---:|---:|---:|")
+	for i := range d.scratch {
+		c := &d.scratch[i]
+		w("| %s | %s | %d | %d | %s | %s | %s |", c.kind, benchkit.FmtDur(c.stats.firstSync), c.stats.rules, c.stats.addrs,
+			iptCell(c, c.stats.ruleLines), iptCell(c, c.stats.chains), setsCell(c))
+	}
+	w("")
+}
+
+// iptCell is n for an iptables cell, a dash for eBPF.
+func iptCell(c *dpChange, n int) string {
+	if c.kind != dpIPTables {
+		return "–"
+	}
+	return fmt.Sprint(n)
+}
+
+// setsCell is "sets (members)" for an iptables cell, a dash for eBPF.
+func setsCell(c *dpChange) string {
+	if c.kind != dpIPTables {
+		return "–"
+	}
+	return fmt.Sprintf("%d (%d)", c.stats.sets, c.stats.setEntries)
 }
 
 func gbps(bps float64) string { return fmt.Sprintf("%.2f Gbit/s", bps/1e9) }
