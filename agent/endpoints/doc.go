@@ -14,4 +14,18 @@
 // the ADD's Confirm then fails with api.CodeCancelled. So ADD and DEL of one
 // attachment are serialised and the DEL wins, and the address is not reused
 // while the cancelled ADD may still hold routes to it.
+//
+// ADD allocates only from pools that are not draining, and checks that in
+// its write transaction. Standalone, the pools are the configured ones;
+// in Kubernetes mode (Config.PoolsFromStore) they are whatever the store
+// holds, one per block of the node's NodeIPAM, and kube/nodeipam drains a
+// block in its own write transaction when the operator wants it back: an
+// ADD commits either before that (and the block is not given back) or
+// after (and does not allocate from it).
+//
+// Endpoints go without a DEL of their own through one function,
+// ReleaseTxn, with a predicate: the CNI GC verb frees what the runtime no
+// longer lists, the orphan reconcile (ReleaseOrphans, Orphaned) frees what
+// no pod owns any more by a pod list newer than the endpoint, and
+// kube/nodeipam frees such orphans with the block it drops.
 package endpoints

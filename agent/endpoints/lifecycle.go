@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/go-memdb"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/agent/ipam"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -54,12 +53,16 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 		if err != nil {
 			return err
 		}
-		for _, v6 := range s.families() {
+		pools, err := store.Pools(txn, nil)
+		if err != nil {
+			return err
+		}
+		for _, v6 := range s.families(pools) {
 			var ref store.AddressRef
 			if pinned.IsValid() && pinned.Is6() == v6 {
-				ref, err = s.allocatePinned(txn, pinned)
+				ref, err = s.allocatePinned(txn, pools, pinned)
 			} else {
-				ref, err = s.allocate(txn, v6)
+				ref, err = s.allocate(txn, pools, v6)
 			}
 			if err != nil {
 				return err
@@ -73,63 +76,6 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 	}
 	s.log.Debug("add", "container", att.ContainerID, "ifname", att.IfName, "op", ep.OpID, "addresses", ep.Addresses)
 	return &api.AddResponse{OpID: ep.OpID, HostIfName: ep.HostIfName, Addresses: addresses(ep), Deadline: ep.Deadline}, nil
-}
-
-// families lists the address families to allocate: IPv4, and IPv6 when a
-// (non-draining) IPv6 pool is configured.
-func (s *Service) families() []bool {
-	for _, p := range s.cfg.Pools {
-		if p.Addr().Is6() {
-			return []bool{false, true}
-		}
-	}
-	return []bool{false}
-}
-
-// allocate picks a free address of one family from the configured pools, in
-// configuration order.
-func (s *Service) allocate(txn *store.Txn, v6 bool) (store.AddressRef, error) {
-	pools, err := store.Pools(txn, nil)
-	if err != nil {
-		return store.AddressRef{}, err
-	}
-	var full []string
-	for _, cidr := range s.cfg.Pools {
-		if cidr.Addr().Is6() != v6 {
-			continue
-		}
-		name := PoolName(cidr)
-		used, err := usedIn(txn, pools, cidr)
-		if err != nil {
-			return store.AddressRef{}, err
-		}
-		s.cursorMu.Lock()
-		start := s.cursors[name]
-		s.cursorMu.Unlock()
-		addr, err := ipam.Next(cidr, start, used, func(a netip.Addr) (bool, error) {
-			return addrInUse(txn, pools, a)
-		})
-		if errors.Is(err, ipam.ErrExhausted) {
-			full = append(full, fmt.Sprintf("%s (%d addresses)", name, ipam.Size(cidr)))
-			continue
-		}
-		if err != nil {
-			return store.AddressRef{}, err
-		}
-		s.cursorMu.Lock()
-		s.cursors[name] = addr.Next()
-		s.cursorMu.Unlock()
-		return store.AddressRef{Pool: name, Addr: addr, Bits: cidr.Bits()}, nil
-	}
-	family := "IPv4"
-	if v6 {
-		family = "IPv6"
-	}
-	return store.AddressRef{}, &api.Error{
-		Code:    api.CodePoolExhausted,
-		Msg:     fmt.Sprintf("no free %s address: pool %s is exhausted", family, strings.Join(full, ", pool ")),
-		Details: "delete unused pods on this node, run CNI GC, or start the agent with a larger or additional --pool-cidr",
-	}
 }
 
 // PinnedIPAnnotation on a Pod the agent knows (from --manifests) asks for
@@ -155,79 +101,6 @@ func pinnedAddress(txn *store.Txn, ref store.PodRef) (netip.Addr, error) {
 		return netip.Addr{}, api.Errorf(api.CodeInvalidConfig, "pod %s/%s: annotation %s=%q is not an IP address", ref.Namespace, ref.Name, PinnedIPAnnotation, raw)
 	}
 	return a.Unmap(), nil
-}
-
-// allocatePinned allocates exactly a, which must lie in a configured pool
-// and be free.
-func (s *Service) allocatePinned(txn *store.Txn, a netip.Addr) (store.AddressRef, error) {
-	pools, err := store.Pools(txn, nil)
-	if err != nil {
-		return store.AddressRef{}, err
-	}
-	for _, cidr := range s.cfg.Pools {
-		if !cidr.Contains(a) {
-			continue
-		}
-		if first, last, ok := ipam.Usable(cidr); !ok || a.Less(first) || last.Less(a) {
-			return store.AddressRef{}, api.Errorf(api.CodeInvalidConfig, "pinned address %s is reserved in pool %s (network or broadcast address)", a, cidr)
-		}
-		inUse, err := addrInUse(txn, pools, a)
-		if err != nil {
-			return store.AddressRef{}, err
-		}
-		if inUse {
-			return store.AddressRef{}, api.Errorf(api.CodeInvalidConfig, "pinned address %s is already in use on this node; remove the %s annotation or pick a free address", a, PinnedIPAnnotation)
-		}
-		return store.AddressRef{Pool: PoolName(cidr), Addr: a, Bits: cidr.Bits()}, nil
-	}
-	return store.AddressRef{}, api.Errorf(api.CodeInvalidConfig, "pinned address %s is outside every pool of this node; start the agent with a --pool-cidr that contains it", a)
-}
-
-// usedIn counts the allocated addresses inside cidr, whichever pool holds
-// them: a draining pool restored from disk may overlap a configured one.
-func usedIn(txn *store.Txn, pools []*store.Pool, cidr netip.Prefix) (uint64, error) {
-	var used uint64
-	for _, p := range pools {
-		switch {
-		case p.CIDR == cidr:
-			n, err := store.CountAllocations(txn, p.Name)
-			if err != nil {
-				return 0, err
-			}
-			used += uint64(n)
-		case p.CIDR.Overlaps(cidr):
-			allocs, err := store.AllocationsByPool(txn, nil, p.Name)
-			if err != nil {
-				return 0, err
-			}
-			for _, a := range allocs {
-				if cidr.Contains(a.Addr) {
-					used++
-				}
-			}
-		}
-	}
-	return used, nil
-}
-
-// addrInUse reports whether any pool containing a holds an allocation of
-// it. Checking every containing pool, draining ones included, is what keeps
-// a re-configured, overlapping pool from handing out an address a restored
-// allocation still holds.
-func addrInUse(txn *store.Txn, pools []*store.Pool, a netip.Addr) (bool, error) {
-	for _, p := range pools {
-		if !p.CIDR.Contains(a) {
-			continue
-		}
-		alloc, err := store.AllocationByAddr(txn, nil, p.Name, a)
-		if err != nil {
-			return false, err
-		}
-		if alloc != nil {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // Confirm marks an ADD as wired. It fails with CodeCancelled when a DEL, GC
@@ -343,40 +216,6 @@ func (s *Service) waitRolledBack(ctx context.Context, att store.Attachment, op u
 			return false
 		}
 	}
-}
-
-// GC releases every endpoint not in req.Valid, except ADDs still in flight.
-func (s *Service) GC(_ context.Context, req api.GCRequest) (*api.GCResponse, error) {
-	valid := make(map[store.Attachment]bool, len(req.Valid))
-	for _, a := range req.Valid {
-		valid[toStore(a)] = true
-	}
-	resp := &api.GCResponse{Released: []api.Endpoint{}, Retained: []string{}}
-	err := s.write(func(txn *store.Txn) error {
-		eps, err := store.Endpoints(txn, nil)
-		if err != nil {
-			return err
-		}
-		resp.Released, resp.Retained = resp.Released[:0], resp.Retained[:0]
-		for _, e := range eps {
-			if valid[e.Attachment] || s.inFlight(e) {
-				resp.Retained = append(resp.Retained, e.HostIfName)
-				continue
-			}
-			if _, err := store.ReleaseEndpoint(txn, e.Attachment); err != nil {
-				return err
-			}
-			resp.Released = append(resp.Released, toAPI(e))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, asAPIError(err)
-	}
-	if n := len(resp.Released); n > 0 {
-		s.log.Info("GC released stale endpoints", "count", n)
-	}
-	return resp, nil
 }
 
 // asAPIError gives every error a CNI code: agent errors keep theirs, the

@@ -29,11 +29,20 @@ const (
 
 // Config configures a Service.
 type Config struct {
-	// Pools are the node's address ranges; at least one IPv4 pool.
-	Pools    []netip.Prefix
-	AddLease time.Duration
-	DelWait  time.Duration
-	Logger   *slog.Logger
+	// Pools are the node's address ranges; at least one IPv4 pool. They
+	// must be empty with PoolsFromStore.
+	Pools []netip.Prefix
+	// PoolsFromStore is Kubernetes mode: the pools are whatever the store
+	// holds, kept there by kube/nodeipam from the node's NodeIPAM (one
+	// pool per assigned block), and ADD allocates from every one of them
+	// that is not draining. ADD allocates the address families the store's
+	// pools have, draining ones included, so a node whose only block of a
+	// family is draining fails the ADD with a pool-exhausted error instead
+	// of starting the pod without that family.
+	PoolsFromStore bool
+	AddLease       time.Duration
+	DelWait        time.Duration
+	Logger         *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Enforce, when set, is called after an ADD's confirm commits and must
@@ -78,8 +87,13 @@ func New(st *store.Store, db *persist.DB, cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := ValidatePools(cfg.Pools); err != nil {
-		return nil, err
+	switch {
+	case cfg.PoolsFromStore && len(cfg.Pools) > 0:
+		return nil, errors.New("configure pools: pools come from the store (Kubernetes mode); configure none")
+	case !cfg.PoolsFromStore:
+		if err := ValidatePools(cfg.Pools); err != nil {
+			return nil, err
+		}
 	}
 	s := &Service{store: st, db: db, cfg: cfg, log: cfg.Logger, cursors: map[string]netip.Addr{}}
 	if err := s.restore(); err != nil {
@@ -161,7 +175,13 @@ func (s *Service) restorePool(txn *store.Txn, ref store.AddressRef) error {
 		if err != nil || !cidr.Contains(ref.Addr) {
 			return fmt.Errorf("address %s names pool %q, which is not a CIDR containing it", ref.Addr, ref.Pool)
 		}
-		s.log.Warn("pool no longer configured; keeping its allocations until released", "pool", ref.Pool)
+		if s.cfg.PoolsFromStore {
+			// Blocks come back through kube/nodeipam, which confirms each
+			// with the node's NodeIPAM before it is allocated from.
+			s.log.Debug("restored addresses of a block; draining until the NodeIPAM confirms it", "pool", ref.Pool)
+		} else {
+			s.log.Warn("pool no longer configured; keeping its allocations until released", "pool", ref.Pool)
+		}
 		return store.UpsertPool(txn, store.Pool{Name: ref.Pool, CIDR: cidr, Draining: true})
 	}
 	if !pool.CIDR.Contains(ref.Addr) {

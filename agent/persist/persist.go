@@ -73,7 +73,7 @@ func (db *DB) init() (err error) {
 		if err != nil {
 			return corrupt(db.path, err)
 		}
-		for _, name := range [][]byte{bucketEndpoints, bucketCleanups} {
+		for _, name := range [][]byte{bucketEndpoints, bucketCleanups, bucketBlocks} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return corrupt(db.path, err)
 			}
@@ -146,6 +146,8 @@ func (db *DB) Apply(changes memdb.Changes) (wrote bool, err error) {
 			p, err = endpointPut(ch)
 		case store.TableCleanups:
 			p, err = cleanupPut(ch)
+		case store.TableBlocks:
+			p, err = blockPut(ch)
 		}
 		if err != nil {
 			return false, err

@@ -48,6 +48,7 @@ func schema() *memdb.DBSchema {
 		TableSelectors:   selectorsTableSchema(),
 		TableCleanups:    cleanupsTableSchema(),
 		TableChanges:     changesTableSchema(),
+		TableBlocks:      blocksTableSchema(),
 	}}
 }
 
