@@ -1,0 +1,307 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"lockstep.dev/lockstep/kube/apis/v1alpha1"
+)
+
+// debounce is how long a pass waits after the event that woke it, so that
+// a burst of events is planned once.
+const debounce = 20 * time.Millisecond
+
+// controller is one leadership term of the operator: informers on Nodes,
+// IPPools and NodeIPAMs, and a loop that plans on their caches and writes
+// the plan. Every request it makes carries the term's context, so a lost
+// lease aborts them.
+type controller struct {
+	c        *clients
+	log      *slog.Logger
+	identity string
+	minFree  int64
+	delay    time.Duration
+	resync   time.Duration
+
+	nodes, pools, ipams cache.SharedIndexInformer
+	kick                chan struct{}
+	timers              timers
+	reserved            map[string]reservation
+	notes               map[string]bool // logged last pass, not to repeat
+}
+
+func newController(c *clients, cfg *Config) *controller {
+	ctl := &controller{
+		c:        c,
+		log:      cfg.Logger,
+		identity: cfg.Identity,
+		minFree:  int64(cfg.MinFree),
+		delay:    cfg.ExcessReleaseDelay,
+		resync:   cfg.Resync,
+		kick:     make(chan struct{}, 1),
+		timers:   timers{},
+		reserved: map[string]reservation{},
+		notes:    map[string]bool{},
+	}
+	ctl.nodes = cache.NewSharedIndexInformer(c.nodeListWatch(), &corev1.Node{}, 0, cache.Indexers{})
+	_ = ctl.nodes.SetTransform(trimNode) // fails only once the informer runs
+	pools := c.lockstep.IPPools()
+	ctl.pools = pools.Informer(pools.ListWatch(nil), 0)
+	ipams := c.lockstep.NodeIPAMs()
+	ctl.ipams = ipams.Informer(ipams.ListWatch(nil), 0)
+	return ctl
+}
+
+// run runs the term until ctx ends.
+func (c *controller) run(ctx context.Context) error {
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.wake() },
+		UpdateFunc: func(any, any) { c.wake() },
+		DeleteFunc: func(any) { c.wake() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{c.nodes, c.pools, c.ipams} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("watch the API server: %w", err)
+		}
+		go inf.RunWithContext(ctx)
+	}
+	t0 := time.Now()
+	if !cache.WaitForCacheSync(ctx.Done(), c.nodes.HasSynced, c.pools.HasSynced, c.ipams.HasSynced) {
+		return nil // ctx ended
+	}
+	c.log.Info("caches synced", "nodes", len(c.nodes.GetStore().ListKeys()), "ippools", len(c.pools.GetStore().ListKeys()),
+		"nodeipams", len(c.ipams.GetStore().ListKeys()), "took", time.Since(t0).Round(time.Millisecond))
+
+	retry := time.Duration(0)
+	for {
+		wake, err := c.pass(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		next := c.resync
+		if err != nil {
+			retry = min(max(2*retry, 100*time.Millisecond), 10*time.Second)
+			c.log.Warn("pass incomplete; retrying", "in", retry, "err", err)
+			next = retry
+		} else {
+			retry = 0
+		}
+		if !wake.IsZero() {
+			next = min(next, time.Until(wake))
+		}
+		t := time.NewTimer(max(next, 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-c.kick:
+		case <-t.C:
+		}
+		t.Stop()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(debounce):
+		}
+	}
+}
+
+func (c *controller) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// input snapshots the caches.
+func (c *controller) input(now time.Time) *input {
+	in := &input{now: now, timers: c.timers, reserved: c.reserved, minFree: c.minFree, delay: c.delay}
+	for _, o := range c.pools.GetStore().List() {
+		in.pools = append(in.pools, o.(*v1alpha1.IPPool))
+	}
+	for _, o := range c.nodes.GetStore().List() {
+		n := o.(*corev1.Node)
+		in.nodes = append(in.nodes, node{name: n.Name, uid: n.UID, deleting: n.DeletionTimestamp != nil})
+	}
+	for _, o := range c.ipams.GetStore().List() {
+		in.nodeIPAMs = append(in.nodeIPAMs, o.(*v1alpha1.NodeIPAM))
+	}
+	return in
+}
+
+// pass plans once and writes the plan. It returns when the next timer
+// matures.
+func (c *controller) pass(ctx context.Context) (time.Time, error) {
+	in := c.input(time.Now())
+	p := planFor(in)
+	c.timers, c.reserved = p.timers, p.reserved
+	notes := map[string]bool{}
+	for _, n := range p.notes {
+		if !c.notes[n] {
+			c.log.Info(n)
+		}
+		notes[n] = true
+	}
+	c.notes = notes
+
+	var errs []error
+	for _, s := range p.deletes {
+		errs = append(errs, c.deleteStale(ctx, s))
+	}
+	for _, n := range p.creates {
+		errs = append(errs, c.create(ctx, n))
+	}
+	for _, u := range p.updates {
+		errs = append(errs, c.updateSpec(ctx, u, in))
+	}
+	pools := map[string]bool{}
+	for _, a := range p.assigns {
+		pools[a.block.Pool] = true
+	}
+	for _, pool := range slices.Sorted(maps.Keys(pools)) {
+		errs = append(errs, c.assignFrom(ctx, pool))
+	}
+	for _, pool := range p.poolStatus {
+		errs = append(errs, c.updatePoolStatus(ctx, pool, in))
+	}
+	return p.wake, errors.Join(errs...)
+}
+
+// deleteStale deletes a NodeIPAM left by a previous Node of the same name
+// (seed 003). The cache said the Node's UID differs from the owner's; the
+// API server is asked again first, because deleting a current NodeIPAM
+// would put blocks back in the pool while its agent allocates from them.
+func (c *controller) deleteStale(ctx context.Context, s staleNodeIPAM) error {
+	n, err := c.c.getNode(ctx, s.name)
+	if apierrors.IsNotFound(err) {
+		return nil // the Node is gone too: garbage collection's work
+	}
+	if err != nil {
+		return fmt.Errorf("delete stale nodeipam %s: %w", s.name, err)
+	}
+	if n.UID == s.owner {
+		return nil // the cache was behind: the object is current
+	}
+	c.log.Info("deleting stale nodeipam: it belongs to a previous Node of this name, not yet garbage collected; "+
+		"reusing it would hand the new node its predecessor's blocks and release state (seed 003); "+
+		"its blocks stay reserved until the new node's agent has reported on the replacement",
+		"nodeipam", s.name, "uid", s.uid, "owner_uid", s.owner, "node_uid", n.UID, "blocks", s.blocks)
+	err = c.c.lockstep.NodeIPAMs().Delete(ctx, s.name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(s.uid))})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // already gone, or replaced: the UID precondition protected the replacement
+	}
+	if err != nil {
+		return fmt.Errorf("delete stale nodeipam %s: %w", s.name, err)
+	}
+	if len(s.blocks) > 0 {
+		c.reserved[s.name] = reservation{nodeUID: n.UID, blocks: s.blocks}
+	}
+	return nil
+}
+
+// create creates a Node's NodeIPAM, empty: blocks are added only through
+// the pool ledger (assignFrom).
+func (c *controller) create(ctx context.Context, n *v1alpha1.NodeIPAM) error {
+	out, err := c.c.lockstep.NodeIPAMs().Create(ctx, n, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil // another writer, or a stale object the next pass deletes
+	}
+	if err != nil {
+		return fmt.Errorf("create nodeipam for node %s: %w", n.Name, err)
+	}
+	c.log.Info("created nodeipam", "nodeipam", out.Name, "uid", out.UID, "node_uid", n.OwnerReferences[0].UID)
+	return nil
+}
+
+// updateSpec writes a handshake step. On a conflict it reads the object
+// again and decides again: the agent may have answered, or another
+// replica acted, in between.
+func (c *controller) updateSpec(ctx context.Context, u specUpdate, in *input) error {
+	ipams := c.c.lockstep.NodeIPAMs()
+	old, next, changes := u.old, u.new, u.changes
+	for attempt := 1; ; attempt++ {
+		out, err := ipams.Update(ctx, next, metav1.UpdateOptions{})
+		if err == nil {
+			for _, ch := range changes {
+				c.log.Info(string(ch.action)+" block", "nodeipam", out.Name, "block", ch.cidr, "generation", out.Generation, "why", ch.why)
+			}
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= maxAttempts {
+			return fmt.Errorf("update nodeipam %s: %w", old.Name, err)
+		}
+		fresh, err := ipams.Get(ctx, old.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("update nodeipam %s: %w", old.Name, err)
+		}
+		if fresh.UID != old.UID {
+			return nil // replaced: the next pass plans for the new one
+		}
+		c.log.Debug("conflict; re-reading and deciding again", "nodeipam", old.Name, "attempt", attempt)
+		again := *in
+		again.timers = c.timers
+		d := decideOne(fresh, &again)
+		maps.DeleteFunc(c.timers, func(k timerKey, _ time.Time) bool { return k.uid == fresh.UID })
+		for cidr, t := range d.timers {
+			c.timers[timerKey{fresh.UID, cidr}] = t
+		}
+		if d.spec == nil {
+			return nil
+		}
+		next = fresh.DeepCopy()
+		next.Spec = *d.spec
+		changes = d.changes
+	}
+}
+
+// updatePoolStatus writes an IPPool's status, re-reading and re-planning
+// on a conflict.
+func (c *controller) updatePoolStatus(ctx context.Context, pool *v1alpha1.IPPool, in *input) error {
+	pools := c.c.lockstep.IPPools()
+	for attempt := 1; ; attempt++ {
+		_, err := pools.UpdateStatus(ctx, pool, metav1.UpdateOptions{})
+		if err == nil {
+			c.log.Debug("updated ippool status", "ippool", pool.Name, "allocated_blocks", pool.Status.AllocatedBlocks)
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= maxAttempts {
+			return fmt.Errorf("update ippool %s status: %w", pool.Name, err)
+		}
+		fresh, err := pools.Get(ctx, pool.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("update ippool %s status: %w", pool.Name, err)
+		}
+		again := *in
+		again.pools = slices.Clone(in.pools)
+		for i, p := range again.pools {
+			if p.Name == fresh.Name {
+				again.pools[i] = fresh
+			}
+		}
+		pool = nil
+		for _, p := range planFor(&again).poolStatus {
+			if p.Name == fresh.Name {
+				pool = p
+			}
+		}
+		if pool == nil {
+			return nil
+		}
+	}
+}
