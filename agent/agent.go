@@ -10,8 +10,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/endpoints"
@@ -34,17 +37,27 @@ const ResyncInterval = 5 * time.Minute
 
 // Config configures the agent.
 type Config struct {
-	// Standalone runs without a Kubernetes API server. Kubernetes mode is
-	// not implemented yet and is refused.
+	// Standalone runs without a Kubernetes API server: the pools are
+	// Pools and the policy source is Manifests. Otherwise the agent runs
+	// in Kubernetes mode: pods, namespaces, policies and nodes come from
+	// the API server, the pools from the node's NodeIPAM blocks.
 	Standalone bool
-	Pools      []netip.Prefix
+	// Pools are the address pools of standalone mode; Kubernetes mode
+	// refuses them.
+	Pools []netip.Prefix
+	// NodeName is the Node the agent runs on (Kubernetes mode).
+	NodeName string
+	// Kubeconfig is a kubeconfig file to reach the API server with
+	// (Kubernetes mode); empty means the pod's in-cluster config.
+	Kubeconfig string
 	StateDir   string
 	Socket     string
 	// MetricsAddr is the TCP address of /healthz and /metrics; empty
 	// disables the listener.
 	MetricsAddr string
 	// Manifests is a directory of Namespace, Pod and NetworkPolicy
-	// manifests the agent enforces and follows (the standalone source).
+	// manifests the agent enforces and follows (the standalone source;
+	// Kubernetes mode refuses it).
 	// Empty means no policy source: no pod is isolated, anti-spoofing
 	// still applies.
 	Manifests string
@@ -62,17 +75,20 @@ type Config struct {
 	// in-process on the machine's own namespace).
 	SkipSysctls bool
 	Logger      *slog.Logger
-	// Ready, when set, is called once the API socket accepts requests.
+	// Ready, when set, is called once the agent serves ADDs.
 	Ready func()
 }
 
 // Run runs the agent until ctx ends, then shuts down cleanly: it stops
 // accepting requests, lets in-flight ones finish (bounded), and closes the
 // state file.
+//
+// In Kubernetes mode the API socket opens early and answers "starting"
+// (CNI STATUS code 50, ADD code 11) while the agent waits, in order, for
+// the API server's first complete list of pods, namespaces and policies,
+// and for the node's NodeIPAM blocks; it serves ADDs once both are in and
+// the restored endpoints are enforced.
 func Run(ctx context.Context, cfg Config) error {
-	if !cfg.Standalone {
-		return errors.New("run agent: Kubernetes mode is not implemented yet; start with --standalone")
-	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
 	}
@@ -84,8 +100,16 @@ func Run(ctx context.Context, cfg Config) error {
 		log = slog.Default()
 	}
 	// Refuse a bad configuration before touching anything.
-	if err := endpoints.ValidatePools(cfg.Pools); err != nil {
-		return err
+	var kubeConfig *rest.Config
+	if cfg.Standalone {
+		if err := endpoints.ValidatePools(cfg.Pools); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if kubeConfig, err = checkKubeConfig(cfg); err != nil {
+			return err
+		}
 	}
 
 	db, err := persist.Open(cfg.StateDir, 2*time.Second)
@@ -104,17 +128,70 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+
+	gate := newAPIGate()
+	metrics := server.NewMetrics(gate.Status)
+	errc := make(chan error, 3)
+	var apiSrv *server.APIServer
+	serveAPI := func() error {
+		lis, err := server.ListenSocket(cfg.Socket)
+		if err != nil {
+			return err
+		}
+		apiSrv = server.NewAPIServer(gate, log, metrics)
+		go func() { errc <- apiSrv.Serve(lis) }()
+		return nil
+	}
+	// stopAPI stops accepting requests and lets those in flight finish,
+	// bounded; it runs before the backend and the state file close.
+	var stopOnce sync.Once
+	stopAPI := func() {
+		stopOnce.Do(func() {
+			if apiSrv == nil {
+				return
+			}
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = apiSrv.Shutdown(shutdownCtx)
+			os.Remove(cfg.Socket)
+		})
+	}
+	defer stopAPI()
+	runCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+
+	var kube *kubeMode
+	if !cfg.Standalone {
+		// Kubernetes mode answers while it waits, so the runtime and
+		// `lockstep status` can tell a starting agent from a missing one.
+		if err := serveAPI(); err != nil {
+			return err
+		}
+		if kube, err = startKube(runCtx, cfg, kubeConfig, st, log); err != nil {
+			return err
+		}
+		err := waitStep(ctx, gate, log, "the API server at "+kubeConfig.Host+" to list pods, namespaces, network policies and nodes", kube.source.WaitSynced)
+		if err != nil {
+			return startCancelled(ctx, err)
+		}
+	}
 	be, err := openBackend(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer be.close()
+	defer stopAPI()
 	cleanups, err := startCleanups(ctx, cfg, st, db, be.name, log)
 	if err != nil {
 		return err
 	}
 	enf := enforcer.New(st, be.dp, log)
-	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, Logger: log, Enforce: func(ctx context.Context, hostIf string) error {
+	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, PoolsFromStore: kube != nil, Logger: log, Enforce: func(ctx context.Context, hostIf string) error {
+		if kube != nil {
+			if err := waitForPod(ctx, st, hostIf, PodObjectWait); err != nil {
+				return err
+			}
+		}
 		if err := enf.Sync(ctx); err != nil {
 			return err
 		}
@@ -130,14 +207,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := enf.Sync(ctx); err != nil {
 		return err
 	}
-	runCtx, stopLoops := context.WithCancel(ctx)
-	defer stopLoops()
 	go enf.Run(runCtx, ResyncInterval)
 	go cleanups.Run(runCtx)
 	if cfg.Manifests != "" {
 		go watchManifests(runCtx, st, cfg.Manifests, log)
 	}
-	metrics := server.NewMetrics(svc.Status)
 	svc.OnWrite(metrics.ObserveWrite)
 	var lastApply atomic.Int64
 	enf.OnApply(func(d time.Duration) {
@@ -145,27 +219,36 @@ func Run(ctx context.Context, cfg Config) error {
 		lastApply.Store(time.Now().UnixNano())
 	})
 	metrics.AddWriter(dataplaneMetrics(be, cleanups, st))
-
-	lis, err := server.ListenSocket(cfg.Socket)
-	if err != nil {
-		return err
+	if kube != nil {
+		// Policy for the pods already running is enforced from here on;
+		// new pods wait for the node's blocks.
+		syncer, err := kube.startNodeIPAM(runCtx, cfg, st, db, svc, errc, log)
+		if err != nil {
+			return err
+		}
+		if err := waitStep(ctx, gate, log, "the NodeIPAM of node "+cfg.NodeName+" to assign it address blocks", syncer.WaitReady); err != nil {
+			return startCancelled(ctx, err)
+		}
+		cfg.Pools = storePools(st)
 	}
-	defer os.Remove(cfg.Socket)
-	apiSrv := server.NewAPIServer(&agentAPI{Service: svc, dataplane: func() *api.DataplaneStatus {
+
+	gate.open(&agentAPI{Service: svc, dataplane: func() *api.DataplaneStatus {
 		return dataplaneStatus(be, enf, cleanups, lastApply.Load())
-	}}, log, metrics)
-	errc := make(chan error, 2)
-	go func() { errc <- apiSrv.Serve(lis) }()
+	}})
+	if apiSrv == nil {
+		if err := serveAPI(); err != nil {
+			return err
+		}
+	}
 
 	var opsSrv *http.Server
 	if cfg.MetricsAddr != "" {
 		opsLis, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
-			_ = apiSrv.Shutdown(context.Background())
 			return fmt.Errorf("listen for metrics on %s: %w (choose another with --metrics-addr)", cfg.MetricsAddr, err)
 		}
 		opsSrv = &http.Server{Handler: server.OpsHandler(metrics, func(ctx context.Context) error {
-			_, err := svc.Status(ctx)
+			_, err := gate.Status(ctx)
 			return err
 		}), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
@@ -180,7 +263,6 @@ func Run(ctx context.Context, cfg Config) error {
 	// fails leaves the node's settings as they were.
 	if !cfg.SkipSysctls {
 		if err := enableForwarding(cfg.Pools); err != nil {
-			_ = apiSrv.Shutdown(context.Background())
 			return err
 		}
 	}
@@ -189,7 +271,11 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, p := range cfg.Pools {
 		pools = append(pools, p.String())
 	}
-	log.Info("lockstep agent ready", "socket", cfg.Socket, "state", db.Path(), "pools", pools, "dataplane", be.name)
+	mode := "standalone"
+	if kube != nil {
+		mode = "kubernetes"
+	}
+	log.Info("lockstep agent ready", "mode", mode, "node", cfg.NodeName, "socket", cfg.Socket, "state", db.Path(), "pools", pools, "dataplane", be.name)
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
@@ -203,11 +289,21 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		log.Error("server stopped", "err", err)
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = apiSrv.Shutdown(shutdownCtx)
+	stopAPI()
 	if opsSrv != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		_ = opsSrv.Shutdown(shutdownCtx)
+	}
+	return err
+}
+
+// startCancelled is the result of a start-up wait that ended with err: a
+// clean stop when ctx ended (the agent was told to stop while starting),
+// err otherwise.
+func startCancelled(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
 	}
 	return err
 }

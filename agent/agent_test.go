@@ -32,7 +32,17 @@ func TestBadConfigTouchesNothing(t *testing.T) {
 	}{
 		{"host bits set", testConfig(t, "10.244.0.1/24"), "did you mean 10.244.0.0/24"},
 		{"no ipv4 pool", testConfig(t, "fd00::/120"), "at least one IPv4 pool"},
-		{"kubernetes mode", func() Config { c := testConfig(t, "10.244.0.0/24"); c.Standalone = false; return c }(), "--standalone"},
+		{"kubernetes mode without a node name", func() Config { c := testConfig(t); c.Standalone = false; return c }(), "needs --node-name"},
+		{"kubernetes mode with pools", func() Config {
+			c := testConfig(t, "10.244.0.0/24")
+			c.Standalone, c.NodeName = false, "n"
+			return c
+		}(), "--pool-cidr is for --standalone"},
+		{"kubernetes mode with a missing kubeconfig", func() Config {
+			c := testConfig(t)
+			c.Standalone, c.NodeName, c.Kubeconfig = false, "n", filepath.Join(t.TempDir(), "missing")
+			return c
+		}(), "load --kubeconfig"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,7 +2,12 @@
 // file, the endpoints service, the CNI API on a unix socket and the
 // health/metrics listener, and runs them until its context ends.
 //
-// The agent is the only writer of node state. Sources (today the CNI
-// plugin; later manifests and Kubernetes informers) change it through store
-// write transactions; the dataplane is driven from what those commit.
+// The agent is the only writer of node state. Sources change it through
+// store write transactions: the CNI plugin (endpoints), and the policy
+// source of the mode the agent runs in — a manifests directory with
+// --standalone (package agent/manifests), or in Kubernetes mode the API
+// server's informers (package kube/source) together with the node's
+// NodeIPAM blocks (package kube/nodeipam) and the routes to other nodes'
+// blocks (package agent/routes). The dataplane is driven from what those
+// commit.
 package agent

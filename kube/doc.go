@@ -5,6 +5,11 @@
 //     (its package documentation says who writes which field, and why).
 //   - kube/client: a typed client for them on client-go's rest.Interface,
 //     with the ListWatch helpers informers run on.
+//   - kube/source: the agent's Kubernetes source, informers on Pods,
+//     Namespaces, NetworkPolicies, Nodes and NodeIPAMs feeding the agent's
+//     store and its routes to other nodes' blocks.
+//   - kube/nodeipam: the agent's half of cluster IPAM.
+//   - kube/operator: the operator's half.
 //   - kube/generate.sh: regenerates the DeepCopy code and the CRDs in
 //     deploy/crds with a pinned controller-gen (make generate-kube).
 //
@@ -13,9 +18,8 @@
 // its half of NodeIPAM, and the DaemonSet mounts the paths the agent and
 // install-cni use by default.
 //
-// Nothing in the lockstep binary imports these packages yet: the agent runs
-// only with --standalone. Linking any of k8s.io/apimachinery into the
-// binary takes the CNI plugin's start-up past its budget (see
-// cmd/lockstep/deps_test.go), so how Kubernetes mode joins the binary is
-// still to be decided.
+// They are linked into the one lockstep binary (agent in Kubernetes mode,
+// `lockstep operator`), so the CNI plugin's start-up pays for their package
+// initialisers: cmd/lockstep/deps_test.go measures it and keeps client-go's
+// clientset, whose scheme registers every API group, out of the binary.
 package kube

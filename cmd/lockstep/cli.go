@@ -26,7 +26,7 @@ func runCLI(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd())
+	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd(), newOperatorCmd())
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -60,9 +60,16 @@ func agentCommand() *cobra.Command {
 in one transactional store, persists every allocation and release to
 --state-dir before answering, and serves the lockstep-cni plugin on --socket.
 
-Kubernetes mode is not implemented yet: start it with --standalone.`,
-		Example: "  lockstep agent --standalone --pool-cidr 10.244.0.0/24 --pool-cidr fd00:10:244::/120",
-		Args:    cobra.NoArgs,
+In Kubernetes mode (the default) it follows the API server's pods,
+namespaces, network policies and nodes, allocates from the blocks of the
+node's NodeIPAM, and routes other nodes' blocks through their InternalIPs.
+It answers CNI STATUS with code 50 until it has both. With --standalone it
+needs no API server: the pools are --pool-cidr and policy comes from
+--manifests.`,
+		Example: `  lockstep agent --node-name "$NODE_NAME"                      # in a pod: in-cluster config
+  lockstep agent --node-name node-a --kubeconfig /etc/lockstep/kubeconfig
+  lockstep agent --standalone --pool-cidr 10.244.0.0/24 --pool-cidr fd00:10:244::/120`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(logLevel, logFormat)
 			if err != nil {
@@ -76,15 +83,17 @@ Kubernetes mode is not implemented yet: start it with --standalone.`,
 				}
 				cfg.Pools = append(cfg.Pools, prefix)
 			}
-			if len(cfg.Pools) == 0 {
-				return errors.New("no --pool-cidr given: the agent needs at least one IPv4 pool, e.g. --pool-cidr 10.244.0.0/24")
+			if cfg.Standalone && len(cfg.Pools) == 0 {
+				return errors.New("no --pool-cidr given: a standalone agent needs at least one IPv4 pool, e.g. --pool-cidr 10.244.0.0/24")
 			}
 			return agent.Run(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&cfg.Standalone, "standalone", false, "run without a Kubernetes API server (required for now)")
-	f.StringSliceVar(&pools, "pool-cidr", nil, "address pool for pods; repeat for IPv6 (e.g. fd00:10:244::/120)")
+	f.BoolVar(&cfg.Standalone, "standalone", false, "run without a Kubernetes API server (pools from --pool-cidr, policy from --manifests)")
+	f.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node the agent runs on (Kubernetes mode; default $NODE_NAME)")
+	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file to reach the API server (Kubernetes mode; default: in-cluster config)")
+	f.StringSliceVar(&pools, "pool-cidr", nil, "address pool for pods with --standalone; repeat for IPv6 (e.g. fd00:10:244::/120)")
 	f.StringVar(&cfg.StateDir, "state-dir", agent.DefaultStateDir, "directory of the durable state file")
 	f.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket the CNI plugin calls")
 	f.StringVar(&cfg.MetricsAddr, "metrics-addr", agent.DefaultMetricsAddr, "address of /healthz and /metrics; empty disables")

@@ -59,7 +59,9 @@ func TestCLIErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"version"}, "lockstep "},
-		{[]string{"agent", "--pool-cidr", "10.244.0.0/24", "--state-dir", t.TempDir()}, "start with --standalone"},
+		{[]string{"agent", "--node-name", "", "--state-dir", t.TempDir()}, "needs --node-name (or NODE_NAME)"},
+		{[]string{"agent", "--node-name", "n", "--pool-cidr", "10.244.0.0/24", "--state-dir", t.TempDir()}, "--pool-cidr is for --standalone"},
+		{[]string{"agent", "--node-name", "n", "--kubeconfig", "/nonexistent/kubeconfig", "--state-dir", t.TempDir()}, "load --kubeconfig /nonexistent/kubeconfig"},
 		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/33"}, "want a CIDR such as 10.244.0.0/24"},
 		{[]string{"agent", "--standalone"}, "no --pool-cidr given"},
 		{[]string{"frobnicate"}, "unknown command"},

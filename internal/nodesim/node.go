@@ -41,6 +41,10 @@ type NodeOptions struct {
 	// AgentArgs are appended to the agent's command line (e.g.
 	// "--dataplane", "iptables").
 	AgentArgs []string
+	// Kubernetes starts the agent in Kubernetes mode: no --standalone, no
+	// Pools (they come from the node's NodeIPAM), and AgentArgs carry
+	// --node-name and --kubeconfig.
+	Kubernetes bool
 }
 
 // Node is a node network namespace with a lockstep agent in it.
@@ -105,7 +109,15 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	if n.agent != nil {
 		return errors.New("start agent: already running")
 	}
-	args := []string{"agent", "--standalone", "--state-dir", n.StateDir, "--socket", n.Socket, "--metrics-addr", "", "--bpf-root", n.BPFRoot}
+	args := []string{"agent", "--state-dir", n.StateDir, "--socket", n.Socket, "--metrics-addr", "", "--bpf-root", n.BPFRoot}
+	ready := 10 * time.Second
+	if n.Opts.Kubernetes {
+		// Ready only once the API server has listed everything and the
+		// node's NodeIPAM has a block.
+		ready = 30 * time.Second
+	} else {
+		args = append(args, "--standalone")
+	}
 	if n.Opts.Manifests != "" {
 		args = append(args, "--manifests", n.Opts.Manifests)
 	}
@@ -127,7 +139,7 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	go func() { n.done <- cmd.Wait(); logFile.Close() }()
 
 	client := api.NewClient(n.Socket, 500*time.Millisecond)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(ready)
 	for {
 		if _, err := client.Status(ctx); err == nil {
 			return nil
@@ -140,7 +152,7 @@ func (n *Node) StartAgent(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) {
 			_ = n.KillAgent()
-			return fmt.Errorf("agent did not answer on %s within 10s; log:\n%s", n.Socket, n.AgentLog())
+			return fmt.Errorf("agent did not answer on %s within %s; log:\n%s", n.Socket, ready, n.AgentLog())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

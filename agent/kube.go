@@ -1,0 +1,286 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/agent/endpoints"
+	"lockstep.dev/lockstep/agent/persist"
+	"lockstep.dev/lockstep/agent/routes"
+	"lockstep.dev/lockstep/agent/server"
+	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/kube/nodeipam"
+	"lockstep.dev/lockstep/kube/source"
+)
+
+// RoutesResyncInterval is how often the agent re-applies its routes to
+// other nodes' blocks, repairing any that were deleted behind its back.
+const RoutesResyncInterval = time.Minute
+
+// kubeStartupProgress is how often a Kubernetes-mode start that is still
+// waiting says what for.
+const kubeStartupProgress = 15 * time.Second
+
+// restConfig returns how the agent reaches the API server: the kubeconfig
+// file when one is given, the pod's service account otherwise.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load --kubeconfig %s: %w", kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load in-cluster API server config: %w (outside a pod, pass --kubeconfig; to run without Kubernetes, pass --standalone)", err)
+	}
+	return cfg, nil
+}
+
+// checkKubeConfig refuses what Kubernetes mode cannot use and returns the
+// API server config.
+func checkKubeConfig(cfg Config) (*rest.Config, error) {
+	switch {
+	case cfg.NodeName == "":
+		return nil, errors.New("run agent: Kubernetes mode needs --node-name (or NODE_NAME), the name of the Node the agent runs on")
+	case len(cfg.Pools) > 0:
+		return nil, errors.New("run agent: --pool-cidr is for --standalone; in Kubernetes mode the pools are the blocks of the node's NodeIPAM")
+	case cfg.Manifests != "":
+		return nil, errors.New("run agent: --manifests is for --standalone; in Kubernetes mode pods, namespaces and policies come from the API server")
+	}
+	return restConfig(cfg.Kubeconfig)
+}
+
+// kubeMode is what the agent runs in Kubernetes mode on top of what both
+// modes run: the API source and the routes to other nodes. The NodeIPAM
+// syncer joins them once the endpoints service exists (startNodeIPAM).
+type kubeMode struct {
+	config *rest.Config
+	source *source.Source
+	routes *routes.Manager
+}
+
+// startKube starts the Kubernetes source and the routes manager; they run
+// until ctx ends.
+func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store, log *slog.Logger) (*kubeMode, error) {
+	// client-go logs through klog: send it where the agent logs.
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	k := &kubeMode{config: rc, routes: routes.NewManager(log.With("component", "routes"))}
+	src, err := source.New(source.Options{
+		Config: rc, NodeName: cfg.NodeName, Store: st, Logger: log.With("component", "kube-source"),
+		OnNodes: func(n source.Nodes) {
+			desired, problems := routes.Desired(n.Peers)
+			for _, p := range problems {
+				log.Warn("block of another node not routed", "problem", p)
+			}
+			k.routes.Set(desired)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	k.source = src
+	go src.Run(ctx)
+	go k.routes.Run(ctx, RoutesResyncInterval)
+	return k, nil
+}
+
+// startNodeIPAM starts the agent's half of IPAM on the endpoints service:
+// the node's NodeIPAM blocks become the store's pools (kube/nodeipam). Its
+// Run failing is the agent failing, reported on errc.
+func (k *kubeMode) startNodeIPAM(ctx context.Context, cfg Config, st *store.Store, db *persist.DB, svc *endpoints.Service, errc chan<- error, log *slog.Logger) (*nodeipam.Syncer, error) {
+	syncer, err := nodeipam.New(nodeipam.Options{
+		Config: k.config, NodeName: cfg.NodeName, Store: st, DB: db, Service: svc,
+		Logger: log.With("component", "nodeipam"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		if err := syncer.Run(ctx); err != nil {
+			errc <- fmt.Errorf("run nodeipam: %w", err)
+		}
+	}()
+	return syncer, nil
+}
+
+// PodObjectWait bounds how long a Kubernetes-mode ADD waits, before its
+// policy is applied, for the API server to have told the agent about the
+// pod. The kubelet runs CNI ADD only for a pod already bound to the node,
+// so the object is at most an informer event away; a pod the agent does
+// not know has no labels, and no policy could select it.
+const PodObjectWait = 3 * time.Second
+
+// waitForPod returns once the store knows the Pod of the endpoint on
+// hostIf (at once for an endpoint without a pod name, as a plain container
+// runtime makes), or fails with CodeTryAgainLater after wait: the
+// ADD then rolls back and the runtime retries, rather than start a pod
+// that no policy isolates.
+func waitForPod(ctx context.Context, st *store.Store, hostIf string, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		ws := memdb.NewWatchSet()
+		txn := st.ReadTxn()
+		ep, err := store.EndpointByHostIf(txn, nil, hostIf)
+		if err != nil {
+			return err
+		}
+		if ep == nil || ep.Pod.Name == "" {
+			return nil
+		}
+		pod, err := store.PodByName(txn, ws, ep.Pod.Namespace, ep.Pod.Name)
+		if err != nil {
+			return err
+		}
+		if pod != nil {
+			return nil
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			return &api.Error{
+				Code:    api.CodeTryAgainLater,
+				Msg:     fmt.Sprintf("pod %s/%s is not known to the lockstep agent yet, so no policy can select it", ep.Pod.Namespace, ep.Pod.Name),
+				Details: "the agent has not received the Pod from the API server; the runtime retries the ADD",
+			}
+		}
+	}
+}
+
+// storePools returns the CIDRs of the store's pools that are not draining:
+// in Kubernetes mode, the node's usable blocks.
+func storePools(st *store.Store) []netip.Prefix {
+	pools, _ := store.Pools(st.ReadTxn(), nil)
+	var out []netip.Prefix
+	for _, p := range pools {
+		if !p.Draining {
+			out = append(out, p.CIDR)
+		}
+	}
+	return out
+}
+
+// waitStep waits for one start-up step, telling the API's callers what the
+// agent waits for and saying so in the log every kubeStartupProgress.
+func waitStep(ctx context.Context, gate *apiGate, log *slog.Logger, what string, wait func(context.Context) error) error {
+	gate.setWaiting(what)
+	done := make(chan error, 1)
+	go func() { done <- wait(ctx) }()
+	start := time.Now()
+	tick := time.NewTicker(kubeStartupProgress)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			log.Info("agent not ready yet", "waiting_for", what, "waited", time.Since(start).Round(time.Second))
+		}
+	}
+}
+
+// apiGate is the Backend the API server serves. Until the agent is ready
+// it answers every call, STATUS included, with CodeTryAgainLater and what
+// the agent waits for, which the CNI plugin turns into STATUS code 50 (the
+// runtime holds pods back) and ADD code 11 (the runtime retries); then it
+// passes every call to the endpoint service.
+type apiGate struct {
+	backend atomic.Pointer[server.Backend]
+	waiting atomic.Pointer[string]
+}
+
+func newAPIGate() *apiGate {
+	g := &apiGate{}
+	g.setWaiting("start-up")
+	return g
+}
+
+func (g *apiGate) setWaiting(what string) { g.waiting.Store(&what) }
+
+// open makes b serve every call from now on.
+func (g *apiGate) open(b server.Backend) { g.backend.Store(&b) }
+
+func (g *apiGate) get() (server.Backend, error) {
+	if b := g.backend.Load(); b != nil {
+		return *b, nil
+	}
+	return nil, &api.Error{
+		Code:    api.CodeTryAgainLater,
+		Msg:     "lockstep agent is starting: waiting for " + *g.waiting.Load(),
+		Details: "the agent serves pods once it is ready; see its log on this node",
+	}
+}
+
+// Add implements server.Backend.
+func (g *apiGate) Add(ctx context.Context, r api.AddRequest) (*api.AddResponse, error) {
+	b, err := g.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.Add(ctx, r)
+}
+
+// Confirm implements server.Backend.
+func (g *apiGate) Confirm(ctx context.Context, r api.OpRequest) error {
+	b, err := g.get()
+	if err != nil {
+		return err
+	}
+	return b.Confirm(ctx, r)
+}
+
+// Abort implements server.Backend.
+func (g *apiGate) Abort(ctx context.Context, r api.OpRequest) error {
+	b, err := g.get()
+	if err != nil {
+		return err
+	}
+	return b.Abort(ctx, r)
+}
+
+// Del implements server.Backend.
+func (g *apiGate) Del(ctx context.Context, a api.Attachment) (*api.DelResponse, error) {
+	b, err := g.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.Del(ctx, a)
+}
+
+// Get implements server.Backend.
+func (g *apiGate) Get(ctx context.Context, a api.Attachment) (*api.Endpoint, error) {
+	b, err := g.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.Get(ctx, a)
+}
+
+// GC implements server.Backend.
+func (g *apiGate) GC(ctx context.Context, r api.GCRequest) (*api.GCResponse, error) {
+	b, err := g.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.GC(ctx, r)
+}
+
+// Status implements server.Backend.
+func (g *apiGate) Status(ctx context.Context) (*api.StatusResponse, error) {
+	b, err := g.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.Status(ctx)
+}

@@ -1,0 +1,300 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/kube/apis/v1alpha1"
+	"lockstep.dev/lockstep/kube/client"
+)
+
+// Defaults for Options.
+const (
+	// DefaultBatchDelay is how long the source waits after an event for
+	// more before it commits them together: a rollout's burst of pod
+	// updates becomes a few store revisions, not hundreds.
+	DefaultBatchDelay = 10 * time.Millisecond
+	// progressInterval is how often WaitSynced says what it still waits
+	// for.
+	progressInterval = 10 * time.Second
+	// retryDelay is how long a batch that failed to commit waits before
+	// the next attempt.
+	retryDelay = time.Second
+)
+
+// Options configures a Source.
+type Options struct {
+	// Config reaches the API server (rest.InClusterConfig, or a
+	// kubeconfig's).
+	Config *rest.Config
+	// NodeName is the node this agent runs on: its pods' addresses come
+	// from the agent's CNI endpoints, not from the API.
+	NodeName string
+	// Store receives namespaces, pods and network policies.
+	Store *store.Store
+	// OnNodes, when set, is called with the nodes' view after the first
+	// sync and after every change of a Node or NodeIPAM, from one
+	// goroutine at a time.
+	OnNodes func(Nodes)
+	// BatchDelay is DefaultBatchDelay when zero; negative commits each
+	// wake-up at once.
+	BatchDelay time.Duration
+	Logger     *slog.Logger
+}
+
+// kind is an object kind the source commits to the store.
+type kind int
+
+const (
+	kindNamespace kind = iota
+	kindPod
+	kindPolicy
+	numKinds
+)
+
+var kindNames = [numKinds]string{"namespaces", "pods", "networkpolicies"}
+
+// Source follows the API server's Pods, Namespaces, NetworkPolicies,
+// Nodes and NodeIPAMs and commits the policy objects to the store. It
+// never writes to the API server.
+type Source struct {
+	opts      Options
+	log       *slog.Logger
+	informers [numKinds]cache.SharedIndexInformer
+	nodes     cache.SharedIndexInformer
+	ipams     cache.SharedIndexInformer
+
+	mu         sync.Mutex
+	dirty      [numKinds]map[string]bool
+	nodesDirty bool
+	wake       chan struct{}
+
+	synced chan struct{}
+}
+
+// New returns a Source; Run starts it. It contacts nothing yet.
+func New(opts Options) (*Source, error) {
+	if opts.Config == nil || opts.Store == nil || opts.NodeName == "" {
+		return nil, errors.New("create kubernetes source: Config, Store and NodeName are required")
+	}
+	if opts.BatchDelay == 0 {
+		opts.BatchDelay = DefaultBatchDelay
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	core, err := restClient(opts.Config, corev1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	networking, err := restClient(opts.Config, networkingv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
+	lockstep, err := client.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), synced: make(chan struct{})}
+	s.informers[kindNamespace] = newInformer(listWatch(core, "namespaces"), &corev1.Namespace{})
+	s.informers[kindPod] = newInformer(listWatch(core, "pods"), &corev1.Pod{})
+	s.informers[kindPolicy] = newInformer(listWatch(networking, "networkpolicies"), &networkingv1.NetworkPolicy{})
+	s.nodes = newInformer(listWatch(core, "nodes"), &corev1.Node{})
+	s.ipams = newInformer(lockstep.NodeIPAMs().ListWatch(nil), &v1alpha1.NodeIPAM{})
+	for k := range numKinds {
+		s.dirty[k] = map[string]bool{}
+		if _, err := s.informers[k].AddEventHandler(s.handler(func(key string) { s.dirty[k][key] = true })); err != nil {
+			return nil, fmt.Errorf("watch %s: %w", kindNames[k], err)
+		}
+	}
+	for _, inf := range []cache.SharedIndexInformer{s.nodes, s.ipams} {
+		if _, err := inf.AddEventHandler(s.handler(func(string) { s.nodesDirty = true })); err != nil {
+			return nil, fmt.Errorf("watch nodes: %w", err)
+		}
+	}
+	return s, nil
+}
+
+func newInformer(lw cache.ListerWatcher, obj runtime.Object) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+	// SetTransform fails only once the informer runs.
+	_ = inf.SetTransform(trim)
+	return inf
+}
+
+// handler marks the key of every added, updated or deleted object with
+// mark, under s.mu, and wakes Run.
+func (s *Source) handler(mark func(key string)) cache.ResourceEventHandler {
+	on := func(obj any) {
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			s.log.Warn("kubernetes event without a key; ignored", "err", err)
+			return
+		}
+		s.mu.Lock()
+		mark(key)
+		s.mu.Unlock()
+		s.poke()
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    on,
+		UpdateFunc: func(_, obj any) { on(obj) },
+		DeleteFunc: on,
+	}
+}
+
+func (s *Source) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run starts the informers, commits everything once they have listed, and
+// then commits each change (or short batch of changes) in one store write
+// transaction, until ctx ends.
+func (s *Source) Run(ctx context.Context) {
+	all := append(s.informers[:], s.nodes, s.ipams)
+	for _, inf := range all {
+		go inf.RunWithContext(ctx)
+	}
+	if !s.waitInformers(ctx, all) {
+		return
+	}
+	for {
+		if err := s.commitAll(); err != nil {
+			s.log.Error("commit the API server's objects to the store; retrying", "err", err)
+			if !sleep(ctx, retryDelay) {
+				return
+			}
+			continue
+		}
+		break
+	}
+	s.publishNodes()
+	close(s.synced)
+	s.log.Info("kubernetes source synced", "node", s.opts.NodeName)
+
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		if s.opts.BatchDelay > 0 && !sleep(ctx, s.opts.BatchDelay) {
+			return
+		}
+		if err := s.commitDirty(); err != nil {
+			s.log.Error("commit changes from the API server to the store; retrying", "err", err)
+			time.AfterFunc(retryDelay, s.poke)
+		}
+		s.publishNodesIfDirty()
+	}
+}
+
+// waitInformers waits for every informer's first list, saying every
+// progressInterval which ones are still missing. It reports false when ctx
+// ended first.
+func (s *Source) waitInformers(ctx context.Context, all []cache.SharedIndexInformer) bool {
+	names := append(kindNames[:], "nodes", "nodeipams")
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	lastReport := start
+	for {
+		var missing []string
+		for i, inf := range all {
+			if !inf.HasSynced() {
+				missing = append(missing, names[i])
+			}
+		}
+		if len(missing) == 0 {
+			return true
+		}
+		if time.Since(lastReport) >= progressInterval {
+			lastReport = time.Now()
+			s.log.Info("waiting for the API server to list objects", "host", s.opts.Config.Host,
+				"missing", strings.Join(missing, ","), "waited", time.Since(start).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// WaitSynced blocks until Run has committed the API server's first
+// complete list of every kind, or ctx ends.
+func (s *Source) WaitSynced(ctx context.Context) error {
+	select {
+	case <-s.synced:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the kubernetes source: %w", context.Cause(ctx))
+	}
+}
+
+// commitAll replaces the store's objects with everything the informers
+// hold, in one transaction. Marks taken before it are covered by it.
+func (s *Source) commitAll() error {
+	s.mu.Lock()
+	for k := range numKinds {
+		s.dirty[k] = map[string]bool{}
+	}
+	s.mu.Unlock()
+	objs := s.objects()
+	txn := s.opts.Store.WriteTxn()
+	defer txn.Abort()
+	if _, err := store.ReplaceObjects(txn, objs); err != nil {
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
+// commitDirty commits the objects marked since the last commit in one
+// transaction. On failure the marks are restored for the next attempt.
+func (s *Source) commitDirty() error {
+	s.mu.Lock()
+	var b batch
+	for k := range numKinds {
+		for key := range s.dirty[k] {
+			b.keys[k] = append(b.keys[k], key)
+		}
+		s.dirty[k] = map[string]bool{}
+	}
+	s.mu.Unlock()
+	if b.empty() {
+		return nil
+	}
+	txn := s.opts.Store.WriteTxn()
+	defer txn.Abort()
+	changed, err := b.apply(txn, s.lookup, s.converter())
+	if err != nil {
+		s.mu.Lock()
+		for k := range numKinds {
+			for _, key := range b.keys[k] {
+				s.dirty[k][key] = true
+			}
+		}
+		s.mu.Unlock()
+		return err
+	}
+	if changed {
+		txn.Commit()
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+package source
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"lockstep.dev/lockstep/kube/apis/v1alpha1"
+)
+
+// trim is the informers' transform: it keeps only what conversion and
+// routing read, before an object enters an informer's cache. An agent
+// caches every pod of the cluster, and a full Pod (managed fields, volumes,
+// env, conditions, last-applied annotations) is tens of times larger than
+// what policy needs. Objects it does not know, such as the tombstones of
+// deletions missed while disconnected, pass unchanged.
+func trim(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return trimPod(o), nil
+	case *corev1.Namespace:
+		return &corev1.Namespace{ObjectMeta: trimMeta(&o.ObjectMeta, o.Labels, nil)}, nil
+	case *networkingv1.NetworkPolicy:
+		return &networkingv1.NetworkPolicy{ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil), Spec: o.Spec}, nil
+	case *corev1.Node:
+		return &corev1.Node{
+			ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil),
+			Status:     corev1.NodeStatus{Addresses: o.Status.Addresses},
+		}, nil
+	case *v1alpha1.NodeIPAM:
+		return &v1alpha1.NodeIPAM{
+			ObjectMeta: func() metav1.ObjectMeta {
+				m := trimMeta(&o.ObjectMeta, nil, nil)
+				m.OwnerReferences = o.OwnerReferences
+				return m
+			}(),
+			Spec: v1alpha1.NodeIPAMSpec{Blocks: o.Spec.Blocks},
+		}, nil
+	}
+	return obj, nil
+}
+
+// trimMeta keeps the identity of an object, the given labels and
+// annotations.
+func trimMeta(m *metav1.ObjectMeta, labels, annotations map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Labels: labels, Annotations: annotations,
+	}
+}
+
+func trimPod(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{
+		ObjectMeta: trimMeta(&p.ObjectMeta, p.Labels, lockstepAnnotations(p.Annotations)),
+		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
+		Status:     corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
+	}
+	for _, c := range p.Spec.InitContainers {
+		if len(c.Ports) > 0 && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			out.Spec.InitContainers = append(out.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		if len(c.Ports) > 0 {
+			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+		}
+	}
+	return out
+}
