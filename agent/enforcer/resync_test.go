@@ -15,7 +15,6 @@ type invalidatingDataplane struct {
 
 func (d *invalidatingDataplane) Invalidate() { d.invalidated++ }
 
-
 // A resync must make a dataplane that diffs against its own memory read
 // the real state back; otherwise drift behind lockstep's back survives it.
 func TestResyncInvalidatesDiffingDataplanes(t *testing.T) {
