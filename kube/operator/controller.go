@@ -164,9 +164,17 @@ func (c *controller) pass(ctx context.Context) (time.Time, error) {
 	for _, u := range p.updates {
 		errs = append(errs, c.updateSpec(ctx, u, in))
 	}
+	// Pools with blocks to cut, and pools carrying an assignment some
+	// writer left unfinished (it lost its lease or crashed): assignFrom
+	// completes that first.
 	pools := map[string]bool{}
 	for _, a := range p.assigns {
 		pools[a.block.Pool] = true
+	}
+	for _, pool := range in.pools {
+		if _, ok := pool.Annotations[PendingBlocksAnnotation]; ok {
+			pools[pool.Name] = true
+		}
 	}
 	for _, pool := range slices.Sorted(maps.Keys(pools)) {
 		errs = append(errs, c.assignFrom(ctx, pool))

@@ -2,7 +2,6 @@ package operator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -249,7 +248,3 @@ func holder(l *coordinationv1.Lease) string {
 	}
 	return *l.Spec.HolderIdentity
 }
-
-// errLeaseTiming is returned for lease durations that cannot keep two
-// replicas from leading at once.
-var errLeaseTiming = errors.New("want lease duration > renew deadline > retry period > 0")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -76,6 +77,18 @@ func TestKubeOnlyTheLeaderWrites(t *testing.T) {
 		t.Error("the new leader sent no write")
 	}
 	inv.check(t)
+
+	// The replicas ran as the operator's ServiceAccount: it may not write
+	// the agents' half of the handshake.
+	op, err := newClients(cl.operatorREST())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := cl.nodeIPAM("a")
+	n.Status.ObservedGeneration = n.Generation
+	if _, err := op.lockstep.NodeIPAMs().UpdateStatus(t.Context(), n, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the operator's ServiceAccount wrote nodeipam status: %v; want Forbidden", err)
+	}
 }
 
 // TestKubeLeaderThatLosesTheLeaseStopsWriting takes the Lease from a

@@ -44,8 +44,13 @@ func startCluster(t *testing.T) *cluster {
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
 	ctx := t.Context()
-	if _, err := env.Kubectl(ctx, nil, "apply", "-f", "../../deploy/crds"); err != nil {
-		t.Fatal(err)
+	// The CRDs, and the RBAC the operator is deployed with: replicas act
+	// as its ServiceAccount, so a request deploy/rbac.yaml does not allow
+	// fails the test.
+	for _, f := range []string{"../../deploy/crds", "../../deploy/rbac.yaml"} {
+		if _, err := env.Kubectl(ctx, nil, "apply", "-f", f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := env.Kubectl(ctx, nil, "wait", "--for", "condition=established", "--timeout=60s",
 		"crd/ippools.lockstep.dev", "crd/nodeipams.lockstep.dev"); err != nil {
@@ -130,6 +135,17 @@ func (cl *cluster) nodeIPAM(name string) *v1alpha1.NodeIPAM {
 	return n
 }
 
+// operatorREST is the API server as the operator's ServiceAccount sees
+// it, under deploy/rbac.yaml.
+func (cl *cluster) operatorREST() *rest.Config {
+	cfg := rest.CopyConfig(cl.rest)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:kube-system:lockstep-operator",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
+	}
+	return cfg
+}
+
 // replica is one operator process of a test.
 type replica struct {
 	name      string
@@ -153,7 +169,7 @@ type opts struct {
 // Lease timings are short, so takeovers happen in seconds.
 func (cl *cluster) startReplica(name string, o opts) *replica {
 	r := &replica{name: name, identity: name + "-" + newPendingID()[:6], done: make(chan error, 1), logs: &lockedBuffer{}}
-	cfg := rest.CopyConfig(cl.rest)
+	cfg := cl.operatorREST()
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 			if req.Method != http.MethodGet && !strings.Contains(req.URL.Path, "/leases") {

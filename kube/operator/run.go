@@ -28,6 +28,10 @@ const (
 	DefaultResync = 30 * time.Second
 )
 
+// errLeaseTiming is returned for lease timings that cannot keep two
+// replicas from leading at once.
+var errLeaseTiming = errors.New("want lease duration > renew deadline > retry period > 0")
+
 // Config configures Run. Zero durations and names take the defaults above.
 type Config struct {
 	// REST reaches the API server: rest.InClusterConfig in a pod, or a

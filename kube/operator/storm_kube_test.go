@@ -187,21 +187,31 @@ func TestKubeConflictStormLosesNoUpdate(t *testing.T) {
 			t.Fatalf("agent: %v", err)
 		}
 	}
-	// One writer finishes what is in flight; then the state is final.
+	// One writer finishes what is in flight (a pending assignment r2 was
+	// stopped in the middle of, timers r2 started): wait until it has
+	// nothing left to do, nothing changing for a second.
 	r2.stop(t)
-	cl.eventually(10*time.Second, "the remaining replica settles: nothing pending, the pool's count right", func() (bool, string) {
+	var last string
+	cl.eventually(20*time.Second, "the remaining replica settles: nothing pending, the pool's count right, nothing changing", func() (bool, string) {
 		pool := cl.getPool("v4")
 		list, err := cl.c.lockstep.NodeIPAMs().List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		held := 0
+		sig := pool.ResourceVersion
 		for _, n := range list.Items {
 			held += len(n.Spec.Blocks)
+			sig += "," + n.ResourceVersion
 		}
 		_, pending := pool.Annotations[PendingBlocksAnnotation]
-		return !pending && int(pool.Status.AllocatedBlocks) == held,
-			fmt.Sprintf("pending %v, pool counts %d, nodeipams hold %d", pending, pool.Status.AllocatedBlocks, held)
+		still := sig == last
+		last = sig
+		if !still {
+			time.Sleep(time.Second)
+		}
+		return still && !pending && int(pool.Status.AllocatedBlocks) == held,
+			fmt.Sprintf("pending %v, pool counts %d, nodeipams hold %d, unchanged for a second %v", pending, pool.Status.AllocatedBlocks, held, still)
 	})
 	r1.stop(t)
 
