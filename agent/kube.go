@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/go-memdb"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"lockstep.dev/lockstep/agent/api"
@@ -20,6 +19,7 @@ import (
 	"lockstep.dev/lockstep/agent/routes"
 	"lockstep.dev/lockstep/agent/server"
 	"lockstep.dev/lockstep/agent/store"
+	kubeclient "lockstep.dev/lockstep/kube/client"
 	"lockstep.dev/lockstep/kube/nodeipam"
 	"lockstep.dev/lockstep/kube/source"
 )
@@ -32,23 +32,6 @@ const RoutesResyncInterval = time.Minute
 // waiting says what for.
 const kubeStartupProgress = 15 * time.Second
 
-// restConfig returns how the agent reaches the API server: the kubeconfig
-// file when one is given, the pod's service account otherwise.
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("load --kubeconfig %s: %w", kubeconfig, err)
-		}
-		return cfg, nil
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load in-cluster API server config: %w (outside a pod, pass --kubeconfig; to run without Kubernetes, pass --standalone)", err)
-	}
-	return cfg, nil
-}
-
 // checkKubeConfig refuses what Kubernetes mode cannot use and returns the
 // API server config.
 func checkKubeConfig(cfg Config) (*rest.Config, error) {
@@ -60,7 +43,11 @@ func checkKubeConfig(cfg Config) (*rest.Config, error) {
 	case cfg.Manifests != "":
 		return nil, errors.New("run agent: --manifests is for --standalone; in Kubernetes mode pods, namespaces and policies come from the API server")
 	}
-	return restConfig(cfg.Kubeconfig)
+	rc, err := kubeclient.LoadConfig(cfg.Kubeconfig)
+	if err != nil && cfg.Kubeconfig == "" {
+		return nil, fmt.Errorf("%w; to run without Kubernetes, pass --standalone", err)
+	}
+	return rc, err
 }
 
 // kubeMode is what the agent runs in Kubernetes mode on top of what both

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"lockstep.dev/lockstep/kube/client"
 	"lockstep.dev/lockstep/kube/operator"
 )
 
@@ -37,7 +34,7 @@ the Lease --lease-namespace/--lease-name; only the leader writes.`,
 				return err
 			}
 			cfg.Logger = log
-			if cfg.REST, err = operatorRESTConfig(kubeconfig); err != nil {
+			if cfg.REST, err = client.LoadConfig(kubeconfig); err != nil {
 				return err
 			}
 			return operator.Run(cmd.Context(), cfg)
@@ -54,21 +51,4 @@ the Lease --lease-namespace/--lease-name; only the leader writes.`,
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
-}
-
-// operatorRESTConfig returns how the operator reaches the API server: the
-// kubeconfig file if one is named, else the pod's service account.
-func operatorRESTConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("load --kubeconfig %s: %w", kubeconfig, err)
-		}
-		return cfg, nil
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load in-cluster API server config: %w (outside a pod, pass --kubeconfig)", err)
-	}
-	return cfg, nil
 }

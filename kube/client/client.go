@@ -4,9 +4,14 @@ import (
 	"fmt"
 	"sync"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
@@ -16,24 +21,44 @@ type Client struct {
 	rest rest.Interface
 }
 
-// codecs serialises this package's types. It is built on first use.
+// codecs serialises every API group lockstep talks to: lockstep.dev/v1alpha1
+// and the built-in core/v1, networking.k8s.io/v1 and coordination.k8s.io/v1.
+// It is built on first use rather than taken from
+// k8s.io/client-go/kubernetes/scheme, whose initialiser registers every API
+// group of Kubernetes: lockstep is one binary, and the CNI plugin it also is
+// pays for every package initialiser on each pod ADD
+// (cmd/lockstep/deps_test.go).
 var codecs = sync.OnceValue(func() serializer.CodecFactory {
 	s := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		// AddToScheme only registers types: failing is a programming error.
-		panic(fmt.Sprintf("register lockstep.dev/v1alpha1: %v", err))
+	for _, add := range []func(*runtime.Scheme) error{
+		v1alpha1.AddToScheme, corev1.AddToScheme, networkingv1.AddToScheme, coordinationv1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			// AddToScheme only registers types: failing is a programming
+			// error.
+			panic(fmt.Sprintf("register API types: %v", err))
+		}
 	}
 	return serializer.NewCodecFactory(s)
 })
 
-// ConfigFor returns a copy of cfg set up for lockstep.dev/v1alpha1: API
-// path, group version, JSON and this package's codecs. Authentication,
-// TLS, rate limits and timeouts are kept from cfg.
+// ConfigFor returns a copy of cfg set up for lockstep.dev/v1alpha1 (see
+// GroupConfig).
 func ConfigFor(cfg *rest.Config) *rest.Config {
+	return GroupConfig(cfg, v1alpha1.SchemeGroupVersion)
+}
+
+// GroupConfig returns a copy of cfg set up for the group version gv, one of
+// those codecs registers: API path (/api for core, /apis otherwise), JSON
+// and this package's codecs. Authentication, TLS, rate limits and timeouts
+// are kept from cfg.
+func GroupConfig(cfg *rest.Config, gv schema.GroupVersion) *rest.Config {
 	c := rest.CopyConfig(cfg)
-	gv := v1alpha1.SchemeGroupVersion
 	c.GroupVersion = &gv
 	c.APIPath = "/apis"
+	if gv.Group == "" {
+		c.APIPath = "/api"
+	}
 	c.ContentType = runtime.ContentTypeJSON
 	c.AcceptContentTypes = runtime.ContentTypeJSON
 	c.NegotiatedSerializer = codecs().WithoutConversion()
@@ -41,6 +66,34 @@ func ConfigFor(cfg *rest.Config) *rest.Config {
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
 	return c
+}
+
+// ForGroup returns a REST client for one group version on the API server
+// cfg describes: core/v1, networking.k8s.io/v1 or coordination.k8s.io/v1
+// (for lockstep.dev, use NewForConfig).
+func ForGroup(cfg *rest.Config, gv schema.GroupVersion) (rest.Interface, error) {
+	rc, err := rest.RESTClientFor(GroupConfig(cfg, gv))
+	if err != nil {
+		return nil, fmt.Errorf("create %s client for %s: %w", gv, cfg.Host, err)
+	}
+	return rc, nil
+}
+
+// LoadConfig returns how a lockstep process reaches the API server: the
+// kubeconfig file when one is named, the pod's service account otherwise.
+func LoadConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load --kubeconfig %s: %w", kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load in-cluster API server config: %w (outside a pod, pass --kubeconfig)", err)
+	}
+	return cfg, nil
 }
 
 // NewForConfig returns a Client for the API server cfg describes, such as

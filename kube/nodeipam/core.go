@@ -4,51 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"lockstep.dev/lockstep/agent/endpoints"
 )
-
-// coreCodecs serialises core/v1, built on first use rather than taken from
-// k8s.io/client-go/kubernetes/scheme, whose initialiser registers every API
-// group: lockstep is one binary, and the CNI plugin it also is pays for
-// every package initialiser on each pod ADD (cmd/lockstep/deps_test.go).
-var coreCodecs = sync.OnceValue(func() serializer.CodecFactory {
-	s := runtime.NewScheme()
-	if err := corev1.AddToScheme(s); err != nil {
-		// AddToScheme only registers types: failing is a programming error.
-		panic(fmt.Sprintf("register core/v1: %v", err))
-	}
-	return serializer.NewCodecFactory(s)
-})
-
-// newCoreClient returns a REST client for core/v1 on the API server cfg
-// describes: the Node the agent runs on and the pods bound to it.
-func newCoreClient(cfg *rest.Config) (rest.Interface, error) {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &corev1.SchemeGroupVersion
-	c.APIPath = "/api"
-	c.ContentType = runtime.ContentTypeJSON
-	c.AcceptContentTypes = runtime.ContentTypeJSON
-	c.NegotiatedSerializer = coreCodecs().WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	rc, err := rest.RESTClientFor(c)
-	if err != nil {
-		return nil, fmt.Errorf("create core/v1 client for %s: %w", cfg.Host, err)
-	}
-	return rc, nil
-}
 
 // coreListWatch lists and watches one cluster-wide core resource (nodes,
 // or pods in all namespaces) narrowed by a field selector.

@@ -55,7 +55,7 @@ func startCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, err := newCoreClient(cfg)
+	core, err := client.ForGroup(cfg, corev1.SchemeGroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

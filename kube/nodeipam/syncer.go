@@ -152,7 +152,7 @@ func New(opts Options) (*Syncer, error) {
 	if err != nil {
 		return nil, err
 	}
-	core, err := newCoreClient(opts.Config)
+	core, err := client.ForGroup(opts.Config, corev1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}

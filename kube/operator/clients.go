@@ -3,38 +3,18 @@ package operator
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"lockstep.dev/lockstep/kube/client"
 )
-
-// codecs serialises the two built-in groups the operator uses: core/v1
-// (Nodes) and coordination.k8s.io/v1 (the leader election Lease). It is
-// built on first use rather than taken from client-go's generated
-// clientset, whose scheme registers every API group in an initialiser that
-// every lockstep-cni exec would run (cmd/lockstep/deps_test.go).
-var codecs = sync.OnceValue(func() serializer.CodecFactory {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordinationv1.AddToScheme} {
-		if err := add(s); err != nil {
-			// AddToScheme only registers types: failing is a programming
-			// error.
-			panic(fmt.Sprintf("register built-in API types: %v", err))
-		}
-	}
-	return serializer.NewCodecFactory(s)
-})
 
 // clients are the operator's connections to the API server.
 type clients struct {
@@ -60,37 +40,15 @@ func newClients(cfg *rest.Config) (*clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	core, err := restClient(cfg, corev1.SchemeGroupVersion)
+	core, err := client.ForGroup(cfg, corev1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
-	leases, err := restClient(cfg, coordinationv1.SchemeGroupVersion)
+	leases, err := client.ForGroup(cfg, coordinationv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
 	return &clients{lockstep: ls, core: core, leases: leases}, nil
-}
-
-// restClient returns a REST client for one built-in group version: core
-// ("" under /api) or a named group under /apis.
-func restClient(cfg *rest.Config, gv schema.GroupVersion) (rest.Interface, error) {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &gv
-	c.APIPath = "/apis"
-	if gv.Group == "" {
-		c.APIPath = "/api"
-	}
-	c.ContentType = runtime.ContentTypeJSON
-	c.AcceptContentTypes = runtime.ContentTypeJSON
-	c.NegotiatedSerializer = codecs().WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	rc, err := rest.RESTClientFor(c)
-	if err != nil {
-		return nil, fmt.Errorf("create %s client for %s: %w", gv, cfg.Host, err)
-	}
-	return rc, nil
 }
 
 // getNode reads one Node from the API server, not from a cache.

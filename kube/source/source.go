@@ -95,11 +95,11 @@ func New(opts Options) (*Source, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	core, err := restClient(opts.Config, corev1.SchemeGroupVersion)
+	core, err := client.ForGroup(opts.Config, corev1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
-	networking, err := restClient(opts.Config, networkingv1.SchemeGroupVersion)
+	networking, err := client.ForGroup(opts.Config, networkingv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
