@@ -1,5 +1,6 @@
 // Package benchkit holds what lockstep's benchmark tools (tools/cnibench,
-// tools/policybench) share: finding the repository, describing the
-// machine a run measured, rendering the command line without this
-// machine's paths, and nearest-rank percentiles.
+// tools/policybench, tools/kubebench) share: finding the repository,
+// describing the machine a run measured, rendering the command line
+// without this machine's paths, nearest-rank percentiles, and rewriting a
+// tool's own section of BENCHMARKS.md in place.
 package benchkit

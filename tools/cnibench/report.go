@@ -3,23 +3,17 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"lockstep.dev/lockstep/internal/benchkit"
 )
 
-// The markers around the section cnibench owns in the output file.
-const (
-	beginMarker = "<!-- cnibench:begin -->"
-	endMarker   = "<!-- cnibench:end -->"
-)
+// fileSection is the part of the output file cnibench owns; the file starts
+// with fileIntro when cnibench creates it.
+var fileSection = benchkit.Section{Tool: "cnibench", Intro: fileIntro}
 
 // fileIntro starts the output file when cnibench creates it.
 const fileIntro = `# Benchmarks
@@ -115,7 +109,7 @@ func (r *report) section() string {
 		w("|---|%s", strings.Repeat("---:|", len(r.sides)))
 	}
 
-	w("%s", beginMarker)
+	w("%s", fileSection.Begin())
 	w("## CNI ADD/DEL: lockstep vs ptp + host-local")
 	w("")
 	w("_Written by `tools/cnibench` (`make bench`); do not edit by hand._")
@@ -223,7 +217,7 @@ func (r *report) section() string {
 		}
 		w("| %s | %s | %s |", t.name, t.measured, result)
 	}
-	w("%s", endMarker)
+	w("%s", fileSection.End())
 	return b.String()
 }
 
@@ -236,62 +230,5 @@ func oneLine(s string) string {
 // write puts the section into the file at path, replacing only what lies
 // between the markers, or prints it to stdout when path is empty.
 func (r *report) write(path string, stdout io.Writer) error {
-	section := r.section()
-	if path == "" {
-		_, err := io.WriteString(stdout, section)
-		return err
-	}
-	old, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	updated, err := spliceSection(old, section)
-	if err != nil {
-		return fmt.Errorf("update %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".cnibench-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(updated); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-// spliceSection returns old with its cnibench section replaced by section.
-// A file without one gets it appended; no file at all gets the intro first.
-func spliceSection(old []byte, section string) ([]byte, error) {
-	if len(bytes.TrimSpace(old)) == 0 {
-		return []byte(fileIntro + "\n" + section), nil
-	}
-	begin := bytes.Index(old, []byte(beginMarker))
-	end := bytes.Index(old, []byte(endMarker))
-	switch {
-	case begin < 0 && end < 0:
-		out := bytes.TrimRight(old, "\n")
-		return append(append(out, "\n\n"...), section...), nil
-	case begin < 0 || end < begin:
-		return nil, fmt.Errorf("the markers %s and %s are missing or out of order; fix them by hand (or delete the broken section) and rerun", beginMarker, endMarker)
-	}
-	end += len(endMarker)
-	if end < len(old) && old[end] == '\n' {
-		end++
-	}
-	var out []byte
-	out = append(out, old[:begin]...)
-	out = append(out, section...)
-	return append(out, old[end:]...), nil
+	return fileSection.Write(path, r.section(), stdout)
 }

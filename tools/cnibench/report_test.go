@@ -9,40 +9,6 @@ import (
 	"lockstep.dev/lockstep/internal/benchkit"
 )
 
-func TestSpliceSection(t *testing.T) {
-	section := beginMarker + "\nNEW\n" + endMarker + "\n"
-	for _, tc := range []struct {
-		name, old, want string
-	}{
-		{"no file gets the intro", "", fileIntro + "\n" + section},
-		{"other sections survive a rerun",
-			"# B\n\nbefore\n" + beginMarker + "\nOLD\n" + endMarker + "\nafter\n",
-			"# B\n\nbefore\n" + section + "after\n"},
-		{"a file without the section gets it appended", "# B\n\nother tool\n\n\n", "# B\n\nother tool\n\n" + section},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := spliceSection([]byte(tc.old), section)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != tc.want {
-				t.Fatalf("got\n%s\nwant\n%s", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestSpliceSectionRefusesBrokenMarkers(t *testing.T) {
-	for _, old := range []string{
-		"# B\n" + beginMarker + "\nno end\n",
-		"# B\n" + endMarker + "\n" + beginMarker + "\n",
-	} {
-		if _, err := spliceSection([]byte(old), "x"); err == nil {
-			t.Errorf("spliceSection(%q) succeeded; want an error", old)
-		}
-	}
-}
-
 func TestCommandLineHidesMachinePaths(t *testing.T) {
 	got := benchkit.CommandLine("tools/cnibench", []string{"-out", "/src/lockstep/BENCHMARKS.md", "-bin=/src/lockstep/bin", "-work", "/home/me/scratch", "-ref-plugins", "/usr/lib/cni", "-n", "50"}, "/src/lockstep")
 	want := "go run ./tools/cnibench -out BENCHMARKS.md -bin=bin -work …/scratch -ref-plugins /usr/lib/cni -n 50"
