@@ -62,10 +62,11 @@ fuzz:
 demo: build
 	$(GO) run ./tools/demo -bin $(BIN)
 
-## bench: CNI latency vs the reference plugins, then the policy dataplane, written to BENCHMARKS.md
-bench: deps build
+## bench: CNI latency vs the reference plugins, the policy dataplanes, then Kubernetes IPAM, written to BENCHMARKS.md
+bench: deps build kube-testenv
 	$(GO) run ./tools/cnibench -bin $(BIN) -out BENCHMARKS.md
 	$(GO) run ./tools/policybench -bin $(BIN) -out BENCHMARKS.md
+	$(GO) run ./tools/kubebench -bin $(BIN) -out BENCHMARKS.md
 
 clean:
 	rm -rf $(BIN)

@@ -41,7 +41,7 @@ const repoRoot = "../.."
 
 // cluster is the API server and the simulated nodes.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	env   *kubetest.Env
 	bin   string
 	nodes []*node
@@ -91,7 +91,7 @@ var built struct {
 
 // builtBinary builds bin/lockstep and the lockstep-cni link into a
 // temporary directory that TestMain removes.
-func builtBinary(t *testing.T) string {
+func builtBinary(t testing.TB) string {
 	t.Helper()
 	built.once.Do(func() {
 		t.Logf("building lockstep")
@@ -116,7 +116,14 @@ func TestMain(m *testing.M) {
 // newCluster starts the API server with lockstep's CRDs and an IPPool of
 // podCIDR in /26 blocks, and builds the lockstep binary. Everything is
 // undone when t ends, failed or not.
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
+	t.Helper()
+	return newClusterWithBlocks(t, 26)
+}
+
+// newClusterWithBlocks is newCluster with the IPPool's blocks of the given
+// prefix length.
+func newClusterWithBlocks(t testing.TB, blockSize int) *cluster {
 	t.Helper()
 	env := kubetest.Start(t)
 	for _, p := range []string{nodePrefix, podPrefix} {
@@ -125,7 +132,7 @@ func newCluster(t *testing.T) *cluster {
 	c := &cluster{t: t, env: env, bin: builtBinary(t)}
 	c.kubectl(nil, "apply", "-f", filepath.Join(repoRoot, "deploy", "crds"))
 	c.kubectl(nil, "wait", "--for", "condition=established", "--timeout=60s", "crd/nodeipams.lockstep.dev", "crd/ippools.lockstep.dev")
-	c.apply(fmt.Sprintf(`{"apiVersion":"lockstep.dev/v1alpha1","kind":"IPPool","metadata":{"name":"default"},"spec":{"cidrs":[%q],"blockSize":26}}`, podCIDR))
+	c.apply(fmt.Sprintf(`{"apiVersion":"lockstep.dev/v1alpha1","kind":"IPPool","metadata":{"name":"default"},"spec":{"cidrs":[%q],"blockSize":%d}}`, podCIDR, blockSize))
 	// Agents and operator run as the service accounts deploy/rbac.yaml
 	// gives them, so what they read and write must be what it allows.
 	c.kubectl(nil, "apply", "-f", filepath.Join(repoRoot, "deploy", "rbac.yaml"))
@@ -246,10 +253,11 @@ func (c *cluster) waitBlocks(n *node) []netip.Prefix {
 }
 
 // startOperator runs `lockstep operator` against the API server until t
-// ends; it gives each Node a NodeIPAM with blocks of the pool. It is forked from a thread of its own that stays locked until the
+// ends, with args appended to its command line; it gives each Node a
+// NodeIPAM with blocks of the pool. It is forked from a thread of its own that stays locked until the
 // operator is reaped, so the parent-death signal stops it with a test
 // binary that dies without cleanups.
-func (c *cluster) startOperator() {
+func (c *cluster) startOperator(args ...string) {
 	t, bin, kubeconfig := c.t, filepath.Join(c.bin, "lockstep"), c.operatorKubeconfig
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "operator.log")
@@ -258,7 +266,7 @@ func (c *cluster) startOperator() {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	cmd := exec.Command(bin, "operator", "--kubeconfig", kubeconfig, "--leader-elect=false")
+	cmd := exec.Command(bin, append([]string{"operator", "--kubeconfig", kubeconfig, "--leader-elect=false"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started, done := make(chan error, 1), make(chan struct{})
@@ -345,7 +353,7 @@ func (c *cluster) addPod(n *node, namespace, name string, labels map[string]stri
 
 // linkNodes joins two node namespaces with a veth pair, "uplink" on
 // both sides, holding each node's address.
-func linkNodes(t *testing.T, a, b *node) {
+func linkNodes(t testing.TB, a, b *node) {
 	t.Helper()
 	err := a.sim.NS.Do(func(ns.NetNS) error {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "uplink"}, PeerName: "uplink-b"}
@@ -398,7 +406,7 @@ func upWithAddr(name string, addr netip.Prefix) error {
 // same address in the test's own namespace, where the API server listens.
 // Bytes pass unchanged, TLS included. It stops, cutting its connections,
 // when t ends.
-func relay(t *testing.T, netns ns.NetNS, addr string) {
+func relay(t testing.TB, netns ns.NetNS, addr string) {
 	t.Helper()
 	var lis net.Listener
 	err := netns.Do(func(ns.NetNS) error {
@@ -479,7 +487,7 @@ func pipe(a, b net.Conn) {
 }
 
 // listenTCP serves port inside p: accept and close.
-func listenTCP(t *testing.T, p *pod, port int) {
+func listenTCP(t testing.TB, p *pod, port int) {
 	t.Helper()
 	var lis net.Listener
 	err := p.netns.Do(func(ns.NetNS) error {
@@ -507,7 +515,7 @@ func listenTCP(t *testing.T, p *pod, port int) {
 // connect reports whether a TCP connection from inside src to dst:port
 // is established within timeout. A refusal or a timeout is false; an
 // error that says nothing about the network fails the test.
-func connect(t *testing.T, src *pod, dst netip.Addr, port int, timeout time.Duration) bool {
+func connect(t testing.TB, src *pod, dst netip.Addr, port int, timeout time.Duration) bool {
 	t.Helper()
 	var ok bool
 	err := src.netns.Do(func(ns.NetNS) error {
@@ -533,7 +541,7 @@ func connect(t *testing.T, src *pod, dst netip.Addr, port int, timeout time.Dura
 // eventually polls cond until it holds or the deadline passes, and then
 // fails with cond's last word. The deadline bounds convergence across the
 // API server, two agents and their dataplanes; it is not what is tested.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -553,7 +561,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 }
 
 // inNS runs fn inside netns and returns its result; its error fails t.
-func inNS[T any](t *testing.T, netns ns.NetNS, fn func() (T, error)) T {
+func inNS[T any](t testing.TB, netns ns.NetNS, fn func() (T, error)) T {
 	t.Helper()
 	var out T
 	if err := netns.Do(func(ns.NetNS) error {
