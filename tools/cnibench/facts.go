@@ -4,28 +4,18 @@ package main
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"time"
 
 	"lockstep.dev/lockstep/internal/benchkit"
 )
 
-// facts describe the machine and build a run measured, so numbers from two
-// runs can be told apart.
+// facts describe the machine and build a run measured, and what cnibench
+// compared lockstep with.
 type facts struct {
-	command    string
-	date       string
-	kernel     string
-	cpus       string
-	load       string
-	goVersion  string
-	lockstep   string
-	tree       string
+	benchkit.Machine
 	refPlugins string
 	stateFS    string
 }
@@ -36,31 +26,10 @@ type facts struct {
 func gatherFacts(cfg config, binDir, workDir, loadAtStart string) facts {
 	root, _ := benchkit.FindRepoRoot()
 	f := facts{
-		command:   benchkit.CommandLine("tools/cnibench", cfg.args, root),
-		date:      time.Now().UTC().Format("2006-01-02 15:04 UTC"),
-		kernel:    "unknown",
-		cpus:      fmt.Sprintf("%d", runtime.NumCPU()),
-		goVersion: runtime.Version(),
-		lockstep:  "unknown",
-		stateFS:   filesystemType(workDir),
-		load:      loadAtStart,
+		Machine:    benchkit.GatherMachine("tools/cnibench", cfg.args, binDir, loadAtStart),
+		refPlugins: "containernetworking-plugins",
+		stateFS:    filesystemType(workDir),
 	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		f.kernel = strings.TrimSpace(string(b))
-	}
-	if model := benchkit.CPUModel(); model != "" {
-		f.cpus += " × " + model
-	}
-	if out, err := exec.Command(filepath.Join(binDir, "lockstep"), "version").Output(); err == nil {
-		f.lockstep = strings.TrimSpace(string(out))
-	}
-	f.tree = "unknown"
-	if root != "" {
-		if out, err := exec.Command("git", "-C", root, "describe", "--tags", "--always", "--dirty").Output(); err == nil {
-			f.tree = strings.TrimSpace(string(out))
-		}
-	}
-	f.refPlugins = "containernetworking-plugins"
 	if out, err := exec.Command("dpkg-query", "-W", "-f", "${Version}", "containernetworking-plugins").Output(); err == nil && len(out) > 0 {
 		f.refPlugins += " " + strings.TrimSpace(string(out))
 	}

@@ -135,18 +135,9 @@ func (r *report) section() string {
 
 	w("### Machine")
 	w("")
-	w("| | |")
-	w("|---|---|")
-	w("| command | `%s` |", r.facts.command)
-	w("| date | %s |", r.facts.date)
-	w("| kernel | %s |", r.facts.kernel)
-	w("| CPUs (nproc) | %s |", r.facts.cpus)
-	w("| load average at start (1, 5, 15 min) | %s |", r.facts.load)
-	w("| Go | %s |", r.facts.goVersion)
-	w("| lockstep | %s |", r.facts.lockstep)
-	w("| source tree (git describe) | %s |", r.facts.tree)
-	w("| reference plugins | %s |", r.facts.refPlugins)
-	w("| state filesystem | %s |", r.facts.stateFS)
+	b.WriteString(benchkit.Table(r.facts.Rows(
+		[2]string{"reference plugins", r.facts.refPlugins},
+		[2]string{"state filesystem", r.facts.stateFS})))
 	w("")
 
 	w("### Sequential ADD and DEL latency (%d iterations)", r.cfg.n)
