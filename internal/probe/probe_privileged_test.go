@@ -5,6 +5,7 @@ package probe
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,7 +87,7 @@ func snapshot(t *testing.T) leftovers {
 	}
 	l.dirs, _ = filepath.Glob(filepath.Join(os.TempDir(), ownPrefix+"*"))
 	for _, d := range l.dirs {
-		l.procs = append(l.procs, processesUsing(d)...)
+		l.procs = append(l.procs, nodesim.ProcessesUsing(d)...)
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -248,7 +250,7 @@ func TestPrivilegedSweepStale(t *testing.T) {
 	testenv.Privileged(t)
 	// A PID that is not running: the highest possible is rarely in use.
 	const deadPID = 4194303
-	if alive(deadPID) {
+	if err := syscall.Kill(deadPID, 0); err == nil || errors.Is(err, syscall.EPERM) {
 		t.Skip("pid 4194303 is running")
 	}
 	name := strings.Replace(nodesim.Name(NSPrefix), "-"+strconv.Itoa(os.Getpid())+"-", "-"+strconv.Itoa(deadPID)+"-", 1)

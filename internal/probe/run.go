@@ -83,7 +83,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	work, err := os.MkdirTemp("", workDirPattern())
+	work, err := os.MkdirTemp("", nodesim.RunDirPattern(NSPrefix))
 	if err != nil {
 		return nil, fmt.Errorf("create work dir: %w", err)
 	}

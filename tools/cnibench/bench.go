@@ -45,7 +45,7 @@ type bench struct {
 // but a burst failed its checks: that outcome is worth writing down.
 func (b *bench) run(ctx context.Context) (*report, error) {
 	load := benchkit.LoadAverage()
-	if n, err := sweepStaleRuns(b.cfg.workDir); err != nil {
+	if n, err := nodesim.SweepStaleRuns(nsPrefix, b.cfg.workDir); err != nil {
 		return nil, err
 	} else if n > 0 {
 		logf("removed what %d earlier, killed runs left behind", n)
@@ -58,7 +58,7 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	if err := checkRefPlugins(b.cfg.refPlugins); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(b.cfg.workDir, workDirPattern())
+	dir, err := os.MkdirTemp(b.cfg.workDir, nodesim.RunDirPattern(nsPrefix))
 	if err != nil {
 		return nil, fmt.Errorf("create work directory: %w (pass -work with a writable directory on disk)", err)
 	}
