@@ -4,7 +4,8 @@
 //     NodeIPAM, and the block release handshake between operator and agent
 //     (its package documentation says who writes which field, and why).
 //   - kube/client: a typed client for them on client-go's rest.Interface,
-//     with the ListWatch helpers informers run on.
+//     the Informer every lockstep process caches API objects with, and the
+//     kubeconfig loader.
 //   - kube/source: the agent's Kubernetes source, informers on Pods,
 //     Namespaces, NetworkPolicies, Nodes and NodeIPAMs feeding the agent's
 //     store and its routes to other nodes' blocks.
@@ -21,5 +22,6 @@
 // They are linked into the one lockstep binary (agent in Kubernetes mode,
 // `lockstep operator`), so the CNI plugin's start-up pays for their package
 // initialisers: cmd/lockstep/deps_test.go measures it and keeps client-go's
-// clientset, whose scheme registers every API group, out of the binary.
+// clientset, whose scheme registers every API group, out of the binary,
+// and its tools/cache and tools/clientcmd, which kube/client replaces.
 package kube

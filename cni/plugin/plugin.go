@@ -29,12 +29,17 @@ func Main() {
 		Check:  p.cmdCheck,
 		GC:     p.cmdGC,
 		Status: p.cmdStatus,
-	}, supportedVersions, about())
+	}, supportedVersions, about(os.Getenv("CNI_COMMAND")))
 }
 
 // about is what a bare invocation prints: "lockstep-cni VERSION (commit
-// C, GOVERSION)".
-func about() string {
+// C, GOVERSION)". skel prints it only when CNI_COMMAND is unset, so for a
+// command it is "" rather than the build information, which would be
+// parsed from the binary on every pod ADD for nothing.
+func about(command string) string {
+	if command != "" {
+		return ""
+	}
 	return "lockstep-cni " + strings.TrimPrefix(buildinfo.String(), "lockstep ")
 }
 

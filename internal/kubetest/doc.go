@@ -6,8 +6,8 @@
 // resourceVersion, admission, RBAC, watch semantics, a restart that drops
 // every watch. Tests that need it are named TestKube... and begin with
 // [Start], which returns an [Env] whose Host, Token, CAFile and Kubeconfig
-// are ready for kubectl, for [net/http] ([Env.HTTPClient]) and later for
-// client-go (clientcmd reads Kubeconfig). Nothing else runs: there is no
+// are ready for kubectl, for [net/http] ([Env.HTTPClient]) and for
+// client-go (kube/client.LoadConfig reads Kubeconfig). Nothing else runs: there is no
 // scheduler, no controller-manager and no kubelet, so a test that wants a
 // pod on a node creates it with spec.nodeName already set, and a pod's
 // status changes only when the test writes it.

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
@@ -77,23 +76,6 @@ func ForGroup(cfg *rest.Config, gv schema.GroupVersion) (rest.Interface, error) 
 		return nil, fmt.Errorf("create %s client for %s: %w", gv, cfg.Host, err)
 	}
 	return rc, nil
-}
-
-// LoadConfig returns how a lockstep process reaches the API server: the
-// kubeconfig file when one is named, the pod's service account otherwise.
-func LoadConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("load --kubeconfig %s: %w", kubeconfig, err)
-		}
-		return cfg, nil
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load in-cluster API server config: %w (outside a pod, pass --kubeconfig)", err)
-	}
-	return cfg, nil
 }
 
 // NewForConfig returns a Client for the API server cfg describes, such as

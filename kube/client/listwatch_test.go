@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
@@ -67,21 +66,18 @@ func TestAgentFollowsOwnNodeIPAM(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodeIPAMs := c.NodeIPAMs()
-	inf := nodeIPAMs.Informer(nodeIPAMs.ListWatchName("node-a"), 0)
+	inf := client.NewInformer(nodeIPAMs.ListWatchName("node-a"), nil)
 	// Stop the informer before the server: Close waits for the open watch.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	go inf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	go inf.Run(ctx)
+	if !client.WaitForSync(ctx, inf) {
 		t.Fatal("informer never synced")
 	}
 
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		obj, ok, err := inf.GetStore().GetByKey("node-a")
-		if err != nil {
-			t.Fatal(err)
-		}
+		obj, ok := inf.Get("node-a")
 		if ok && obj.(*v1alpha1.NodeIPAM).Spec.Mark("10.244.0.0/26") != nil {
 			break
 		}

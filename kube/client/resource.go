@@ -19,8 +19,9 @@ import (
 // undoing their change.
 var ErrNoResourceVersion = errors.New("object has no resourceVersion; update a copy of an object read from the API server")
 
-// Object is what Resource handles: a pointer to one of the lockstep.dev
-// types (*v1alpha1.IPPool, *v1alpha1.NodeIPAM).
+// Object is a pointer to a Kubernetes object with metadata: what Resource
+// handles (*v1alpha1.IPPool, *v1alpha1.NodeIPAM) and what an Informer
+// caches (those, and built-in objects such as *corev1.Node).
 type Object interface {
 	runtime.Object
 	metav1.Object

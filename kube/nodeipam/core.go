@@ -11,16 +11,17 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"lockstep.dev/lockstep/agent/endpoints"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // coreListWatch lists and watches one cluster-wide core resource (nodes,
 // or pods in all namespaces) narrowed by a field selector.
-func coreListWatch(c rest.Interface, resource string, selector fields.Selector) *cache.ListWatch {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+func coreListWatch(c rest.Interface, resource string, selector fields.Selector) client.ListWatch {
+	return client.ListWatch{
+		Resource: resource,
+		List: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = selector.String()
 			obj, err := c.Get().Resource(resource).VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Get()
 			if err != nil {
@@ -28,7 +29,7 @@ func coreListWatch(c rest.Interface, resource string, selector fields.Selector) 
 			}
 			return obj, nil
 		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		Watch: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.FieldSelector = selector.String()
 			opts.Watch = true
 			w, err := c.Get().Resource(resource).VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
@@ -66,10 +67,10 @@ func listPodsConsistent(ctx context.Context, c rest.Interface, node string) (*co
 
 // slimPod keeps of a pod what the orphan reconcile reads, so the informer
 // cache holds a few strings per pod rather than whole specs.
-func slimPod(obj any) (any, error) {
+func slimPod(obj client.Object) client.Object {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
-		return obj, nil // a cache.DeletedFinalStateUnknown passes through
+		return obj
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -78,7 +79,7 @@ func slimPod(obj any) (any, error) {
 		},
 		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
-	}, nil
+	}
 }
 
 // podOf converts a pod to what endpoints.Orphaned judges.

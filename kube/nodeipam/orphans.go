@@ -53,7 +53,7 @@ func (s *Syncer) runOrphans(ctx context.Context) {
 // pods. It returns how many endpoints it released.
 func (s *Syncer) reconcileOrphans(ctx context.Context) (int, error) {
 	cached := endpoints.PodList{Revision: math.MaxUint64}
-	for _, raw := range s.podInf.GetStore().List() {
+	for _, raw := range s.podInf.List() {
 		if p, ok := raw.(*corev1.Pod); ok {
 			cached.Pods = append(cached.Pods, podOf(p))
 		}

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/persist"
@@ -72,7 +71,7 @@ type Syncer struct {
 	ipams *client.Resource[*v1alpha1.NodeIPAM, *v1alpha1.NodeIPAMList]
 	core  rest.Interface
 
-	nodeInf, ipamInf, podInf cache.SharedIndexInformer
+	nodeInf, ipamInf, podInf *client.Informer
 
 	kick, kickOrphans chan struct{}
 	ready             chan struct{}
@@ -174,28 +173,22 @@ func New(opts Options) (*Syncer, error) {
 			"count", len(blocks), "file", opts.DB.Path())
 	}
 	s.setReason("the agent has not read its Node and NodeIPAM yet")
-	s.nodeInf = cache.NewSharedIndexInformer(coreListWatch(core, "nodes", nodeSelector(s.name)), &corev1.Node{}, 0, cache.Indexers{})
-	s.ipamInf = s.ipams.Informer(s.ipams.ListWatchName(s.name), 0)
-	s.podInf = cache.NewSharedIndexInformer(coreListWatch(core, "pods", podSelector(s.name)), &corev1.Pod{}, 0, cache.Indexers{})
-	if err := s.podInf.SetTransform(slimPod); err != nil {
-		return nil, fmt.Errorf("create pod informer: %w", err)
+	s.nodeInf = client.NewInformer(coreListWatch(core, "nodes", nodeSelector(s.name)), s.log)
+	s.ipamInf = client.NewInformer(s.ipams.ListWatchName(s.name), s.log)
+	s.podInf = client.NewInformer(coreListWatch(core, "pods", podSelector(s.name)), s.log)
+	s.podInf.SetTransform(slimPod)
+	poke := func(client.Object) { s.poke(s.kick) }
+	for _, inf := range []*client.Informer{s.nodeInf, s.ipamInf} {
+		inf.AddHandler(client.Handler{
+			Add: poke, Delete: poke, Update: func(_, o client.Object) { poke(o) },
+		})
 	}
-	poke := func(any) { s.poke(s.kick) }
-	for _, inf := range []cache.SharedIndexInformer{s.nodeInf, s.ipamInf} {
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: poke, DeleteFunc: poke, UpdateFunc: func(_, o any) { poke(o) },
-		}); err != nil {
-			return nil, fmt.Errorf("watch node %s: %w", s.name, err)
-		}
-	}
-	if _, err := s.podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	s.podInf.AddHandler(client.Handler{
 		// A pod going, or one reaching Running with its addresses, may
 		// leave an endpoint orphaned.
-		DeleteFunc: func(any) { s.poke(s.kickOrphans) },
-		UpdateFunc: func(_, o any) { s.poke(s.kickOrphans) },
-	}); err != nil {
-		return nil, fmt.Errorf("watch pods on node %s: %w", s.name, err)
-	}
+		Delete: func(client.Object) { s.poke(s.kickOrphans) },
+		Update: func(_, o client.Object) { s.poke(s.kickOrphans) },
+	})
 	return s, nil
 }
 
@@ -230,11 +223,11 @@ func (s *Syncer) Run(ctx context.Context) error {
 		cancel()
 		wg.Wait()
 	}()
-	for _, inf := range []cache.SharedIndexInformer{s.nodeInf, s.ipamInf, s.podInf} {
+	for _, inf := range []*client.Informer{s.nodeInf, s.ipamInf, s.podInf} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			inf.RunWithContext(ctx)
+			inf.Run(ctx)
 		}()
 	}
 	if !s.waitSynced(ctx) {
@@ -404,8 +397,8 @@ func (s *Syncer) holdsBlocksOf(uid string) bool {
 // replaced (by a status write) or seen refused (by a conflict), in which
 // case the copy the API server returned since.
 func (s *Syncer) pick() *v1alpha1.NodeIPAM {
-	raw, ok, err := s.ipamInf.GetStore().GetByKey(s.name)
-	if err != nil || !ok {
+	raw, ok := s.ipamInf.Get(s.name)
+	if !ok {
 		s.fresh = nil
 		return nil
 	}
@@ -422,9 +415,9 @@ func (s *Syncer) pick() *v1alpha1.NodeIPAM {
 
 // unusable says why obj may not be used, or "" when it is this node's.
 func (s *Syncer) unusable(obj *v1alpha1.NodeIPAM) string {
-	raw, ok, err := s.nodeInf.GetStore().GetByKey(s.name)
+	raw, ok := s.nodeInf.Get(s.name)
 	switch {
-	case err != nil || !ok:
+	case !ok:
 		return fmt.Sprintf("Node %s does not exist; waiting for the kubelet to register it", s.name)
 	case obj == nil:
 		return fmt.Sprintf("NodeIPAM %s does not exist yet; the lockstep operator creates one for every Node (is it running?)", s.name)

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"lockstep.dev/lockstep/kube/client"
 )
@@ -61,9 +60,10 @@ func (c *clients) getNode(ctx context.Context, name string) (*corev1.Node, error
 }
 
 // nodeListWatch lists and watches Nodes.
-func (c *clients) nodeListWatch() *cache.ListWatch {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+func (c *clients) nodeListWatch() client.ListWatch {
+	return client.ListWatch{
+		Resource: "nodes",
+		List: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			list := new(corev1.NodeList)
 			err := c.core.Get().Resource("nodes").
 				VersionedParams(&opts, metav1.ParameterCodec).
@@ -74,7 +74,7 @@ func (c *clients) nodeListWatch() *cache.ListWatch {
 			}
 			return list, nil
 		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		Watch: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.Watch = true
 			w, err := c.core.Get().Resource("nodes").
 				VersionedParams(&opts, metav1.ParameterCodec).
@@ -90,17 +90,17 @@ func (c *clients) nodeListWatch() *cache.ListWatch {
 
 // trimNode keeps of a Node what the operator reads, its identity, so that
 // a large cluster's node statuses are not cached.
-func trimNode(obj any) (any, error) {
+func trimNode(obj client.Object) client.Object {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
-		return obj, nil // a tombstone
+		return obj
 	}
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:              n.Name,
 		UID:               n.UID,
 		ResourceVersion:   n.ResourceVersion,
 		DeletionTimestamp: n.DeletionTimestamp,
-	}}, nil
+	}}
 }
 
 func timeout(opts metav1.ListOptions) time.Duration {

@@ -12,9 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // debounce is how long a pass waits after the event that woke it, so that
@@ -33,7 +33,7 @@ type controller struct {
 	delay    time.Duration
 	resync   time.Duration
 
-	nodes, pools, ipams cache.SharedIndexInformer
+	nodes, pools, ipams *client.Informer
 	kick                chan struct{}
 	timers              timers
 	reserved            map[string]reservation
@@ -53,34 +53,30 @@ func newController(c *clients, cfg *Config) *controller {
 		reserved: map[string]reservation{},
 		notes:    map[string]bool{},
 	}
-	ctl.nodes = cache.NewSharedIndexInformer(c.nodeListWatch(), &corev1.Node{}, 0, cache.Indexers{})
-	_ = ctl.nodes.SetTransform(trimNode) // fails only once the informer runs
-	pools := c.lockstep.IPPools()
-	ctl.pools = pools.Informer(pools.ListWatch(nil), 0)
-	ipams := c.lockstep.NodeIPAMs()
-	ctl.ipams = ipams.Informer(ipams.ListWatch(nil), 0)
+	ctl.nodes = client.NewInformer(c.nodeListWatch(), cfg.Logger)
+	ctl.nodes.SetTransform(trimNode)
+	ctl.pools = client.NewInformer(c.lockstep.IPPools().ListWatch(nil), cfg.Logger)
+	ctl.ipams = client.NewInformer(c.lockstep.NodeIPAMs().ListWatch(nil), cfg.Logger)
 	return ctl
 }
 
 // run runs the term until ctx ends.
 func (c *controller) run(ctx context.Context) error {
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.wake() },
-		UpdateFunc: func(any, any) { c.wake() },
-		DeleteFunc: func(any) { c.wake() },
+	h := client.Handler{
+		Add:    func(client.Object) { c.wake() },
+		Update: func(client.Object, client.Object) { c.wake() },
+		Delete: func(client.Object) { c.wake() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{c.nodes, c.pools, c.ipams} {
-		if _, err := inf.AddEventHandler(h); err != nil {
-			return fmt.Errorf("watch the API server: %w", err)
-		}
-		go inf.RunWithContext(ctx)
+	for _, inf := range []*client.Informer{c.nodes, c.pools, c.ipams} {
+		inf.AddHandler(h)
+		go inf.Run(ctx)
 	}
 	t0 := time.Now()
-	if !cache.WaitForCacheSync(ctx.Done(), c.nodes.HasSynced, c.pools.HasSynced, c.ipams.HasSynced) {
+	if !client.WaitForSync(ctx, c.nodes, c.pools, c.ipams) {
 		return nil // ctx ended
 	}
-	c.log.Info("caches synced", "nodes", len(c.nodes.GetStore().ListKeys()), "ippools", len(c.pools.GetStore().ListKeys()),
-		"nodeipams", len(c.ipams.GetStore().ListKeys()), "took", time.Since(t0).Round(time.Millisecond))
+	c.log.Info("caches synced", "nodes", c.nodes.Len(), "ippools", c.pools.Len(),
+		"nodeipams", c.ipams.Len(), "took", time.Since(t0).Round(time.Millisecond))
 
 	retry := time.Duration(0)
 	for {
@@ -126,14 +122,14 @@ func (c *controller) wake() {
 // input snapshots the caches.
 func (c *controller) input(now time.Time) *input {
 	in := &input{now: now, timers: c.timers, reserved: c.reserved, minFree: c.minFree, delay: c.delay}
-	for _, o := range c.pools.GetStore().List() {
+	for _, o := range c.pools.List() {
 		in.pools = append(in.pools, o.(*v1alpha1.IPPool))
 	}
-	for _, o := range c.nodes.GetStore().List() {
+	for _, o := range c.nodes.List() {
 		n := o.(*corev1.Node)
 		in.nodes = append(in.nodes, node{name: n.Name, uid: n.UID, deleting: n.DeletionTimestamp != nil})
 	}
-	for _, o := range c.ipams.GetStore().List() {
+	for _, o := range c.ipams.List() {
 		in.nodeIPAMs = append(in.nodeIPAMs, o.(*v1alpha1.NodeIPAM))
 	}
 	return in

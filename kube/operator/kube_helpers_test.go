@@ -20,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"lockstep.dev/lockstep/internal/kubetest"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // cluster is a real etcd and kube-apiserver with lockstep's CRDs.
@@ -38,7 +38,7 @@ type cluster struct {
 // installs deploy/crds.
 func startCluster(t *testing.T) *cluster {
 	env := kubetest.Start(t)
-	cfg, err := clientcmd.BuildConfigFromFlags("", env.Kubeconfig)
+	cfg, err := client.LoadConfig(env.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // batch is the keys of the objects that changed since the last commit, by
@@ -112,7 +112,7 @@ func (b *batch) apply(txn *store.Txn, lookup lookupFunc, conv converter) (bool, 
 		changed = true
 	}
 	for _, key := range b.keys[kindPod] {
-		namespace, name, err := cache.SplitMetaNamespaceKey(key)
+		namespace, name, err := client.SplitKey(key)
 		if err != nil {
 			return false, err
 		}
@@ -139,7 +139,7 @@ func (b *batch) apply(txn *store.Txn, lookup lookupFunc, conv converter) (bool, 
 		}
 	}
 	for _, key := range b.keys[kindPolicy] {
-		namespace, name, err := cache.SplitMetaNamespaceKey(key)
+		namespace, name, err := client.SplitKey(key)
 		if err != nil {
 			return false, err
 		}
@@ -185,17 +185,17 @@ func (b *batch) apply(txn *store.Txn, lookup lookupFunc, conv converter) (bool, 
 func (s *Source) objects() store.Objects {
 	conv := s.converter()
 	var out store.Objects
-	for _, obj := range s.informers[kindNamespace].GetStore().List() {
+	for _, obj := range s.informers[kindNamespace].List() {
 		if ns := conv.namespace(obj); ns != nil {
 			out.Namespaces = append(out.Namespaces, ns)
 		}
 	}
-	for _, obj := range s.informers[kindPod].GetStore().List() {
+	for _, obj := range s.informers[kindPod].List() {
 		if p := conv.pod(obj); p != nil {
 			out.Pods = append(out.Pods, p)
 		}
 	}
-	for _, obj := range s.informers[kindPolicy].GetStore().List() {
+	for _, obj := range s.informers[kindPolicy].List() {
 		if np := conv.policy(obj); np != nil {
 			out.Policies = append(out.Policies, np)
 		}
@@ -207,8 +207,7 @@ func (s *Source) converter() converter { return converter{node: s.opts.NodeName,
 
 // lookup reads an object from its informer's cache.
 func (s *Source) lookup(k kind, key string) (any, bool) {
-	obj, ok, err := s.informers[k].GetStore().GetByKey(key)
-	return obj, ok && err == nil
+	return s.informers[k].Get(key)
 }
 
 // publishNodesIfDirty calls OnNodes when a Node or NodeIPAM changed since
@@ -232,13 +231,13 @@ func (s *Source) publishNodes() {
 	s.nodesDirty = false
 	s.mu.Unlock()
 	var nodes []*corev1.Node
-	for _, obj := range s.nodes.GetStore().List() {
+	for _, obj := range s.nodes.List() {
 		if n, ok := obj.(*corev1.Node); ok {
 			nodes = append(nodes, n)
 		}
 	}
 	var ipams []*v1alpha1.NodeIPAM
-	for _, obj := range s.ipams.GetStore().List() {
+	for _, obj := range s.ipams.List() {
 		if n, ok := obj.(*v1alpha1.NodeIPAM); ok {
 			ipams = append(ipams, n)
 		}

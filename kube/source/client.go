@@ -9,14 +9,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
+
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // listWatch lists and watches resource (plural, as in the URL) across all
 // namespaces, or cluster-wide for a cluster-scoped resource.
-func listWatch(c rest.Interface, resource string) *cache.ListWatch {
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+func listWatch(c rest.Interface, resource string) client.ListWatch {
+	return client.ListWatch{
+		Resource: resource,
+		List: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			obj, err := c.Get().
 				Resource(resource).
 				VersionedParams(&opts, metav1.ParameterCodec).
@@ -28,7 +30,7 @@ func listWatch(c rest.Interface, resource string) *cache.ListWatch {
 			}
 			return obj, nil
 		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		Watch: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.Watch = true
 			w, err := c.Get().
 				Resource(resource).

@@ -1,9 +1,9 @@
 // Package source is the agent's Kubernetes source: it follows the API
 // server's Pods (of every namespace and node), Namespaces, NetworkPolicies,
-// Nodes and lockstep's NodeIPAMs with client-go informers, and feeds the
-// agent's store the same Namespace, Pod and NetworkPolicy objects (package
-// agent/policy) that the standalone source reads from manifests. The
-// enforcer cannot tell the two sources apart.
+// Nodes and lockstep's NodeIPAMs with informers (kube/client.Informer),
+// and feeds the agent's store the same Namespace, Pod and NetworkPolicy
+// objects (package agent/policy) that the standalone source reads from
+// manifests. The enforcer cannot tell the two sources apart.
 //
 // # One event, one transaction
 //

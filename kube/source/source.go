@@ -11,12 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"lockstep.dev/lockstep/agent/store"
-	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
 )
 
@@ -72,9 +69,9 @@ var kindNames = [numKinds]string{"namespaces", "pods", "networkpolicies"}
 type Source struct {
 	opts      Options
 	log       *slog.Logger
-	informers [numKinds]cache.SharedIndexInformer
-	nodes     cache.SharedIndexInformer
-	ipams     cache.SharedIndexInformer
+	informers [numKinds]*client.Informer
+	nodes     *client.Informer
+	ipams     *client.Informer
 
 	mu         sync.Mutex
 	dirty      [numKinds]map[string]bool
@@ -108,50 +105,40 @@ func New(opts Options) (*Source, error) {
 		return nil, err
 	}
 	s := &Source{opts: opts, log: opts.Logger, wake: make(chan struct{}, 1), synced: make(chan struct{})}
-	s.informers[kindNamespace] = newInformer(listWatch(core, "namespaces"), &corev1.Namespace{})
-	s.informers[kindPod] = newInformer(listWatch(core, "pods"), &corev1.Pod{})
-	s.informers[kindPolicy] = newInformer(listWatch(networking, "networkpolicies"), &networkingv1.NetworkPolicy{})
-	s.nodes = newInformer(listWatch(core, "nodes"), &corev1.Node{})
-	s.ipams = newInformer(lockstep.NodeIPAMs().ListWatch(nil), &v1alpha1.NodeIPAM{})
+	s.informers[kindNamespace] = s.newInformer(listWatch(core, "namespaces"))
+	s.informers[kindPod] = s.newInformer(listWatch(core, "pods"))
+	s.informers[kindPolicy] = s.newInformer(listWatch(networking, "networkpolicies"))
+	s.nodes = s.newInformer(listWatch(core, "nodes"))
+	s.ipams = s.newInformer(lockstep.NodeIPAMs().ListWatch(nil))
 	for k := range numKinds {
 		s.dirty[k] = map[string]bool{}
-		if _, err := s.informers[k].AddEventHandler(s.handler(func(key string) { s.dirty[k][key] = true })); err != nil {
-			return nil, fmt.Errorf("watch %s: %w", kindNames[k], err)
-		}
+		s.informers[k].AddHandler(s.handler(func(key string) { s.dirty[k][key] = true }))
 	}
-	for _, inf := range []cache.SharedIndexInformer{s.nodes, s.ipams} {
-		if _, err := inf.AddEventHandler(s.handler(func(string) { s.nodesDirty = true })); err != nil {
-			return nil, fmt.Errorf("watch nodes: %w", err)
-		}
+	for _, inf := range []*client.Informer{s.nodes, s.ipams} {
+		inf.AddHandler(s.handler(func(string) { s.nodesDirty = true }))
 	}
 	return s, nil
 }
 
-func newInformer(lw cache.ListerWatcher, obj runtime.Object) cache.SharedIndexInformer {
-	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
-	// SetTransform fails only once the informer runs.
-	_ = inf.SetTransform(trim)
+func (s *Source) newInformer(lw client.ListWatch) *client.Informer {
+	inf := client.NewInformer(lw, s.log)
+	inf.SetTransform(trim)
 	return inf
 }
 
 // handler marks the key of every added, updated or deleted object with
 // mark, under s.mu, and wakes Run.
-func (s *Source) handler(mark func(key string)) cache.ResourceEventHandler {
-	on := func(obj any) {
-		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-		if err != nil {
-			s.log.Warn("kubernetes event without a key; ignored", "err", err)
-			return
-		}
+func (s *Source) handler(mark func(key string)) client.Handler {
+	on := func(obj client.Object) {
 		s.mu.Lock()
-		mark(key)
+		mark(client.Key(obj))
 		s.mu.Unlock()
 		s.poke()
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    on,
-		UpdateFunc: func(_, obj any) { on(obj) },
-		DeleteFunc: on,
+	return client.Handler{
+		Add:    on,
+		Update: func(_, obj client.Object) { on(obj) },
+		Delete: on,
 	}
 }
 
@@ -168,7 +155,7 @@ func (s *Source) poke() {
 func (s *Source) Run(ctx context.Context) {
 	all := append(s.informers[:], s.nodes, s.ipams)
 	for _, inf := range all {
-		go inf.RunWithContext(ctx)
+		go inf.Run(ctx)
 	}
 	if !s.waitInformers(ctx, all) {
 		return
@@ -207,7 +194,7 @@ func (s *Source) Run(ctx context.Context) {
 // waitInformers waits for every informer's first list, saying every
 // progressInterval which ones are still missing. It reports false when ctx
 // ended first.
-func (s *Source) waitInformers(ctx context.Context, all []cache.SharedIndexInformer) bool {
+func (s *Source) waitInformers(ctx context.Context, all []*client.Informer) bool {
 	names := append(kindNames[:], "nodes", "nodeipams")
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()

@@ -6,27 +6,27 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // trim is the informers' transform: it keeps only what conversion and
 // routing read, before an object enters an informer's cache. An agent
 // caches every pod of the cluster, and a full Pod (managed fields, volumes,
 // env, conditions, last-applied annotations) is tens of times larger than
-// what policy needs. Objects it does not know, such as the tombstones of
-// deletions missed while disconnected, pass unchanged.
-func trim(obj any) (any, error) {
+// what policy needs. Objects it does not know pass unchanged.
+func trim(obj client.Object) client.Object {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return trimPod(o), nil
+		return trimPod(o)
 	case *corev1.Namespace:
-		return &corev1.Namespace{ObjectMeta: trimMeta(&o.ObjectMeta, o.Labels, nil)}, nil
+		return &corev1.Namespace{ObjectMeta: trimMeta(&o.ObjectMeta, o.Labels, nil)}
 	case *networkingv1.NetworkPolicy:
-		return &networkingv1.NetworkPolicy{ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil), Spec: o.Spec}, nil
+		return &networkingv1.NetworkPolicy{ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil), Spec: o.Spec}
 	case *corev1.Node:
 		return &corev1.Node{
 			ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil),
 			Status:     corev1.NodeStatus{Addresses: o.Status.Addresses},
-		}, nil
+		}
 	case *v1alpha1.NodeIPAM:
 		return &v1alpha1.NodeIPAM{
 			ObjectMeta: func() metav1.ObjectMeta {
@@ -35,9 +35,9 @@ func trim(obj any) (any, error) {
 				return m
 			}(),
 			Spec: v1alpha1.NodeIPAMSpec{Blocks: o.Spec.Blocks},
-		}, nil
+		}
 	}
-	return obj, nil
+	return obj
 }
 
 // trimMeta keeps the identity of an object, the given labels and
