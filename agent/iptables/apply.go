@@ -56,6 +56,9 @@ type Dataplane struct {
 type state struct {
 	sets   map[string]*ipSet
 	chains [2]map[string][]string
+	// dead counts, per chain, the unreachable rules at its end that
+	// prepending new content left (see chainUpdates).
+	dead [2]map[string]int
 	// read is set for a state read from the tools: chains hold the
 	// lockstep chains present (their rules as saved, never compared), and
 	// foreign the rules of other chains that jump into them.
@@ -198,13 +201,14 @@ func (d *Dataplane) apply(want *policy.Desired) error {
 	next := &state{sets: maps.Clone(p.sets)}
 	var payloads [2][]byte
 	for _, f := range d.r.fams {
-		payloads[f.index()], next.chains[f.index()] = chainUpdates(cur, p, f)
+		payloads[f.index()], next.chains[f.index()], next.dead[f.index()] = chainUpdates(cur, p, f, d.mode == ModeNFT)
 	}
 	if err := d.restoreFamilies(payloads); err != nil {
 		return err
 	}
-	// The rules in force reference only p's sets. Sets to destroy stay in
-	// the state as unknown until a destroy of them succeeds.
+	// The rules in force, dead ones included, reference only p's sets.
+	// Sets to destroy stay in the state as unknown until a destroy of them
+	// succeeds.
 	var gone []string
 	for name, s := range cur.sets {
 		if _, ok := p.sets[name]; !ok {
@@ -285,27 +289,71 @@ func setUpdates(cur, want map[string]*ipSet) []byte {
 }
 
 // chainUpdates is the iptables-restore --noflush payload of step 2 for
-// family f (nil when nothing changes) and the chains in force once it is
-// committed. Hook chains (per-endpoint jumps) change rule by rule; other
-// chains that changed are flushed and refilled, new ones declared.
+// family f (nil when nothing changes), the chains in force once it is
+// committed and their dead rules. Hook chains (per-endpoint jumps) change
+// rule by rule; new chains are declared and filled.
+//
+// A chain whose content changed is flushed and refilled, or, with prepend
+// (iptables-nft), gets its new content inserted at its head, ending in a
+// rule that matches every packet, which leaves the old rules unreachable.
+// A commit that deletes rules costs iptables-nft a whole RCU grace period
+// when its socket closes (the kernel waits for the rules' release, holding
+// the lock every other commit of the netns needs): tens of milliseconds on
+// a busy node, and twice per change, once per family. Dead rules cost
+// memory and kernel validation on later commits but are never evaluated;
+// once a family holds more than its dead budget, the commit flushes and
+// refills every chain with dead rules instead, and a full reconcile
+// (a resync) clears them too. Dead rules must not keep a set the plan
+// drops (the kernel refuses to destroy a set a rule references, seed
+// 000): a changed chain whose rules reference such a set is flushed, and
+// so is a chain whose dead rules do.
+//
 // After a read, every wanted chain is rewritten, every other lockstep
 // chain deleted, and the jumps from built-in chains replaced by one each,
 // first in its chain.
-func chainUpdates(cur *state, p *plan, f Family) ([]byte, map[string][]string) {
-	want, have := p.chains[f.index()], cur.chains[f.index()]
+func chainUpdates(cur *state, p *plan, f Family, prepend bool) ([]byte, map[string][]string, map[string]int) {
+	want, have, dead := p.chains[f.index()], cur.chains[f.index()], cur.dead[f.index()]
 	next := make(map[string][]string, len(want))
-	var rewrite, edit, remove []string
+	nextDead := map[string]int{}
+	var rewrite, changed, edit, remove []string
+	live, deadTotal := 0, 0
 	for c, rules := range want {
 		old, ok := have[c]
 		next[c] = rules
+		live += len(rules)
 		switch {
 		case cur.read || !ok:
 			rewrite = append(rewrite, c)
 		case isDispatch(c):
-			edit = append(edit, c)
-		case !sameRules(old, rules):
-			rewrite = append(rewrite, c)
+			if !slices.Equal(old, rules) {
+				edit = append(edit, c)
+			}
+		case !sameRules(liveRules(old, dead[c]), rules):
+			if !keepsSets(old, p.sets) {
+				rewrite = append(rewrite, c)
+				break
+			}
+			changed = append(changed, c)
+			deadTotal += len(old)
+		case dead[c] > 0:
+			if !keepsSets(old[len(old)-dead[c]:], p.sets) {
+				rewrite = append(rewrite, c)
+				break
+			}
+			next[c], nextDead[c] = old, dead[c]
+			deadTotal += dead[c]
 		}
+	}
+	var prepended []string
+	if prepend && deadTotal <= deadBudget(live) {
+		prepended = changed
+	} else {
+		rewrite = append(rewrite, changed...)
+		for c := range nextDead {
+			rewrite = append(rewrite, c)
+			next[c] = want[c]
+		}
+		clear(nextDead)
 	}
 	for c := range have {
 		if _, ok := want[c]; !ok {
@@ -313,9 +361,24 @@ func chainUpdates(cur *state, p *plan, f Family) ([]byte, map[string][]string) {
 		}
 	}
 	slices.Sort(rewrite)
+	slices.Sort(prepended)
 	slices.Sort(edit)
 	slices.Sort(remove)
 	var decl, dels, adds, drops []string
+	for _, c := range prepended {
+		if len(have[c]) == 0 {
+			for _, r := range want[c] {
+				adds = append(adds, "-A "+c+" "+r)
+			}
+			continue
+		}
+		head := terminated(want[c])
+		for i := len(head) - 1; i >= 0; i-- {
+			adds = append(adds, "-I "+c+" 1 "+head[i])
+		}
+		next[c] = append(slices.Clip(head), have[c]...)
+		nextDead[c] = len(have[c])
+	}
 	for _, c := range edit {
 		rm, add, merged := diffRules(have[c], want[c])
 		for _, r := range rm {
@@ -348,8 +411,11 @@ func chainUpdates(cur *state, p *plan, f Family) ([]byte, map[string][]string) {
 			adds = append(adds, "-I "+h.builtin+" 1 -m comment --comment \""+jumpComment+"\" -j "+h.chain)
 		}
 	}
+	if len(nextDead) == 0 {
+		nextDead = nil
+	}
 	if len(decl)+len(dels)+len(adds)+len(drops) == 0 {
-		return nil, next
+		return nil, next, nextDead
 	}
 	var b strings.Builder
 	b.WriteString("*filter\n")
@@ -360,7 +426,40 @@ func chainUpdates(cur *state, p *plan, f Family) ([]byte, map[string][]string) {
 		}
 	}
 	b.WriteString("COMMIT\n")
-	return []byte(b.String()), next
+	return []byte(b.String()), next, nextDead
+}
+
+// Dead rules a family may hold before a commit clears them: 5% of its
+// rules, at least minDeadBudget.
+const minDeadBudget = 2000
+
+func deadBudget(live int) int { return max(minDeadBudget, live/20) }
+
+// terminal is the rule that ends prepended content when the chain's own
+// last rule does not match every packet: without it, a packet would go on
+// to the old rules. Rendered chains never end with it, so liveRules can
+// strip it.
+const terminal = "-j RETURN"
+
+// terminated returns rules ending in a rule that matches every packet.
+func terminated(rules []string) []string {
+	if n := len(rules); n > 0 && (rules[n-1] == "-j DROP" || rules[n-1] == terminal) {
+		return rules
+	}
+	return append(slices.Clip(rules), terminal)
+}
+
+// liveRules is the reachable part of a chain that ends in dead rules: its
+// prepended content without the terminal rule prepending added.
+func liveRules(rules []string, dead int) []string {
+	if dead == 0 {
+		return rules
+	}
+	l := rules[:len(rules)-dead]
+	if n := len(l); n > 0 && l[n-1] == terminal {
+		l = l[:n-1]
+	}
+	return l
 }
 
 // sameRules is slices.Equal, short-cut for the slices an unchanged
@@ -472,15 +571,41 @@ func (d *Dataplane) Stats() Stats {
 	return d.stats
 }
 
+// keepsSets reports whether every set rules match is in sets.
+func keepsSets(rules []string, sets map[string]*ipSet) bool {
+	for _, r := range rules {
+		for _, name := range matchSets(r) {
+			if sets[name] == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// matchSets lists the sets a rule matches (--match-set NAME).
+func matchSets(rule string) []string {
+	var out []string
+	for {
+		_, after, ok := strings.Cut(rule, "--match-set ")
+		if !ok {
+			return out
+		}
+		name, _, _ := strings.Cut(after, " ")
+		out = append(out, name)
+		rule = after
+	}
+}
+
 func (s *state) counts() (sets, entries, chains, rules int) {
 	for _, set := range s.sets {
 		sets++
 		entries += len(set.entries)
 	}
-	for _, cs := range s.chains {
-		for _, rs := range cs {
+	for i, cs := range s.chains {
+		for c, rs := range cs {
 			chains++
-			rules += len(rs)
+			rules += len(rs) - s.dead[i][c]
 		}
 	}
 	return sets, entries, chains, rules

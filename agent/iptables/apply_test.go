@@ -85,14 +85,14 @@ func TestApplyDiff(t *testing.T) {
 		{name: "nothing changed", next: manyEndpoints(50, 0), wantCalls: 0},
 		{name: "one endpoint's port", next: oneRule, wantCalls: 1, // IPv6 has no member of the peers: no rule there
 			wantChains: []string{"LOCKSTEP-I-ep7"},
-			wantLines:  []string{"-F LOCKSTEP-I-ep7"}},
+			wantLines:  []string{"-I LOCKSTEP-I-ep7 1 -j DROP"}}, // new content over the old: no rule deleted
 		{name: "one endpoint more", next: added, wantCalls: 2, // its peers' sets exist already
 			wantChains: []string{"LOCKSTEP-E-ep50", "LOCKSTEP-FORWARD", "LOCKSTEP-I-ep50", "LOCKSTEP-INPUT", "LOCKSTEP-OUTPUT"},
 			wantLines:  []string{"-A LOCKSTEP-FORWARD -i ep50 -j LOCKSTEP-E-ep50", "-A LOCKSTEP-OUTPUT -o ep50 -j LOCKSTEP-I-ep50"}},
-		{name: "one endpoint less", next: removed, wantCalls: 2,
+		{name: "one endpoint less", next: removed, wantCalls: 3, // destroys its union set of 349 and 300
 			wantChains: []string{"LOCKSTEP-E-ep49", "LOCKSTEP-FORWARD", "LOCKSTEP-I-ep49", "LOCKSTEP-INPUT", "LOCKSTEP-OUTPUT"},
 			wantLines:  []string{"-D LOCKSTEP-FORWARD -i ep49 -j LOCKSTEP-E-ep49", "-X LOCKSTEP-I-ep49"}},
-		{name: "a rule needing a new set", next: newPeer, wantCalls: 3, // no destroy: 307 and 308 are still used
+		{name: "a rule needing a new set", next: newPeer, wantCalls: 4, // destroys ep7's union set of 307 and 308
 			wantChains: []string{"LOCKSTEP-E-ep7", "LOCKSTEP-I-ep7"}, // egress no longer isolated
 			wantLines:  []string{"-A LOCKSTEP-I-ep7 -p udp -m set ! --match-set lockstep-nft4-pods src -m udp --dport 53 -j RETURN"}},
 	}
@@ -326,4 +326,46 @@ func TestStats(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(v.sets)); !slices.Equal(got, []string{"lockstep-nft4-id-300", "lockstep-nft6-id-300"}) {
 		t.Errorf("sets %v", got)
 	}
+}
+
+// TestApplyPrependsThenClearsDeadRules: with iptables-nft a changed chain
+// gets its new content inserted over the old, so a change deletes no rule;
+// the dead rules stay within the budget, a commit that exceeds it flushes
+// them, and the reachable rules and sets are always those of a fresh apply.
+func TestApplyPrependsThenClearsDeadRules(t *testing.T) {
+	n := newFakeNode()
+	d := newTestDataplane(t, ModeNFT, n, manyEndpoints(50, 0))
+	mustApply(t, d, manyEndpoints(50, 0))
+	flushed := false
+	for shift := range uint16(40) {
+		want := manyEndpoints(50, shift+1)
+		n.takeCalls()
+		mustApply(t, d, want)
+		for _, c := range n.takeCalls() {
+			if c.name == ModeNFT.RestoreTool(IPv4) && strings.Contains(c.stdin, "\n-F ") {
+				flushed = true
+			}
+		}
+		dead := 0
+		for _, n := range d.applied.dead[IPv4.index()] {
+			dead += n
+		}
+		if dead > minDeadBudget {
+			t.Fatalf("change %d: %d dead rules, budget %d", shift, dead, minDeadBudget)
+		}
+		assertNoViolations(t, n)
+		assertView(t, n, ModeNFT, want)
+		if got, fresh := d.Stats().Rules, freshRules(t, want); got != fresh {
+			t.Fatalf("change %d: Stats().Rules = %d, a fresh apply has %d", shift, got, fresh)
+		}
+	}
+	if !flushed {
+		t.Error("dead rules were never cleared")
+	}
+}
+
+func freshRules(tb testing.TB, want *policy.Desired) int {
+	d := newTestDataplane(tb, ModeNFT, newFakeNode(), want)
+	mustApply(tb, d, want)
+	return d.Stats().Rules
 }

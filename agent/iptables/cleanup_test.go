@@ -227,14 +227,16 @@ func TestDestroySets(t *testing.T) {
 	if _, err := Cleanup(ctx, n, ModeLegacy); err != nil {
 		t.Fatal(err)
 	}
-	// Someone else's rule references one legacy set: it stays, the others go.
-	seedRules(t, n, ModeNFT, IPv4, "*filter\n-A INPUT -m set --match-set lockstep-legacy4-id-300 src -j ACCEPT\nCOMMIT\n")
+	// Someone else's rule references one legacy set (ep0's union of
+	// identities 300 and 301): it stays, the others go.
+	used := unionSetName(ModeLegacy, IPv4, "300,301")
+	seedRules(t, n, ModeNFT, IPv4, "*filter\n-A INPUT -m set --match-set "+used+" src -j ACCEPT\nCOMMIT\n")
 	err = DestroySets(ctx, n, ModeLegacy)
-	if err == nil || !strings.Contains(err.Error(), "lockstep-legacy4-id-300") || !strings.Contains(err.Error(), "in use") {
+	if err == nil || !strings.Contains(err.Error(), used) || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("DestroySets with a referenced set: %v, want an error naming it", err)
 	}
 	l, _ := ListLeftovers(ctx, n, ModeLegacy)
-	if !slices.Equal(l.Sets, []string{"lockstep-legacy4-id-300"}) {
+	if !slices.Equal(l.Sets, []string{used}) {
 		t.Fatalf("left %v, want only the referenced set", l.Sets)
 	}
 	if v := n.view(ModeNFT); len(v.sets) != 2 {

@@ -27,7 +27,9 @@
 // or not. In an isolated direction the chain then returns replies of
 // accepted connections (conntrack ESTABLISHED,RELATED: an entry exists
 // only for a flow that was accepted), one rule per rule key and port chunk
-// (multiport holds 15 ports), and drops the rest. ProtoOther keys (every
+// (multiport holds 15 ports), and drops the rest. Rule keys for pod
+// identities that share a direction, protocol and ports are one rule,
+// matching the union set of those identities. ProtoOther keys (every
 // protocol without ports) come after TCP, UDP and SCTP are dropped, so a
 // rule with ports never admits ICMP. IPv6 neighbour discovery and MLD
 // always pass, as in the eBPF programs.
@@ -47,6 +49,16 @@
 // class becomes its two /1 halves (ipset refuses /0). A rule whose set
 // would be empty in a family can match nothing there: it is left out of
 // that family, and the set is not created.
+//
+// A union set (hash:ip) holds the pod addresses of several identities:
+// the peers of one endpoint's rules that allow the same protocol and
+// ports. It is named after its sorted identity list (60 bits of its
+// SHA-256: lockstep-nft4-u-0q3v8d1k5m2a), so endpoints that allow the same
+// identities share it, and it lives and dies like any other set. A policy
+// that allows DNS to every namespace is one rule per endpoint, not one per
+// identity of the cluster: fewer rules to commit, to validate on every
+// later commit, and fewer set names for iptables-restore to resolve (the
+// kernel looks each up by a linear scan of every set).
 //
 // ipsets are one table per network namespace, shared by iptables-legacy,
 // iptables-nft and everything else on the node. Set names therefore carry
@@ -69,7 +81,16 @@
 // Apply diffs against the state it last applied, so a change costs what
 // it touches: an endpoint whose policy is unchanged is not rendered again,
 // a changed endpoint's chain is flushed and refilled, an endpoint that
-// comes or goes adds or deletes its jumps. A command that fails makes the
+// comes or goes adds or deletes its jumps. With iptables-nft, a changed
+// chain instead gets its new rules inserted at its head, ending in a rule
+// that matches every packet, and the old rules stay behind it, dead: a
+// commit that deletes rules makes iptables-nft-restore wait a whole RCU
+// grace period when it exits (the kernel frees the rules first, holding
+// the lock every commit of the namespace takes), tens of milliseconds per
+// family on a busy node. Dead rules are cleared (flushed) once a family
+// holds more than its budget of them (5% of its rules, at least 2,000), by
+// every full reconcile, and whenever they reference a set that is to be
+// destroyed. A command that fails makes the
 // Dataplane forget that state; the next Apply reads the lockstep chains
 // and sets back (iptables-save, ipset save) and reconciles them whole:
 // every lockstep chain rewritten, stale chains, sets and jumps removed,

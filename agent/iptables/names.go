@@ -62,6 +62,7 @@ func isDispatch(chain string) bool {
 //	lockstep-nft4-id-300       pod addresses of identity 300 (hash:ip)
 //	lockstep-legacy6-net-3     addresses of CIDR class 3 (hash:net)
 //	lockstep-nft4-pods         every known pod address (hash:ip), for PeerWorld
+//	lockstep-nft4-u-0q3v8d1k5m2a  pod addresses of several identities (see unionSetName)
 //
 // A new nft dataplane therefore never updates, flushes or destroys a set
 // that legacy leftovers still reference, and the legacy clean-up destroys

@@ -52,11 +52,16 @@ type plan struct {
 // epRender is one endpoint's rendered chains, kept between applies so an
 // unchanged endpoint is not rendered again.
 type epRender struct {
-	ep    *policy.EndpointPolicy
-	keys  []policy.RuleKey // ep.Rules' keys in rule order
-	peers []policy.Peer    // the peers its rules match through a set
+	ep   *policy.EndpointPolicy
+	keys []policy.RuleKey // ep.Rules' keys in rule order
+	// union maps the first rule of each group of identity rules sharing a
+	// direction, protocol and ports to the group's union; merged marks
+	// the group's other rules (see groupUnions).
+	union  map[policy.RuleKey]string
+	merged map[policy.RuleKey]bool
+	refs   []ref // the sets its rules match, in a fixed order
 	// chains[f] holds the family's [egress, ingress] rules, rendered for
-	// sig[f]: which of peers have a non-empty set in that family.
+	// sig[f]: which of refs have a non-empty set in that family.
 	chains [2][2][]string
 	sig    [2]string
 }
@@ -66,11 +71,13 @@ type renderer struct {
 	mode Mode
 	fams []Family
 	// The sets of the last plan and what they were built from: reused
-	// while the addresses, CIDRs and referenced peers stay the same.
+	// while the addresses, CIDRs and referenced sets stay the same.
 	lastAddrs map[netip.Addr]policy.AddrEntry
 	lastCIDRs map[netip.Prefix]policy.Peer
-	lastPeers map[policy.Peer]bool
+	lastRefs  map[ref]bool
 	lastSets  map[string]*ipSet
+	// unionHashes caches the name hash of every union in use.
+	unionHashes map[string]string
 }
 
 // render builds the plan of want. cache holds the previous renders by host
@@ -81,7 +88,7 @@ type renderer struct {
 func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*plan, map[string]*epRender, error) {
 	names := slices.Sorted(maps.Keys(want.Endpoints))
 	next := make(map[string]*epRender, len(names))
-	peers := map[policy.Peer]bool{}
+	refs := map[ref]bool{}
 	for _, name := range names {
 		ep := want.Endpoints[name]
 		er := cache[name]
@@ -98,18 +105,21 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 			}
 		}
 		next[name] = er
-		for _, peer := range er.peers {
-			peers[peer] = true
+		for _, rf := range er.refs {
+			refs[rf] = true
 		}
 	}
-	p := &plan{sets: r.sets(want, peers)}
+	if err := r.hashUnions(refs); err != nil {
+		return nil, nil, err
+	}
+	p := &plan{sets: r.sets(want, refs)}
 	for _, f := range r.fams {
-		has := make(map[policy.Peer]bool, len(peers))
-		for peer := range peers {
-			name, _ := setName(r.mode, f, peer)
-			has[peer] = p.sets[name] != nil
+		has := make(map[ref]bool, len(refs))
+		for rf := range refs {
+			name, _ := r.refSetName(f, rf)
+			has[rf] = p.sets[name] != nil
 		}
-		nonEmpty := func(peer policy.Peer) bool { return has[peer] }
+		nonEmpty := func(rf ref) bool { return has[rf] }
 		chains := map[string][]string{}
 		fwd, in, out := ndRules(f), ndRules(f), ndRules(f)
 		for _, name := range names {
@@ -118,14 +128,14 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 			in = append(in, "-i "+name+" -j "+e)
 			out = append(out, "-o "+name+" -j "+i)
 			er := next[name]
-			sig := signature(er.peers, nonEmpty)
+			sig := signature(er.refs, nonEmpty)
 			if er.chains[f.index()][0] == nil || er.sig[f.index()] != sig {
 				if er == cache[name] {
 					c := *er // cached renders are shared with the applied state
 					er = &c
 					next[name] = er
 				}
-				er.chains[f.index()] = r.renderEndpoint(f, er.ep, er.keys, nonEmpty)
+				er.chains[f.index()] = r.renderEndpoint(f, er, nonEmpty)
 				er.sig[f.index()] = sig
 			}
 			chains[e] = er.chains[f.index()][0]
@@ -140,29 +150,29 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 	return p, next, nil
 }
 
-// signature records which of peers have a set in a family.
-func signature(peers []policy.Peer, nonEmpty func(policy.Peer) bool) string {
-	b := make([]byte, len(peers))
-	for i, peer := range peers {
+// signature records which of refs have a set in a family.
+func signature(refs []ref, nonEmpty func(ref) bool) string {
+	b := make([]byte, len(refs))
+	for i, rf := range refs {
 		b[i] = '0'
-		if nonEmpty(peer) {
+		if nonEmpty(rf) {
 			b[i] = '1'
 		}
 	}
 	return string(b)
 }
 
-// sets returns the sets of want for the referenced peers: the last plan's
+// sets returns the sets of want for the referenced refs: the last plan's
 // when nothing they depend on changed. An incremental compiler hands the
 // same map again when it did not change, which is checked first.
-func (r *renderer) sets(want *policy.Desired, peers map[policy.Peer]bool) map[string]*ipSet {
-	if r.lastSets != nil && maps.Equal(r.lastPeers, peers) &&
+func (r *renderer) sets(want *policy.Desired, refs map[ref]bool) map[string]*ipSet {
+	if r.lastSets != nil && maps.Equal(r.lastRefs, refs) &&
 		(sameMap(r.lastCIDRs, want.CIDRs) || maps.Equal(r.lastCIDRs, want.CIDRs)) &&
 		(sameMap(r.lastAddrs, want.Addrs) || maps.Equal(r.lastAddrs, want.Addrs)) {
 		return r.lastSets
 	}
-	sets := r.fillSets(want, peers)
-	r.lastAddrs, r.lastCIDRs, r.lastPeers, r.lastSets = want.Addrs, want.CIDRs, peers, sets
+	sets := r.fillSets(want, refs)
+	r.lastAddrs, r.lastCIDRs, r.lastRefs, r.lastSets = want.Addrs, want.CIDRs, refs, sets
 	return sets
 }
 
@@ -204,12 +214,23 @@ func newEPRender(name string, ep *policy.EndpointPolicy) (*epRender, error) {
 		return cmp.Or(cmp.Compare(protoRank(a.Proto), protoRank(b.Proto)), cmp.Compare(a.Peer, b.Peer))
 	})
 	er := &epRender{ep: ep, keys: keys}
+	er.union, er.merged = groupUnions(keys, ep.Rules)
+	seen := map[ref]bool{}
 	for _, k := range keys {
-		if _, ok := setName(ModeNFT, IPv4, k.Peer); ok && !slices.Contains(er.peers, k.Peer) {
-			er.peers = append(er.peers, k.Peer)
+		rf := ref{peer: k.Peer}
+		if u, ok := er.union[k]; ok {
+			rf = ref{union: u}
+		} else if _, ok := setName(ModeNFT, IPv4, k.Peer); !ok || er.merged[k] {
+			continue
+		}
+		if !seen[rf] {
+			seen[rf] = true
+			er.refs = append(er.refs, rf)
 		}
 	}
-	slices.Sort(er.peers)
+	slices.SortFunc(er.refs, func(a, b ref) int {
+		return cmp.Or(cmp.Compare(a.peer, b.peer), cmp.Compare(a.union, b.union))
+	})
 	return er, nil
 }
 
@@ -220,8 +241,9 @@ func newEPRender(name string, ep *policy.EndpointPolicy) (*epRender, error) {
 //
 // An allowed packet RETURNs (lockstep only ever drops: what it allows
 // continues through the node's other rules, as after the eBPF programs); a
-// denied one is dropped. nonEmpty says which peers have a set in f.
-func (r *renderer) renderEndpoint(f Family, ep *policy.EndpointPolicy, keys []policy.RuleKey, nonEmpty func(policy.Peer) bool) [2][]string {
+// denied one is dropped. nonEmpty says which refs have a set in f.
+func (r *renderer) renderEndpoint(f Family, er *epRender, nonEmpty func(ref) bool) [2][]string {
+	ep := er.ep
 	var egress []string
 	if f == IPv4 {
 		if ep.IPv4.IsValid() {
@@ -237,11 +259,11 @@ func (r *renderer) renderEndpoint(f Family, ep *policy.EndpointPolicy, keys []po
 		}
 	}
 	if ep.EgressIsolated {
-		egress = append(egress, r.policyRules(f, policy.Egress, keys, ep.Rules, nonEmpty)...)
+		egress = append(egress, r.policyRules(f, policy.Egress, er, nonEmpty)...)
 	}
 	var ingress []string
 	if ep.IngressIsolated {
-		ingress = r.policyRules(f, policy.Ingress, keys, ep.Rules, nonEmpty)
+		ingress = r.policyRules(f, policy.Ingress, er, nonEmpty)
 	}
 	return [2][]string{egress, ingress}
 }
@@ -268,20 +290,25 @@ var protoName = map[uint8]string{policy.ProtoTCP: "tcp", policy.ProtoUDP: "udp",
 // accepted connections, then one rule per (peer, protocol, port chunk),
 // then a drop. ProtoOther rules (every protocol without ports) come after
 // TCP, UDP and SCTP are dropped, so a rule with ports never lets ICMP
-// through and a ProtoOther rule never lets TCP through.
-func (r *renderer) policyRules(f Family, dir policy.Direction, keys []policy.RuleKey, rules map[policy.RuleKey][]policy.PortRange, nonEmpty func(policy.Peer) bool) []string {
+// through and a ProtoOther rule never lets TCP through. Identity rules
+// with the same protocol and ports are one rule matching their union set.
+func (r *renderer) policyRules(f Family, dir policy.Direction, er *epRender, nonEmpty func(ref) bool) []string {
 	word := "src"
 	if dir == policy.Egress {
 		word = "dst"
 	}
 	out := []string{"-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"}
 	var other []string
-	for _, k := range keys {
-		if k.Dir != dir {
+	for _, k := range er.keys {
+		if k.Dir != dir || er.merged[k] {
 			continue
 		}
-		match, ok := r.peerMatch(f, k.Peer, word)
-		if !ok || k.Peer != policy.PeerAny && !nonEmpty(k.Peer) {
+		rf := ref{peer: k.Peer}
+		if u, ok := er.union[k]; ok {
+			rf = ref{union: u}
+		}
+		match, ok := r.refMatch(f, rf, word)
+		if !ok || rf != (ref{peer: policy.PeerAny}) && !nonEmpty(rf) {
 			continue
 		}
 		if k.Proto == policy.ProtoOther {
@@ -289,7 +316,7 @@ func (r *renderer) policyRules(f Family, dir policy.Direction, keys []policy.Rul
 			continue
 		}
 		proto := protoName[k.Proto]
-		for _, ports := range portMatches(proto, rules[k]) {
+		for _, ports := range portMatches(proto, er.ep.Rules[k]) {
 			out = append(out, "-p "+proto+" "+match+ports+"-j RETURN")
 		}
 	}
@@ -300,17 +327,17 @@ func (r *renderer) policyRules(f Family, dir policy.Direction, keys []policy.Rul
 	return append(out, "-j DROP")
 }
 
-// peerMatch is the match of a rule for peer (with a trailing space), and
+// refMatch is the match of a rule for rf (with a trailing space), and
 // false for a peer that matches nothing.
-func (r *renderer) peerMatch(f Family, peer policy.Peer, word string) (string, bool) {
-	if peer == policy.PeerAny {
+func (r *renderer) refMatch(f Family, rf ref, word string) (string, bool) {
+	if rf == (ref{peer: policy.PeerAny}) {
 		return "", true
 	}
-	name, ok := setName(r.mode, f, peer)
+	name, ok := r.refSetName(f, rf)
 	if !ok {
 		return "", false
 	}
-	if peer == policy.PeerWorld {
+	if rf == (ref{peer: policy.PeerWorld}) {
 		return "-m set ! --match-set " + name + " " + word + " ", true
 	}
 	return "-m set --match-set " + name + " " + word + " ", true
@@ -360,15 +387,35 @@ func portRange(pr policy.PortRange) string {
 }
 
 // fillSets builds the sets the rules reference, with their members,
-// leaving out the empty ones except PeerWorld's.
-func (r *renderer) fillSets(want *policy.Desired, peers map[policy.Peer]bool) map[string]*ipSet {
+// leaving out the empty ones except PeerWorld's. A union set holds the
+// addresses of all its identities.
+func (r *renderer) fillSets(want *policy.Desired, refs map[ref]bool) map[string]*ipSet {
 	sets := map[string]*ipSet{}
+	// ids holds the members of every identity a rule matches, directly or
+	// through a union; only the directly matched ones become sets.
 	var ids [2]map[policy.Peer]*ipSet
 	var pods [2]*ipSet
 	classes := map[policy.Peer]bool{}
+	var unions []string
+	for rf := range refs {
+		if rf.union != "" {
+			unions = append(unions, rf.union)
+		}
+	}
 	for _, f := range r.fams {
 		ids[f.index()] = map[policy.Peer]*ipSet{}
-		for peer := range peers {
+		for _, u := range unions {
+			for _, id := range unionIdentities(u) {
+				if ids[f.index()][id] == nil {
+					ids[f.index()][id] = newSet(f, false)
+				}
+			}
+		}
+		for rf := range refs {
+			if rf.union != "" {
+				continue
+			}
+			peer := rf.peer
 			name, _ := setName(r.mode, f, peer)
 			switch {
 			case peer == policy.PeerWorld:
@@ -377,13 +424,16 @@ func (r *renderer) fillSets(want *policy.Desired, peers map[policy.Peer]bool) ma
 			case peer&policy.CIDRClassBit != 0:
 				classes[peer] = true
 			default:
-				s := newSet(f, false)
-				ids[f.index()][peer] = s
+				s := ids[f.index()][peer]
+				if s == nil {
+					s = newSet(f, false)
+					ids[f.index()][peer] = s
+				}
 				sets[name] = s
 			}
 		}
 	}
-	if len(peers) == 0 {
+	if len(refs) == 0 {
 		return sets
 	}
 	for a, e := range want.Addrs {
@@ -398,6 +448,21 @@ func (r *renderer) fillSets(want *policy.Desired, peers map[policy.Peer]bool) ma
 		}
 		if s := ids[f.index()][e.Identity]; s != nil {
 			s.entries[host] = false
+		}
+	}
+	for _, f := range r.fams {
+		for _, u := range unions {
+			members := unionIdentities(u)
+			n := 0
+			for _, id := range members {
+				n += len(ids[f.index()][id].entries)
+			}
+			s := &ipSet{family: f, entries: make(map[netip.Prefix]bool, n)}
+			for _, id := range members {
+				maps.Copy(s.entries, ids[f.index()][id].entries)
+			}
+			name, _ := r.refSetName(f, ref{union: u})
+			sets[name] = s
 		}
 	}
 	if len(classes) > 0 {

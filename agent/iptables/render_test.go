@@ -27,12 +27,12 @@ const class1 = policy.CIDRClassBit | 1
 func TestRenderEndpoint(t *testing.T) {
 	all := ports(0, 65535)
 	tests := []struct {
-		name      string
-		ep        policy.EndpointPolicy
-		fam       Family
-		egress    []string
-		ingress   []string
-		wantPeers []policy.Peer
+		name     string
+		ep       policy.EndpointPolicy
+		fam      Family
+		egress   []string
+		ingress  []string
+		wantRefs []ref
 	}{{
 		name:   "not isolated: anti-spoofing only",
 		ep:     policy.EndpointPolicy{IPv4: addr("10.0.0.5")},
@@ -90,7 +90,29 @@ func TestRenderEndpoint(t *testing.T) {
 			"-m set --match-set lockstep-nft4-id-300 src -j RETURN",
 			"-j DROP",
 		},
-		wantPeers: []policy.Peer{policy.PeerWorld, 300, 301, class1},
+		wantRefs: []ref{{peer: policy.PeerWorld}, {peer: 300}, {peer: 301}, {peer: class1}},
+	}, {
+		name: "identities with the same protocol and ports share one union rule",
+		ep: policy.EndpointPolicy{IPv4: addr("10.0.0.5"), IngressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
+			{Peer: 302, Dir: policy.Ingress, Proto: policy.ProtoTCP}:    ports(80, 80, 8080, 8090),
+			{Peer: 300, Dir: policy.Ingress, Proto: policy.ProtoTCP}:    ports(80, 80, 8080, 8090),
+			{Peer: 301, Dir: policy.Ingress, Proto: policy.ProtoTCP}:    ports(443, 443),           // other ports: its own rule
+			{Peer: 303, Dir: policy.Ingress, Proto: policy.ProtoUDP}:    ports(80, 80, 8080, 8090), // other protocol
+			{Peer: 304, Dir: policy.Ingress, Proto: policy.ProtoUDP}:    ports(80, 80, 8080, 8090), // ... with 303
+			{Peer: class1, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(80, 80, 8080, 8090), // a CIDR class keeps its set
+			{Peer: 300, Dir: policy.Egress, Proto: policy.ProtoTCP}:     ports(80, 80, 8080, 8090), // other direction
+		}},
+		fam:    IPv4,
+		egress: []string{"! -s 10.0.0.5/32 -j DROP"},
+		ingress: []string{
+			"-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+			"-p tcp -m set --match-set " + unionSetName(ModeNFT, IPv4, "300,302") + " src -m multiport --dports 80,8080:8090 -j RETURN",
+			"-p tcp -m set --match-set lockstep-nft4-id-301 src -m tcp --dport 443 -j RETURN",
+			"-p tcp -m set --match-set lockstep-nft4-net-1 src -m multiport --dports 80,8080:8090 -j RETURN",
+			"-p udp -m set --match-set " + unionSetName(ModeNFT, IPv4, "303,304") + " src -m multiport --dports 80,8080:8090 -j RETURN",
+			"-j DROP",
+		},
+		wantRefs: []ref{{union: "300,302"}, {union: "303,304"}, {peer: 300}, {peer: 301}, {peer: class1}},
 	}, {
 		name: "more ranges than one multiport holds",
 		ep: policy.EndpointPolicy{IPv6: addr("fd00::5"), IngressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
@@ -112,15 +134,15 @@ func TestRenderEndpoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := r.renderEndpoint(tt.fam, er.ep, er.keys, func(policy.Peer) bool { return true })
+			got := r.renderEndpoint(tt.fam, er, func(ref) bool { return true })
 			if !slices.Equal(got[0], tt.egress) {
 				t.Errorf("egress chain:\n got %q\nwant %q", got[0], tt.egress)
 			}
 			if !slices.Equal(got[1], tt.ingress) {
 				t.Errorf("ingress chain:\n got %q\nwant %q", got[1], tt.ingress)
 			}
-			if tt.wantPeers != nil && !slices.Equal(er.peers, tt.wantPeers) {
-				t.Errorf("peers %v, want %v", er.peers, tt.wantPeers)
+			if tt.wantRefs != nil && !slices.Equal(er.refs, tt.wantRefs) {
+				t.Errorf("refs %v, want %v", er.refs, tt.wantRefs)
 			}
 		})
 	}
@@ -250,6 +272,53 @@ func TestSetNamesFitAndDifferByMode(t *testing.T) {
 					t.Errorf("set %q must belong to %s only", name, m)
 				}
 			}
+			u := unionSetName(m, f, "256,300,4294967295")
+			if len(u) > 31 || !isModeSet(m, u) || u == unionSetName(m, f, "256,300") {
+				t.Errorf("union set name %q: %d characters (ipset allows 31), or not distinct", u, len(u))
+			}
 		}
+	}
+}
+
+// TestUnionSets: a union set holds the addresses of all its identities in
+// each family, is shared by endpoints allowing the same identities, and
+// an identity only a union references gets no set of its own.
+func TestUnionSets(t *testing.T) {
+	d := &policy.Desired{
+		Addrs: map[netip.Addr]policy.AddrEntry{
+			addr("10.1.0.1"): {Identity: 300, CIDRClass: policy.NoCIDRClass},
+			addr("10.1.0.2"): {Identity: 301, CIDRClass: policy.NoCIDRClass},
+			addr("fd01::2"):  {Identity: 301, CIDRClass: policy.NoCIDRClass},
+			addr("10.1.0.3"): {Identity: 302, CIDRClass: policy.NoCIDRClass},
+		},
+		Endpoints: map[string]*policy.EndpointPolicy{},
+	}
+	for _, name := range []string{"ep0", "ep1"} {
+		d.Endpoints[name] = &policy.EndpointPolicy{IngressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
+			{Peer: 300, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(80, 80),
+			{Peer: 301, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(80, 80),
+			{Peer: 302, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(81, 81),
+		}}
+	}
+	r := renderer{mode: ModeNFT, fams: []Family{IPv4, IPv6}}
+	p, _, err := r.render(d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[netip.Prefix]bool{}
+	for name, s := range p.sets {
+		got[name] = s.entries
+	}
+	want := map[string]map[netip.Prefix]bool{
+		unionSetName(ModeNFT, IPv4, "300,301"): {prefix("10.1.0.1/32"): false, prefix("10.1.0.2/32"): false},
+		unionSetName(ModeNFT, IPv6, "300,301"): {prefix("fd01::2/128"): false},
+		"lockstep-nft4-id-302":                 {prefix("10.1.0.3/32"): false},
+	}
+	if !maps.EqualFunc(got, want, maps.Equal) {
+		t.Errorf("sets:\n got %v\nwant %v", got, want)
+	}
+	v6 := p.chains[IPv6.index()]["LOCKSTEP-I-ep1"]
+	if !slices.Contains(v6, "-p tcp -m set --match-set "+unionSetName(ModeNFT, IPv6, "300,301")+" src -m tcp --dport 80 -j RETURN") || len(v6) != 3 {
+		t.Errorf("IPv6 ingress of ep1 %q: want the union rule only (302 has no IPv6 pod)", v6)
 	}
 }
