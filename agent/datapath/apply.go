@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -27,7 +28,9 @@ import (
 //
 // Apply keeps references to want and the maps in it: the caller must not
 // modify them afterwards (build a new Desired instead, reusing unchanged
-// *EndpointPolicy values, which Apply then recognises without comparing).
+// maps and *EndpointPolicy values, which Apply then recognises without
+// comparing). A one-rule change handed over that way writes the rule and
+// the generation, and waits for nothing.
 func (d *Datapath) Apply(want *policy.Desired) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -38,9 +41,19 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	}
 	m := &d.mirror
 	m.mark++
+	d.stats = applyStats{}
 	p := int(m.gen & 1) // live parity
 	q := p ^ 1          // the parity being written
 
+	flipped := false
+	defer func() {
+		if !flipped {
+			// Parity q may hold entries that the new state added and
+			// that no cleanup removed: its tables no longer hold
+			// exactly one source.
+			m.cidrsFrom[q], m.addrsFrom[q] = nil, nil
+		}
+	}()
 	canon, err := d.writeCIDRs(want.CIDRs, p, q)
 	if err != nil {
 		return err
@@ -58,7 +71,23 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	if err := d.flip(); err != nil {
 		return err
 	}
+	flipped = true
+	d.kickSettler()
 	return d.cleanup(canon, goneAddrs)
+}
+
+// applyStats counts what one Apply did to the maps, so tests can bound
+// the cost of a change: Apply's latency follows these counts.
+type applyStats struct {
+	// entries is how many map entries were written or deleted, the
+	// generation and inner map entries included.
+	entries int
+	// outer is how many lockstep_policy entries were written or deleted:
+	// the kernel follows each syscall on a map-in-map with an RCU grace
+	// period (milliseconds), once per batch.
+	outer int
+	// innerMaps is how many inner policy maps were created.
+	innerMaps int
 }
 
 // resolve maps every endpoint of want to the ifindex Attach recorded.
@@ -84,8 +113,14 @@ func (d *Datapath) resolve(want *policy.Desired) (map[string]uint32, error) {
 // parity q's table lacks gets, in slot q, the class of the longest prefix of
 // q's table containing it, so a lookup in either parity is exact while the
 // trie holds the union of both tables. It returns q's canonical table.
+//
+// When both parities were written from want itself, the trie holds exactly
+// want and there is nothing to write.
 func (d *Datapath) writeCIDRs(want map[netip.Prefix]policy.Peer, p, q int) (map[netip.Prefix]uint32, error) {
 	m := &d.mirror
+	if want != nil && sameMap(m.cidrsFrom[q], want) && sameMap(m.cidrsFrom[p], want) && m.cidrSet[q].valid {
+		return m.cidrSet[q].m, nil
+	}
 	canon := make(map[netip.Prefix]uint32, len(want))
 	for pfx, class := range want {
 		canon[canonPrefix(pfx)] = uint32(class)
@@ -116,11 +151,13 @@ func (d *Datapath) writeCIDRs(want map[netip.Prefix]policy.Peer, p, q int) (map[
 			return nil, err
 		}
 	}
+	m.cidrsFrom[q] = want
 	return canon, nil
 }
 
 func (d *Datapath) putCIDR(pfx netip.Prefix, v bpfmaps.CIDRValue) error {
 	k := bpfmaps.CIDRKey{PrefixLen: uint32(pfx.Bits()), Addr: bpfmaps.Addr(pfx.Addr().As16())}
+	d.stats.entries++
 	if err := d.cidrs.Put(k, v); err != nil {
 		return fmt.Errorf("write %s %s: %w", bpfmaps.CIDRsMap, pfx, err)
 	}
@@ -132,8 +169,14 @@ func (d *Datapath) putCIDR(pfx netip.Prefix, v bpfmaps.CIDRValue) error {
 // the live slot, what the live parity sees for it today (world and its
 // CIDR class); an address want lacks gets the same in slot q and is
 // returned for deletion after the flip.
+//
+// When parity q was written from want itself, every copy of q is already
+// right and the table holds no other address: nothing to walk.
 func (d *Datapath) writeIPCache(want map[netip.Addr]policy.AddrEntry, p, q int) ([]netip.Addr, error) {
 	m := &d.mirror
+	if want != nil && sameMap(m.addrsFrom[q], want) {
+		return nil, nil
+	}
 	var keys []bpfmaps.Addr
 	var vals []bpfmaps.IPCacheValue
 	var ents []*ipcEntry
@@ -177,6 +220,7 @@ func (d *Datapath) writeIPCache(want map[netip.Addr]policy.AddrEntry, p, q int) 
 			}
 		}
 	}
+	d.stats.entries += len(keys)
 	if err := putAll(d.ipcache, keys, vals); err != nil {
 		// Entries new to the mirror may or may not be in the map: forget
 		// their copies so the next Apply writes them again.
@@ -188,7 +232,19 @@ func (d *Datapath) writeIPCache(want map[netip.Addr]policy.AddrEntry, p, q int) 
 	for i, e := range ents {
 		e.v = vals[i]
 	}
+	// Parity p keeps its source only if it was want too: otherwise the
+	// addresses want added hold the live view in p, not p's source.
+	if !sameMap(m.addrsFrom[p], want) {
+		m.addrsFrom[p] = nil
+	}
+	m.addrsFrom[q] = want
 	return gone, nil
+}
+
+// sameMap reports whether a and b are the same map object: for immutable
+// policy.Desired maps, the same content.
+func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
+	return a != nil && b != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // putAll writes keys[i] → vals[i], in one batch when the kernel can.
@@ -210,6 +266,27 @@ func putAll[K, V any](m *ebpf.Map, keys []K, vals []V) error {
 	return nil
 }
 
+// deleteAll deletes keys from m, in one batch when the kernel can; keys
+// already gone are not an error.
+func deleteAll[K any](m *ebpf.Map, keys []K) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if len(keys) > 1 {
+		if _, err := m.BatchDelete(keys, nil); err == nil {
+			return nil
+		}
+		// Not supported, or a key was missing and the batch stopped
+		// there: delete one by one.
+	}
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
 // flip makes the written parity live with one map update, keeping the
 // monitor flag as it is.
 func (d *Datapath) flip() error {
@@ -218,6 +295,7 @@ func (d *Datapath) flip() error {
 		return fmt.Errorf("read %s: %w", bpfmaps.StateMap, err)
 	}
 	st.Gen = d.mirror.gen + 1
+	d.stats.entries++
 	if err := d.state.Put(uint32(0), st); err != nil {
 		return fmt.Errorf("flip generation: %w", err)
 	}
@@ -229,6 +307,7 @@ func (d *Datapath) flip() error {
 func (d *Datapath) cleanup(canon map[netip.Prefix]uint32, goneAddrs []netip.Addr) error {
 	m := &d.mirror
 	var errs []error
+	d.stats.entries += len(goneAddrs)
 	for _, a := range goneAddrs {
 		if err := d.ipcache.Delete(bpfmaps.AddrFrom(a)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, fmt.Errorf("delete %s from %s: %w", a, bpfmaps.IPCacheMap, err))
@@ -236,30 +315,41 @@ func (d *Datapath) cleanup(canon map[netip.Prefix]uint32, goneAddrs []netip.Addr
 		}
 		delete(m.ipc, a)
 	}
+	if len(errs) > 0 {
+		// The table holds addresses no source has.
+		m.addrsFrom = [2]map[netip.Addr]policy.AddrEntry{}
+	}
 	if len(m.trie) > len(canon) {
 		for pfx := range m.trie {
 			if _, ok := canon[pfx]; ok {
 				continue
 			}
 			k := bpfmaps.CIDRKey{PrefixLen: uint32(pfx.Bits()), Addr: bpfmaps.Addr(pfx.Addr().As16())}
+			d.stats.entries++
 			if err := d.cidrs.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				errs = append(errs, fmt.Errorf("delete %s from %s: %w", pfx, bpfmaps.CIDRsMap, err))
+				m.cidrsFrom = [2]map[netip.Prefix]policy.Peer{}
 				continue
 			}
 			m.delTrie(pfx)
 		}
 	}
-	for idx, e := range m.eps {
-		if e.mark == m.mark {
-			continue
+	var gone []*epEntry
+	for _, e := range m.eps {
+		if e.mark != m.mark {
+			gone = append(gone, e)
 		}
-		if err := d.removeEndpoint(e); err != nil {
+	}
+	if len(gone) > 0 {
+		removed, err := d.removeEndpoints(gone)
+		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		delete(m.eps, idx)
-		if e.name != "" && m.names[e.name] == e {
-			delete(m.names, e.name)
+		for _, e := range removed {
+			delete(m.eps, e.ifindex)
+			if e.name != "" && m.names[e.name] == e {
+				delete(m.names, e.name)
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

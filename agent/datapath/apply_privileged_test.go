@@ -214,24 +214,42 @@ func TestPrivilegedApplyIncrementalMatchesFresh(t *testing.T) {
 	checkVerdicts(t, inc, isolatedCases())
 }
 
-// Applying the same state again writes nothing but the generation.
+// Applying the same state again writes nothing but the generation, both
+// for the very same Desired and for an equal one built anew (what a full
+// recompilation hands over).
 func TestPrivilegedApplyUnchangedTouchesNothing(t *testing.T) {
 	testenv.Privileged(t)
-	d := newTestDatapath(t)
-	d.fakeAttach(podIf, loIfindex)
-	want := scenario(true, true)
-	mustApply(t, d, want)
-	mustApply(t, d, want) // fills the other parity
-	inner := d.mirror.names[podIf].inner
-	if inner[0] != inner[1] {
-		t.Error("unchanged rules got a second inner map instead of sharing one")
-	}
-	before := takeSnapshot(t, d)
-	mustApply(t, d, want)
-	after := takeSnapshot(t, d)
-	before.Gen, after.Gen = 0, 0
-	if !reflect.DeepEqual(before, after) {
-		t.Errorf("re-applying changed the maps:\n%+v\n%+v", before, after)
+	for _, tc := range []struct {
+		name  string
+		again func(*policy.Desired) *policy.Desired
+	}{
+		{"same objects", func(d *policy.Desired) *policy.Desired { return d }},
+		{"equal copies", func(*policy.Desired) *policy.Desired { return scenario(true, true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newTestDatapath(t)
+			d.fakeAttach(podIf, loIfindex)
+			want := scenario(true, true)
+			mustApply(t, d, want)
+			mustApply(t, d, want) // fills the other parity
+			inner := d.mirror.names[podIf].inner
+			if inner[0] == nil || inner[0] == inner[1] {
+				t.Errorf("inner maps %p and %p: want one of its own per parity", inner[0], inner[1])
+			}
+			before := takeSnapshot(t, d)
+			mustApply(t, d, tc.again(want))
+			if got := d.stats; got != (applyStats{entries: 1}) {
+				t.Errorf("re-applying wrote %+v, want only the generation", got)
+			}
+			after := takeSnapshot(t, d)
+			before.Gen, after.Gen = 0, 0
+			if !reflect.DeepEqual(before, after) {
+				t.Errorf("re-applying changed the maps:\n%+v\n%+v", before, after)
+			}
+			if got := d.mirror.names[podIf].inner; got != inner {
+				t.Errorf("re-applying replaced the inner maps")
+			}
+		})
 	}
 }
 

@@ -153,23 +153,96 @@ func benchRepeat(b *testing.B, prog *ebpf.Program, pkt []byte, want uint32) {
 }
 
 // BenchmarkApplyRuleChange measures Apply of a one-rule policy change on
-// a node with 10k remote identities and 1k rules: the "policy change →
-// maps applied" latency.
+// a node with 10k remote identities and 1k rules, alternating between two
+// states: the second shares the first's Addrs and CIDRs, as successive
+// results of policy.Incremental do when no address or ipBlock changed.
 func BenchmarkApplyRuleChange(b *testing.B) {
 	testenv.Privileged(b)
 	d := newTestDatapath(b)
 	d.fakeAttach(podIf, loIfindex)
-	states := [2]*policy.Desired{benchDesired(1000), benchDesired(1000)}
-	ep := *states[1].Endpoints[podIf]
+	states := [2]*policy.Desired{benchDesired(1000), nil}
+	s1 := *states[0]
+	ep := *s1.Endpoints[podIf]
 	ep.Rules = maps.Clone(ep.Rules)
 	ep.Rules[policy.RuleKey{Peer: policy.PeerWorld, Dir: policy.Ingress, Proto: policy.ProtoUDP}] = ports(53, 53)
-	states[1].Endpoints = map[string]*policy.EndpointPolicy{podIf: &ep}
+	s1.Endpoints = map[string]*policy.EndpointPolicy{podIf: &ep}
+	states[1] = &s1
 	mustApply(b, d, states[0])
 	mustApply(b, d, states[1])
 	b.ResetTimer()
 	for i := range b.N {
 		mustApply(b, d, states[i%2])
 	}
+}
+
+// BenchmarkApplyPolicyEdit is the edit tools/policybench times, at the
+// datapath: 20 endpoints of ~1.2k rules each over 10k identities; edit i
+// changes the port ranges of 140 rules of endpoint i%20 and hands every
+// other endpoint, Addrs and CIDRs over as the same objects.
+//   - settled: edits apart in time, as an agent sees them: the settler has
+//     brought the idle parity up to date before the next edit, which
+//     writes only its own change.
+//   - back-to-back: the next edit comes before the settler ran, and also
+//     brings the previous edit's endpoint up to date in the idle parity.
+func BenchmarkApplyPolicyEdit(b *testing.B) {
+	testenv.Privileged(b)
+	for _, settled := range []bool{true, false} {
+		name := "back-to-back"
+		if settled {
+			name = "settled"
+		}
+		b.Run(name, func(b *testing.B) { benchPolicyEdits(b, settled) })
+	}
+}
+
+func benchPolicyEdits(b *testing.B, settled bool) {
+	const endpoints, rulesPer, changed = 20, 1200, 140
+	d := newTestDatapath(b)
+	base := benchDesired(0)
+	base.Endpoints = make(map[string]*policy.EndpointPolicy, endpoints)
+	for k := range endpoints {
+		name := fmt.Sprintf("lsbench%d", k)
+		d.fakeAttach(name, 1000+k)
+		base.Endpoints[name] = &policy.EndpointPolicy{IngressIsolated: true, EgressIsolated: true, Rules: editRules(k, rulesPer, changed, 0)}
+	}
+	mustApply(b, d, base)
+	mustApply(b, d, base)
+	cur := base
+	var entries int
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		k := i % endpoints
+		next := *cur
+		next.Endpoints = maps.Clone(cur.Endpoints)
+		ep := *cur.Endpoints[fmt.Sprintf("lsbench%d", k)]
+		ep.Rules = editRules(k, rulesPer, changed, i+1)
+		next.Endpoints[fmt.Sprintf("lsbench%d", k)] = &ep
+		cur = &next
+		if settled {
+			d.waitSettled(b)
+		}
+		b.StartTimer()
+		mustApply(b, d, cur)
+		entries += d.stats.entries
+	}
+	b.ReportMetric(float64(entries)/float64(b.N), "entries/op")
+}
+
+// editRules is endpoint k's rules at version v: n ingress rules from
+// distinct identities, the first changed of which allow a port range that
+// ends at a port depending on v.
+func editRules(k, n, changed, v int) map[policy.RuleKey][]policy.PortRange {
+	rules := make(map[policy.RuleKey][]policy.PortRange, n)
+	for i := range n {
+		id := policy.FirstPodIdentity + policy.Peer((k*311+i)%benchIdentities)
+		r := ports(80, 80)
+		if i < changed {
+			r = ports(80, 80, 9000, uint16(9100+v%500))
+		}
+		rules[policy.RuleKey{Peer: id, Dir: policy.Ingress, Proto: policy.ProtoTCP}] = r
+	}
+	return rules
 }
 
 // BenchmarkApplyNoChange is Apply of the state already applied, object for

@@ -28,13 +28,36 @@
 // once. [Datapath.Apply] writes the copies of the idle parity, then flips
 // gen with one map update, then deletes what the new state no longer has.
 // A packet therefore sees either the complete old state or the complete new
-// one, never a mix. Apply is incremental: it remembers what each copy holds
-// and touches only entries whose copy differs from the new state, so its
-// cost follows the size of the change, plus one pass over the address and
-// endpoint tables to find it. Endpoint rule sets live in per-endpoint inner
-// maps of lockstep_policy; an endpoint whose rules did not change reuses its
-// inner map for the new parity. Passing the same *policy.EndpointPolicy
-// pointer for an unchanged endpoint skips even the comparison.
+// one, never a mix.
+//
+// Apply is incremental: it remembers what each copy holds and touches only
+// entries whose copy differs from the new state, so its cost follows the
+// size of the change. A [policy.Desired] is immutable, so a table whose map
+// is the very object the idle parity was written from (the address table
+// and the CIDR table across a policy edit, as policy.Incremental hands them
+// over) is skipped without a look at its entries, and so is an endpoint
+// whose *policy.EndpointPolicy pointer did not change. Otherwise Apply
+// compares contents: an equal state built anew writes nothing either.
+//
+// Each endpoint has one inner map of lockstep_policy per parity, and Apply
+// rewrites the idle one in place: the rules that differ, nothing else.
+// Replacing an inner map means updating the outer map, and the kernel
+// follows every update or delete of a map-in-map from user space with an
+// RCU grace period (milliseconds); that is left to an endpoint's arrival
+// and departure and to a rule set outgrowing its inner map (sized with a
+// quarter to spare), once per Apply for all endpoints together.
+//
+// After a flip the idle parity still holds the previous generation, which
+// the next Apply would first have to catch up on. A background settler
+// waits for a grace period after each flip, so that no packet that read
+// the previous generation is still running, then rewrites the idle
+// parity's inner maps to the live rules, unless an Apply came first. An
+// edit then writes only its own change. Applies closer together than a
+// grace period write the idle parity without that wait, in every table: a
+// packet that read gen before the previous flip and is still running then
+// could see part of the state being written. BPF programs run to
+// completion within microseconds, with bottom halves disabled, so this
+// takes two Applies inside one packet's run (or a stalled virtual CPU).
 //
 // Entries deleted after the flip can race with a packet that read gen just
 // before it: such a packet may miss an address that was just removed and

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/cilium/ebpf"
 
@@ -17,8 +18,14 @@ import (
 // for every endpoint of want. A new endpoint's live flags say "isolated
 // both ways" and it has no live rules: until the flip it drops what it
 // would have dropped without an entry, except ARP and neighbour discovery.
+//
+// Rules go into the inner maps of parity q in place. The outer entries
+// that must point at new inner maps (new endpoints, grown rule sets,
+// maps adopted from a previous agent) are written together at the end,
+// so that an Apply waits for at most one RCU grace period.
 func (d *Datapath) writeEndpoints(want map[string]*policy.EndpointPolicy, ifindexes map[string]uint32, p, q int) error {
 	m := &d.mirror
+	var outer []outerWrite
 	for name, ep := range want {
 		idx := ifindexes[name]
 		e := m.names[name]
@@ -32,16 +39,21 @@ func (d *Datapath) writeEndpoints(want map[string]*policy.EndpointPolicy, ifinde
 		info.HasV4, info.IPv4 = addrOf(ep.IPv4)
 		info.HasV6, info.IPv6 = addrOf(ep.IPv6)
 		if info != e.info {
+			d.stats.entries++
 			if err := d.endpoints.Put(idx, info); err != nil {
+				d.closeOuterWrites(outer)
 				return fmt.Errorf("write %s for %s: %w", bpfmaps.EndpointsMap, name, err)
 			}
 			e.info = info
 		}
-		if err := d.writeRules(e, ep, p, q); err != nil {
+		ws, err := d.writeRules(e, ep, p, q)
+		if err != nil {
+			d.closeOuterWrites(outer)
 			return fmt.Errorf("write rules of %s: %w", name, err)
 		}
+		outer = append(outer, ws...)
 	}
-	return nil
+	return d.putOuter(outer)
 }
 
 // claim returns the mirror entry of ifindex idx for endpoint name: the one
@@ -83,118 +95,224 @@ func addrOf(a netip.Addr) (uint8, bpfmaps.Addr) {
 	return 1, bpfmaps.AddrFrom(a.Unmap())
 }
 
-// writeRules points {ifindex, q} of lockstep_policy at an inner map holding
-// ep's rules: the one already there, the live parity's when the rules did
-// not change, or a new one.
-func (d *Datapath) writeRules(e *epEntry, ep *policy.EndpointPolicy, p, q int) error {
+// outerWrite is a lockstep_policy entry to point at a new inner map: that
+// of e's parity, filled with the rules of src.
+type outerWrite struct {
+	e      *epEntry
+	parity int
+	im     *innerMap
+	src    *policy.EndpointPolicy
+}
+
+// writeRules makes the inner map of {ifindex, q} hold ep's rules: in place
+// when parity q has an inner map of its own that can hold them, else in a
+// new inner map returned for putOuter. An endpoint without an inner map in
+// the live parity gets an empty one there in the same outer write: it
+// denies what no inner map denies, and later writes fill it in place.
+func (d *Datapath) writeRules(e *epEntry, ep *policy.EndpointPolicy, p, q int) ([]outerWrite, error) {
 	if e.src[q] == ep {
-		return nil
+		return nil, nil
 	}
-	if sameRules(e.inner[q], ep.Rules) {
+	im := e.inner[q]
+	if im == nil && len(ep.Rules) == 0 {
+		e.src[q] = ep // no inner map stands for no rules
+		return nil, nil
+	}
+	if im != nil && im.known && fits(im.capacity, len(ep.Rules)) {
+		n, err := updateInner(im, ep.Rules)
+		d.stats.entries += n
+		if err != nil {
+			e.src[q] = nil
+			return nil, err
+		}
 		e.src[q] = ep
+		return nil, nil
+	}
+	nim, err := d.newInner(ep.Rules)
+	if err != nil {
+		return nil, err
+	}
+	ws := []outerWrite{{e: e, parity: q, im: nim, src: ep}}
+	if e.inner[p] == nil {
+		empty, err := d.newInner(nil)
+		if err != nil {
+			nim.close()
+			return nil, err
+		}
+		ws = append(ws, outerWrite{e: e, parity: p, im: empty, src: e.src[p]})
+	}
+	return ws, nil
+}
+
+// putOuter points the outer entries of ws at their new inner maps, in one
+// batch: the kernel waits for an RCU grace period after every update of a
+// map-in-map, and once for a batch.
+func (d *Datapath) putOuter(ws []outerWrite) error {
+	if len(ws) == 0 {
 		return nil
 	}
-	im := e.inner[p]
-	if !sameRules(im, ep.Rules) {
-		var err error
-		if im, err = d.newInner(ep.Rules); err != nil {
-			return err
-		}
+	keys := make([]bpfmaps.PolicyOuterKey, len(ws))
+	fds := make([]uint32, len(ws))
+	for i, w := range ws {
+		keys[i] = bpfmaps.PolicyOuterKey{Ifindex: w.e.ifindex, Parity: uint32(w.parity)}
+		fds[i] = uint32(w.im.m.FD())
 	}
-	if err := d.setOuter(e.ifindex, q, im); err != nil {
-		if im != nil && im.refs == 0 {
-			im.m.Close()
+	d.stats.entries += len(keys)
+	d.stats.outer += len(keys)
+	if err := putAll(d.policy, keys, fds); err != nil {
+		// Some entries may point at the new maps already: forget what
+		// each of them holds, so the next Apply writes it again.
+		for _, w := range ws {
+			w.im.close()
+			w.e.setInner(w.parity, &innerMap{})
+			w.e.src[w.parity] = nil
 		}
-		return err
+		return fmt.Errorf("write %s: %w", bpfmaps.PolicyMap, err)
 	}
-	e.setInner(q, im)
-	e.src[q] = ep
+	for _, w := range ws {
+		w.e.setInner(w.parity, w.im)
+		w.e.src[w.parity] = w.src
+	}
 	return nil
 }
 
-// sameRules reports whether im holds exactly rules; a nil im stands for
-// no rules at all.
-func sameRules(im *innerMap, rules map[policy.RuleKey][]policy.PortRange) bool {
-	if im == nil {
-		return len(rules) == 0
+// closeOuterWrites releases the inner maps of writes that will not be made.
+func (d *Datapath) closeOuterWrites(ws []outerWrite) {
+	for _, w := range ws {
+		w.im.close()
 	}
-	if !im.known || len(im.rules) != len(rules) {
-		return false
+}
+
+// innerCapacity is the max_entries of a new inner map for n rules: room
+// to grow by a quarter, rounded up to the hash table's own power of two
+// buckets, so that most edits fit in place.
+func innerCapacity(n int) int {
+	c := 16
+	for c < n+n/4 {
+		c *= 2
 	}
-	for k, a := range im.rules {
-		b, ok := rules[k]
-		if !ok || len(a) != len(b) {
-			return false
+	return c
+}
+
+// fits reports whether an inner map of capacity is right for n rules: it
+// holds them, and is not so oversized that its buckets are mostly waste.
+func fits(capacity, n int) bool {
+	return n <= capacity && capacity <= 8*innerCapacity(n)
+}
+
+// updateInner rewrites im in place to hold rules: deletes first, so the
+// map never holds more than the larger of the two sets, then the entries
+// that are new or differ. It returns how many entries it wrote or deleted;
+// on error what im holds is unknown.
+func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange) (int, error) {
+	var keys []bpfmaps.PolicyKey
+	var vals []bpfmaps.PolicyValue
+	kept := 0 // keys of im.rules that rules has
+	for k, ranges := range rules {
+		if old, ok := im.rules[k]; ok {
+			kept++
+			if slices.Equal(old, ranges) {
+				continue
+			}
 		}
-		for i := range a {
-			if a[i] != b[i] {
-				return false
+		v, err := policyValue(k, ranges)
+		if err != nil {
+			return 0, err
+		}
+		keys = append(keys, policyKey(k))
+		vals = append(vals, v)
+	}
+	var del []bpfmaps.PolicyKey
+	if kept < len(im.rules) {
+		for k := range im.rules {
+			if _, ok := rules[k]; !ok {
+				del = append(del, policyKey(k))
 			}
 		}
 	}
-	return true
+	im.known = false
+	if err := deleteAll(im.m, del); err != nil {
+		return len(del), fmt.Errorf("delete from inner policy map: %w", err)
+	}
+	if err := putAll(im.m, keys, vals); err != nil {
+		return len(del) + len(keys), fmt.Errorf("write inner policy map: %w", err)
+	}
+	im.rules, im.known = rules, true
+	return len(del) + len(keys), nil
 }
 
-// newInner creates an inner policy map holding rules (nil for no rules:
-// no inner map denies everything, like an empty one).
-func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange) (*innerMap, error) {
-	if len(rules) == 0 {
-		return nil, nil
+func policyKey(k policy.RuleKey) bpfmaps.PolicyKey {
+	return bpfmaps.PolicyKey{Peer: uint32(k.Peer), Dir: uint8(k.Dir), Proto: k.Proto}
+}
+
+func policyValue(k policy.RuleKey, ranges []policy.PortRange) (bpfmaps.PolicyValue, error) {
+	if len(ranges) > bpfmaps.MaxPortRanges {
+		return bpfmaps.PolicyValue{}, fmt.Errorf("rule %+v has %d port ranges: %w (at most %d)", k, len(ranges), ErrTooManyRanges, bpfmaps.MaxPortRanges)
 	}
+	v := bpfmaps.PolicyValue{NRanges: uint32(len(ranges))}
+	for i, r := range ranges {
+		v.Ranges[i] = bpfmaps.PortRange{Lo: r.Lo, Hi: r.Hi}
+	}
+	return v, nil
+}
+
+// newInner creates an inner policy map holding rules, sized by
+// innerCapacity.
+func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange) (*innerMap, error) {
 	keys := make([]bpfmaps.PolicyKey, 0, len(rules))
 	vals := make([]bpfmaps.PolicyValue, 0, len(rules))
 	for k, ranges := range rules {
-		if len(ranges) > bpfmaps.MaxPortRanges {
-			return nil, fmt.Errorf("rule %+v has %d port ranges: %w (at most %d)", k, len(ranges), ErrTooManyRanges, bpfmaps.MaxPortRanges)
+		v, err := policyValue(k, ranges)
+		if err != nil {
+			return nil, err
 		}
-		v := bpfmaps.PolicyValue{NRanges: uint32(len(ranges))}
-		for i, r := range ranges {
-			v.Ranges[i] = bpfmaps.PortRange{Lo: r.Lo, Hi: r.Hi}
-		}
-		keys = append(keys, bpfmaps.PolicyKey{Peer: uint32(k.Peer), Dir: uint8(k.Dir), Proto: k.Proto})
+		keys = append(keys, policyKey(k))
 		vals = append(vals, v)
 	}
 	spec := d.innerSpec.Copy()
-	spec.MaxEntries = uint32(len(rules))
+	capacity := innerCapacity(len(rules))
+	spec.MaxEntries = uint32(capacity)
 	im, err := ebpf.NewMap(spec)
 	if err != nil {
 		return nil, fmt.Errorf("create inner policy map: %w", err)
 	}
+	d.stats.innerMaps++
+	d.stats.entries += len(keys)
 	if err := putAll(im, keys, vals); err != nil {
 		im.Close()
 		return nil, fmt.Errorf("fill inner policy map: %w", err)
 	}
-	return &innerMap{m: im, rules: rules, known: true}, nil
+	return &innerMap{m: im, rules: rules, known: true, capacity: capacity}, nil
 }
 
-// setOuter points {ifindex, parity} at im, or deletes it for nil.
-func (d *Datapath) setOuter(ifindex uint32, parity int, im *innerMap) error {
-	k := bpfmaps.PolicyOuterKey{Ifindex: ifindex, Parity: uint32(parity)}
-	if im == nil {
-		if err := d.policy.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete %s %+v: %w", bpfmaps.PolicyMap, k, err)
+// removeEndpoints deletes every map entry of es (after the flip). The
+// outer entries go in one batch, for one RCU grace period. It returns the
+// endpoints whose entries are all gone.
+func (d *Datapath) removeEndpoints(es []*epEntry) ([]*epEntry, error) {
+	var keys []bpfmaps.PolicyOuterKey
+	for _, e := range es {
+		for parity := range 2 {
+			if e.inner[parity] != nil {
+				keys = append(keys, bpfmaps.PolicyOuterKey{Ifindex: e.ifindex, Parity: uint32(parity)})
+			}
 		}
-		return nil
 	}
-	if err := d.policy.Put(k, uint32(im.m.FD())); err != nil {
-		return fmt.Errorf("write %s %+v: %w", bpfmaps.PolicyMap, k, err)
+	d.stats.entries += len(keys)
+	d.stats.outer += len(keys)
+	if err := deleteAll(d.policy, keys); err != nil {
+		return nil, fmt.Errorf("delete from %s: %w", bpfmaps.PolicyMap, err)
 	}
-	return nil
-}
-
-// removeEndpoint deletes every map entry of e (after the flip).
-func (d *Datapath) removeEndpoint(e *epEntry) error {
-	for parity := range 2 {
-		if e.inner[parity] == nil {
+	var done []*epEntry
+	var errs []error
+	for _, e := range es {
+		e.setInner(0, nil)
+		e.setInner(1, nil)
+		d.stats.entries++
+		if err := d.endpoints.Delete(e.ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("delete ifindex %d from %s: %w", e.ifindex, bpfmaps.EndpointsMap, err))
 			continue
 		}
-		if err := d.setOuter(e.ifindex, parity, nil); err != nil {
-			return err
-		}
-		e.setInner(parity, nil)
+		done = append(done, e)
 	}
-	if err := d.endpoints.Delete(e.ifindex); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("delete ifindex %d from %s: %w", e.ifindex, bpfmaps.EndpointsMap, err)
-	}
-	return nil
+	return done, errors.Join(errs...)
 }

@@ -11,6 +11,7 @@ import (
 
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -63,6 +64,36 @@ func (d *Datapath) fakeAttach(ifname string, ifindex int) {
 	d.mu.Lock()
 	d.attached[ifname] = ifindex
 	d.mu.Unlock()
+}
+
+// waitSettled waits until the settler has brought the idle parity's
+// inner maps up to the live rules (it has nothing left it could do).
+func (d *Datapath) waitSettled(tb testing.TB) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d.mu.Lock()
+		live := int(d.mirror.gen & 1)
+		pending := 0
+		for _, e := range d.mirror.eps {
+			im := e.inner[live^1]
+			if ep := e.src[live]; ep != nil && e.src[live^1] != ep && im != nil && im.known && fits(im.capacity, len(ep.Rules)) {
+				pending++
+			}
+		}
+		err := d.settler.err
+		d.mu.Unlock()
+		if pending == 0 {
+			return
+		}
+		if err != nil {
+			tb.Fatalf("settle: %v", err)
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d endpoints' idle rules still not settled after 10s", pending)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
 }
 
 func (d *Datapath) flushCT(tb testing.TB) {

@@ -63,6 +63,8 @@ type Datapath struct {
 	mu       sync.Mutex
 	attached map[string]int // host veth name → ifindex
 	mirror   mirror         // what the maps hold, for incremental Apply
+	stats    applyStats     // what the last Apply wrote
+	settler  settler        // brings the idle parity up to date after a flip
 
 	// beforeFlip, when set (tests), runs after the idle parity is
 	// written and before gen flips.
@@ -137,6 +139,11 @@ func Load(opts Options) (*Datapath, error) {
 		d.closeObjects()
 		return nil, fmt.Errorf("adopt pinned state: %w", err)
 	}
+	if err := d.startSettler(); err != nil {
+		d.mirror.closeInners()
+		d.closeObjects()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -199,6 +206,7 @@ func ensureBPFFS(dir string) error {
 // filters stay: they keep enforcing the last applied state until a new
 // agent loads and adopts them, or Remove cleans up.
 func (d *Datapath) Close() error {
+	d.stopSettler()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.mirror.closeInners()

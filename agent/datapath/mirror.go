@@ -26,6 +26,15 @@ type mirror struct {
 	cidrSet  [2]cidrSet                  // the CIDR table each parity's copies represent
 	eps      map[uint32]*epEntry         // lockstep_endpoints and lockstep_policy, by ifindex
 	names    map[string]*epEntry         // the same entries by host veth name
+
+	// addrsFrom and cidrsFrom are the policy.Desired maps each parity was
+	// written from, while the table holds exactly that map's entries in
+	// that parity and no other key (nil when unknown). Desired maps are
+	// immutable, so Apply skips lockstep_ipcache when want.Addrs is the
+	// written parity's source, and lockstep_cidrs when want.CIDRs is both
+	// parities' (prefixes new to one parity take the other's value there).
+	addrsFrom [2]map[netip.Addr]policy.AddrEntry
+	cidrsFrom [2]map[netip.Prefix]policy.Peer
 }
 
 type ipcEntry struct {
@@ -83,31 +92,32 @@ type epEntry struct {
 	mark    uint64
 }
 
-// innerMap is an inner policy map, shared by both parities of an endpoint
-// when its rules did not change. known is false for maps adopted from a
-// previous agent, whose rules are not read back.
+// innerMap is the inner policy map of one endpoint and parity. Each
+// parity has its own, so that Apply rewrites the idle one in place and
+// the outer map, whose every update waits for an RCU grace period, changes
+// only when an endpoint appears, goes or outgrows its map. m is nil and
+// known false for maps adopted from a previous agent, whose rules are not
+// read back: Apply replaces them.
 type innerMap struct {
-	m     *ebpf.Map
-	rules map[policy.RuleKey][]policy.PortRange
-	known bool
-	refs  int
+	m        *ebpf.Map
+	rules    map[policy.RuleKey][]policy.PortRange // what m holds, when known
+	known    bool
+	capacity int // m's max_entries
 }
 
-func (e *epEntry) setInner(parity int, im *innerMap) {
-	old := e.inner[parity]
-	if old == im {
-		return
+func (im *innerMap) close() {
+	if im != nil && im.m != nil {
+		im.m.Close()
 	}
-	if im != nil {
-		im.refs++
+}
+
+// setInner makes im the inner map of parity, closing the one it replaces
+// (the outer map keeps it alive while it points at it).
+func (e *epEntry) setInner(parity int, im *innerMap) {
+	if old := e.inner[parity]; old != im {
+		old.close()
 	}
 	e.inner[parity] = im
-	if old != nil {
-		old.refs--
-		if old.refs == 0 && old.m != nil {
-			old.m.Close()
-		}
-	}
 }
 
 func (m *mirror) closeInners() {

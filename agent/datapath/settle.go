@@ -1,0 +1,143 @@
+//go:build linux
+
+package datapath
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// settler brings the idle parity up to the live state in the background,
+// so that the next Apply writes only what changes then. After a flip, the
+// idle parity's inner maps still hold the rules of the generation before;
+// an Apply would rewrite them first, doubling its work. The settler waits
+// for an RCU grace period after the flip, so that no packet that read the
+// previous generation is still running, then (if no Apply came in
+// between) rewrites those inner maps in place under Datapath.mu.
+//
+// The grace period is that of a private map-in-map: the kernel waits for
+// every running BPF program to finish after each update of one from user
+// space. It costs the settler's goroutine milliseconds of sleep, and no
+// Apply waits for it.
+type settler struct {
+	kick    chan struct{} // capacity 1: a flip happened
+	done    chan struct{} // closed when the goroutine returns
+	gp      *ebpf.Map     // array of maps whose updates wait for a grace period
+	gpInner *ebpf.Map
+	closed  bool  // under Datapath.mu: no more kicks
+	rounds  int   // settle rounds done, under Datapath.mu (tests)
+	entries int   // inner map entries the rounds wrote, under Datapath.mu
+	err     error // the last round's error, under Datapath.mu
+}
+
+// startSettler creates the grace-period map and starts the goroutine.
+func (d *Datapath) startSettler() error {
+	inner, err := ebpf.NewMap(d.innerSpec)
+	if err != nil {
+		return fmt.Errorf("create grace period inner map: %w", err)
+	}
+	gp, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name:       "lockstep_gp",
+		Type:       ebpf.ArrayOfMaps,
+		KeySize:    4,
+		ValueSize:  4,
+		MaxEntries: 1,
+		InnerMap:   d.innerSpec.Copy(),
+	})
+	if err != nil {
+		inner.Close()
+		return fmt.Errorf("create grace period map: %w", err)
+	}
+	d.settler = settler{kick: make(chan struct{}, 1), done: make(chan struct{}), gp: gp, gpInner: inner}
+	go d.settleLoop(d.settler.kick, d.settler.done)
+	return nil
+}
+
+// kickSettler tells the settler a flip happened. Called with d.mu held.
+func (d *Datapath) kickSettler() {
+	if d.settler.kick == nil || d.settler.closed {
+		return
+	}
+	select {
+	case d.settler.kick <- struct{}{}:
+	default: // a round is pending already; it reads the generation anew
+	}
+}
+
+// stopSettler ends the goroutine and waits for it. Called without d.mu.
+func (d *Datapath) stopSettler() {
+	d.mu.Lock()
+	s := &d.settler
+	if s.kick == nil || s.closed {
+		d.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.kick)
+	d.mu.Unlock()
+	<-s.done
+	s.gp.Close()
+	s.gpInner.Close()
+}
+
+func (d *Datapath) settleLoop(kick <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for range kick {
+		d.mu.Lock()
+		gen := d.mirror.gen
+		d.mu.Unlock()
+		// Updating a map-in-map returns once every BPF program running
+		// before the update has finished.
+		err := d.settler.gp.Put(uint32(0), uint32(d.settler.gpInner.FD()))
+		d.mu.Lock()
+		switch {
+		case err != nil:
+			d.settler.err = fmt.Errorf("wait for a grace period: %w", err)
+		case !d.settler.closed && d.mirror.gen == gen:
+			d.settler.err = d.settleIdle()
+			d.settler.rounds++
+		}
+		d.mu.Unlock()
+	}
+}
+
+// settleIdle rewrites in place the idle parity's inner maps whose rules
+// differ from the live parity's. Maps it cannot rewrite in place (none
+// yet, adopted, too small) are left to the next Apply, which replaces
+// them. Called with d.mu held, when no packet uses the idle parity.
+func (d *Datapath) settleIdle() error {
+	m := &d.mirror
+	live := int(m.gen & 1)
+	idle := live ^ 1
+	var errs []error
+	for _, e := range m.eps {
+		ep := e.src[live]
+		if ep == nil || e.src[idle] == ep {
+			continue
+		}
+		im := e.inner[idle]
+		if im == nil {
+			if len(ep.Rules) == 0 {
+				e.src[idle] = ep
+			}
+			continue
+		}
+		if !im.known || !fits(im.capacity, len(ep.Rules)) {
+			continue
+		}
+		n, err := updateInner(im, ep.Rules)
+		d.settler.entries += n
+		if err != nil {
+			e.src[idle] = nil
+			errs = append(errs, fmt.Errorf("settle rules of ifindex %d: %w", e.ifindex, err))
+			continue
+		}
+		e.src[idle] = ep
+	}
+	if len(errs) > 0 {
+		d.log.Warn("bring idle policy maps up to date; the next apply will", "err", errs[0], "failed", len(errs))
+		return errs[0]
+	}
+	return nil
+}
