@@ -30,13 +30,18 @@ import (
 // modify them afterwards (build a new Desired instead, reusing unchanged
 // maps and *EndpointPolicy values, which Apply then recognises without
 // comparing). A one-rule change handed over that way writes the rule and
-// the generation, and waits for nothing.
+// the generation. It waits only when the previous flip is less than an RCU
+// grace period old (waitQuiescent), until packets that read the previous
+// generation are done.
 func (d *Datapath) Apply(want *policy.Desired) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
 	ifindexes, err := d.resolve(want)
 	if err != nil {
+		return err
+	}
+	if err := d.waitQuiescent(); err != nil {
 		return err
 	}
 	m := &d.mirror

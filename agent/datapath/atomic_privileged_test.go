@@ -177,7 +177,8 @@ const (
 	atomLastPort  = 32000
 )
 
-// runFlipTraffic applies states(1), states(2), ... as fast as it can while
+// runFlipTraffic applies states(1), states(2), ... as fast as it can (at
+// most once per RCU grace period, see waitQuiescent) while
 // the node sends datagrams to S:80, each from a fresh socket on its own
 // source port so that conntrack never decides in place of the policy. Each
 // datagram waits for its echo (or run.echoWait) before the next, so the
@@ -225,6 +226,12 @@ func runFlipTraffic(t *testing.T, d *Datapath, node ns.NetNS, srv *echoServer, s
 			if res.sent >= run.minPackets && applied.Load() >= run.minFlips ||
 				res.sent-res.echoed >= run.maxLost || time.Since(start) > run.maxTime {
 				break
+			}
+			// Spread the datagrams over the flips: Apply flips at most
+			// once per RCU grace period, so while flips lag behind their
+			// share, wait for the next one rather than spend source ports.
+			for int64(res.sent)*run.minFlips > applied.Load()*int64(run.minPackets) && time.Since(start) < run.maxTime {
+				time.Sleep(200 * time.Microsecond)
 			}
 			local := &net.UDPAddr{IP: net.ParseIP(atomClient), Port: atomFirstPort + seq}
 			c, err := net.DialUDP("udp4", local, server)

@@ -52,12 +52,11 @@
 // waits for a grace period after each flip, so that no packet that read
 // the previous generation is still running, then rewrites the idle
 // parity's inner maps to the live rules, unless an Apply came first. An
-// edit then writes only its own change. Applies closer together than a
-// grace period write the idle parity without that wait, in every table: a
-// packet that read gen before the previous flip and is still running then
-// could see part of the state being written. BPF programs run to
-// completion within microseconds, with bottom halves disabled, so this
-// takes two Applies inside one packet's run (or a stalled virtual CPU).
+// edit then writes only its own change. The same grace period guards the
+// idle parity itself: Apply writes it only once a grace period has passed
+// since the last flip, waiting for the rest of it when the previous Apply
+// was more recent, so that a packet that read gen before that flip and is
+// still running never sees the idle parity change under it.
 //
 // Entries deleted after the flip can race with a packet that read gen just
 // before it: such a packet may miss an address that was just removed and

@@ -25,6 +25,8 @@ var (
 	// ErrNotAttached: Apply got an endpoint whose interface was not passed
 	// to Attach first. Attach every endpoint before applying its policy.
 	ErrNotAttached = errors.New("endpoint not attached")
+	// ErrClosed is returned by Apply after Close.
+	ErrClosed = errors.New("datapath closed")
 	// ErrTooManyRanges: a rule carries more than policy.MaxPortRanges port
 	// ranges; the policy compiler must merge or reject them.
 	ErrTooManyRanges = errors.New("too many port ranges")

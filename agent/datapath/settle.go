@@ -4,6 +4,7 @@ package datapath
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/cilium/ebpf"
 )
@@ -18,17 +19,30 @@ import (
 //
 // The grace period is that of a private map-in-map: the kernel waits for
 // every running BPF program to finish after each update of one from user
-// space. It costs the settler's goroutine milliseconds of sleep, and no
-// Apply waits for it.
+// space. It costs the settler's goroutine milliseconds of sleep.
+//
+// The settler also records the last generation a grace period has passed
+// for (quiet). Apply writes the idle parity only once quiet is the live
+// generation (waitQuiescent): a packet that read the generation before
+// the last flip may still be running and reading the idle parity, and must
+// not see it change. Edits further apart than a grace period (about 13 ms
+// here) never wait; an Apply right after another waits for the rest of
+// the grace period.
 type settler struct {
 	kick    chan struct{} // capacity 1: a flip happened
 	done    chan struct{} // closed when the goroutine returns
 	gp      *ebpf.Map     // array of maps whose updates wait for a grace period
 	gpInner *ebpf.Map
-	closed  bool  // under Datapath.mu: no more kicks
-	rounds  int   // settle rounds done, under Datapath.mu (tests)
-	entries int   // inner map entries the rounds wrote, under Datapath.mu
-	err     error // the last round's error, under Datapath.mu
+	closed  bool       // under Datapath.mu: no more kicks
+	quiet   uint32     // under Datapath.mu: a grace period has passed since this generation's flip
+	failed  bool       // under Datapath.mu: the last wait for a grace period failed
+	cond    *sync.Cond // on Datapath.mu: quiet, failed or closed changed
+	rounds  int        // settle rounds done, under Datapath.mu (tests)
+	entries int        // inner map entries the rounds wrote, under Datapath.mu
+	err     error      // the last round's error, under Datapath.mu
+	// graceWait waits for a grace period; tests replace it before the
+	// first Apply to hold the settler.
+	graceWait func() error
 }
 
 // startSettler creates the grace-period map and starts the goroutine.
@@ -49,7 +63,13 @@ func (d *Datapath) startSettler() error {
 		inner.Close()
 		return fmt.Errorf("create grace period map: %w", err)
 	}
-	d.settler = settler{kick: make(chan struct{}, 1), done: make(chan struct{}), gp: gp, gpInner: inner}
+	d.settler = settler{
+		kick: make(chan struct{}, 1), done: make(chan struct{}), gp: gp, gpInner: inner,
+		quiet: d.mirror.gen, cond: sync.NewCond(&d.mu),
+	}
+	// Updating a map-in-map returns once every BPF program running before
+	// the update has finished.
+	d.settler.graceWait = func() error { return gp.Put(uint32(0), uint32(inner.FD())) }
 	go d.settleLoop(d.settler.kick, d.settler.done)
 	return nil
 }
@@ -75,6 +95,7 @@ func (d *Datapath) stopSettler() {
 	}
 	s.closed = true
 	close(s.kick)
+	s.cond.Broadcast()
 	d.mu.Unlock()
 	<-s.done
 	s.gp.Close()
@@ -85,21 +106,47 @@ func (d *Datapath) settleLoop(kick <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	for range kick {
 		d.mu.Lock()
-		gen := d.mirror.gen
+		gen, wait := d.mirror.gen, d.settler.graceWait
 		d.mu.Unlock()
-		// Updating a map-in-map returns once every BPF program running
-		// before the update has finished.
-		err := d.settler.gp.Put(uint32(0), uint32(d.settler.gpInner.FD()))
+		err := wait()
 		d.mu.Lock()
+		s := &d.settler
+		s.failed = err != nil
 		switch {
 		case err != nil:
-			d.settler.err = fmt.Errorf("wait for a grace period: %w", err)
-		case !d.settler.closed && d.mirror.gen == gen:
-			d.settler.err = d.settleIdle()
-			d.settler.rounds++
+			s.err = fmt.Errorf("wait for a grace period: %w", err)
+		default:
+			s.quiet = gen
+			if !s.closed && d.mirror.gen == gen {
+				s.err = d.settleIdle()
+				s.rounds++
+			}
 		}
+		s.cond.Broadcast()
 		d.mu.Unlock()
 	}
+}
+
+// waitQuiescent returns once a grace period has passed since the last
+// flip, so that no packet still reads the idle parity Apply is about to
+// write. Called with d.mu held; it releases d.mu while it waits. Without a
+// running settler (closed, or its last wait failed) it waits itself.
+func (d *Datapath) waitQuiescent() error {
+	s := &d.settler
+	for s.quiet != d.mirror.gen {
+		if s.kick == nil || s.closed || s.failed {
+			if s.kick == nil || s.closed {
+				return fmt.Errorf("apply policy: %w", ErrClosed)
+			}
+			if err := s.graceWait(); err != nil {
+				return fmt.Errorf("apply policy: wait for packets of the previous generation: %w", err)
+			}
+			s.quiet, s.failed = d.mirror.gen, false
+			return nil
+		}
+		s.cond.Wait()
+	}
+	return nil
 }
 
 // settleIdle rewrites in place the idle parity's inner maps whose rules
