@@ -20,6 +20,9 @@ type endpointState struct {
 	out   *EndpointPolicy
 	full  bool
 	peers map[Peer]struct{}
+	// patches counts the full recomputes in a row whose rules patched a
+	// copy of the previous ones (see ruleBuilder.rebuild).
+	patches int
 }
 
 func (st *state) markFull(e *endpointState) {
@@ -151,7 +154,11 @@ func (st *state) computeFull(e *endpointState) error {
 			}
 		}
 	}
-	rules, err := st.rb.build(e.tooMany)
+	var old map[RuleKey][]PortRange
+	if e.out != nil {
+		old = e.out.Rules
+	}
+	rules, changed, err := st.rb.rebuild(old, &e.patches, e.tooMany)
 	if err != nil {
 		return err
 	}
@@ -160,7 +167,9 @@ func (st *state) computeFull(e *endpointState) error {
 		IngressIsolated: len(e.sel[Ingress]) > 0, EgressIsolated: len(e.sel[Egress]) > 0,
 		Rules: rules,
 	}
-	if e.out == nil || !sameEndpointPolicy(e.out, ep) {
+	// Rules that did not change are e.out's very map (and a first
+	// computation always changes them): only the rest needs comparing.
+	if changed || !sameAddrsAndIsolation(e.out, ep) {
 		e.out = ep
 		st.epsChanged = true
 	}

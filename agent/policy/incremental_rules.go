@@ -1,10 +1,6 @@
 package policy
 
-import (
-	"maps"
-	"slices"
-	"strings"
-)
+import "strings"
 
 // policyState is one compiled policy and the local endpoints it selects.
 // While it selects any (active), its rules' selector peers are registered
@@ -379,9 +375,9 @@ func (e *endpointState) tooMany(k RuleKey, n int) error {
 	return errTooManyRanges(&e.le, k, n, strings.Join(names, ", "))
 }
 
-// sameEndpointPolicy reports whether a and b are equal.
-func sameEndpointPolicy(a, b *EndpointPolicy) bool {
+// sameAddrsAndIsolation reports whether a and b are equal but for their
+// rules.
+func sameAddrsAndIsolation(a, b *EndpointPolicy) bool {
 	return a.IPv4 == b.IPv4 && a.IPv6 == b.IPv6 &&
-		a.IngressIsolated == b.IngressIsolated && a.EgressIsolated == b.EgressIsolated &&
-		maps.EqualFunc(a.Rules, b.Rules, slices.Equal)
+		a.IngressIsolated == b.IngressIsolated && a.EgressIsolated == b.EgressIsolated
 }

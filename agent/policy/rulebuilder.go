@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -10,15 +11,31 @@ import (
 // rules in a flat list and builds the Rules map from it: sorted, merged as
 // mergeRanges merges, every key's ranges in one shared backing array. It
 // allocates two objects per build where appending to a map of slices
-// allocates one per key, and its list is reused from build to build.
+// allocates one per key, and its lists are reused from build to build.
 type ruleBuilder struct {
 	ents []ruleEnt
+	// Scratch of a build: the entries' keys packed with their index (see
+	// sortEnts) in two buffers, and the entries in order; the keys in order, each with its
+	// merged ranges in ranges.
+	order  []uint64
+	spare  []uint64
+	sorted []ruleEnt
+	groups []ruleGroup
+	ranges []PortRange
 }
 
 // ruleEnt is one entry; hi and lo order it by key, then range.
 type ruleEnt struct {
 	hi uint64 // peer, direction, protocol
 	lo uint32 // range low, range high
+}
+
+// ruleGroup is one key of a build and its ranges, ranges[start:end].
+type ruleGroup struct {
+	k          RuleKey
+	start, end int
+	// kept: the rules a rebuild started from have these very ranges.
+	kept bool
 }
 
 func (b *ruleBuilder) add(k RuleKey, pr PortRange) {
@@ -32,45 +49,209 @@ func (e ruleEnt) key() RuleKey {
 	return RuleKey{Peer: Peer(e.hi >> 32), Dir: Direction(e.hi >> 8), Proto: uint8(e.hi)}
 }
 
+func compareEnt(x, y ruleEnt) int {
+	if c := cmp.Compare(x.hi, y.hi); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.lo, y.lo)
+}
+
+// packIndexBits is how many low bits of a packed key hold the entry's
+// index. The key above them takes 41 bits: peer, direction (one bit) and
+// protocol.
+const packIndexBits = 23
+
+// sortEnts returns ents ordered as compareEnt orders them; the result is
+// ents itself or the builder's other list. While the entries fit, it
+// packs each entry's key with its index in one uint64, radix-sorts those
+// by key and then orders each key's few ranges: several times cheaper
+// than sorting the entries with a comparison function.
+func (b *ruleBuilder) sortEnts(ents []ruleEnt) []ruleEnt {
+	if len(ents) > 1<<packIndexBits {
+		slices.SortFunc(ents, compareEnt)
+		return ents
+	}
+	order := b.order[:0]
+	for i, e := range ents {
+		if e.hi&0xffff_fe00 != 0 { // a direction other than Ingress or Egress
+			slices.SortFunc(ents, compareEnt)
+			return ents
+		}
+		k := e.hi>>32<<9 | e.hi&0x1ff
+		order = append(order, k<<packIndexBits|uint64(i))
+	}
+	order, b.spare = radixSortKeys(order, b.spare)
+	out := b.sorted[:0]
+	for i := 0; i < len(order); {
+		k := order[i] >> packIndexBits
+		start := len(out)
+		for ; i < len(order) && order[i]>>packIndexBits == k; i++ {
+			out = append(out, ents[order[i]&(1<<packIndexBits-1)])
+		}
+		if run := out[start:]; len(run) > 1 {
+			slices.SortFunc(run, func(x, y ruleEnt) int { return cmp.Compare(x.lo, y.lo) })
+		}
+	}
+	b.order, b.sorted = order, ents[:0]
+	return out
+}
+
+// radixSortKeys sorts packed keys by their bits above packIndexBits, a
+// byte at a time from the lowest, keeping the order of equal keys. It
+// skips the bytes every key has in common (the peer's upper bytes,
+// usually). It returns the sorted keys and the other buffer, spare
+// (grown) or keys.
+func radixSortKeys(keys, spare []uint64) (sorted, other []uint64) {
+	const digits = (64 - packIndexBits + 7) / 8
+	if len(keys) < 2 {
+		return keys, spare
+	}
+	var counts [digits][256]int
+	for _, k := range keys {
+		for d := range counts {
+			counts[d][byte(k>>(packIndexBits+8*d))]++
+		}
+	}
+	src, dst := keys, slices.Grow(spare[:0], len(keys))[:len(keys)]
+	for d := range counts {
+		shift := packIndexBits + 8*d
+		c := &counts[d]
+		if c[byte(src[0]>>shift)] == len(src) {
+			continue
+		}
+		sum := 0
+		for i, n := range c {
+			c[i] = sum
+			sum += n
+		}
+		for _, k := range src {
+			x := byte(k >> shift)
+			dst[c[x]] = k
+			c[x]++
+		}
+		src, dst = dst, src
+	}
+	return src, dst
+}
+
+// group sorts the entries collected since the last build and merges each
+// key's ranges into b.groups and b.ranges. It reports the first key that
+// needs more than MaxPortRanges ranges with tooMany.
+func (b *ruleBuilder) group(tooMany func(k RuleKey, n int) error) error {
+	ents := b.sortEnts(b.ents)
+	b.ents = ents[:0]
+	groups, ranges := b.groups[:0], b.ranges[:0]
+	defer func() { b.groups, b.ranges = groups, ranges }()
+	for i := 0; i < len(ents); {
+		start := len(ranges)
+		j := i
+		for ; j < len(ents) && ents[j].hi == ents[i].hi; j++ {
+			r := PortRange{Lo: uint16(ents[j].lo >> 16), Hi: uint16(ents[j].lo)}
+			if n := len(ranges); n > start && int(r.Lo) <= int(ranges[n-1].Hi)+1 {
+				ranges[n-1].Hi = max(ranges[n-1].Hi, r.Hi)
+				continue
+			}
+			ranges = append(ranges, r)
+		}
+		k := ents[i].key()
+		if n := len(ranges) - start; n > MaxPortRanges {
+			return tooMany(k, n)
+		}
+		groups = append(groups, ruleGroup{k: k, start: start, end: len(ranges)})
+		i = j
+	}
+	return nil
+}
+
 // build returns the rules collected since the last build, or an error
 // naming the first key that needs more than MaxPortRanges ranges (tooMany
 // formats it).
 func (b *ruleBuilder) build(tooMany func(k RuleKey, n int) error) (map[RuleKey][]PortRange, error) {
-	ents := b.ents
-	b.ents = b.ents[:0]
-	slices.SortFunc(ents, func(x, y ruleEnt) int {
-		if c := cmp.Compare(x.hi, y.hi); c != 0 {
-			return c
+	if err := b.group(tooMany); err != nil {
+		return nil, err
+	}
+	return b.fresh(), nil
+}
+
+// fresh returns a new map of the grouped rules, in a new backing array.
+func (b *ruleBuilder) fresh() map[RuleKey][]PortRange {
+	rules := make(map[RuleKey][]PortRange, len(b.groups))
+	backing := slices.Clone(b.ranges)
+	for _, g := range b.groups {
+		rules[g.k] = backing[g.start:g.end:g.end]
+	}
+	return rules
+}
+
+// maxPatches is how many rebuilds in a row may patch a copy of the
+// previous rules; the next builds them afresh. Patched rules keep the
+// backing arrays of the rules they were copied from, so the bound keeps
+// an endpoint from holding on to the arrays of many generations.
+const maxPatches = 8
+
+// rebuild is build for an endpoint whose rules were old: equal rules are
+// old itself (changed false), so the caller need not compare them. When
+// few keys changed, the new rules are a copy of old with those keys
+// replaced and the others sharing old's ranges, which is cheaper than
+// inserting every key into a new map; *patches counts such rebuilds since
+// the last fresh one.
+func (b *ruleBuilder) rebuild(old map[RuleKey][]PortRange, patches *int, tooMany func(k RuleKey, n int) error) (rules map[RuleKey][]PortRange, changed bool, err error) {
+	if err := b.group(tooMany); err != nil {
+		return nil, false, err
+	}
+	found, kept := 0, 0
+	for i := range b.groups {
+		g := &b.groups[i]
+		rs, ok := old[g.k]
+		if ok {
+			found++
 		}
-		return cmp.Compare(x.lo, y.lo)
-	})
-	keys := 0
-	for i := range ents {
-		if i == 0 || ents[i].hi != ents[i-1].hi {
-			keys++
+		if g.kept = ok && slices.Equal(rs, b.ranges[g.start:g.end]); g.kept {
+			kept++
 		}
 	}
-	rules := make(map[RuleKey][]PortRange, keys)
-	backing := make([]PortRange, 0, len(ents))
-	for i := 0; i < len(ents); {
-		start := len(backing)
-		j := i
-		for ; j < len(ents) && ents[j].hi == ents[i].hi; j++ {
-			r := PortRange{Lo: uint16(ents[j].lo >> 16), Hi: uint16(ents[j].lo)}
-			if n := len(backing); n > start && int(r.Lo) <= int(backing[n-1].Hi)+1 {
-				backing[n-1].Hi = max(backing[n-1].Hi, r.Hi)
-				continue
+	if old != nil && kept == len(b.groups) && found == len(old) {
+		return old, false, nil
+	}
+	removed := len(old) - found
+	if old == nil || *patches >= maxPatches || 2*(len(b.groups)-kept+removed) > len(b.groups) {
+		*patches = 0
+		return b.fresh(), true, nil
+	}
+	*patches++
+	rules = maps.Clone(old)
+	if removed > 0 {
+		for k := range rules {
+			if _, ok := slices.BinarySearchFunc(b.groups, k, compareGroupKey); !ok {
+				delete(rules, k)
 			}
-			backing = append(backing, r)
 		}
-		k := ents[i].key()
-		if n := len(backing) - start; n > MaxPortRanges {
-			return nil, tooMany(k, n)
-		}
-		rules[k] = backing[start:len(backing):len(backing)]
-		i = j
 	}
-	return rules, nil
+	n := 0
+	for _, g := range b.groups {
+		if !g.kept {
+			n += g.end - g.start
+		}
+	}
+	backing := make([]PortRange, 0, n)
+	for _, g := range b.groups {
+		if !g.kept {
+			backing = append(backing, b.ranges[g.start:g.end]...)
+			rules[g.k] = backing[len(backing)-(g.end-g.start) : len(backing) : len(backing)]
+		}
+	}
+	return rules, true, nil
+}
+
+// compareGroupKey orders keys as a build orders its groups.
+func compareGroupKey(g ruleGroup, k RuleKey) int {
+	if c := cmp.Compare(g.k.Peer, k.Peer); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(g.k.Dir, k.Dir); c != 0 {
+		return c
+	}
+	return cmp.Compare(g.k.Proto, k.Proto)
 }
 
 // forNamedPort calls fn with every port ports gives name under proto, as
