@@ -254,3 +254,14 @@ func sortRules(rules []maps.PolicyRule) {
 		return cmp.Or(cmp.Compare(a.Peer, b.Peer), cmp.Compare(a.Dir, b.Dir), cmp.Compare(a.Proto, b.Proto))
 	})
 }
+
+// waitQuiet waits until a grace period has passed since the last flip, so
+// that the next Apply does not wait for one.
+func (d *Datapath) waitQuiet(tb testing.TB) {
+	tb.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.waitQuiescent(); err != nil {
+		tb.Fatal(err)
+	}
+}
