@@ -19,6 +19,7 @@ import (
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/enforcer"
+	"lockstep.dev/lockstep/agent/manifests"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/server"
 	"lockstep.dev/lockstep/agent/store"
@@ -123,8 +124,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// The policy source is read before the API serves: pinned addresses
 	// and the first pods' policies must be known to the first ADD.
+	var manifestsWatcher *manifests.Watcher
 	if cfg.Manifests != "" {
-		if err := loadManifests(st, cfg.Manifests, log); err != nil {
+		if manifestsWatcher, err = loadManifests(st, cfg.Manifests, log); err != nil {
 			return err
 		}
 	}
@@ -209,8 +211,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	go enf.Run(runCtx, ResyncInterval)
 	go cleanups.Run(runCtx)
-	if cfg.Manifests != "" {
-		go watchManifests(runCtx, st, cfg.Manifests, log)
+	if manifestsWatcher != nil {
+		go watchManifests(runCtx, st, manifestsWatcher, log)
 	}
 	svc.OnWrite(metrics.ObserveWrite)
 	var lastApply atomic.Int64

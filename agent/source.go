@@ -16,27 +16,32 @@ const ManifestsPollInterval = 500 * time.Millisecond
 
 // loadManifests reads dir once and commits its objects. A bad directory at
 // start is an error: the agent refuses to enforce something it cannot read.
-func loadManifests(st *store.Store, dir string, log *slog.Logger) error {
-	objs, err := manifests.Load(dir)
+// The returned watcher follows dir from what was read, for
+// watchManifests: the files are not read a second time.
+func loadManifests(st *store.Store, dir string, log *slog.Logger) (*manifests.Watcher, error) {
+	w := manifests.NewWatcher(dir, ManifestsPollInterval)
+	objs, err := w.Load()
 	if err != nil {
-		return fmt.Errorf("load --manifests: %w", err)
+		return nil, fmt.Errorf("load --manifests: %w", err)
 	}
-	_, err = commitObjects(st, objs, log)
-	return err
+	if _, err := commitObjects(st, objs, log); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
-// watchManifests follows edits to dir. A bad edit is logged and the last
-// good objects stay in force.
-func watchManifests(ctx context.Context, st *store.Store, dir string, log *slog.Logger) {
-	manifests.Watch(ctx, dir, ManifestsPollInterval, func(objs *manifests.Objects, err error) {
+// watchManifests follows edits to the directory w loaded. A bad edit is
+// logged and the last good objects stay in force.
+func watchManifests(ctx context.Context, st *store.Store, w *manifests.Watcher, log *slog.Logger) {
+	w.Run(ctx, func(objs *manifests.Objects, err error) {
 		if err != nil {
-			log.Error("manifests changed but cannot be read; keeping the last good state", "dir", dir, "err", err)
+			log.Error("manifests changed but cannot be read; keeping the last good state", "dir", w.Dir(), "err", err)
 			return
 		}
 		if changed, err := commitObjects(st, objs, log); err != nil {
-			log.Error("apply manifests", "dir", dir, "err", err)
+			log.Error("apply manifests", "dir", w.Dir(), "err", err)
 		} else if changed {
-			log.Info("manifests changed", "dir", dir, "namespaces", len(objs.Namespaces), "pods", len(objs.Pods), "policies", len(objs.Policies))
+			log.Info("manifests changed", "dir", w.Dir(), "namespaces", len(objs.Namespaces), "pods", len(objs.Pods), "policies", len(objs.Policies))
 		}
 	})
 }

@@ -17,9 +17,19 @@
 // Objects without a metadata.uid get one derived from kind, namespace and
 // name, so a reload of unchanged files yields the same UIDs.
 //
+// Memory follows the files, not their documents' trees: files are read
+// one at a time, and a document that is a JSON v1 List (a whole cluster
+// written by a tool, or by kubectl get -o json) is read item by item, each
+// item converted as a document of its own would be. Loading 10k pods from
+// one such file thus needs a few times the file's size, where a tree of
+// the whole document needs tens of times.
+//
 // [Watch] follows the directory and hands its caller each complete new
 // set of objects. A bad edit is reported and the last good set stays in
-// force: a typo in one file must not drop every policy on the node.
+// force: a typo in one file must not drop every policy on the node. A
+// [Watcher] splits Watch into its first load and what follows, so that
+// the agent can load before it serves and follow afterwards without
+// reading the files twice; between loads it only hashes them.
 //
 // The YAML decoder (sigs.k8s.io/yaml) is not free to initialise; the
 // package is meant for the agent, and cmd/lockstep's deps test decides

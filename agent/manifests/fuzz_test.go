@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -32,6 +33,28 @@ func FuzzLoadDocument(f *testing.F) {
 		// may still fail on: it is a limit of the dataplane, not the API.
 		if _, err := policy.Compile(s); err != nil && !strings.Contains(err.Error(), "port ranges") {
 			t.Fatalf("loaded objects do not compile: %v", err)
+		}
+	})
+}
+
+// FuzzJSONListMatchesWholeDocument: a document read item by item (a JSON
+// List) gives what reading it whole gives: the same objects, or an error
+// from both.
+func FuzzJSONListMatchesWholeDocument(f *testing.F) {
+	f.Add([]byte(listJSON))
+	f.Add([]byte(`{"apiVersion":"v1","items":[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a"}},null],"kind":"List"}`))
+	f.Add([]byte(`{"kind":"List","apiVersion":"v1","items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"ports":[{"containerPort":1e1}]}]}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if ok, _ := newLoader().jsonList("fuzz.json", splitDocuments(data)[0]); !ok {
+			return // both read it the general way (give or take generalPath's comment)
+		}
+		got, err := Parse("fuzz.json", data)
+		want, wantErr := Parse("fuzz.json", []byte(generalPath(string(data))))
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("item by item: %v; whole document: %v", err, wantErr)
+		}
+		if err == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("item by item:\n%+v\nwhole document:\n%+v", got, want)
 		}
 	})
 }

@@ -42,32 +42,60 @@ var Extensions = []string{".yaml", ".yml", ".json"}
 // Load reads every manifest file in dir (see the package documentation).
 // Errors name the file and the document (numbered from 1).
 func Load(dir string) (*Objects, error) {
-	files, err := readDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	return parseFiles(files)
+	objs, _, err := load(dir)
+	return objs, err
 }
 
 // Parse reads the manifests of one file's contents; name is used in
 // errors and warnings.
 func Parse(name string, data []byte) (*Objects, error) {
-	return parseFiles([]file{{name, data}})
+	l := newLoader()
+	if err := l.file(name, data); err != nil {
+		return nil, err
+	}
+	return l.finish(), nil
 }
 
-// file is one manifest file's name and contents.
-type file struct {
-	name string
-	data []byte
+// load reads dir's manifest files one at a time, each parsed and let go
+// before the next is read, and fingerprints them as [fingerprint] does.
+// The fingerprint covers every file even when one fails to parse, so that
+// a bad file left as it is reads as unchanged.
+func load(dir string) (*Objects, [32]byte, error) {
+	paths, err := listDir(dir)
+	fp := newFingerprint(err)
+	if err != nil {
+		return nil, fp.sum(), err
+	}
+	l := newLoader()
+	var parseErr error
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			err = readErr(err)
+			return nil, newFingerprint(err).sum(), err
+		}
+		fp.add(path, data)
+		if parseErr == nil {
+			parseErr = l.file(path, data)
+		}
+	}
+	if parseErr != nil {
+		return nil, fp.sum(), parseErr
+	}
+	return l.finish(), fp.sum(), nil
 }
 
-// readDir returns the manifest files of dir, sorted by name.
-func readDir(dir string) ([]file, error) {
+// readErr is the error of a manifest file that cannot be read; load and
+// fingerprint must word it alike, as it is part of the fingerprint.
+func readErr(err error) error { return fmt.Errorf("read manifest: %w", err) }
+
+// listDir returns the paths of dir's manifest files, sorted by name.
+func listDir(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest directory: %w", err)
 	}
-	var files []file
+	var paths []string
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") || !slices.Contains(Extensions, filepath.Ext(name)) {
@@ -78,27 +106,27 @@ func readDir(dir string) ([]file, error) {
 		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 			continue
 		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("read manifest: %w", err)
-		}
-		files = append(files, file{path, data})
+		paths = append(paths, path)
 	}
-	return files, nil
+	return paths, nil
 }
 
-func parseFiles(files []file) (*Objects, error) {
-	l := &loader{
-		objs: &Objects{},
-		seen: make(map[string]string),
-	}
-	for _, f := range files {
-		for i, doc := range splitDocuments(f.data) {
-			if err := l.document(f.name, i+1, doc); err != nil {
-				return nil, err
-			}
+func newLoader() *loader {
+	return &loader{objs: &Objects{}, seen: make(map[string]string)}
+}
+
+// file parses the documents of one file.
+func (l *loader) file(name string, data []byte) error {
+	for i, doc := range splitDocuments(data) {
+		if err := l.document(name, i+1, doc); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// finish sorts what was read and returns it.
+func (l *loader) finish() *Objects {
 	byName := func(a, b policy.ObjectMeta) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 			return c
@@ -108,7 +136,7 @@ func parseFiles(files []file) (*Objects, error) {
 	slices.SortFunc(l.objs.Namespaces, func(a, b *policy.Namespace) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(l.objs.Pods, func(a, b *policy.Pod) int { return byName(a.ObjectMeta, b.ObjectMeta) })
 	slices.SortFunc(l.objs.Policies, func(a, b *policy.NetworkPolicy) int { return byName(a.ObjectMeta, b.ObjectMeta) })
-	return l.objs, nil
+	return l.objs
 }
 
 // splitDocuments splits a YAML stream at "---" lines, the way Kubernetes'
@@ -147,6 +175,12 @@ func yamlToJSON(doc []byte) ([]byte, error) {
 	if err := yaml.Unmarshal(doc, &v); err != nil {
 		return nil, err
 	}
+	return anyToJSON(v)
+}
+
+// anyToJSON converts what the YAML decoder made of a document to JSON:
+// nothing for an empty document.
+func anyToJSON(v any) ([]byte, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -162,6 +196,9 @@ type loader struct {
 // document parses one YAML document: an object, a List, or nothing.
 func (l *loader) document(name string, idx int, doc []byte) error {
 	where := fmt.Sprintf("%s document %d", name, idx)
+	if ok, err := l.jsonList(where, doc); ok || err != nil {
+		return err
+	}
 	j, err := yamlToJSON(doc)
 	if err != nil {
 		return fmt.Errorf("parse %s: %w", where, err)
@@ -210,11 +247,7 @@ func (l *loader) object(where string, j []byte, listOK bool) error {
 			return fmt.Errorf("parse %s: %w", where, err)
 		}
 		for i, item := range list.Items {
-			item = bytes.TrimSpace(item)
-			if len(item) == 0 || string(item) == "null" {
-				return fmt.Errorf("parse %s item %d: empty item", where, i+1)
-			}
-			if err := l.object(fmt.Sprintf("%s item %d", where, i+1), item, false); err != nil {
+			if err := l.listItem(where, i+1, item); err != nil {
 				return err
 			}
 		}

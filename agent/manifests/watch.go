@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"hash"
+	"io"
+	"os"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -15,11 +18,11 @@ const maxSettle = 100 * time.Millisecond
 
 // Watch loads dir, calls fn with the result, and then calls fn again each
 // time the manifest files' contents change, until ctx is done; it returns
-// ctx.Err().
+// ctx.Err(). It is a [Watcher]'s Load and then its Run.
 //
 // Changes are noticed through inotify (fsnotify) when the directory can be
-// watched, and in any case by re-reading the files every interval, which
-// also covers a directory that appears later or is replaced. After a
+// watched, and in any case by fingerprinting the files every interval,
+// which also covers a directory that appears later or is replaced. After a
 // change Watch waits until the files have been quiet for a moment
 // (min(interval, 100ms)), then loads them whole.
 //
@@ -30,55 +33,100 @@ const maxSettle = 100 * time.Millisecond
 // or a bad file left as it is, does not call fn again. fn runs on Watch's
 // goroutine; Watch waits for it.
 func Watch(ctx context.Context, dir string, interval time.Duration, fn func(*Objects, error)) error {
+	w := NewWatcher(dir, interval)
+	fn(w.Load())
+	return w.Run(ctx, fn)
+}
+
+// Watcher follows a manifest directory from a state it has read. The
+// agent loads the directory before it serves and follows it afterwards:
+// the Watcher lets it do both without reading the files twice, and
+// without missing an edit made in between.
+type Watcher struct {
+	dir      string
+	interval time.Duration
+
+	last    *Objects // the last good set, nil before one
+	lastSum [32]byte // fingerprint of the files last loaded
+	loaded  bool
+}
+
+// NewWatcher returns a Watcher of dir that fingerprints it every interval
+// (a second if interval is not positive).
+func NewWatcher(dir string, interval time.Duration) *Watcher {
 	if interval <= 0 {
 		interval = time.Second
 	}
-	settle := min(interval, maxSettle)
+	return &Watcher{dir: dir, interval: interval}
+}
+
+// Dir returns the directory w follows.
+func (w *Watcher) Dir() string { return w.dir }
+
+// Load reads the directory now, as [Load] does, and remembers what it read
+// (or the error): Run delivers only changes from there. It returns the
+// last good set along with a load error, as Watch's fn receives them.
+func (w *Watcher) Load() (*Objects, error) {
+	objs, sum, err := load(w.dir)
+	w.lastSum, w.loaded = sum, true
+	if err == nil {
+		w.last = objs
+	}
+	return w.last, err
+}
+
+// Run calls fn each time the files change from what was last loaded (see
+// [Watch]), until ctx is done; it returns ctx.Err(). If nothing was loaded
+// yet it loads and calls fn first. Run must not be called twice at once.
+func (w *Watcher) Run(ctx context.Context, fn func(*Objects, error)) error {
+	settle := min(w.interval, maxSettle)
 
 	var events <-chan fsnotify.Event
 	watched := false
-	w, err := fsnotify.NewWatcher()
+	fw, err := fsnotify.NewWatcher()
 	if err == nil {
-		defer w.Close()
-		events = w.Events
+		defer fw.Close()
+		events = fw.Events
 		go func() { // Errors (queue overflow) are covered by polling.
-			for range w.Errors {
+			for range fw.Errors {
 			}
 		}()
 	}
 	watch := func() {
-		if w != nil && !watched && w.Add(dir) == nil {
+		if fw != nil && !watched && fw.Add(w.dir) == nil {
 			watched = true
 		}
 	}
-
-	var last *Objects
-	var lastSum [32]byte
-	delivered := false
-	load := func() {
-		files, sum, err := readState(dir)
-		if delivered && sum == lastSum {
+	changed := func() bool {
+		sum := fingerprint(w.dir)
+		return !w.loaded || sum != w.lastSum
+	}
+	reload := func() {
+		objs, sum, err := load(w.dir)
+		if w.loaded && sum == w.lastSum {
 			return
 		}
-		lastSum, delivered = sum, true
+		w.lastSum, w.loaded = sum, true
 		if err == nil {
-			var objs *Objects
-			if objs, err = parseFiles(files); err == nil {
-				last = objs
-			}
+			w.last = objs
 		}
-		fn(last, err)
+		fn(w.last, err)
 	}
-	watch()
-	load()
 
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
+	watch()
+	if !w.loaded {
+		reload()
+	}
 	timer := time.NewTimer(settle)
-	timer.Stop()
+	if !changed() { // an edit between Load and Run is not lost
+		timer.Stop()
+	}
+	ticker := time.NewTicker(w.interval)
+	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return ctx.Err()
 		case _, ok := <-events:
 			if !ok {
@@ -88,33 +136,71 @@ func Watch(ctx context.Context, dir string, interval time.Duration, fn func(*Obj
 			timer.Reset(settle)
 		case <-ticker.C:
 			watch()
-			if _, sum, _ := readState(dir); sum != lastSum {
+			if changed() {
 				timer.Reset(settle)
 			}
 		case <-timer.C:
-			load()
+			reload()
 		}
 	}
 }
 
-// readState reads dir's manifest files and fingerprints them: a hash of
-// every file's name and contents, or of the error that stopped the read.
-func readState(dir string) ([]file, [32]byte, error) {
-	files, err := readDir(dir)
-	h := sha256.New()
+// fingerprint hashes dir's manifest files as load does, streaming each
+// file through the hash rather than holding it: polling a directory of
+// megabytes must not allocate megabytes.
+func fingerprint(dir string) [32]byte {
+	paths, err := listDir(dir)
+	fp := newFingerprint(err)
 	if err != nil {
-		h.Write([]byte("error\x00" + err.Error()))
+		return fp.sum()
 	}
-	for _, f := range files {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(f.name)))
-		h.Write(n[:])
-		h.Write([]byte(f.name))
-		binary.BigEndian.PutUint64(n[:], uint64(len(f.data)))
-		h.Write(n[:])
-		h.Write(f.data)
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			return newFingerprint(readErr(err)).sum()
+		}
+		fh := sha256.New()
+		_, err = io.Copy(fh, f)
+		f.Close()
+		if err != nil {
+			return newFingerprint(readErr(err)).sum()
+		}
+		fp.addSum(path, fh)
 	}
-	var sum [32]byte
-	h.Sum(sum[:0])
-	return files, sum, err
+	return fp.sum()
+}
+
+// fileFingerprint accumulates the fingerprint of a directory's files: for
+// each, its name and the SHA-256 of its contents; or of the error that
+// stopped the read.
+type fileFingerprint struct{ h hash.Hash }
+
+func newFingerprint(err error) fileFingerprint {
+	fp := fileFingerprint{sha256.New()}
+	if err != nil {
+		fp.h.Write([]byte("error\x00" + err.Error()))
+	}
+	return fp
+}
+
+// add adds a file read whole.
+func (fp fileFingerprint) add(name string, data []byte) {
+	fh := sha256.New()
+	fh.Write(data)
+	fp.addSum(name, fh)
+}
+
+// addSum adds a file whose contents fh has hashed.
+func (fp fileFingerprint) addSum(name string, fh hash.Hash) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(name)))
+	fp.h.Write(n[:])
+	fp.h.Write([]byte(name))
+	fp.h.Write(fh.Sum(nil))
+}
+
+func (fp fileFingerprint) sum() [32]byte {
+	var s [32]byte
+	fp.h.Sum(s[:0])
+	return s
 }

@@ -103,3 +103,90 @@ func TestWatchDirectoryAppearsLater(t *testing.T) {
 		}
 	}
 }
+
+// TestWatcherFollowsFromItsLoad: what Load read is not delivered again by
+// Run, and an edit made between Load and Run is not lost.
+func TestWatcherFollowsFromItsLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		editFirst bool // edit the file between Load and Run
+	}{
+		{"unchanged", false},
+		{"edited before Run", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "ns.yaml")
+			if err := os.WriteFile(path, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: one}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			w := NewWatcher(dir, 20*time.Millisecond)
+			objs, err := w.Load()
+			if err != nil || objs.NamespaceMap()["one"] == nil {
+				t.Fatalf("Load = %+v, %v; want namespace one", objs, err)
+			}
+			if tc.editFirst {
+				if err := os.WriteFile(path, []byte("apiVersion: v1\nkind: Namespace\nmetadata: {name: two}\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			updates := make(chan update, 10)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error)
+			go func() { done <- w.Run(ctx, func(o *Objects, err error) { updates <- update{o, err} }) }()
+			defer func() {
+				cancel()
+				<-done
+			}()
+			select {
+			case u := <-updates:
+				if !tc.editFirst {
+					t.Fatalf("Run delivered the state Load read: %+v", u)
+				}
+				if u.err != nil || u.objs.NamespaceMap()["two"] == nil {
+					t.Fatalf("Run delivered %+v, want namespace two", u)
+				}
+			case <-time.After(300 * time.Millisecond):
+				if tc.editFirst {
+					t.Fatal("the edit made before Run was never delivered")
+				}
+			}
+		})
+	}
+}
+
+// TestFingerprintMatchesLoad: polling fingerprints the files as a load
+// does, so an unchanged directory (or one that cannot be read) is not
+// reloaded on every tick.
+func TestFingerprintMatchesLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		files    map[string]string
+		dangling bool // add c.yaml, a symlink to nothing: it cannot be read
+	}{
+		{"files", map[string]string{"a.yaml": "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n", "b.json": listJSON}, false},
+		{"a bad file", map[string]string{"a.yaml": "kind: [\n"}, false},
+		{"unreadable", map[string]string{"a.yaml": "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"}, true},
+		{"empty", map[string]string{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := writeDir(t, tc.files)
+			if tc.dangling {
+				if err := os.Symlink("missing", filepath.Join(dir, "c.yaml")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, sum, err := load(dir)
+			if tc.dangling && err == nil {
+				t.Fatal("a dangling symlink loaded")
+			}
+			if fp := fingerprint(dir); fp != sum {
+				t.Errorf("fingerprint %x, load's %x", fp, sum)
+			}
+		})
+	}
+	missing := filepath.Join(t.TempDir(), "missing")
+	if _, sum, _ := load(missing); fingerprint(missing) != sum {
+		t.Error("a missing directory: fingerprint differs from load's")
+	}
+}
