@@ -31,6 +31,7 @@ type config struct {
 	verdictRuns  int
 	iperfSeconds int
 	iperfRounds  int
+	iperfPin     bool
 	// dataplanes runs the eBPF-versus-iptables comparison, dpEdits
 	// edits per cell; only, when set, runs that one section alone.
 	dataplanes bool
@@ -59,10 +60,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.edits, "edits", 200, "timed policy edits")
 	fs.IntVar(&c.verdictRuns, "verdict-runs", 200000, "BPF_PROG_TEST_RUN repetitions per verdict benchmark (go test -benchtime Nx)")
 	fs.IntVar(&c.iperfSeconds, "iperf-seconds", 5, "length of each iperf3 run")
-	fs.IntVar(&c.iperfRounds, "iperf-rounds", 3, "iperf3 runs with policy on and with it off; the median counts")
+	fs.IntVar(&c.iperfRounds, "iperf-rounds", 5, "iperf3 rounds, each one run with lockstep's programs, one with a pass-through program and one with no filter, interleaved; the medians count")
+	fs.BoolVar(&c.iperfPin, "iperf-pin", false, "pin the iperf3 client and server to CPUs 0 and 1 (on a quiet machine of two or more CPUs: it steadies the runs; on a busy one it makes them wait for a CPU)")
 	fs.BoolVar(&c.dataplanes, "dataplanes", true, "compare the eBPF and iptables (nft) dataplanes: change latency at 100/1k/10k pods, 640 policies from scratch")
 	fs.IntVar(&c.dpEdits, "dp-edits", 100, "timed policy edits per dataplane and pod count in the dataplane comparison")
-	fs.StringVar(&c.only, "only", "", `run only this section: "dataplanes" (empty runs everything)`)
+	fs.StringVar(&c.only, "only", "", `run only this section: "dataplanes", or "rss" or "throughput", which print their results and write no report (empty runs everything)`)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -78,8 +80,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-iperf-seconds and -iperf-rounds must be at least 1")
 	case c.dpEdits < 2:
 		return c, fmt.Errorf("-dp-edits %d: need at least two", c.dpEdits)
-	case c.only != "" && c.only != "dataplanes":
-		return c, fmt.Errorf("-only %q: the only section that runs alone is dataplanes", c.only)
+	case c.only != "" && c.only != "dataplanes" && c.only != "rss" && c.only != "throughput":
+		return c, fmt.Errorf("-only %q: the sections that run alone are dataplanes, rss and throughput", c.only)
+	case (c.only == "rss" || c.only == "throughput") && c.out != "":
+		return c, fmt.Errorf("-only %s writes no report: drop -out, or run every section to rewrite %s", c.only, c.out)
 	case c.only == "dataplanes" && !c.dataplanes:
 		return c, errors.New("-only dataplanes contradicts -dataplanes=false")
 	}
@@ -123,6 +127,10 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "policybench:", runErr)
 		return 1
 	}
+	if rep == nil {
+		// -only rss or throughput: the results were printed as measured.
+		return exitStatus(cleanErr)
+	}
 	if err := rep.write(cfg.out, os.Stdout); err != nil {
 		fmt.Fprintln(stderr, "policybench:", err)
 		return 1
@@ -130,6 +138,12 @@ func run(args []string, stderr io.Writer) int {
 	if cfg.out != "" {
 		logf("wrote %s", cfg.out)
 	}
+	return exitStatus(cleanErr)
+}
+
+// exitStatus is run's status once everything measured was reported: 1 if
+// the clean-up failed.
+func exitStatus(cleanErr error) int {
 	if cleanErr != nil {
 		return 1
 	}
@@ -195,8 +209,21 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	logf("cluster: %d namespaces, %d remote pods, %d policies, %d local endpoints",
 		len(c.Namespaces), len(c.Pods), len(c.Policies), localEndpoints)
 
-	if b.cfg.only == "dataplanes" {
+	switch b.cfg.only {
+	case "dataplanes":
 		return rep, b.runDataplanes(ctx, rep)
+	case "rss":
+		logf("agent memory with the cluster loaded")
+		if _, err := b.benchRSS(ctx, c); err != nil {
+			return nil, fmt.Errorf("agent memory: %w", err)
+		}
+		return nil, ctx.Err()
+	case "throughput":
+		logf("TCP throughput between two pods, policy on and off")
+		if _, err := b.benchThroughput(ctx); err != nil {
+			return nil, fmt.Errorf("throughput benchmark: %w", err)
+		}
+		return nil, ctx.Err()
 	}
 	logf("policy change → maps applied: %d edits", b.cfg.edits)
 	if rep.change, err = b.benchPolicyChange(ctx, c, b.cfg.edits); err != nil {

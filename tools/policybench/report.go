@@ -150,8 +150,15 @@ func (r *report) section() string {
 	w("  appearing then leaving (*identity churn*). Percentiles are nearest-rank.")
 	w("- **Throughput**: a node with the agent, two pods ADDed through lockstep-cni, a")
 	w("  policy isolating the server and allowing the client on TCP %d; `iperf3 -c -t %d`", iperfPort, r.cfg.iperfSeconds)
-	w("  from the client pod to the server pod, %d runs with lockstep's filters attached,", r.cfg.iperfRounds)
-	w("  then %d with the clsact qdisc removed from both host veths. Median of each.", r.cfg.iperfRounds)
+	if r.cfg.iperfPin {
+		w("  from the client pod to the server pod (client and server pinned to CPUs %d and %d),", clientCPU, serverCPU)
+	} else {
+		w("  from the client pod to the server pod (not pinned to CPUs),")
+	}
+	w("  after a warm-up run. %d rounds, each of three runs back to back, in an order that", r.cfg.iperfRounds)
+	w("  rotates from round to round: lockstep's programs attached (*on*), a program that")
+	w("  only returns TC_ACT_OK on both hooks (*pass*), the clsact qdisc removed from both")
+	w("  host veths (*off*). Median of each; on ÷ off of the medians and of each round.")
 	w("- **Agent memory**: `lockstep agent --standalone --manifests` with the cluster as")
 	w("  manifests, VmRSS %s after it starts serving (it loads and applies the manifests", settle)
 	w("  before it opens its socket).")
@@ -209,9 +216,10 @@ func (r *report) section() string {
 	w("")
 	w("| | median | runs |")
 	w("|---|---:|---|")
-	w("| policy on | %s | %s |", gbps(median(r.iperf.on)), gbpsList(r.iperf.on))
-	w("| policy off | %s | %s |", gbps(median(r.iperf.off)), gbpsList(r.iperf.off))
-	w("| **on ÷ off** | **%.2f** | |", median(r.iperf.on)/median(r.iperf.off))
+	w("| on: lockstep's programs | %s | %s |", gbps(median(r.iperf.on)), gbpsList(r.iperf.on))
+	w("| pass: a pass-through program | %s | %s |", gbps(median(r.iperf.pass)), gbpsList(r.iperf.pass))
+	w("| off: no clsact qdisc | %s | %s |", gbps(median(r.iperf.off)), gbpsList(r.iperf.off))
+	w("| **on ÷ off** | **%.2f** | per round %s (median %.2f) |", median(r.iperf.on)/median(r.iperf.off), fmtRatios(r.iperf.ratios()), median(r.iperf.ratios()))
 	w("")
 
 	w("### Agent memory (%d pods, %d policies)", clusterNamespaces*clusterApps*clusterReplicas, clusterNamespaces*clusterApps)

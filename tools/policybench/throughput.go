@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,11 +10,18 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/policy"
@@ -25,10 +31,47 @@ import (
 // iperfPort is iperf3's default port, the one the policy allows.
 const iperfPort = 5201
 
-// throughputResult is iperf3's received rate, per round, with lockstep's
-// filters attached ("on") and removed ("off").
+// The states of the host veths' tc hooks a throughput round measures.
+const (
+	// modeOn is lockstep enforcing: from_pod and to_pod as the agent
+	// attached them.
+	modeOn = "on"
+	// modePass is a program that only returns TC_ACT_OK on both hooks:
+	// the cost of a clsact qdisc and a BPF program being there at all.
+	modePass = "pass"
+	// modeOff is no clsact qdisc on either host veth.
+	modeOff = "off"
+)
+
+// throughputModes is the order of the first round; each next round starts
+// one later, so that no mode always runs first or right after another.
+var throughputModes = []string{modeOn, modePass, modeOff}
+
+// throughputResult is iperf3's received rate in each mode, round by round:
+// on[i], pass[i] and off[i] ran back to back.
 type throughputResult struct {
-	on, off []float64 // bits per second
+	on, pass, off []float64 // bits per second
+}
+
+// add records bps for mode.
+func (r *throughputResult) add(mode string, bps float64) {
+	switch mode {
+	case modeOn:
+		r.on = append(r.on, bps)
+	case modePass:
+		r.pass = append(r.pass, bps)
+	case modeOff:
+		r.off = append(r.off, bps)
+	}
+}
+
+// ratios returns on ÷ off of each round.
+func (r *throughputResult) ratios() []float64 {
+	out := make([]float64, 0, len(r.on))
+	for i := range min(len(r.on), len(r.off)) {
+		out = append(out, r.on[i]/r.off[i])
+	}
+	return out
 }
 
 // iperfPod is a pod of the throughput node.
@@ -70,8 +113,12 @@ func throughputManifests() *cluster {
 }
 
 // benchThroughput runs iperf3 between two pods added through the real CNI
-// plugin, first as lockstep enforces the policy, then with its filters
-// removed from both host veths.
+// plugin, in rounds: each round measures lockstep enforcing the policy, a
+// pass-through program in its place, and no filter at all, back to back,
+// in an order that rotates from round to round. Runs of the modes are
+// thus interleaved in time, and a slow spell of a shared machine lands on
+// all of them alike. With -iperf-pin the client and the server run on
+// CPUs of their own, the same ones in every run.
 func (b *bench) benchThroughput(ctx context.Context) (*throughputResult, error) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		return nil, fmt.Errorf("find iperf3: %w (make deps installs it)", err)
@@ -93,8 +140,13 @@ func (b *bench) benchThroughput(ctx context.Context) (*throughputResult, error) 
 		pods = append(pods, p)
 	}
 	client, server := pods[0], pods[1]
+	h, err := newHooks(node.NS, []string{client.hostIf, server.hostIf})
+	if err != nil {
+		return nil, err
+	}
+	b.onCleanup(h.close)
 
-	srv := exec.Command("ip", "netns", "exec", server.netns, "iperf3", "-s", "-B", server.addr.String())
+	srv := exec.Command("ip", append([]string{"netns", "exec", server.netns}, b.pinned(serverCPU, "iperf3", "-s", "-B", server.addr.String())...)...)
 	if err := srv.Start(); err != nil {
 		return nil, fmt.Errorf("start iperf3 server: %w", err)
 	}
@@ -103,31 +155,172 @@ func (b *bench) benchThroughput(ctx context.Context) (*throughputResult, error) 
 		_ = srv.Wait()
 		return nil
 	})
+	if _, err := b.iperf(ctx, client, server, 1); err != nil {
+		return nil, fmt.Errorf("warm-up run: %w", err)
+	}
 
 	res := &throughputResult{}
-	for _, mode := range []string{"on", "off"} {
-		if mode == "off" {
-			for _, p := range pods {
-				if out, err := exec.Command("ip", "netns", "exec", filepath.Base(node.NS.Path()),
-					"tc", "qdisc", "del", "dev", p.hostIf, "clsact").CombinedOutput(); err != nil {
-					return nil, fmt.Errorf("remove lockstep's filters from %s: %w: %s", p.hostIf, err, bytes.TrimSpace(out))
+	for round := range b.cfg.iperfRounds {
+		for i := range throughputModes {
+			mode := throughputModes[(round+i)%len(throughputModes)]
+			if err := h.set(mode); err != nil {
+				return nil, err
+			}
+			bps, err := b.iperf(ctx, client, server, b.cfg.iperfSeconds)
+			if err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", round+1, mode, err)
+			}
+			logf("  round %d, %-4s: %.2f Gbit/s", round+1, mode, bps/1e9)
+			res.add(mode, bps)
+		}
+		logf("  round %d: on ÷ off %.3f", round+1, res.ratios()[round])
+	}
+	// Leave the node as the agent made it.
+	if err := h.set(modeOn); err != nil {
+		return nil, err
+	}
+	logf("  median on %.2f, pass %.2f, off %.2f Gbit/s; on ÷ off %.3f (per round %s, median %.3f)",
+		median(res.on)/1e9, median(res.pass)/1e9, median(res.off)/1e9, median(res.on)/median(res.off), fmtRatios(res.ratios()), median(res.ratios()))
+	return res, nil
+}
+
+// fmtRatios formats ratios for a log line or a table cell.
+func fmtRatios(v []float64) string {
+	s := make([]string, len(v))
+	for i, r := range v {
+		s[i] = strconv.FormatFloat(r, 'f', 2, 64)
+	}
+	return strings.Join(s, ", ")
+}
+
+// CPUs the iperf3 client and server are pinned to with -iperf-pin: the
+// client's CPU also runs the softirq work of the path (veth transmit, both
+// hooks, routing), the server's copies to user space.
+const (
+	clientCPU = 0
+	serverCPU = 1
+)
+
+// pinned returns the command line that runs args on cpu (through taskset)
+// if -iperf-pin asks for it and the machine has two CPUs or more, or args
+// alone.
+func (b *bench) pinned(cpu int, args ...string) []string {
+	if !b.cfg.iperfPin || runtime.NumCPU() < 2 {
+		return args
+	}
+	return append([]string{"taskset", "-c", strconv.Itoa(cpu)}, args...)
+}
+
+// hooks switches the tc hooks of a node's host veths between the modes.
+type hooks struct {
+	netns ns.NetNS
+	ifs   []string
+	// lockstep holds the programs the agent attached, by hook parent.
+	lockstep map[uint32]hookProg
+	pass     *ebpf.Program
+}
+
+// hookProg is a program attached to a tc hook, and the filter name it had.
+type hookProg struct {
+	prog *ebpf.Program
+	name string
+}
+
+// newHooks finds lockstep's filters on the first of ifs, to put them back
+// after a pass-through or off run, and loads the pass-through program.
+func newHooks(netns ns.NetNS, ifs []string) (*hooks, error) {
+	h := &hooks{netns: netns, ifs: ifs, lockstep: make(map[uint32]hookProg)}
+	err := netns.Do(func(ns.NetNS) error {
+		link, err := netlink.LinkByName(ifs[0])
+		if err != nil {
+			return err
+		}
+		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+			filters, err := netlink.FilterList(link, parent)
+			if err != nil {
+				return err
+			}
+			for _, f := range filters {
+				bf, ok := f.(*netlink.BpfFilter)
+				if !ok || !strings.HasPrefix(bf.Name, "lockstep_") {
+					continue
+				}
+				prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(bf.Id))
+				if err != nil {
+					return fmt.Errorf("open program %d: %w", bf.Id, err)
+				}
+				h.lockstep[parent] = hookProg{prog, bf.Name}
+			}
+		}
+		return nil
+	})
+	if err == nil && len(h.lockstep) != 2 {
+		err = fmt.Errorf("found %d of lockstep's 2 filters", len(h.lockstep))
+	}
+	if err == nil {
+		h.pass, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name: "pass", Type: ebpf.SchedCLS, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}, // TC_ACT_OK
+		})
+	}
+	if err != nil {
+		h.close()
+		return nil, fmt.Errorf("read lockstep's tc filters on %s: %w", ifs[0], err)
+	}
+	return h, nil
+}
+
+// set puts every host veth in mode: its clsact qdisc removed (off), or
+// present with the mode's program on both hooks, where lockstep attaches
+// its own (same parent, priority, handle and protocol).
+func (h *hooks) set(mode string) error {
+	return h.netns.Do(func(ns.NetNS) error {
+		for _, ifname := range h.ifs {
+			link, err := netlink.LinkByName(ifname)
+			if err != nil {
+				return fmt.Errorf("set %s: %w", ifname, err)
+			}
+			qdisc := &netlink.GenericQdisc{
+				QdiscAttrs: netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+				QdiscType:  "clsact",
+			}
+			if mode == modeOff {
+				if err := netlink.QdiscDel(qdisc); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+					return fmt.Errorf("remove the clsact qdisc of %s: %w", ifname, err)
+				}
+				continue
+			}
+			if err := netlink.QdiscAdd(qdisc); err != nil && !errors.Is(err, unix.EEXIST) {
+				return fmt.Errorf("add a clsact qdisc to %s: %w", ifname, err)
+			}
+			for parent, hp := range h.lockstep {
+				if mode == modePass {
+					hp = hookProg{h.pass, "policybench_pass"}
+				}
+				filter := &netlink.BpfFilter{
+					FilterAttrs: netlink.FilterAttrs{
+						LinkIndex: link.Attrs().Index, Parent: parent, Handle: 1, Priority: 1, Protocol: unix.ETH_P_ALL,
+					},
+					Fd: hp.prog.FD(), Name: hp.name, DirectAction: true,
+				}
+				if err := netlink.FilterReplace(filter); err != nil {
+					return fmt.Errorf("attach %s to %s: %w", hp.name, ifname, err)
 				}
 			}
 		}
-		for round := range b.cfg.iperfRounds {
-			bps, err := b.iperf(ctx, client, server)
-			if err != nil {
-				return nil, fmt.Errorf("policy %s, round %d: %w", mode, round+1, err)
-			}
-			logf("  policy %s, round %d: %.2f Gbit/s", mode, round+1, bps/1e9)
-			if mode == "on" {
-				res.on = append(res.on, bps)
-			} else {
-				res.off = append(res.off, bps)
-			}
-		}
+		return nil
+	})
+}
+
+// close releases the programs (the filters keep what they use).
+func (h *hooks) close() error {
+	for _, hp := range h.lockstep {
+		hp.prog.Close()
 	}
-	return res, nil
+	if h.pass != nil {
+		h.pass.Close()
+	}
+	return nil
 }
 
 // addPod creates a pod netns and ADDs it through libcni and lockstep-cni,
@@ -163,14 +356,14 @@ func (b *bench) addPod(ctx context.Context, node *nodesim.Node, name string) (*i
 	return p, nil
 }
 
-// iperf runs one iperf3 client from client to server and returns the rate
+// iperf runs one iperf3 client from client to server for seconds and returns the rate
 // the server received. The first attempts may find the server not yet
 // listening.
-func (b *bench) iperf(ctx context.Context, client, server *iperfPod) (float64, error) {
+func (b *bench) iperf(ctx context.Context, client, server *iperfPod, seconds int) (float64, error) {
 	var lastErr error
 	for range 20 {
-		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", client.netns, "iperf3", "-c", server.addr.String(),
-			"-p", strconv.Itoa(iperfPort), "-t", strconv.Itoa(b.cfg.iperfSeconds), "-J")
+		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", client.netns}, b.pinned(clientCPU, "iperf3", "-c", server.addr.String(),
+			"-p", strconv.Itoa(iperfPort), "-t", strconv.Itoa(seconds), "-J")...)...)
 		out, err := cmd.Output()
 		bps, perr := parseIperf(out)
 		if err == nil && perr == nil {

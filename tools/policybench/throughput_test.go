@@ -31,3 +31,27 @@ func TestMedian(t *testing.T) {
 		t.Errorf("even: got %v", got)
 	}
 }
+
+func TestThroughputRounds(t *testing.T) {
+	// Each mode runs first in some round, and in every position once
+	// over len(throughputModes) rounds.
+	for pos := range throughputModes {
+		seen := map[string]bool{}
+		for round := range throughputModes {
+			seen[throughputModes[(round+pos)%len(throughputModes)]] = true
+		}
+		if len(seen) != len(throughputModes) {
+			t.Errorf("position %d over %d rounds runs only %v", pos, len(throughputModes), seen)
+		}
+	}
+	var r throughputResult
+	for _, m := range []struct {
+		mode string
+		bps  float64
+	}{{modeOn, 9}, {modePass, 10}, {modeOff, 10}, {modePass, 12}, {modeOff, 12}, {modeOn, 12}} {
+		r.add(m.mode, m.bps)
+	}
+	if got := fmtRatios(r.ratios()); got != "0.90, 1.00" {
+		t.Errorf("per-round on ÷ off %s, want 0.90, 1.00", got)
+	}
+}
