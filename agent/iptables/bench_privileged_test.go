@@ -47,7 +47,7 @@ func BenchmarkApplyFromScratch(b *testing.B) {
 }
 
 // BenchmarkApplyOneChange measures one Apply with benchState loaded
-// (~51k rules): a port range of one endpoint's rule changes back and
+// (~50.6k rules): a port range of one endpoint's rule changes back and
 // forth (each state compiled afresh, so every endpoint is compared), or
 // one endpoint comes and goes (a pod ADD or DEL).
 func BenchmarkApplyOneChange(b *testing.B) {

@@ -59,6 +59,7 @@ type dataplanesResult struct {
 	mode    iptables.Mode
 	changes []dpChange // kind-major, then pod count
 	scratch []dpChange // one per kind: 640 policies from an empty dataplane
+	atScale []iptScale // one change with ~50k iptables rules loaded, per mode
 }
 
 // change returns the cell of kind at pods, or nil.

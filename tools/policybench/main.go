@@ -256,6 +256,14 @@ func (b *bench) runDataplanes(ctx context.Context, rep *report) error {
 	if rep.dataplanes, err = b.benchDataplanes(ctx, b.cfg.dpEdits); err != nil {
 		return fmt.Errorf("dataplane comparison: %w", err)
 	}
+	root, err := benchkit.FindRepoRoot()
+	if err != nil {
+		return err
+	}
+	logf("iptables: one change with ~50k rules loaded (agent/iptables BenchmarkApplyOneChange)")
+	if rep.dataplanes.atScale, err = benchIPTablesAtScale(ctx, root); err != nil {
+		return fmt.Errorf("iptables at scale: %w", err)
+	}
 	return ctx.Err()
 }
 

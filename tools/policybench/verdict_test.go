@@ -3,8 +3,11 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"lockstep.dev/lockstep/agent/iptables"
 )
 
 func TestParseVerdicts(t *testing.T) {
@@ -46,5 +49,31 @@ func TestParseVerdictsBadNumber(t *testing.T) {
 	_, err := parseVerdicts(strings.NewReader("BenchmarkVerdict/rules=100/deny-2  10  1 ns/op  x ns/verdict\n"))
 	if err == nil {
 		t.Fatal("want an error for an unparsable metric")
+	}
+}
+
+func TestParseIPTScale(t *testing.T) {
+	out := "goos: linux\n" +
+		"BenchmarkApplyOneChange/mode=nft/change=rule-2   20   35022790 ns/op   105296 entries   50590 rules   3290 sets\n" +
+		"BenchmarkApplyOneChange/mode=legacy/change=rule-2   20   235022790 ns/op   105296 entries   50590 rules   3290 sets\n" +
+		"PASS\n"
+	got, err := parseIPTScale(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []iptScale{
+		{mode: iptables.ModeNFT, perOp: 35022790, rules: 50590, sets: 3290, members: 105296},
+		{mode: iptables.ModeLegacy, perOp: 235022790, rules: 50590, sets: 3290, members: 105296},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	for name, bad := range map[string]string{
+		"no line":        "PASS\n",
+		"metric missing": "BenchmarkApplyOneChange/mode=nft/change=rule-2 20 5 ns/op 3 rules\n",
+	} {
+		if _, err := parseIPTScale(strings.NewReader(bad)); err == nil {
+			t.Errorf("%s: parsed without an error", name)
+		}
 	}
 }
