@@ -3,26 +3,17 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"lockstep.dev/lockstep/internal/benchkit"
 )
 
-// The markers around the section policybench owns in the output file, and
-// the end marker of tools/cnibench's section, which a new policybench
-// section follows.
-const (
-	beginMarker    = "<!-- policybench:begin -->"
-	endMarker      = "<!-- policybench:end -->"
-	cnibenchMarker = "<!-- cnibench:end -->"
-)
+// fileSection is the part of the output file policybench owns; a new one
+// follows tools/cnibench's.
+var fileSection = benchkit.Section{Tool: "policybench", After: "cnibench"}
 
 // The targets lockstep's policy dataplane is held to.
 const (
@@ -105,7 +96,7 @@ func (r *report) section() string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	c := r.change
 
-	w("%s", beginMarker)
+	w("%s", fileSection.Begin())
 	if c == nil {
 		w("## Policy dataplane: eBPF versus iptables")
 		w("")
@@ -114,7 +105,7 @@ func (r *report) section() string {
 		r.writeMachine(w)
 		r.writeDataplanes(w)
 		r.writeTargets(w)
-		w("%s", endMarker)
+		w("%s", fileSection.End())
 		return b.String()
 	}
 	w("## Policy dataplane: verdict cost, policy changes, throughput, memory")
@@ -238,7 +229,7 @@ func (r *report) section() string {
 		r.writeDataplanes(w)
 	}
 	r.writeTargets(w)
-	w("%s", endMarker)
+	w("%s", fileSection.End())
 	return b.String()
 }
 
@@ -246,18 +237,7 @@ func (r *report) section() string {
 func (r *report) writeMachine(w func(string, ...any)) {
 	w("### Machine")
 	w("")
-	w("| | |")
-	w("|---|---|")
-	w("| command | `%s` |", r.facts.command)
-	w("| date | %s |", r.facts.date)
-	w("| kernel | %s |", r.facts.kernel)
-	w("| CPUs (nproc) | %s |", r.facts.cpus)
-	w("| load average at start (1, 5, 15 min) | %s |", r.facts.load)
-	w("| Go | %s |", r.facts.goVersion)
-	w("| lockstep | %s |", r.facts.lockstep)
-	w("| source tree (git describe) | %s |", r.facts.tree)
-	w("| iperf3 | %s |", r.facts.iperf)
-	w("")
+	w("%s", benchkit.Table(r.facts.Rows([2]string{"iperf3", r.facts.iperf})))
 }
 
 // writeTargets renders the targets table.
@@ -403,73 +383,5 @@ func gbpsList(v []float64) string {
 // write splices the section into path (atomically), or prints it when
 // path is empty.
 func (r *report) write(path string, stdout io.Writer) error {
-	section := r.section()
-	if path == "" {
-		_, err := io.WriteString(stdout, section)
-		return err
-	}
-	old, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	updated, err := spliceSection(old, section)
-	if err != nil {
-		return fmt.Errorf("update %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".policybench-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(updated)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-// spliceSection returns old with its policybench section replaced by
-// section. A file without one gets it right after the cnibench section, or
-// at the end when there is none.
-func spliceSection(old []byte, section string) ([]byte, error) {
-	begin := bytes.Index(old, []byte(beginMarker))
-	end := bytes.Index(old, []byte(endMarker))
-	switch {
-	case begin < 0 && end < 0:
-		if at := bytes.Index(old, []byte(cnibenchMarker)); at >= 0 {
-			at += len(cnibenchMarker)
-			if at < len(old) && old[at] == '\n' {
-				at++
-			}
-			var out []byte
-			out = append(out, old[:at]...)
-			out = append(out, '\n')
-			out = append(out, section...)
-			return append(out, old[at:]...), nil
-		}
-		out := bytes.TrimRight(old, "\n")
-		if len(out) > 0 {
-			out = append(out, "\n\n"...)
-		}
-		return append(out, section...), nil
-	case begin < 0 || end < begin:
-		return nil, fmt.Errorf("the markers %s and %s are missing or out of order; fix them by hand (or delete the broken section) and rerun", beginMarker, endMarker)
-	}
-	end += len(endMarker)
-	if end < len(old) && old[end] == '\n' {
-		end++
-	}
-	var out []byte
-	out = append(out, old[:begin]...)
-	out = append(out, section...)
-	return append(out, old[end:]...), nil
+	return fileSection.Write(path, r.section(), stdout)
 }
