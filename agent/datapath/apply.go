@@ -44,6 +44,13 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	if err := d.waitQuiescent(); err != nil {
 		return err
 	}
+	if d.readBack {
+		d.mirror.closeInners()
+		if err := d.adopt(); err != nil {
+			return fmt.Errorf("apply policy: %w", err)
+		}
+		d.readBack = false
+	}
 	m := &d.mirror
 	m.mark++
 	d.stats = applyStats{}
@@ -79,6 +86,18 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	flipped = true
 	d.kickSettler()
 	return d.cleanup(canon, goneAddrs)
+}
+
+// Invalidate makes the next Apply read the maps back, as Load does with
+// the maps of a previous agent, and compare the new state with what they
+// hold rather than with what lockstep last wrote: entries changed, added
+// or removed behind lockstep's back are then repaired, and rules maps it
+// cannot vouch for are replaced. It implements enforcer.Invalidator, which
+// the periodic resync calls.
+func (d *Datapath) Invalidate() {
+	d.mu.Lock()
+	d.readBack = true
+	d.mu.Unlock()
 }
 
 // applyStats counts what one Apply did to the maps, so tests can bound

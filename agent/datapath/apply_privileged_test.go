@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"testing"
 
+	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/testenv"
 	bpfmaps "lockstep.dev/lockstep/maps"
@@ -302,6 +303,69 @@ func TestPrivilegedApplyAdoptsPinnedState(t *testing.T) {
 		d2.flushCT(t)
 		if v := run(t, d2.fromPod, tc.pkt); v != tc.wB {
 			t.Errorf("%s: got %s, want %s", tc.name, actName(v), actName(tc.wB))
+		}
+	}
+}
+
+// The periodic resync finds Invalidate through this interface.
+var _ enforcer.Invalidator = (*Datapath)(nil)
+
+// TestPrivilegedInvalidateRepairsDrift changes the maps behind the
+// Datapath's back (an address removed, a stray address added, a rule of
+// the live rules map removed): Apply alone trusts what it wrote and leaves
+// the drift, Invalidate then Apply repair all of it, in both parities.
+func TestPrivilegedInvalidateRepairsDrift(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	d.fakeAttach("gone-in-b", 1000001)
+	want := stateA()
+	mustApply(t, d, want)
+	d.waitQuiet(t)
+	mustApply(t, d, want) // both parities written
+	clean := takeSnapshot(t, d)
+
+	removed, stray := bpfmaps.AddrFrom(addr("10.0.0.3")), bpfmaps.AddrFrom(addr("10.9.9.9"))
+	if _, ok := clean.IPCache[removed]; !ok {
+		t.Fatalf("stateA has no ipcache entry for %v", removed)
+	}
+	if err := d.ipcache.Delete(removed); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.ipcache.Put(stray, bpfmaps.IPCacheValue{Identity: [2]uint32{77, 77}}); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	live := d.mirror.names[podIf].inner[d.mirror.gen&1]
+	d.mu.Unlock()
+	var k bpfmaps.PolicyKey
+	if err := live.m.NextKey(nil, &k); err != nil {
+		t.Fatalf("first rule of the live rules map: %v", err)
+	}
+	if err := live.m.Delete(k); err != nil {
+		t.Fatal(err)
+	}
+	drifted := takeSnapshot(t, d)
+	if reflect.DeepEqual(clean, drifted) {
+		t.Fatal("the drift did not show in the snapshot")
+	}
+
+	for range 2 {
+		d.waitQuiet(t)
+		mustApply(t, d, want)
+	}
+	if got := takeSnapshot(t, d); reflect.DeepEqual(clean.IPCache, got.IPCache) {
+		t.Fatal("Apply without Invalidate repaired the ipcache; this test no longer shows what Invalidate adds")
+	}
+
+	d.Invalidate()
+	for range 2 { // the first Apply repairs one parity, the second the other
+		d.waitQuiet(t)
+		mustApply(t, d, want)
+		got := takeSnapshot(t, d)
+		got.Gen = clean.Gen
+		if !reflect.DeepEqual(clean, got) {
+			t.Fatalf("after Invalidate and Apply the maps still differ from a clean Apply:\nclean %+v\ngot   %+v", clean, got)
 		}
 	}
 }

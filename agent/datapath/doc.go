@@ -38,6 +38,9 @@
 // over) is skipped without a look at its entries, and so is an endpoint
 // whose *policy.EndpointPolicy pointer did not change. Otherwise Apply
 // compares contents: an equal state built anew writes nothing either.
+// Because Apply trusts what it wrote, the agent's periodic resync calls
+// Invalidate: the next Apply reads the maps back first, as Load does with
+// a previous agent's maps, and repairs whatever changed behind its back.
 //
 // Each endpoint has one inner map of lockstep_policy per parity, and Apply
 // rewrites the idle one in place: the rules that differ, nothing else.

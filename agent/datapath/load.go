@@ -67,6 +67,9 @@ type Datapath struct {
 	mirror   mirror         // what the maps hold, for incremental Apply
 	stats    applyStats     // what the last Apply wrote
 	settler  settler        // brings the idle parity up to date after a flip
+	// readBack makes the next Apply read the maps back into the mirror
+	// first (Invalidate).
+	readBack bool
 
 	// beforeFlip, when set (tests), runs after the idle parity is
 	// written and before gen flips.

@@ -32,7 +32,7 @@ type Dataplane interface {
 }
 
 // Invalidator is implemented by dataplanes that remember what they applied
-// and diff against it (iptables, HNS): Invalidate makes the next Apply read
+// and diff against it (eBPF, iptables, HNS): Invalidate makes the next Apply read
 // the real state back, so that a resync repairs drift made behind
 // lockstep's back instead of finding nothing to do.
 type Invalidator interface {
