@@ -210,6 +210,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	go enf.Run(runCtx, ResyncInterval)
+	if be.compactDue != nil {
+		go compactWhenIdle(runCtx, time.Second, be.compactDue, enf.Resync, log)
+	}
 	go cleanups.Run(runCtx)
 	if manifestsWatcher != nil {
 		go watchManifests(runCtx, st, manifestsWatcher, log)

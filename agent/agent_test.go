@@ -2,12 +2,15 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func testConfig(t *testing.T, pools ...string) Config {
@@ -61,3 +64,40 @@ func TestBadConfigTouchesNothing(t *testing.T) {
 
 // TestRunServesAndStops runs the agent in-process: it answers on its
 // socket, and cancelling its context shuts it down and removes the socket.
+
+func TestCompactWhenIdle(t *testing.T) {
+	const every = 5 * time.Millisecond
+	for _, tc := range []struct {
+		name      string
+		due       bool
+		resyncErr error
+		wantCalls func(int) bool
+		want      string
+	}{
+		{"garbage and idle: resyncs", true, nil, func(n int) bool { return n >= 2 }, "at least 2"},
+		{"nothing due: never resyncs", false, nil, func(n int) bool { return n == 0 }, "none"},
+		{"a failed resync is not retried at once", true, errors.New("injected"), func(n int) bool { return n == 1 }, "exactly 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int32
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				compactWhenIdle(ctx, every, func() bool { return tc.due },
+					func(context.Context) error { calls.Add(1); return tc.resyncErr }, slog.New(slog.DiscardHandler))
+			}()
+			if tc.due { // wait for the first resync, however slow the machine
+				for deadline := time.Now().Add(10 * time.Second); calls.Load() == 0 && time.Now().Before(deadline); {
+					time.Sleep(every)
+				}
+			}
+			time.Sleep(40 * every) // well short of the 60 intervals a failure waits
+			cancel()
+			<-done
+			if n := int(calls.Load()); !tc.wantCalls(n) {
+				t.Fatalf("%d resyncs in 40 intervals, want %s", n, tc.want)
+			}
+		})
+	}
+}

@@ -42,7 +42,39 @@ type backend struct {
 	counts func() map[string]int
 	// metrics writes backend-specific samples at scrape time.
 	metrics func(io.Writer)
-	close   func() error
+	// compactDue, when set, reports that the backend holds garbage a
+	// resync would remove and has been idle long enough to do it now.
+	compactDue func() bool
+	close      func() error
+}
+
+// CompactAfter is how long a backend with garbage (iptables-nft's
+// unreachable rules) must go without an apply before the agent resyncs to
+// remove it, off every pod's and policy's latency path.
+const CompactAfter = 2 * time.Second
+
+// compactWhenIdle resyncs whenever due reports garbage and an idle
+// backend, checking every interval until ctx ends. After a failed resync
+// it waits 60 intervals before trying again; the periodic resync retries
+// too.
+func compactWhenIdle(ctx context.Context, every time.Duration, due func() bool, resync func(context.Context) error, log *slog.Logger) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var quietUntil time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if now.Before(quietUntil) || !due() {
+				continue
+			}
+			if err := resync(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("remove unreachable dataplane rules", "err", err)
+				quietUntil = now.Add(60 * every)
+			}
+		}
+	}
 }
 
 // residue is what a backend the agent does not use can have left behind.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"lockstep.dev/lockstep/agent/cleanup"
 	"lockstep.dev/lockstep/agent/iptables"
@@ -29,12 +30,16 @@ func openIptables(ctx context.Context, log *slog.Logger) (*backend, error) {
 		dp:      dp,
 		counts:  func() map[string]int { return iptablesCounts(dp.Stats()) },
 		metrics: iptablesMetrics(dp),
-		close:   func() error { return nil },
+		compactDue: func() bool {
+			s := dp.Stats()
+			return s.DeadRules > 0 && time.Since(s.LastApplyEnd) >= CompactAfter
+		},
+		close: func() error { return nil },
 	}, nil
 }
 
 func iptablesCounts(s iptables.Stats) map[string]int {
-	return map[string]int{"sets": s.Sets, "set entries": s.SetEntries, "chains": s.Chains, "rules": s.Rules}
+	return map[string]int{"sets": s.Sets, "set entries": s.SetEntries, "chains": s.Chains, "rules": s.Rules, "unreachable rules": s.DeadRules}
 }
 
 // iptablesMetrics writes the iptables dataplane's sizes and apply counts.

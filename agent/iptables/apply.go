@@ -158,8 +158,10 @@ func (d *Dataplane) Apply(want *policy.Desired) error {
 	if err != nil {
 		d.stats.Failures++
 	} else {
-		d.stats.LastApply = time.Since(start)
+		d.stats.LastApplyEnd = time.Now()
+		d.stats.LastApply = d.stats.LastApplyEnd.Sub(start)
 		d.stats.Sets, d.stats.SetEntries, d.stats.Chains, d.stats.Rules = d.applied.counts()
+		d.stats.DeadRules = d.applied.deadRules()
 	}
 	d.statsMu.Unlock()
 	return err
@@ -557,8 +559,14 @@ type Stats struct {
 	// Chains and Rules count lockstep's chains and their rules, both
 	// families together (the jumps from built-in chains not included).
 	Chains, Rules int
-	// LastApply is how long the last successful Apply took.
-	LastApply time.Duration
+	// DeadRules counts the unreachable rules that iptables-nft changes
+	// leave behind the live ones (see chainUpdates), both families; a
+	// full reconcile removes them.
+	DeadRules int
+	// LastApply is how long the last successful Apply took, and
+	// LastApplyEnd when it finished.
+	LastApply    time.Duration
+	LastApplyEnd time.Time
 	// Applies counts Apply calls; FullReconciles those that read the
 	// state back first; Failures those that returned an error.
 	Applies, FullReconciles, Failures uint64
@@ -595,6 +603,17 @@ func matchSets(rule string) []string {
 		out = append(out, name)
 		rule = after
 	}
+}
+
+// deadRules counts the unreachable rules s's chains hold.
+func (s *state) deadRules() int {
+	n := 0
+	for _, dead := range s.dead {
+		for _, k := range dead {
+			n += k
+		}
+	}
+	return n
 }
 
 func (s *state) counts() (sets, entries, chains, rules int) {

@@ -336,7 +336,7 @@ func TestApplyPrependsThenClearsDeadRules(t *testing.T) {
 	n := newFakeNode()
 	d := newTestDataplane(t, ModeNFT, n, manyEndpoints(50, 0))
 	mustApply(t, d, manyEndpoints(50, 0))
-	flushed := false
+	flushed, sawDead := false, false
 	for shift := range uint16(40) {
 		want := manyEndpoints(50, shift+1)
 		n.takeCalls()
@@ -346,13 +346,22 @@ func TestApplyPrependsThenClearsDeadRules(t *testing.T) {
 				flushed = true
 			}
 		}
-		dead := 0
+		dead, both := 0, 0
 		for _, n := range d.applied.dead[IPv4.index()] {
 			dead += n
+		}
+		for _, fam := range d.applied.dead {
+			for _, n := range fam {
+				both += n
+			}
 		}
 		if dead > minDeadBudget {
 			t.Fatalf("change %d: %d dead rules, budget %d", shift, dead, minDeadBudget)
 		}
+		if got := d.Stats().DeadRules; got != both {
+			t.Fatalf("change %d: Stats().DeadRules = %d, the chains hold %d", shift, got, both)
+		}
+		sawDead = sawDead || both > 0
 		assertNoViolations(t, n)
 		assertView(t, n, ModeNFT, want)
 		if got, fresh := d.Stats().Rules, freshRules(t, want); got != fresh {
@@ -362,6 +371,18 @@ func TestApplyPrependsThenClearsDeadRules(t *testing.T) {
 	if !flushed {
 		t.Error("dead rules were never cleared")
 	}
+	if !sawDead {
+		t.Error("no change left dead rules: the test shows nothing")
+	}
+	// A full reconcile (what the agent's compaction asks for) leaves none.
+	want := manyEndpoints(50, 7)
+	mustApply(t, d, want)
+	d.Invalidate()
+	mustApply(t, d, want)
+	if got := d.Stats().DeadRules; got != 0 {
+		t.Errorf("after a full reconcile Stats().DeadRules = %d, want 0", got)
+	}
+	assertView(t, n, ModeNFT, want)
 }
 
 func freshRules(tb testing.TB, want *policy.Desired) int {
