@@ -365,6 +365,10 @@ func (i *Informer) watch(ctx context.Context, w watch.Interface) error {
 			continue
 		}
 		events++
+		// The version comes from the object as the server sent it: a
+		// transform may drop metadata, and a lost version would restart
+		// the next watch from now, missing what happened in between.
+		rv := obj.GetResourceVersion()
 		switch ev.Type {
 		case watch.Added, watch.Modified:
 			obj = i.transformed(obj)
@@ -383,20 +387,26 @@ func (i *Informer) watch(ctx context.Context, w watch.Interface) error {
 			})
 		case watch.Deleted:
 			obj = i.transformed(obj)
+			key := Key(obj)
 			i.mu.Lock()
-			delete(i.items, Key(obj))
+			_, existed := i.items[key]
+			delete(i.items, key)
 			i.mu.Unlock()
-			i.notify(func(h Handler) {
-				if h.Delete != nil {
-					h.Delete(obj)
-				}
-			})
+			if existed { // as client-go: no Delete for what the cache never held
+				i.notify(func(h Handler) {
+					if h.Delete != nil {
+						h.Delete(obj)
+					}
+				})
+			}
 		case watch.Bookmark:
 		default:
 			i.log.Warn("unknown watch event; ignored", "resource", i.lw.Resource, "type", ev.Type)
 			continue
 		}
-		i.lastRV = obj.GetResourceVersion()
+		if rv != "" {
+			i.lastRV = rv
+		}
 	}
 	if events == 0 && time.Since(start) < shortWatch {
 		return fmt.Errorf("watch %s: closed within %s without an event", i.lw.Resource, shortWatch)

@@ -224,3 +224,41 @@ func TestWaitForSyncStopsWithContext(t *testing.T) {
 		t.Error("an informer that never ran synced")
 	}
 }
+
+// TestInformerKeepsServerVersionsPastTransforms: a transform that drops
+// the resource version must not make the next watch start from now, and
+// a deletion of something the cache never held tells no handler.
+func TestInformerKeepsServerVersionsPastTransforms(t *testing.T) {
+	api := &scriptedAPI{t: t, watches: make(chan *watch.FakeWatcher, 1), lists: []func() (runtime.Object, error){
+		listOf("5", ipam("a", "1")),
+	}}
+	inf := client.NewInformer(api.listWatch(), nil)
+	inf.SetTransform(func(o client.Object) client.Object {
+		n := o.(*v1alpha1.NodeIPAM).DeepCopy()
+		n.ResourceVersion = ""
+		return n
+	})
+	var log eventLog
+	inf.AddHandler(log.handler())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.Run(ctx)
+	}()
+
+	w := <-api.watches
+	w.Modify(ipam("a", "6"))
+	w.Delete(ipam("never-listed", "7"))
+	w.Stop()
+	<-api.watches
+	if got := api.requests(); got[len(got)-1] != "watch rv=7 bookmarks=true" {
+		t.Errorf("requests %v: want the next watch from rv 7, the last version the server sent", got)
+	}
+	if got, want := log.take(), []string{"add a@", "update a@->"}; !slices.Equal(got, want) {
+		t.Errorf("handlers saw %v, want %v (no delete of an object never cached)", got, want)
+	}
+	cancel()
+	<-done
+}
