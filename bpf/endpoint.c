@@ -43,6 +43,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
 	__u32 zero = 0, ifindex = skb->ifindex;
 	struct state *st = bpf_map_lookup_elem(&lockstep_state, &zero);
+	__u32 *mon = bpf_map_lookup_elem(&lockstep_monitor, &zero);
 	struct endpoint_info *ep;
 	struct remote r = {};
 	struct pkt p = {};
@@ -51,11 +52,11 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	__u64 now;
 	int res;
 
-	if (!st)
+	if (!st || !mon)
 		return TC_ACT_SHOT;
 	/* Read gen once: every lookup below uses this packet's parity. */
 	parity = READ_ONCE_GEN(st) & 1;
-	monitor = st->monitor;
+	monitor = *mon;
 
 	ep = bpf_map_lookup_elem(&lockstep_endpoints, &ifindex);
 	if (!ep)

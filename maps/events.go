@@ -11,51 +11,45 @@ import (
 )
 
 // EventReader reads verdict events from the pinned lockstep_events ring
-// buffer. While one is open, lockstep_state.monitor is set and the programs
-// emit an event per drop and per newly allowed connection; Close clears it.
+// buffer. While one is open, lockstep_monitor is set and the programs emit
+// an event per drop and per newly allowed connection; Close clears it.
 // Only one reader should run at a time: the first to close turns events off.
 type EventReader struct {
-	state *ebpf.Map
-	rd    *ringbuf.Reader
+	monitor *ebpf.Map
+	rd      *ringbuf.Reader
 }
 
 // OpenEvents opens the event ring buffer pinned under pinRoot and turns
 // event emission on.
 func OpenEvents(pinRoot string) (*EventReader, error) {
-	state, err := ebpf.LoadPinnedMap(filepath.Join(pinRoot, StateMap), nil)
+	monitor, err := ebpf.LoadPinnedMap(filepath.Join(pinRoot, MonitorMap), nil)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w (is the agent running with this --bpf-root?)", StateMap, err)
+		return nil, fmt.Errorf("open %s: %w (is the agent running with this --bpf-root, and as recent as this lockstep?)", MonitorMap, err)
 	}
 	events, err := ebpf.LoadPinnedMap(filepath.Join(pinRoot, EventsMap), nil)
 	if err != nil {
-		state.Close()
+		monitor.Close()
 		return nil, fmt.Errorf("open %s: %w", EventsMap, err)
 	}
 	rd, err := ringbuf.NewReader(events)
 	events.Close()
 	if err != nil {
-		state.Close()
+		monitor.Close()
 		return nil, fmt.Errorf("read %s: %w", EventsMap, err)
 	}
-	r := &EventReader{state: state, rd: rd}
+	r := &EventReader{monitor: monitor, rd: rd}
 	if err := r.setMonitor(1); err != nil {
 		r.rd.Close()
-		state.Close()
+		monitor.Close()
 		return nil, err
 	}
 	return r, nil
 }
 
-// setMonitor writes the monitor flag, keeping gen. The read-modify-write
-// can race with a generation flip; flips re-read the flag the same way, so
-// the window is one syscall wide.
+// setMonitor writes the monitor flag: one write of a map no one else
+// writes, so it cannot undo a generation flip.
 func (r *EventReader) setMonitor(v uint32) error {
-	var st State
-	if err := r.state.Lookup(uint32(0), &st); err != nil {
-		return fmt.Errorf("read %s: %w", StateMap, err)
-	}
-	st.Monitor = v
-	if err := r.state.Put(uint32(0), st); err != nil {
+	if err := r.monitor.Put(uint32(0), v); err != nil {
 		return fmt.Errorf("set monitor flag: %w", err)
 	}
 	return nil
@@ -79,5 +73,5 @@ func (r *EventReader) SetDeadline(t time.Time) { r.rd.SetDeadline(t) }
 // pending Read.
 func (r *EventReader) Close() error {
 	err := r.setMonitor(0)
-	return errors.Join(err, r.rd.Close(), r.state.Close())
+	return errors.Join(err, r.rd.Close(), r.monitor.Close())
 }

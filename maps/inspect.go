@@ -137,6 +137,8 @@ func Dump(pinRoot, name string) ([]Entry, error) {
 	switch name {
 	case StateMap:
 		out, err = dumpAll[uint32, State](m)
+	case MonitorMap:
+		out, err = dumpAll[uint32, uint32](m)
 	case EndpointsMap:
 		out, err = dumpAll[uint32, EndpointInfo](m)
 	case IPCacheMap:

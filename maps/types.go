@@ -8,6 +8,7 @@ import (
 // Names of the pinned maps, as pinned under the dataplane's pin root.
 const (
 	StateMap     = "lockstep_state"
+	MonitorMap   = "lockstep_monitor"
 	EndpointsMap = "lockstep_endpoints"
 	PolicyMap    = "lockstep_policy"
 	IPCacheMap   = "lockstep_ipcache"
@@ -19,7 +20,7 @@ const (
 
 // Names lists every pinned map, in the order `lockstep maps list` prints
 // them.
-var Names = []string{StateMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, CTMap, CountersMap, EventsMap}
+var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, CTMap, CountersMap, EventsMap}
 
 // Endpoint flag bits of EndpointInfo.Flags (C: EP_*_ISOLATED).
 const (
@@ -51,8 +52,9 @@ func (a Addr) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
 type State struct {
 	// Gen counts applied states; Gen&1 is the parity packets use.
 	Gen uint32 `json:"gen"`
-	// Monitor is non-zero while someone reads verdict events.
-	Monitor uint32 `json:"monitor"`
+	// Reserved is zero. (The monitor flag lives in MonitorMap, so that
+	// the agent's flips and `lockstep monitor` never write one value.)
+	Reserved uint32 `json:"reserved"`
 }
 
 // EndpointInfo mirrors struct endpoint_info: the value of lockstep_endpoints,

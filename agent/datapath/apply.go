@@ -311,14 +311,11 @@ func deleteAll[K any](m *ebpf.Map, keys []K) error {
 	return nil
 }
 
-// flip makes the written parity live with one map update, keeping the
-// monitor flag as it is.
+// flip makes the written parity live with one map update. Only the agent
+// writes lockstep_state (the monitor flag has a map of its own), so the
+// value is written whole, without reading it first.
 func (d *Datapath) flip() error {
-	var st bpfmaps.State
-	if err := d.state.Lookup(uint32(0), &st); err != nil {
-		return fmt.Errorf("read %s: %w", bpfmaps.StateMap, err)
-	}
-	st.Gen = d.mirror.gen + 1
+	st := bpfmaps.State{Gen: d.mirror.gen + 1}
 	d.stats.entries++
 	if err := d.state.Put(uint32(0), st); err != nil {
 		return fmt.Errorf("flip generation: %w", err)

@@ -103,9 +103,9 @@ type endpointPolicyValue struct {
 }
 
 type endpointState struct {
-	_       structs.HostLayout
-	Gen     uint32
-	Monitor uint32
+	_        structs.HostLayout
+	Gen      uint32
+	Reserved uint32
 }
 
 type endpointV6addr struct {
@@ -170,6 +170,7 @@ type endpointMapSpecs struct {
 	LockstepEndpoints *ebpf.MapSpec `ebpf:"lockstep_endpoints"`
 	LockstepEvents    *ebpf.MapSpec `ebpf:"lockstep_events"`
 	LockstepIpcache   *ebpf.MapSpec `ebpf:"lockstep_ipcache"`
+	LockstepMonitor   *ebpf.MapSpec `ebpf:"lockstep_monitor"`
 	LockstepPolicy    *ebpf.MapSpec `ebpf:"lockstep_policy"`
 	LockstepState     *ebpf.MapSpec `ebpf:"lockstep_state"`
 	PolicyInnerBtf    *ebpf.MapSpec `ebpf:"policy_inner_btf"`
@@ -208,6 +209,7 @@ type endpointMaps struct {
 	LockstepEndpoints *ebpf.Map `ebpf:"lockstep_endpoints"`
 	LockstepEvents    *ebpf.Map `ebpf:"lockstep_events"`
 	LockstepIpcache   *ebpf.Map `ebpf:"lockstep_ipcache"`
+	LockstepMonitor   *ebpf.Map `ebpf:"lockstep_monitor"`
 	LockstepPolicy    *ebpf.Map `ebpf:"lockstep_policy"`
 	LockstepState     *ebpf.Map `ebpf:"lockstep_state"`
 	PolicyInnerBtf    *ebpf.Map `ebpf:"policy_inner_btf"`
@@ -222,6 +224,7 @@ func (m *endpointMaps) Close() error {
 		m.LockstepEndpoints,
 		m.LockstepEvents,
 		m.LockstepIpcache,
+		m.LockstepMonitor,
 		m.LockstepPolicy,
 		m.LockstepState,
 		m.PolicyInnerBtf,

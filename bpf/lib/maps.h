@@ -51,8 +51,8 @@ struct v6addr {
 };
 
 struct state {
-	__u32 gen;     /* parity p = gen & 1 selects the live copy */
-	__u32 monitor; /* non-zero: emit verdict events */
+	__u32 gen;      /* parity p = gen & 1 selects the live copy */
+	__u32 reserved; /* zero; the monitor flag is lockstep_monitor's */
 };
 
 struct endpoint_info {
@@ -141,6 +141,18 @@ struct {
 	__type(value, struct state);
 	__uint(pinning, PIN_BY_NAME);
 } lockstep_state SEC(".maps");
+
+/* lockstep_monitor[0] non-zero: emit verdict events. Its own map, so that
+ * `lockstep monitor` and the agent's generation flips never write the same
+ * value and neither can undo the other's write.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_monitor SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
