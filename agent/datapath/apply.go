@@ -37,19 +37,21 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
-	ifindexes, err := d.resolve(want)
-	if err != nil {
-		return err
-	}
-	if err := d.waitQuiescent(); err != nil {
-		return err
-	}
 	if d.readBack {
 		d.mirror.closeInners()
 		if err := d.adopt(); err != nil {
 			return fmt.Errorf("apply policy: %w", err)
 		}
 		d.readBack = false
+	}
+	// The wait releases d.mu: resolve the endpoints after it, so that an
+	// Attach or Detach meanwhile is seen.
+	if err := d.waitQuiescent(); err != nil {
+		return err
+	}
+	ifindexes, err := d.resolve(want)
+	if err != nil {
+		return err
 	}
 	m := &d.mirror
 	m.mark++

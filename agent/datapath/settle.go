@@ -107,6 +107,12 @@ func (d *Datapath) settleLoop(kick <-chan struct{}, done chan<- struct{}) {
 	for range kick {
 		d.mu.Lock()
 		gen, wait := d.mirror.gen, d.settler.graceWait
+		if gen == d.settler.quiet && !d.settler.failed {
+			// A kick for a generation already settled (a waiting
+			// Apply's, or one the round before handled): nothing to do.
+			d.mu.Unlock()
+			continue
+		}
 		d.mu.Unlock()
 		err := wait()
 		d.mu.Lock()
@@ -133,17 +139,23 @@ func (d *Datapath) settleLoop(kick <-chan struct{}, done chan<- struct{}) {
 // running settler (closed, or its last wait failed) it waits itself.
 func (d *Datapath) waitQuiescent() error {
 	s := &d.settler
+	if s.kick == nil || s.closed {
+		return fmt.Errorf("apply policy: %w", ErrClosed)
+	}
 	for s.quiet != d.mirror.gen {
-		if s.kick == nil || s.closed || s.failed {
-			if s.kick == nil || s.closed {
-				return fmt.Errorf("apply policy: %w", ErrClosed)
-			}
+		if s.closed {
+			return fmt.Errorf("apply policy: %w", ErrClosed)
+		}
+		if s.failed {
 			if err := s.graceWait(); err != nil {
 				return fmt.Errorf("apply policy: wait for packets of the previous generation: %w", err)
 			}
 			s.quiet, s.failed = d.mirror.gen, false
 			return nil
 		}
+		// A generation no flip announced (one read back by adopt) gets
+		// a round of its own; a round already pending reads gen anew.
+		d.kickSettler()
 		s.cond.Wait()
 	}
 	return nil

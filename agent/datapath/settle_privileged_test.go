@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/internal/testenv"
+	bpfmaps "lockstep.dev/lockstep/maps"
 )
 
 // holdGrace replaces the settler's wait for a grace period with one that
@@ -115,5 +116,32 @@ func TestPrivilegedApplyWaitsItselfWhenTheSettlerFailed(t *testing.T) {
 	results <- nil
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPrivilegedApplyAfterReadBackOfAnotherGeneration: Invalidate reads
+// back a generation that no flip of this Datapath announced (written
+// behind its back); the next Apply must wait for one grace period for it,
+// not for ever.
+func TestPrivilegedApplyAfterReadBackOfAnotherGeneration(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	d.fakeAttach("gone-in-b", loIfindex+100)
+	mustApply(t, d, stateA())
+	d.waitQuiet(t)
+	if err := d.state.Put(uint32(0), bpfmaps.State{Gen: d.Generation() + 7}); err != nil {
+		t.Fatal(err)
+	}
+	d.Invalidate()
+	done := make(chan error, 1)
+	go func() { done <- d.Apply(stateA()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Apply after reading back another generation still waiting after 30s")
 	}
 }
