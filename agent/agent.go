@@ -211,7 +211,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	go enf.Run(runCtx, ResyncInterval)
 	if be.compactDue != nil {
-		go compactWhenIdle(runCtx, time.Second, be.compactDue, enf.Resync, log)
+		go compactWhenIdle(runCtx, time.Second, be.compactDue, be.compact, log)
 	}
 	go cleanups.Run(runCtx)
 	if manifestsWatcher != nil {

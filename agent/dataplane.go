@@ -42,22 +42,23 @@ type backend struct {
 	counts func() map[string]int
 	// metrics writes backend-specific samples at scrape time.
 	metrics func(io.Writer)
-	// compactDue, when set, reports that the backend holds garbage a
-	// resync would remove and has been idle long enough to do it now.
+	// compactDue, when set, reports that the backend holds garbage
+	// (iptables-nft's unreachable rules) and has been idle long enough for
+	// compact to remove it now.
 	compactDue func() bool
+	compact    func(context.Context) error
 	close      func() error
 }
 
-// CompactAfter is how long a backend with garbage (iptables-nft's
-// unreachable rules) must go without an apply before the agent resyncs to
-// remove it, off every pod's and policy's latency path.
+// CompactAfter is how long a backend with garbage must go without an apply
+// before the agent compacts it, off every pod's and policy's latency path.
 const CompactAfter = 2 * time.Second
 
-// compactWhenIdle resyncs whenever due reports garbage and an idle
-// backend, checking every interval until ctx ends. After a failed resync
-// it waits 60 intervals before trying again; the periodic resync retries
-// too.
-func compactWhenIdle(ctx context.Context, every time.Duration, due func() bool, resync func(context.Context) error, log *slog.Logger) {
+// compactWhenIdle compacts whenever due reports garbage and an idle
+// backend, checking every interval until ctx ends. After a failed compact
+// it waits 60 intervals before trying again; the periodic resync repairs
+// the tables meanwhile.
+func compactWhenIdle(ctx context.Context, every time.Duration, due func() bool, compact func(context.Context) error, log *slog.Logger) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var quietUntil time.Time
@@ -69,7 +70,7 @@ func compactWhenIdle(ctx context.Context, every time.Duration, due func() bool, 
 			if now.Before(quietUntil) || !due() {
 				continue
 			}
-			if err := resync(ctx); err != nil && ctx.Err() == nil {
+			if err := compact(ctx); err != nil && ctx.Err() == nil {
 				log.Warn("remove unreachable dataplane rules", "err", err)
 				quietUntil = now.Add(60 * every)
 			}

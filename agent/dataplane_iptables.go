@@ -34,7 +34,8 @@ func openIptables(ctx context.Context, log *slog.Logger) (*backend, error) {
 			s := dp.Stats()
 			return s.DeadRules > 0 && time.Since(s.LastApplyEnd) >= CompactAfter
 		},
-		close: func() error { return nil },
+		compact: func(context.Context) error { return dp.Compact() },
+		close:   func() error { return nil },
 	}, nil
 }
 

@@ -42,6 +42,7 @@ type Dataplane struct {
 	attached map[string]bool
 	eps      map[string]*epRender // renders of the endpoints last planned
 	applied  *state               // what the tables and sets hold; nil: unknown
+	plan     *plan                // what the last successful Apply wanted
 
 	// beforeRules, when set, runs after step 1 (sets) and before step 2
 	// (rules) of every Apply: the window of seed 000.
@@ -160,11 +161,46 @@ func (d *Dataplane) Apply(want *policy.Desired) error {
 	} else {
 		d.stats.LastApplyEnd = time.Now()
 		d.stats.LastApply = d.stats.LastApplyEnd.Sub(start)
-		d.stats.Sets, d.stats.SetEntries, d.stats.Chains, d.stats.Rules = d.applied.counts()
-		d.stats.DeadRules = d.applied.deadRules()
+		d.updateCounts()
 	}
 	d.statsMu.Unlock()
 	return err
+}
+
+// updateCounts records the sizes of the applied state. Called with
+// d.statsMu held.
+func (d *Dataplane) updateCounts() {
+	d.stats.Sets, d.stats.SetEntries, d.stats.Chains, d.stats.Rules = d.applied.counts()
+	d.stats.DeadRules = d.applied.deadRules()
+}
+
+// Compact flushes and refills every chain that holds unreachable rules
+// (see chainUpdates), one iptables-restore per family, with the content
+// the last Apply put in force: no read-back, no set touched, no other
+// chain rewritten. The agent calls it once the dataplane has been idle,
+// so that iptables-save shows only live rules. After an error the next
+// Apply reads the tables back and reconciles them.
+func (d *Dataplane) Compact() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cur, p := d.applied, d.plan
+	if cur == nil || p == nil || cur.deadRules() == 0 {
+		return nil
+	}
+	d.applied = nil
+	next := &state{sets: cur.sets}
+	var payloads [2][]byte
+	for _, f := range d.r.fams {
+		payloads[f.index()], next.chains[f.index()], next.dead[f.index()] = chainUpdates(cur, p, f, false)
+	}
+	if err := d.restoreFamilies(payloads); err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	d.applied = next
+	d.statsMu.Lock()
+	d.updateCounts()
+	d.statsMu.Unlock()
+	return nil
 }
 
 func (d *Dataplane) apply(want *policy.Desired) error {
@@ -218,7 +254,7 @@ func (d *Dataplane) apply(want *policy.Desired) error {
 			next.sets[name] = &ipSet{family: s.family, net: s.net, unknown: true}
 		}
 	}
-	d.applied = next
+	d.applied, d.plan = next, p
 	if len(gone) > 0 {
 		slices.Sort(gone)
 		var b strings.Builder
@@ -560,8 +596,9 @@ type Stats struct {
 	// families together (the jumps from built-in chains not included).
 	Chains, Rules int
 	// DeadRules counts the unreachable rules that iptables-nft changes
-	// leave behind the live ones (see chainUpdates), both families; a
-	// full reconcile removes them.
+	// leave behind the live ones (see chainUpdates), both families;
+	// Compact and a full reconcile remove them. Rules counts only live
+	// rules, without the rule that ends prepended content.
 	DeadRules int
 	// LastApply is how long the last successful Apply took, and
 	// LastApplyEnd when it finished.
@@ -624,7 +661,7 @@ func (s *state) counts() (sets, entries, chains, rules int) {
 	for i, cs := range s.chains {
 		for c, rs := range cs {
 			chains++
-			rules += len(rs) - s.dead[i][c]
+			rules += len(liveRules(rs, s.dead[i][c]))
 		}
 	}
 	return sets, entries, chains, rules

@@ -374,19 +374,65 @@ func TestApplyPrependsThenClearsDeadRules(t *testing.T) {
 	if !sawDead {
 		t.Error("no change left dead rules: the test shows nothing")
 	}
-	// A full reconcile (what the agent's compaction asks for) leaves none.
+	// Compact (what the agent runs once idle) leaves none, with one
+	// restore per family and nothing else run.
 	want := manyEndpoints(50, 7)
 	mustApply(t, d, want)
+	if d.Stats().DeadRules == 0 {
+		t.Fatal("no dead rules before Compact: the check below shows nothing")
+	}
+	n.takeCalls()
+	if err := d.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range n.takeCalls() {
+		if c.name != ModeNFT.RestoreTool(IPv4) && c.name != ModeNFT.RestoreTool(IPv6) {
+			t.Errorf("Compact ran %s; want only iptables-restore", c.name)
+		}
+	}
+	if got := d.Stats().DeadRules; got != 0 {
+		t.Errorf("after Compact Stats().DeadRules = %d, want 0", got)
+	}
+	assertNoViolations(t, n)
+	assertView(t, n, ModeNFT, want)
+	if got, fresh := d.Stats().Rules, freshRules(t, want); got != fresh {
+		t.Errorf("after Compact Stats().Rules = %d, a fresh apply has %d", got, fresh)
+	}
+	// And a full reconcile leaves none either.
+	mustApply(t, d, manyEndpoints(50, 8))
 	d.Invalidate()
-	mustApply(t, d, want)
+	mustApply(t, d, manyEndpoints(50, 8))
 	if got := d.Stats().DeadRules; got != 0 {
 		t.Errorf("after a full reconcile Stats().DeadRules = %d, want 0", got)
 	}
-	assertView(t, n, ModeNFT, want)
 }
 
 func freshRules(tb testing.TB, want *policy.Desired) int {
 	d := newTestDataplane(tb, ModeNFT, newFakeNode(), want)
 	mustApply(tb, d, want)
 	return d.Stats().Rules
+}
+
+// TestStatsCountLiveRulesOnly: an endpoint that stops being isolated gets
+// content that does not end in DROP, so prepending adds a terminal rule;
+// Stats().Rules counts what a fresh apply has, the terminal not included.
+func TestStatsCountLiveRulesOnly(t *testing.T) {
+	n := newFakeNode()
+	isolated := twoPods(300)
+	d := newTestDataplane(t, ModeNFT, n, isolated)
+	mustApply(t, d, isolated)
+	open := twoPods(300)
+	for name, ep := range open.Endpoints {
+		cp := *ep
+		cp.IngressIsolated = false
+		open.Endpoints[name] = &cp
+	}
+	mustApply(t, d, open)
+	if d.Stats().DeadRules == 0 {
+		t.Fatal("the change left no dead rules: the test shows nothing")
+	}
+	if got, fresh := d.Stats().Rules, freshRules(t, open); got != fresh {
+		t.Errorf("Stats().Rules = %d, a fresh apply has %d", got, fresh)
+	}
+	assertView(t, n, ModeNFT, open)
 }
