@@ -3,7 +3,6 @@ package enforcer
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +11,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/seedtest"
 )
 
 // setDataplane models a backend that materialises peers as named sets
@@ -106,63 +106,6 @@ func (f *setDataplane) deleteUnreferencedLocked(keep map[policy.Peer]bool) error
 	return nil
 }
 
-// seedStore builds the seed's state: namespace x, server pod a, and pod b,
-// the only pod with label pod2, which policy allow-b lets reach a.
-func seedStore(t *testing.T) *store.Store {
-	t.Helper()
-	st, err := store.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	txn := st.WriteTxn()
-	defer txn.Abort()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(store.UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: "x"}}))
-	must(store.UpsertPod(txn, labelled("a", map[string]string{"app": "server"})))
-	must(store.UpsertPod(txn, labelled("b", map[string]string{"pod2": "yes"})))
-	must(store.UpsertPolicy(txn, &policy.NetworkPolicy{
-		ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: "allow-b"},
-		Spec: policy.NetworkPolicySpec{
-			PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-			Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{
-				PodSelector: &policy.LabelSelector{MatchExpressions: []policy.LabelSelectorRequirement{{Key: "pod2", Operator: policy.OpExists}}},
-			}}}},
-		},
-	}))
-	for i, name := range []string{"a", "b"} {
-		addr := netip.AddrFrom4([4]byte{10, 244, 0, byte(10 + i)})
-		must(store.AttachEndpoint(txn, &store.Endpoint{
-			Attachment: store.Attachment{ContainerID: "c-" + name, IfName: "eth0"},
-			HostIfName: "ls-" + name,
-			Pod:        store.PodRef{Namespace: "x", Name: name},
-			Addresses:  []store.AddressRef{{Pool: "10.244.0.0/24", Addr: addr, Bits: 24}},
-			State:      store.EndpointReady,
-		}))
-	}
-	txn.Commit()
-	return st
-}
-
-func labelled(name string, labels map[string]string) *policy.Pod {
-	return &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: name, Labels: labels}}
-}
-
-func setPodLabels(t *testing.T, st *store.Store, name string, labels map[string]string) {
-	t.Helper()
-	txn := st.WriteTxn()
-	defer txn.Abort()
-	if err := store.UpsertPod(txn, labelled(name, labels)); err != nil {
-		t.Error(err)
-		return
-	}
-	txn.Commit()
-}
-
 // TestSeed000LabelRemovalDuringReconcile replays seed 000: pod b is the last
 // pod with label pod2; while an apply is between "apply sets" and "update
 // pod", b loses the label, gets it back, and the background reconcile
@@ -171,7 +114,7 @@ func setPodLabels(t *testing.T, st *store.Store, name string, labels map[string]
 // In lockstep the reconcile is a Resync of a committed snapshot behind the
 // same lock, so it runs after the apply, and nothing fails.
 func TestSeed000LabelRemovalDuringReconcile(t *testing.T) {
-	st := seedStore(t)
+	st := seedtest.Store(t)
 	dp := newSetDataplane()
 	e := New(st, dp, nil)
 	ctx := context.Background()
@@ -189,13 +132,13 @@ func TestSeed000LabelRemovalDuringReconcile(t *testing.T) {
 	var once sync.Once
 	dp.betweenSetsAndPods = func() {
 		once.Do(func() {
-			setPodLabels(t, st, "b", nil)
+			seedtest.SetPodLabels(t, st, "b", nil)
 			go func() { reconciled <- e.Resync(ctx) }()
 			time.Sleep(50 * time.Millisecond) // give the reconcile every chance to interleave
-			setPodLabels(t, st, "b", map[string]string{"pod2": "yes"})
+			seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes"})
 		})
 	}
-	setPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"}) // the change that triggers the apply
+	seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"}) // the change that triggers the apply
 	if err := e.Sync(ctx); err != nil {
 		t.Fatalf("apply interrupted by label churn and reconcile: %v (the seed 000 failure)", err)
 	}
@@ -216,7 +159,7 @@ func TestSeed000LabelRemovalDuringReconcile(t *testing.T) {
 // enforcer's lock (what NPM's background thread did) breaks the in-flight
 // apply with the seed's error.
 func TestSeed000HarnessDetectsTheRace(t *testing.T) {
-	st := seedStore(t)
+	st := seedtest.Store(t)
 	dp := newSetDataplane()
 	e := New(st, dp, nil)
 	if err := e.Sync(context.Background()); err != nil {
@@ -225,7 +168,7 @@ func TestSeed000HarnessDetectsTheRace(t *testing.T) {
 	var once sync.Once
 	dp.betweenSetsAndPods = func() {
 		once.Do(func() {
-			setPodLabels(t, st, "b", nil)
+			seedtest.SetPodLabels(t, st, "b", nil)
 			snap, err := Snapshot(st.ReadTxn())
 			if err != nil {
 				t.Fatal(err)
@@ -246,7 +189,7 @@ func TestSeed000HarnessDetectsTheRace(t *testing.T) {
 			dp.mu.Unlock()
 		})
 	}
-	setPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"})
+	seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"})
 	err := e.Sync(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("unsynchronised reconcile: got %v, want the seed's \"does not exist\" failure", err)
@@ -257,7 +200,7 @@ func TestSeed000HarnessDetectsTheRace(t *testing.T) {
 // reconciles race for many rounds; every apply succeeds and the dataplane
 // ends equal to the committed state.
 func TestEnforcerChurnNeverFailsAnApply(t *testing.T) {
-	st := seedStore(t)
+	st := seedtest.Store(t)
 	dp := newSetDataplane()
 	e := New(st, dp, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -289,7 +232,7 @@ func TestEnforcerChurnNeverFailsAnApply(t *testing.T) {
 			if i%3 == 0 {
 				labels[fmt.Sprintf("l%d", i%5)] = "v"
 			}
-			setPodLabels(t, st, "b", labels)
+			seedtest.SetPodLabels(t, st, "b", labels)
 			record(e.Sync(ctx))
 		}
 	}()

@@ -12,53 +12,27 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/seedtest"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
 
 var _ enforcer.Dataplane = (*Dataplane)(nil)
 
-// seedStore builds seed 000's cluster in a store: namespace x, server pod
-// a, and pod b, the only pod with label pod2, which policy allow-b lets
-// reach a; both are local, on HNS endpoints ls-a and ls-b.
+// seedStore is seedtest.Store with HNS endpoints for ls-a and ls-b in m.
 func seedStore(t *testing.T, m *Memory) *store.Store {
 	t.Helper()
-	st, err := store.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	txn := st.WriteTxn()
-	defer txn.Abort()
-	must(t, store.UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: "x"}}))
-	must(t, store.UpsertPod(txn, labelled("a", map[string]string{"app": "server"})))
-	must(t, store.UpsertPod(txn, labelled("b", map[string]string{"pod2": "yes"})))
-	must(t, store.UpsertPolicy(txn, &policy.NetworkPolicy{
-		ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: "allow-b"},
-		Spec: policy.NetworkPolicySpec{
-			PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-			Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{
-				PodSelector: &policy.LabelSelector{MatchExpressions: []policy.LabelSelectorRequirement{{Key: "pod2", Operator: policy.OpExists}}},
-			}}}},
-		},
-	}))
-	for i, name := range []string{"a", "b"} {
-		attachLocal(t, txn, m, name, netip.AddrFrom4([4]byte{10, 244, 0, byte(10 + i)}))
-	}
-	txn.Commit()
+	st := seedtest.Store(t)
+	m.AddEndpoint("ls-a")
+	m.AddEndpoint("ls-b")
 	return st
 }
 
-// attachLocal records a Ready local endpoint ls-<name> for pod x/<name>
+// attachLocal records the Ready local endpoint ls-<name> of pod x/<name>
 // and creates its HNS endpoint.
 func attachLocal(t *testing.T, txn *store.Txn, m *Memory, name string, addr netip.Addr) {
 	t.Helper()
-	must(t, store.AttachEndpoint(txn, &store.Endpoint{
-		Attachment: store.Attachment{ContainerID: "c-" + name, IfName: "eth0"},
-		HostIfName: "ls-" + name,
-		Pod:        store.PodRef{Namespace: "x", Name: name},
-		Addresses:  []store.AddressRef{{Pool: "10.244.0.0/24", Addr: addr, Bits: 24}},
-		State:      store.EndpointReady,
-	}))
+	must(t, store.AttachEndpoint(txn, seedtest.Endpoint(name, addr)))
 	m.AddEndpoint("ls-" + name)
 }
 
@@ -67,21 +41,6 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func labelled(name string, labels map[string]string) *policy.Pod {
-	return &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: name, Labels: labels}}
-}
-
-func setPodLabels(t *testing.T, st *store.Store, name string, labels map[string]string) {
-	t.Helper()
-	txn := st.WriteTxn()
-	defer txn.Abort()
-	if err := store.UpsertPod(txn, labelled(name, labels)); err != nil {
-		t.Error(err)
-		return
-	}
-	txn.Commit()
 }
 
 // committed compiles the store's committed state.
@@ -124,13 +83,13 @@ func TestSeed000SetPolicyNeverDeletedWhileReferenced(t *testing.T) {
 	var once sync.Once
 	dp.betweenSetsAndACLs = func() {
 		once.Do(func() {
-			setPodLabels(t, st, "b", nil)
+			seedtest.SetPodLabels(t, st, "b", nil)
 			go func() { reconciled <- e.Resync(ctx) }()
 			time.Sleep(50 * time.Millisecond) // give the reconcile every chance to interleave
-			setPodLabels(t, st, "b", map[string]string{"pod2": "yes"})
+			seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes"})
 		})
 	}
-	setPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"}) // the change that triggers the apply
+	seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"}) // the change that triggers the apply
 	if err := e.Sync(ctx); err != nil {
 		t.Fatalf("apply interrupted by label churn and reconcile: %v (the seed 000 failure)", err)
 	}
@@ -155,7 +114,7 @@ func TestSeed000HarnessDetectsTheRace(t *testing.T) {
 	var once sync.Once
 	dp.betweenSetsAndACLs = func() {
 		once.Do(func() {
-			setPodLabels(t, st, "b", nil)
+			seedtest.SetPodLabels(t, st, "b", nil)
 			want, err := render(committed(t, st))
 			if err != nil {
 				t.Fatal(err)
@@ -170,7 +129,7 @@ func TestSeed000HarnessDetectsTheRace(t *testing.T) {
 			}
 		})
 	}
-	setPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"})
+	seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"})
 	err := e.Sync(context.Background())
 	if !errors.Is(err, ErrSetNotFound) {
 		t.Fatalf("unsynchronised reconcile: got %v, want the seed's set-does-not-exist failure", err)

@@ -12,6 +12,7 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/seedtest"
 )
 
 // TestStressChurnWithTransientFaults: label churn, policy churn (selectors,
@@ -27,9 +28,9 @@ func TestStressChurnWithTransientFaults(t *testing.T) {
 	txn := st.WriteTxn()
 	attachLocal(t, txn, m, "c", netip.MustParseAddr("10.244.0.12"))
 	attachLocal(t, txn, m, "d", netip.MustParseAddr("10.244.0.13"))
-	must(t, store.UpsertPod(txn, labelled("c", map[string]string{"app": "server", "l1": "v"})))
-	must(t, store.UpsertPod(txn, labelled("d", map[string]string{"l2": "v"})))
-	remote := labelled("r", map[string]string{"l3": "v"})
+	must(t, store.UpsertPod(txn, seedtest.Pod("c", map[string]string{"app": "server", "l1": "v"})))
+	must(t, store.UpsertPod(txn, seedtest.Pod("d", map[string]string{"l2": "v"})))
+	remote := seedtest.Pod("r", map[string]string{"l3": "v"})
 	remote.Status.PodIPs = []policy.PodIP{{IP: "10.244.1.5"}, {IP: "fd00::1:5"}}
 	must(t, store.UpsertPod(txn, remote))
 	txn.Commit()
@@ -68,7 +69,7 @@ func TestStressChurnWithTransientFaults(t *testing.T) {
 			if i%3 == 0 {
 				labels[fmt.Sprintf("l%d", i%5)] = "v"
 			}
-			setPodLabels(t, st, "b", labels)
+			seedtest.SetPodLabels(t, st, "b", labels)
 			record(e.Sync(ctx))
 		}
 	}()

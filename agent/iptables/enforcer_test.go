@@ -13,68 +13,8 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/seedtest"
 )
-
-// seedStore is seed 000's state: namespace x, server pod a and pod b, the
-// only pod with label pod2, which policy allow-b lets reach a. Both are
-// local endpoints (ls-a, ls-b).
-func seedStore(tb testing.TB) *store.Store {
-	tb.Helper()
-	st, err := store.New()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	txn := st.WriteTxn()
-	defer txn.Abort()
-	must := func(err error) {
-		tb.Helper()
-		if err != nil {
-			tb.Fatal(err)
-		}
-	}
-	must(store.UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: "x"}}))
-	must(store.UpsertPod(txn, labelled("a", map[string]string{"app": "server"})))
-	must(store.UpsertPod(txn, labelled("b", map[string]string{"pod2": "yes"})))
-	must(store.UpsertPolicy(txn, &policy.NetworkPolicy{
-		ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: "allow-b"},
-		Spec: policy.NetworkPolicySpec{
-			PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-			Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{
-				PodSelector: &policy.LabelSelector{MatchExpressions: []policy.LabelSelectorRequirement{{Key: "pod2", Operator: policy.OpExists}}},
-			}}}},
-		},
-	}))
-	for i, name := range []string{"a", "b"} {
-		must(store.AttachEndpoint(txn, seedEndpoint(name, i)))
-	}
-	txn.Commit()
-	return st
-}
-
-func seedEndpoint(name string, i int) *store.Endpoint {
-	return &store.Endpoint{
-		Attachment: store.Attachment{ContainerID: "c-" + name, IfName: "eth0"},
-		HostIfName: "ls-" + name,
-		Pod:        store.PodRef{Namespace: "x", Name: name},
-		Addresses:  []store.AddressRef{{Pool: "10.244.0.0/24", Addr: netip.AddrFrom4([4]byte{10, 244, 0, byte(10 + i)}), Bits: 24}},
-		State:      store.EndpointReady,
-	}
-}
-
-func labelled(name string, labels map[string]string) *policy.Pod {
-	return &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: name, Labels: labels}}
-}
-
-func setPodLabels(tb testing.TB, st *store.Store, name string, labels map[string]string) {
-	tb.Helper()
-	txn := st.WriteTxn()
-	defer txn.Abort()
-	if err := store.UpsertPod(txn, labelled(name, labels)); err != nil {
-		tb.Error(err)
-		return
-	}
-	txn.Commit()
-}
 
 // committed compiles the store's committed state.
 func committed(tb testing.TB, st *store.Store) *policy.Desired {
@@ -98,7 +38,7 @@ func committed(tb testing.TB, st *store.Store) *policy.Desired {
 // set is destroyed while a rule references it, and the node ends equal to
 // the committed state.
 func TestSeed000IPSetNeverDestroyedWhileReferenced(t *testing.T) {
-	st := seedStore(t)
+	st := seedtest.Store(t)
 	n := newFakeNode()
 	d := newTestDataplane(t, ModeNFT, n)
 	e := enforcer.New(st, d, nil)
@@ -110,13 +50,13 @@ func TestSeed000IPSetNeverDestroyedWhileReferenced(t *testing.T) {
 	var once sync.Once
 	d.beforeRules = func() {
 		once.Do(func() {
-			setPodLabels(t, st, "b", nil)
+			seedtest.SetPodLabels(t, st, "b", nil)
 			go func() { reconciled <- e.Resync(ctx) }()
 			time.Sleep(50 * time.Millisecond) // every chance to interleave
-			setPodLabels(t, st, "b", map[string]string{"pod2": "yes"})
+			seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes"})
 		})
 	}
-	setPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"})
+	seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"})
 	if err := e.Sync(ctx); err != nil {
 		t.Fatalf("apply interrupted by label churn and reconcile: %v (the seed 000 failure)", err)
 	}
@@ -135,7 +75,7 @@ func TestSeed000IPSetNeverDestroyedWhileReferenced(t *testing.T) {
 // the Enforcer's lock (what NPM's background thread did), breaks the
 // in-flight Apply with the seed's "does not exist".
 func TestSeed000HarnessDetectsTheRace(t *testing.T) {
-	st := seedStore(t)
+	st := seedtest.Store(t)
 	n := newFakeNode()
 	d := newTestDataplane(t, ModeNFT, n)
 	e := enforcer.New(st, d, nil)
@@ -145,7 +85,7 @@ func TestSeed000HarnessDetectsTheRace(t *testing.T) {
 	var once sync.Once
 	d.beforeRules = func() {
 		once.Do(func() {
-			setPodLabels(t, st, "b", nil)
+			seedtest.SetPodLabels(t, st, "b", nil)
 			newest := committed(t, st)
 			p, _, err := (&renderer{mode: ModeNFT, fams: d.r.fams}).render(newest, nil)
 			if err != nil {
@@ -162,7 +102,7 @@ func TestSeed000HarnessDetectsTheRace(t *testing.T) {
 			n.mu.Unlock()
 		})
 	}
-	setPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"})
+	seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes", "extra": "1"})
 	err := e.Sync(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "doesn't exist") {
 		t.Fatalf("unsynchronised reconcile: got %v, want the seed's missing-set failure", err)
@@ -180,7 +120,7 @@ func TestChurnWithTransientFailures(t *testing.T) {
 	if testing.Short() {
 		rounds = 300
 	}
-	st := seedStore(t)
+	st := seedtest.Store(t)
 	n := newFakeNode()
 	n.faults = randomFaults(7, 0.3)
 	d := newTestDataplane(t, ModeLegacy, n)
@@ -270,7 +210,7 @@ func churn(tb testing.TB, st *store.Store, i int) {
 		if i%5 < 2 {
 			labels[fmt.Sprintf("l%d", i%4)] = "v"
 		}
-		setPodLabels(tb, st, "b", labels)
+		seedtest.SetPodLabels(tb, st, "b", labels)
 	case 1:
 		txn := st.WriteTxn()
 		defer txn.Abort()
@@ -306,8 +246,8 @@ func churn(tb testing.TB, st *store.Store, i int) {
 			return
 		}
 		if cur == nil {
-			if err = store.UpsertPod(txn, labelled("c", map[string]string{"pod2": "yes"})); err == nil {
-				err = store.AttachEndpoint(txn, seedEndpoint("c", 2))
+			if err = store.UpsertPod(txn, seedtest.Pod("c", map[string]string{"pod2": "yes"})); err == nil {
+				err = store.AttachEndpoint(txn, seedtest.Endpoint("c", netip.AddrFrom4([4]byte{10, 244, 0, 12})))
 			}
 		} else {
 			if _, err = store.ReleaseEndpoint(txn, att); err == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/enforcer"
+	"lockstep.dev/lockstep/internal/seedtest"
 )
 
 // TestPrivilegedSeed000IPSetNeverDestroyedWhileReferenced replays seed 000
@@ -23,7 +24,7 @@ func TestPrivilegedSeed000IPSetNeverDestroyedWhileReferenced(t *testing.T) {
 	for _, m := range bothModes {
 		t.Run(m.String(), func(t *testing.T) {
 			r := nsRunner{newNetns(t)}
-			st := seedStore(t)
+			st := seedtest.Store(t)
 			d, err := New(Options{Mode: m, Runner: r})
 			if err != nil {
 				t.Fatal(err)
@@ -38,14 +39,14 @@ func TestPrivilegedSeed000IPSetNeverDestroyedWhileReferenced(t *testing.T) {
 				var once sync.Once
 				d.beforeRules = func() {
 					once.Do(func() {
-						setPodLabels(t, st, "b", nil) // the last use of pod2 goes
+						seedtest.SetPodLabels(t, st, "b", nil) // the last use of pod2 goes
 						go func() { reconciled <- e.Resync(ctx) }()
 						time.Sleep(30 * time.Millisecond)
-						setPodLabels(t, st, "b", map[string]string{"pod2": "yes"})
+						seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes"})
 					})
 				}
 				extra := map[string]string{"pod2": "yes", "round": string(rune('a' + round))}
-				setPodLabels(t, st, "b", extra)
+				seedtest.SetPodLabels(t, st, "b", extra)
 				if err := e.Sync(ctx); err != nil {
 					t.Fatalf("round %d: apply interrupted by label churn and reconcile: %v (the seed 000 failure)", round, err)
 				}
