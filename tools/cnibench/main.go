@@ -4,13 +4,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"lockstep.dev/lockstep/internal/benchkit"
 )
 
 // nsPrefix names every namespace cnibench creates (cnibench-PID-N).
@@ -72,16 +73,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 // it returns, whatever happened.
 func run(args []string, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "cnibench:", err)
-		return 2
-	}
-	if euid := os.Geteuid(); euid != 0 {
-		fmt.Fprintf(stderr, "cnibench: must run as root (euid is %d): it creates network namespaces and veth pairs; try `sudo make bench`\n", euid)
-		return 1
+	if status, ok := benchkit.Preflight("cnibench", "it creates network namespaces and veth pairs", err, stderr); !ok {
+		return status
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

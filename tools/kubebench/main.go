@@ -5,7 +5,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -61,16 +60,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 // run is the whole command; it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "kubebench:", err)
-		return 2
-	}
-	if euid := os.Geteuid(); euid != 0 {
-		fmt.Fprintf(stderr, "kubebench: must run as root (euid is %d): it creates network namespaces; try `sudo make bench`\n", euid)
-		return 1
+	if status, ok := benchkit.Preflight("kubebench", "it creates network namespaces", err, stderr); !ok {
+		return status
 	}
 	root, err := benchkit.FindRepoRoot()
 	if err != nil {

@@ -95,16 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 // it returns, whatever happened.
 func run(args []string, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "policybench:", err)
-		return 2
-	}
-	if euid := os.Geteuid(); euid != 0 {
-		fmt.Fprintf(stderr, "policybench: must run as root (euid is %d): it creates network namespaces, veth pairs and bpffs mounts; try `sudo make bench`\n", euid)
-		return 1
+	if status, ok := benchkit.Preflight("policybench", "it creates network namespaces, veth pairs and bpffs mounts", err, stderr); !ok {
+		return status
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
