@@ -16,19 +16,20 @@
 #include "lib/policy.h"
 #include "lib/verdict.h"
 
-/* source_ok is anti-spoofing: a pod may only send from its own addresses,
- * except ICMPv6 from :: or fe80::/10 (duplicate address detection, link-local
- * control traffic).
+/* addr_ok reports whether the pod of ep may use a as its own address on a
+ * packet of protocol proto: one of its addresses, or, for ICMPv6 only, ::
+ * or fe80::/10 (duplicate address detection, link-local control traffic).
  */
-static __always_inline int source_ok(const struct endpoint_info *ep, const struct pkt *p)
+static __always_inline int addr_ok(const struct endpoint_info *ep, const struct v6addr *a, __u8 is_v6,
+				   __u8 proto)
 {
-	const __u8 *s = p->saddr.addr;
+	const __u8 *s = a->addr;
 
-	if (!p->is_v6)
-		return ep->has_v4 && addr_eq(&p->saddr, &ep->ipv4);
-	if (ep->has_v6 && addr_eq(&p->saddr, &ep->ipv6))
+	if (!is_v6)
+		return ep->has_v4 && addr_eq(a, &ep->ipv4);
+	if (ep->has_v6 && addr_eq(a, &ep->ipv6))
 		return 1;
-	if (p->proto != IPPROTO_ICMPV6)
+	if (proto != IPPROTO_ICMPV6)
 		return 0;
 	if (s[0] == 0xfe && (s[1] & 0xc0) == 0x80)
 		return 1;
@@ -39,57 +40,72 @@ static __always_inline int source_ok(const struct endpoint_info *ep, const struc
 	}
 }
 
+/* handle decides one packet in dir at the endpoint of the host veth the
+ * program runs on.
+ *
+ * A packet of a tracked connection takes the fast path: parse, one
+ * lock-free conntrack lookup, done; it needs neither the endpoint nor the
+ * generation. That is safe for anti-spoofing because an entry only ever
+ * lets a pod send from an address it was allowed to send from when the
+ * entry was made: an egress entry is made after the source check, and an
+ * ingress entry only for a packet addressed to the pod itself (its reply
+ * will come from that address).
+ */
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
 	__u32 zero = 0, ifindex = skb->ifindex;
-	struct state *st = bpf_map_lookup_elem(&lockstep_state, &zero);
-	__u32 *mon = bpf_map_lookup_elem(&lockstep_monitor, &zero);
+	struct ct_entry *ce = NULL;
 	struct endpoint_info *ep;
 	struct remote r = {};
+	struct state *st;
 	struct pkt p = {};
-	__u32 parity, monitor;
+	struct ct_key k;
+	__u32 parity, o = 0;
 	__u8 isolated;
-	__u64 now;
+	__u64 now = 0;
 	int res;
 
-	if (!st || !mon)
+	res = parse_packet(skb, &p);
+	if (res == PARSE_OK) {
+		now = ct_now();
+		o = ct_fill_key(&k, ifindex, &p);
+		if (ct_lookup(&k, o, dir, &p, now, &ce))
+			return TC_ACT_OK;
+	}
+
+	st = bpf_map_lookup_elem(&lockstep_state, &zero);
+	if (!st)
 		return TC_ACT_SHOT;
 	/* Read gen once: every lookup below uses this packet's parity. */
 	parity = READ_ONCE_GEN(st) & 1;
-	monitor = *mon;
 
 	ep = bpf_map_lookup_elem(&lockstep_endpoints, &ifindex);
 	if (!ep)
-		return verdict(skb, monitor, dir, VERDICT_DROP, REASON_NO_ENDPOINT, &p, 0);
-
-	res = parse_packet(skb, &p);
+		return verdict(skb, dir, VERDICT_DROP, REASON_NO_ENDPOINT, &p, 0);
 	if (res == PARSE_PASS)
 		return TC_ACT_OK;
 	if (res == PARSE_NOT_IP || res == PARSE_BAD_L3)
-		return verdict(skb, monitor, dir, VERDICT_DROP, REASON_UNPARSEABLE, &p, 0);
-	if (dir == DIR_EGRESS && !source_ok(ep, &p))
-		return verdict(skb, monitor, dir, VERDICT_DROP, REASON_SPOOFED, &p, 0);
+		return verdict(skb, dir, VERDICT_DROP, REASON_UNPARSEABLE, &p, 0);
+	if (dir == DIR_EGRESS && !addr_ok(ep, &p.saddr, p.is_v6, p.proto))
+		return verdict(skb, dir, VERDICT_DROP, REASON_SPOOFED, &p, 0);
 
 	isolated = ep->flags[parity] & (dir == DIR_INGRESS ? EP_INGRESS_ISOLATED : EP_EGRESS_ISOLATED);
 	if (res == PARSE_BAD_L4) {
 		if (isolated)
-			return verdict(skb, monitor, dir, VERDICT_DROP, REASON_UNPARSEABLE, &p, 0);
+			return verdict(skb, dir, VERDICT_DROP, REASON_UNPARSEABLE, &p, 0);
 		return TC_ACT_OK;
 	}
-
-	now = bpf_ktime_get_ns();
-	if (ct_lookup(ifindex, dir, &p, now))
-		return TC_ACT_OK;
 
 	if (isolated) {
 		remote_lookup(dir == DIR_EGRESS ? &p.daddr : &p.saddr, parity, &r);
 		if (!policy_allows(ifindex, parity, dir, &p, &r))
-			return verdict(skb, monitor, dir, VERDICT_DROP,
+			return verdict(skb, dir, VERDICT_DROP,
 				       dir == DIR_INGRESS ? REASON_POLICY_INGRESS : REASON_POLICY_EGRESS,
 				       &p, r.identity);
 	}
-	ct_create(ifindex, dir, &p, now);
-	return verdict(skb, monitor, dir, VERDICT_ALLOW, REASON_ALLOWED_NEW, &p, r.identity);
+	if (dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto))
+		ct_create(&k, o, dir, &p, now, ce);
+	return verdict(skb, dir, VERDICT_ALLOW, REASON_ALLOWED_NEW, &p, r.identity);
 }
 
 SEC("tc")

@@ -128,26 +128,32 @@ type CIDRValue struct {
 	CIDRClass [2]uint32 `json:"cidr_class"`
 }
 
-// CTKey mirrors struct ct_key: the original tuple of a connection allowed
-// at an endpoint in a direction. Ports are in host byte order.
+// CTKey mirrors struct ct_key: the two ends of a connection seen at an
+// endpoint, in the dataplane's canonical order (Port[i] belongs to
+// Addr[i]). Ports are in host byte order.
 type CTKey struct {
-	Ifindex uint32 `json:"ifindex"`
-	Dir     uint8  `json:"dir"`
-	Proto   uint8  `json:"proto"`
-	Sport   uint16 `json:"sport"`
-	Dport   uint16 `json:"dport"`
-	Pad     uint16 `json:"-"`
-	Saddr   Addr   `json:"saddr"`
-	Daddr   Addr   `json:"daddr"`
+	Ifindex uint32    `json:"ifindex"`
+	Proto   uint8     `json:"proto"`
+	Pad     uint8     `json:"-"`
+	Port    [2]uint16 `json:"port"`
+	Pad2    uint16    `json:"-"`
+	Addr    [2]Addr   `json:"addr"`
 }
 
 // CTEntry mirrors struct ct_entry.
 type CTEntry struct {
-	// Expires is a CLOCK_MONOTONIC deadline in nanoseconds.
+	// Expires is a CLOCK_MONOTONIC deadline in nanoseconds (read at tick
+	// resolution).
 	Expires uint64 `json:"expires"`
-	Flags   uint32 `json:"flags"`
-	Pad     uint32 `json:"-"`
+	// Flags has bit CTAllowed(dir, o) set once a packet in dir sent by
+	// end o of the key was allowed as a new connection.
+	Flags uint32 `json:"flags"`
+	Pad   uint32 `json:"-"`
 }
+
+// CTAllowed is the CTEntry.Flags bit of a connection allowed in
+// direction dir (0 ingress, 1 egress) from end o (0 or 1) of its key.
+func CTAllowed(dir uint8, o int) uint32 { return 1 << (uint32(dir)<<1 | uint32(o)) }
 
 // Counter mirrors struct counter: the per-CPU value of lockstep_drops,
 // indexed by Reason.

@@ -49,12 +49,15 @@ func benchAddr(i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, 128, byte(i >> 8), byte(i)})
 }
 
-// BenchmarkVerdict measures the in-kernel cost of one verdict of to_pod
+// BenchmarkVerdict measures the in-kernel cost of one verdict
 // (BPF_PROG_TEST_RUN's own per-run time, not the syscall), with 10k
 // remote identities and 100, 1k or 10k rules on the endpoint:
-//   - deny: a new connection no rule allows (ipcache, three rule lookups)
-//   - allow-new: a new connection a rule allows, creating its CT entry
-//   - ct-hit: a packet of an established connection
+//   - deny: to_pod, a new connection no rule allows (ipcache, three rule
+//     lookups)
+//   - allow-new: to_pod, a new connection a rule allows, creating its CT
+//     entry
+//   - ct-hit: to_pod, a packet of an established connection
+//   - ct-reply: from_pod, the pod's reply on that connection
 func BenchmarkVerdict(b *testing.B) {
 	testenv.Privileged(b)
 	for _, nrules := range []int{100, 1000, 10000} {
@@ -91,6 +94,14 @@ func BenchmarkVerdict(b *testing.B) {
 				b.Fatalf("first packet: %s", actName(ret))
 			}
 			benchRepeat(b, d.toPod, pkt, actOK)
+		})
+		b.Run(fmt.Sprintf("rules=%d/ct-reply", nrules), func(b *testing.B) {
+			d.flushCT(b)
+			if ret := runRaw(b, d.toPod, into(0, 999)); ret != actOK {
+				b.Fatalf("request: %s", actName(ret))
+			}
+			reply := frame(packet{src: podV4, dst: benchAddr(0).String(), proto: policy.ProtoTCP, sport: 80, dport: 999})
+			benchRepeat(b, d.fromPod, reply, actOK)
 		})
 	}
 }

@@ -67,19 +67,26 @@
 //
 // # Connection tracking
 //
-// An allowed packet that starts a connection records its tuple at the
-// endpoint and direction; later packets of the connection, and replies in
-// the opposite direction, pass without a policy lookup. Entries expire
-// after 60 s idle (2 h for TCP once a packet with ACK was seen) and the
-// table is an LRU. Policy changes do not cut established connections, as
+// An allowed packet that starts a connection records it at the endpoint:
+// one entry per connection, keyed by its two ends in a canonical order, its
+// flags saying which end opened it in which direction. Later packets of the
+// connection, and replies in the opposite direction, find it with one
+// lookup and pass at once, before the endpoint, the generation or the
+// policy is looked at. Because a tracked reply skips anti-spoofing, an
+// ingress packet makes an entry only when it is addressed to one of the
+// pod's own addresses (or is link-local ICMPv6, which the pod may answer
+// from fe80::/10). Entries expire after 60 s idle (2 h for TCP once a
+// packet with ACK was seen), measured on the coarse monotonic clock, and
+// the table is an LRU. Policy changes do not cut established connections, as
 // with most NetworkPolicy implementations. Non-first fragments carry no
 // ports and are dropped in isolated directions.
 //
 // # Kernel requirements
 //
-// Linux 5.10 or later with BTF-capable bpffs pinning: BPF ring buffers
+// Linux 5.12 or later with BTF-capable bpffs pinning: BPF ring buffers
 // (5.8), bounded loops (5.3), hash-of-maps whose inner maps differ in size
-// (5.10), BPF_PROG_TEST_RUN for sched_cls (tests). The agent needs
+// (5.10), bpf_ktime_get_coarse_ns (5.11), atomic OR (5.12; the object is
+// built for BPF ISA v3), BPF_PROG_TEST_RUN for sched_cls (tests). The agent needs
 // CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN (for the bpffs mount), or root.
 // On other systems the package builds so the agent does, and Load fails
 // with an error wrapping errors.ErrUnsupported.

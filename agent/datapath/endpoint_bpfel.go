@@ -40,13 +40,11 @@ type endpointCtEntry struct {
 type endpointCtKey struct {
 	_       structs.HostLayout
 	Ifindex uint32
-	Dir     uint8
 	Proto   uint8
-	Sport   uint16
-	Dport   uint16
-	Pad     uint16
-	Saddr   endpointV6addr
-	Daddr   endpointV6addr
+	Pad     uint8
+	Port    [2]uint16
+	Pad2    uint16
+	Addr    [2]endpointV6addr
 }
 
 type endpointEndpointInfo struct {

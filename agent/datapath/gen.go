@@ -7,4 +7,4 @@ package datapath
 // -I/usr/include/x86_64-linux-gnu finds <asm/types.h> for the uapi headers
 // on Debian-style multiarch systems without a system include hack.
 
-//go:generate go tool bpf2go -cc clang-16 -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel endpoint ../../bpf/endpoint.c
+//go:generate go tool bpf2go -cc clang-16 -cflags "-O2 -mcpu=v3 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel endpoint ../../bpf/endpoint.c

@@ -257,6 +257,93 @@ func TestPrivilegedVerdictConntrackReply(t *testing.T) {
 	}
 }
 
+// A tracked connection's packets skip the endpoint's checks, anti-spoofing
+// included, so an entry must never let a pod send from an address that is
+// not its own: a packet the pod receives for another address makes no
+// entry, and the pod's "reply" from that address is dropped as spoofed.
+// Link-local ICMPv6, which the pod may send from fe80::/10, is tracked.
+func TestPrivilegedVerdictConntrackNeverLicensesSpoofing(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	udp := policy.ProtoUDP
+	t.Run("ingress to an address not the pod's", func(t *testing.T) {
+		mustApply(t, d, scenario(true, true))
+		for _, dst := range []string{podV4, "10.9.9.9"} {
+			d.flushCT(t)
+			// class1 may send UDP on every port to the pod.
+			in := packet{src: "192.168.5.5", dst: dst, proto: udp, sport: 53, dport: 5353}
+			reply := packet{src: dst, dst: "192.168.5.5", proto: udp, sport: 5353, dport: 53}
+			if got := run(t, d.toPod, in); got != actOK {
+				t.Fatalf("to %s: got %s, want OK", dst, actName(got))
+			}
+			before := counter(t, d, maps.ReasonSpoofed)
+			got := run(t, d.fromPod, reply)
+			spoofed := counter(t, d, maps.ReasonSpoofed) - before
+			switch {
+			case dst == podV4 && got != actOK:
+				t.Errorf("reply from the pod's own address: got %s, want OK (conntrack)", actName(got))
+			case dst != podV4 && (got != actShot || spoofed != 1):
+				t.Errorf("reply from %s: got %s and %d spoofed drops, want SHOT and 1", dst, actName(got), spoofed)
+			}
+		}
+	})
+	t.Run("link-local ICMPv6 echo", func(t *testing.T) {
+		mustApply(t, d, scenario(false, true)) // ingress open, egress isolated
+		d.flushCT(t)
+		req := packet{src: "fe80::2", dst: "fe80::1", proto: protoICMPv6, sport: 9}
+		reply := packet{src: "fe80::1", dst: "fe80::2", proto: protoICMPv6, sport: 9, icmpType: 129}
+		if got := run(t, d.fromPod, reply); got != actShot {
+			t.Fatalf("reply before the request: got %s, want SHOT (no egress rule)", actName(got))
+		}
+		if got := run(t, d.toPod, req); got != actOK {
+			t.Fatalf("request: got %s, want OK", actName(got))
+		}
+		if got := run(t, d.fromPod, reply); got != actOK {
+			t.Errorf("reply: got %s, want OK (conntrack)", actName(got))
+		}
+	})
+}
+
+// One entry serves both directions of a connection: its key orders the
+// two ends and its flags record which end was allowed to open it where.
+func TestPrivilegedVerdictConntrackEntry(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, scenario(true, true))
+	d.flushCT(t)
+	req := packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	reply := packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 80, dport: 41000}
+	for _, step := range []struct {
+		prog *ebpfProgram
+		pkt  packet
+	}{{d.fromPod, req}, {d.toPod, reply}, {d.fromPod, req}} {
+		if got := run(t, step.prog, step.pkt); got != actOK {
+			t.Fatalf("%s %+v: got %s, want OK", step.prog, step.pkt, actName(got))
+		}
+	}
+	es, err := maps.Dump(d.pinRoot, maps.CTMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 1 {
+		t.Fatalf("%d conntrack entries, want 1: %+v", len(es), es)
+	}
+	k, v := es[0].Key.(maps.CTKey), es[0].Value.(maps.CTEntry)
+	// 10.0.0.1 orders before 10.0.0.2: the pod is end 0.
+	want := maps.CTKey{
+		Ifindex: loIfindex, Proto: policy.ProtoTCP, Port: [2]uint16{41000, 80},
+		Addr: [2]maps.Addr{maps.AddrFrom(addr(podV4)), maps.AddrFrom(addr("10.0.0.2"))},
+	}
+	if k != want {
+		t.Errorf("key\n got %+v\nwant %+v", k, want)
+	}
+	if want := maps.CTAllowed(uint8(policy.Egress), 0); v.Flags != want {
+		t.Errorf("flags %#x, want %#x (egress, opened by end 0)", v.Flags, want)
+	}
+}
+
 func TestPrivilegedVerdictNoEndpoint(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Connection tracking: lockstep_ct remembers the original tuple of every
- * connection allowed at an endpoint in a direction, so later packets of it
- * and its replies (the reversed tuple, opposite direction) skip policy.
+/* Connection tracking: lockstep_ct has one entry per connection seen at an
+ * endpoint, keyed by its two ends in a canonical order, so that a packet and
+ * its reply find the same entry with one lookup. The entry's flags record in
+ * which direction, and with which end as the sender, a packet was allowed
+ * as a new connection: later packets of that orientation in that direction,
+ * and their replies (the other orientation, in the other direction), skip
+ * policy.
  */
 #ifndef LOCKSTEP_CT_H
 #define LOCKSTEP_CT_H
@@ -14,6 +18,15 @@
 #define CT_TIMEOUT_OTHER (60ULL * NSEC_PER_SEC)      /* UDP, SCTP, ICMP, TCP SYN */
 #define CT_REFRESH_SLACK (1ULL * NSEC_PER_SEC)     /* refresh at most ~once a second */
 
+/* ct_now is the clock of ct_entry.expires: CLOCK_MONOTONIC at tick
+ * resolution, which is plenty for timeouts of a minute or more and costs a
+ * fraction of bpf_ktime_get_ns.
+ */
+static __always_inline __u64 ct_now(void)
+{
+	return bpf_ktime_get_coarse_ns();
+}
+
 static __always_inline __u64 ct_timeout(const struct pkt *p)
 {
 	if (p->proto == IPPROTO_TCP && (p->tcp_flags & TCP_FLAG_ACK))
@@ -21,65 +34,88 @@ static __always_inline __u64 ct_timeout(const struct pkt *p)
 	return CT_TIMEOUT_OTHER;
 }
 
-static __always_inline void ct_fill_key(struct ct_key *k, __u32 ifindex, __u8 dir,
-					const struct pkt *p, int reverse)
+/* ct_fill_key fills k for p at ifindex and returns p's orientation: 0 when
+ * p's source is k's first end, 1 when it is the second. The ends are
+ * ordered by address, then by port; any total order works, as long as a
+ * tuple and its reverse agree on it.
+ */
+static __always_inline __u32 ct_fill_key(struct ct_key *k, __u32 ifindex, const struct pkt *p)
 {
+	const __u64 *s = (const __u64 *)p->saddr.addr;
+	const __u64 *d = (const __u64 *)p->daddr.addr;
+	__u32 swap;
+
+	if (s[0] != d[0])
+		swap = s[0] > d[0];
+	else if (s[1] != d[1])
+		swap = s[1] > d[1];
+	else
+		swap = p->sport > p->dport;
+
 	k->ifindex = ifindex;
-	k->dir = dir;
 	k->proto = p->proto;
 	k->pad = 0;
-	if (reverse) {
-		k->sport = p->dport;
-		k->dport = p->sport;
-		k->saddr = p->daddr;
-		k->daddr = p->saddr;
+	k->pad2 = 0;
+	if (swap) {
+		k->port[0] = p->dport;
+		k->port[1] = p->sport;
+		k->addr[0] = p->daddr;
+		k->addr[1] = p->saddr;
 	} else {
-		k->sport = p->sport;
-		k->dport = p->dport;
-		k->saddr = p->saddr;
-		k->daddr = p->daddr;
+		k->port[0] = p->sport;
+		k->port[1] = p->dport;
+		k->addr[0] = p->saddr;
+		k->addr[1] = p->daddr;
 	}
+	return swap;
 }
 
-/* ct_hit reports whether key names a live connection, refreshing it. */
-static __always_inline int ct_hit(const struct ct_key *k, __u64 now, __u64 timeout)
+/* ct_bit is the flag of a packet of orientation o allowed in dir. */
+static __always_inline __u32 ct_bit(__u8 dir, __u32 o)
 {
-	struct ct_entry *e = bpf_map_lookup_elem(&lockstep_ct, k);
+	return 1U << (((__u32)dir << 1) | o);
+}
 
-	if (!e)
+/* ct_lookup reports whether p, in dir at the endpoint of k, belongs to a
+ * live connection allowed earlier: in dir with the same sender, or in the
+ * other direction with the other sender (p is a reply). A hit refreshes the
+ * entry. *e is the entry found, live or not, for ct_create.
+ */
+static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
+				     const struct pkt *p, __u64 now, struct ct_entry **e)
+{
+	__u64 expires = now + ct_timeout(p);
+	struct ct_entry *v = bpf_map_lookup_elem(&lockstep_ct, k);
+
+	*e = v;
+	if (!v || v->expires < now)
 		return 0;
-	if (e->expires < now)
+	if (!(v->flags & (ct_bit(dir, o) | ct_bit(dir ^ 1, o ^ 1))))
 		return 0;
-	if (now + timeout > e->expires + CT_REFRESH_SLACK)
-		e->expires = now + timeout;
+	if (expires > v->expires + CT_REFRESH_SLACK)
+		v->expires = expires;
 	return 1;
 }
 
-/* ct_lookup reports whether p belongs to a connection allowed earlier at
- * ifindex: in dir (same tuple) or as the reply of one allowed in the
- * opposite direction (reversed tuple).
+/* ct_create records that p, of orientation o in dir, was allowed as a new
+ * connection: in e, the entry of k ct_lookup found, while it is live, else
+ * in a new entry.
  */
-static __always_inline int ct_lookup(__u32 ifindex, __u8 dir, const struct pkt *p, __u64 now)
+static __always_inline void ct_create(const struct ct_key *k, __u32 o, __u8 dir,
+				      const struct pkt *p, __u64 now, struct ct_entry *e)
 {
-	struct ct_key k;
-	__u64 timeout = ct_timeout(p);
-
-	ct_fill_key(&k, ifindex, dir, p, 0);
-	if (ct_hit(&k, now, timeout))
-		return 1;
-	ct_fill_key(&k, ifindex, dir ^ 1, p, 1);
-	return ct_hit(&k, now, timeout);
-}
-
-static __always_inline void ct_create(__u32 ifindex, __u8 dir, const struct pkt *p, __u64 now)
-{
-	struct ct_key k;
-	struct ct_entry e = {
+	struct ct_entry n = {
 		.expires = now + ct_timeout(p),
+		.flags = ct_bit(dir, o),
 	};
 
-	ct_fill_key(&k, ifindex, dir, p, 0);
-	bpf_map_update_elem(&lockstep_ct, &k, &e, BPF_ANY);
+	if (e && e->expires >= now) {
+		__sync_fetch_and_or(&e->flags, n.flags);
+		if (n.expires > e->expires)
+			e->expires = n.expires;
+		return;
+	}
+	bpf_map_update_elem(&lockstep_ct, k, &n, BPF_ANY);
 }
 
 #endif /* LOCKSTEP_CT_H */

@@ -99,19 +99,23 @@ struct cidr_value {
 	__u32 cidr_class[2];
 };
 
+/* The ends of a connection in canonical order (see lib/ct.h): port[i]
+ * belongs to addr[i]. No direction: one entry serves both.
+ */
 struct ct_key {
 	__u32 ifindex;
-	__u8 dir;
 	__u8 proto;
-	__u16 sport; /* host byte order */
-	__u16 dport; /* host byte order */
-	__u16 pad;
-	struct v6addr saddr;
-	struct v6addr daddr;
+	__u8 pad;
+	__u16 port[2]; /* host byte order */
+	__u16 pad2;
+	struct v6addr addr[2];
 };
 
+/* ct_entry.flags: bit (dir << 1 | o) is set once a packet in dir whose
+ * sender is end o of the key was allowed as a new connection.
+ */
 struct ct_entry {
-	__u64 expires; /* bpf_ktime_get_ns() deadline */
+	__u64 expires; /* bpf_ktime_get_coarse_ns() deadline */
 	__u32 flags;
 	__u32 pad;
 };

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Verdict bookkeeping: per-reason counters and, while `lockstep monitor`
- * runs (lockstep_state.monitor != 0), one ring buffer event per verdict.
+ * runs (lockstep_monitor[0] != 0), one ring buffer event per verdict.
  */
 #ifndef LOCKSTEP_VERDICT_H
 #define LOCKSTEP_VERDICT_H
@@ -43,11 +43,14 @@ static __always_inline void emit(__u32 ifindex, __u8 dir, __u8 verdict, __u8 rea
 /* verdict counts and reports the outcome of one packet and returns the tc
  * action that enforces it.
  */
-static __always_inline int verdict(struct __sk_buff *skb, __u32 monitor, __u8 dir,
-				   __u8 v, __u8 reason, const struct pkt *p, __u32 peer)
+static __always_inline int verdict(struct __sk_buff *skb, __u8 dir, __u8 v, __u8 reason,
+				   const struct pkt *p, __u32 peer)
 {
+	__u32 zero = 0;
+	__u32 *monitor = bpf_map_lookup_elem(&lockstep_monitor, &zero);
+
 	count(reason, skb->len);
-	if (monitor)
+	if (monitor && *monitor)
 		emit(skb->ifindex, dir, v, reason, p, peer);
 	return v == VERDICT_ALLOW ? TC_ACT_OK : TC_ACT_SHOT;
 }

@@ -123,10 +123,13 @@ func (r *report) section() string {
 	w("- **Verdict**: agent/datapath's `BenchmarkVerdict` (10k identities in the ipcache,")
 	w("  100 / 1k / 10k rules on the endpoint), run as `go test -bench` with %d", r.cfg.verdictRuns)
 	w("  runs per case: the kernel's own per-run time (BPF_PROG_TEST_RUN's duration, no")
-	w("  syscall). deny and ct-hit are one test run of that many kernel repetitions;")
-	w("  allow-new must be a new connection every run, so it is that many test runs of")
-	w("  one. The floor is `BenchmarkVerdictFloor`, a program that only returns, under")
-	w("  the same two harnesses and packet; *net* is a verdict minus its harness's floor.")
+	w("  syscall). deny, allow-new and ct-hit are packets to the pod (to_pod); ct-reply")
+	w("  is the pod's reply on the ct-hit connection (from_pod). deny and the ct cases")
+	w("  are one test run of that many kernel repetitions; allow-new must be a new")
+	w("  connection every run, so it is that many test runs of one, each starting")
+	w("  with caches the syscall left cold. The floor is `BenchmarkVerdictFloor`, a")
+	w("  program that only returns, under the same two harnesses and packet; *net* is")
+	w("  a verdict minus its harness's floor.")
 	w("- **Policy change → maps applied**: the cluster in an agent store, %d local", localEndpoints)
 	w("  endpoints on real veths in a throwaway netns with the programs attached. Each of")
 	w("  %d edits changes the port range of a policy that selects a local endpoint; the", c.edits)
@@ -161,14 +164,14 @@ func (r *report) section() string {
 
 	r.writeMachine(w)
 
-	w("### Per-packet verdict (to_pod, 10k identities)")
+	w("### Per-packet verdict (10k identities)")
 	w("")
 	w("Measured, and net of the test-run floor (%.0f ns with the kernel's repeat, %.0f ns",
 		r.verdicts[floorKey("deny")], r.verdicts[floorKey("allow-new")])
 	w("for single runs):")
 	w("")
-	w("| rules | deny | allow-new | ct-hit | deny net | allow-new net | ct-hit net |")
-	w("|---:|---:|---:|---:|---:|---:|---:|")
+	w("| rules | deny | allow-new | ct-hit | ct-reply | deny net | allow-new net | ct-hit net | ct-reply net |")
+	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, n := range verdictRuleCounts {
 		cells := make([]string, 0, 2*len(verdictCases))
 		for _, kase := range verdictCases {

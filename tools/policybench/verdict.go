@@ -16,7 +16,7 @@ import (
 
 // verdictCases are BenchmarkVerdict's sub-benchmarks per rule count, in
 // the order the table shows them.
-var verdictCases = []string{"deny", "allow-new", "ct-hit"}
+var verdictCases = []string{"deny", "allow-new", "ct-hit", "ct-reply"}
 
 // verdictRuleCounts are the rule counts BenchmarkVerdict runs with.
 var verdictRuleCounts = []int{100, 1000, 10000}
@@ -25,7 +25,7 @@ var verdictRuleCounts = []int{100, 1000, 10000}
 // one of BenchmarkVerdictFloor (kase repeat or single).
 type verdictKey struct {
 	rules int
-	kase  string // deny, allow-new or ct-hit; repeat or single
+	kase  string // deny, allow-new, ct-hit or ct-reply; repeat or single
 }
 
 // floorKey is the BenchmarkVerdictFloor measurement of the harness kase
