@@ -61,7 +61,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	struct pkt p = {};
 	struct ct_key k;
 	__u32 parity, o = 0;
-	__u8 isolated;
+	__u8 flags, isolated;
 	__u64 now = 0;
 	int res;
 
@@ -89,7 +89,8 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if (dir == DIR_EGRESS && !addr_ok(ep, &p.saddr, p.is_v6, p.proto))
 		return verdict(skb, dir, VERDICT_DROP, REASON_SPOOFED, &p, 0);
 
-	isolated = ep->flags[parity] & (dir == DIR_INGRESS ? EP_INGRESS_ISOLATED : EP_EGRESS_ISOLATED);
+	flags = ep->flags[parity];
+	isolated = flags & (dir == DIR_INGRESS ? EP_INGRESS_ISOLATED : EP_EGRESS_ISOLATED);
 	if (res == PARSE_BAD_L4) {
 		if (isolated)
 			return verdict(skb, dir, VERDICT_DROP, REASON_UNPARSEABLE, &p, 0);
@@ -98,7 +99,8 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 
 	if (isolated) {
 		remote_lookup(dir == DIR_EGRESS ? &p.daddr : &p.saddr, parity, &r);
-		if (!policy_allows(ifindex, parity, dir, &p, &r))
+		if (!policy_allows(ifindex, parity, dir, &p, &r,
+				   flags & (dir == DIR_INGRESS ? EP_INGRESS_NO_ANY : EP_EGRESS_NO_ANY)))
 			return verdict(skb, dir, VERDICT_DROP,
 				       dir == DIR_INGRESS ? REASON_POLICY_INGRESS : REASON_POLICY_EGRESS,
 				       &p, r.identity);

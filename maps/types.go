@@ -22,10 +22,15 @@ const (
 // them.
 var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, CTMap, CountersMap, EventsMap}
 
-// Endpoint flag bits of EndpointInfo.Flags (C: EP_*_ISOLATED).
+// Endpoint flag bits of EndpointInfo.Flags (C: EP_*).
 const (
 	IngressIsolated uint8 = 1 << 0
 	EgressIsolated  uint8 = 1 << 1
+	// IngressNoAny and EgressNoAny say that no rule of the direction
+	// allows every peer (policy.PeerAny), so the dataplane skips that
+	// lookup. A clear bit is always safe: it only costs the lookup.
+	IngressNoAny uint8 = 1 << 2
+	EgressNoAny  uint8 = 1 << 3
 )
 
 // MaxPortRanges is the number of port ranges a PolicyValue holds (C:
@@ -60,7 +65,8 @@ type State struct {
 // EndpointInfo mirrors struct endpoint_info: the value of lockstep_endpoints,
 // keyed by the host veth's ifindex (uint32).
 type EndpointInfo struct {
-	// Flags holds IngressIsolated|EgressIsolated per parity.
+	// Flags holds IngressIsolated, EgressIsolated, IngressNoAny and
+	// EgressNoAny per parity.
 	Flags [2]uint8 `json:"flags"`
 	HasV4 uint8    `json:"has_v4"`
 	HasV6 uint8    `json:"has_v6"`

@@ -85,7 +85,24 @@ func flagsOf(ep *policy.EndpointPolicy) uint8 {
 	if ep.EgressIsolated {
 		f |= bpfmaps.EgressIsolated
 	}
+	if !hasAnyPeerRule(ep, policy.Ingress) {
+		f |= bpfmaps.IngressNoAny
+	}
+	if !hasAnyPeerRule(ep, policy.Egress) {
+		f |= bpfmaps.EgressNoAny
+	}
 	return f
+}
+
+// hasAnyPeerRule reports whether ep has a rule of dir for every peer
+// (policy.PeerAny), on any protocol.
+func hasAnyPeerRule(ep *policy.EndpointPolicy, dir policy.Direction) bool {
+	for _, proto := range []uint8{policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP, policy.ProtoOther} {
+		if _, ok := ep.Rules[policy.RuleKey{Peer: policy.PeerAny, Dir: dir, Proto: proto}]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func addrOf(a netip.Addr) (uint8, bpfmaps.Addr) {

@@ -257,6 +257,29 @@ func TestPrivilegedVerdictConntrackReply(t *testing.T) {
 	}
 }
 
+// The dataplane looks up rules for every peer only when the endpoint's
+// flags say it has one in that direction; the flags follow edits that add
+// or remove such a rule, in both parities.
+func TestPrivilegedVerdictAnyPeerRuleFollowsEdits(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	anyUDP := policy.RuleKey{Peer: policy.PeerAny, Dir: policy.Egress, Proto: policy.ProtoUDP}
+	pkt := packet{src: podV4, dst: "8.8.8.8", proto: policy.ProtoUDP, sport: 5, dport: 123}
+	for i, with := range []bool{false, true, false, true} {
+		want := scenario(true, true)
+		if !with {
+			delete(want.Endpoints[podIf].Rules, anyUDP)
+		}
+		mustApply(t, d, want)
+		d.flushCT(t)
+		wantAct := map[bool]uint32{true: actOK, false: actShot}[with]
+		if got := run(t, d.fromPod, pkt); got != wantAct {
+			t.Errorf("apply %d (any-peer rule %t): got %s, want %s", i, with, actName(got), actName(wantAct))
+		}
+	}
+}
+
 // A tracked connection's packets skip the endpoint's checks, anti-spoofing
 // included, so an entry must never let a pod send from an address that is
 // not its own: a packet the pod receives for another address makes no

@@ -23,6 +23,10 @@
 
 #define EP_INGRESS_ISOLATED (1 << 0)
 #define EP_EGRESS_ISOLATED (1 << 1)
+/* No rule of the direction names PEER_ANY: policy skips that lookup. A
+ * clear bit (as in flags written before the bit existed) means "look". */
+#define EP_INGRESS_NO_ANY (1 << 2)
+#define EP_EGRESS_NO_ANY (1 << 3)
 
 #define PEER_ANY 0
 #define PEER_WORLD 2
@@ -56,7 +60,7 @@ struct state {
 };
 
 struct endpoint_info {
-	__u8 flags[2]; /* per parity: EP_*_ISOLATED */
+	__u8 flags[2]; /* per parity: EP_* */
 	__u8 has_v4;
 	__u8 has_v6;
 	struct v6addr ipv4; /* ::ffff:a.b.c.d */

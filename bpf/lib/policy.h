@@ -74,10 +74,11 @@ static __always_inline int rule_allows(void *inner, __u32 peer, __u8 dir, __u8 p
 }
 
 /* policy_allows evaluates the endpoint's rules of parity p for the remote
- * end r of packet pk in dir. No inner map means no rule: deny.
+ * end r of packet pk in dir. No inner map means no rule: deny. no_any says
+ * the endpoint has no PEER_ANY rule in dir (its EP_*_NO_ANY flag).
  */
 static __always_inline int policy_allows(__u32 ifindex, __u32 p, __u8 dir,
-					 const struct pkt *pk, const struct remote *r)
+					 const struct pkt *pk, const struct remote *r, __u8 no_any)
 {
 	struct policy_outer_key ok = {
 		.ifindex = ifindex,
@@ -94,6 +95,8 @@ static __always_inline int policy_allows(__u32 ifindex, __u32 p, __u8 dir,
 	if (r->cidr_class != NO_CIDR_CLASS &&
 	    rule_allows(inner, r->cidr_class, dir, proto, pk->dport))
 		return 1;
+	if (no_any)
+		return 0;
 	return rule_allows(inner, PEER_ANY, dir, proto, pk->dport);
 }
 
