@@ -83,10 +83,10 @@
 //
 // # Kernel requirements
 //
-// Linux 5.12 or later with BTF-capable bpffs pinning: BPF ring buffers
-// (5.8), bounded loops (5.3), hash-of-maps whose inner maps differ in size
-// (5.10), bpf_ktime_get_coarse_ns (5.11), atomic OR (5.12; the object is
-// built for BPF ISA v3), BPF_PROG_TEST_RUN for sched_cls (tests). The agent needs
+// Linux 5.11 or later with BTF-capable bpffs pinning: BPF ISA v3 (5.1),
+// BPF ring buffers (5.8), bounded loops (5.3), hash-of-maps whose inner
+// maps differ in size (5.10), bpf_ktime_get_coarse_ns (5.11),
+// BPF_PROG_TEST_RUN for sched_cls (tests). The agent needs
 // CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN (for the bpffs mount), or root.
 // On other systems the package builds so the agent does, and Load fails
 // with an error wrapping errors.ErrUnsupported.

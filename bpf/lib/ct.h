@@ -92,17 +92,23 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
 		return 0;
 	if (!(v->flags & (ct_bit(dir, o) | ct_bit(dir ^ 1, o ^ 1))))
 		return 0;
+	/* Written through v: should the LRU have recycled the element for
+	 * another key meanwhile, that connection lives longer; no bit moves. */
 	if (expires > v->expires + CT_REFRESH_SLACK)
 		v->expires = expires;
 	return 1;
 }
 
 /* ct_create records that p, of orientation o in dir, was allowed as a new
- * connection: in e, the entry of k ct_lookup found, while it is live, else
- * in a new entry.
+ * connection: in a new entry, or, while e (the entry of k ct_lookup found)
+ * is live, in a copy of e with the bit added. The entry is replaced, never
+ * written through e: an LRU map may recycle e's element for another key at
+ * any time, and a permission bit must never land in another connection's
+ * entry. Two CPUs adding different bits at once may lose one; its
+ * direction then goes through policy again.
  */
 static __always_inline void ct_create(const struct ct_key *k, __u32 o, __u8 dir,
-				      const struct pkt *p, __u64 now, struct ct_entry *e)
+				      const struct pkt *p, __u64 now, const struct ct_entry *e)
 {
 	struct ct_entry n = {
 		.expires = now + ct_timeout(p),
@@ -110,10 +116,9 @@ static __always_inline void ct_create(const struct ct_key *k, __u32 o, __u8 dir,
 	};
 
 	if (e && e->expires >= now) {
-		__sync_fetch_and_or(&e->flags, n.flags);
-		if (n.expires > e->expires)
-			e->expires = n.expires;
-		return;
+		n.flags |= e->flags;
+		if (e->expires > n.expires)
+			n.expires = e->expires;
 	}
 	bpf_map_update_elem(&lockstep_ct, k, &n, BPF_ANY);
 }
