@@ -54,7 +54,6 @@ static __always_inline int addr_ok(const struct endpoint_info *ep, const struct 
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
 	__u32 zero = 0, ifindex = skb->ifindex;
-	struct ct_entry *ce = NULL;
 	struct endpoint_info *ep;
 	struct remote r = {};
 	struct state *st;
@@ -69,7 +68,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if (res == PARSE_OK) {
 		now = ct_now();
 		o = ct_fill_key(&k, ifindex, &p);
-		if (ct_lookup(&k, o, dir, &p, now, &ce))
+		if (ct_lookup(&k, o, dir, &p, now))
 			return TC_ACT_OK;
 	}
 
@@ -106,7 +105,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 				       &p, r.identity);
 	}
 	if (dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto))
-		ct_create(&k, o, dir, &p, now, ce);
+		ct_create(&k, o, dir, &p, now);
 	return verdict(skb, dir, VERDICT_ALLOW, REASON_ALLOWED_NEW, &p, r.identity);
 }
 

@@ -79,15 +79,14 @@ static __always_inline __u32 ct_bit(__u8 dir, __u32 o)
 /* ct_lookup reports whether p, in dir at the endpoint of k, belongs to a
  * live connection allowed earlier: in dir with the same sender, or in the
  * other direction with the other sender (p is a reply). A hit refreshes the
- * entry. *e is the entry found, live or not, for ct_create.
+ * entry.
  */
 static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
-				     const struct pkt *p, __u64 now, struct ct_entry **e)
+				     const struct pkt *p, __u64 now)
 {
 	__u64 expires = now + ct_timeout(p);
 	struct ct_entry *v = bpf_map_lookup_elem(&lockstep_ct, k);
 
-	*e = v;
 	if (!v || v->expires < now)
 		return 0;
 	if (!(v->flags & (ct_bit(dir, o) | ct_bit(dir ^ 1, o ^ 1))))
@@ -100,26 +99,22 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
 }
 
 /* ct_create records that p, of orientation o in dir, was allowed as a new
- * connection: in a new entry, or, while e (the entry of k ct_lookup found)
- * is live, in a copy of e with the bit added. The entry is replaced, never
- * written through e: an LRU map may recycle e's element for another key at
- * any time, and a permission bit must never land in another connection's
- * entry. Two CPUs adding different bits at once may lose one; its
- * direction then goes through policy again.
+ * connection, in an entry of its own bit only. It never merges with an
+ * entry ct_lookup saw: an LRU map may recycle that element for another key
+ * at any time, and no bit of another connection may ever be copied into
+ * this one. Nothing is lost in practice: at one endpoint, every packet of a
+ * key that passes anti-spoofing either has the orientation of the entry's
+ * bit in its direction or is its reply, so a live entry always matched. A
+ * replaced bit only sends its direction through policy again.
  */
 static __always_inline void ct_create(const struct ct_key *k, __u32 o, __u8 dir,
-				      const struct pkt *p, __u64 now, const struct ct_entry *e)
+				      const struct pkt *p, __u64 now)
 {
 	struct ct_entry n = {
 		.expires = now + ct_timeout(p),
 		.flags = ct_bit(dir, o),
 	};
 
-	if (e && e->expires >= now) {
-		n.flags |= e->flags;
-		if (e->expires > n.expires)
-			n.expires = e->expires;
-	}
 	bpf_map_update_elem(&lockstep_ct, k, &n, BPF_ANY);
 }
 
