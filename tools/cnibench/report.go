@@ -42,11 +42,7 @@ type report struct {
 }
 
 // target is one line of the targets table.
-type target struct {
-	name     string
-	measured string
-	pass     bool
-}
+type target = benchkit.Target
 
 func (r *report) side(key string) *side {
 	for _, s := range r.sides {
@@ -71,21 +67,21 @@ func (r *report) targets() []target {
 		burst += fmt.Sprintf("; only %d/%d ADDs succeeded cleanly", ls.burst.addOK, ls.burst.pods)
 	}
 	return []target{{
-		name:     "lockstep ADD p50 ≤ " + benchkit.FmtDur(targetAddP50),
-		measured: benchkit.FmtDur(add.p50),
-		pass:     add.n > 0 && add.p50 <= targetAddP50,
+		Name:     "lockstep ADD p50 ≤ " + benchkit.FmtDur(targetAddP50),
+		Measured: benchkit.FmtDur(add.p50),
+		Pass:     add.n > 0 && add.p50 <= targetAddP50,
 	}, {
-		name:     "lockstep ADD p99 ≤ " + benchkit.FmtDur(targetAddP99),
-		measured: benchkit.FmtDur(add.p99),
-		pass:     add.n > 0 && add.p99 <= targetAddP99,
+		Name:     "lockstep ADD p99 ≤ " + benchkit.FmtDur(targetAddP99),
+		Measured: benchkit.FmtDur(add.p99),
+		Pass:     add.n > 0 && add.p99 <= targetAddP99,
 	}, {
-		name:     "lockstep ADD p50 ≤ ½ × " + referenceName + " ADD p50",
-		measured: fmt.Sprintf("%s vs %s (%.2f×)", benchkit.FmtDur(add.p50), benchkit.FmtDur(refAdd.p50), ratio),
-		pass:     add.n > 0 && refAdd.n > 0 && ratio <= targetVsReference,
+		Name:     "lockstep ADD p50 ≤ ½ × " + referenceName + " ADD p50",
+		Measured: fmt.Sprintf("%s vs %s (%.2f×)", benchkit.FmtDur(add.p50), benchkit.FmtDur(refAdd.p50), ratio),
+		Pass:     add.n > 0 && refAdd.n > 0 && ratio <= targetVsReference,
 	}, {
-		name:     fmt.Sprintf("lockstep burst ADD ≥ %.0f pods/s", targetBurstPerSec),
-		measured: burst,
-		pass:     ls.burst.ok() && rate >= targetBurstPerSec,
+		Name:     fmt.Sprintf("lockstep burst ADD ≥ %.0f pods/s", targetBurstPerSec),
+		Measured: burst,
+		Pass:     ls.burst.ok() && rate >= targetBurstPerSec,
 	}}
 }
 
@@ -190,24 +186,7 @@ func (r *report) section() string {
 	}
 	w("")
 
-	targets := r.targets()
-	passed := 0
-	for _, t := range targets {
-		if t.pass {
-			passed++
-		}
-	}
-	w("### Targets (%d/%d pass)", passed, len(targets))
-	w("")
-	w("| target | measured | result |")
-	w("|---|---|---|")
-	for _, t := range targets {
-		result := "**FAIL**"
-		if t.pass {
-			result = "PASS"
-		}
-		w("| %s | %s | %s |", t.name, t.measured, result)
-	}
+	b.WriteString(benchkit.TargetsTable(r.targets()))
 	w("%s", fileSection.End())
 	return b.String()
 }

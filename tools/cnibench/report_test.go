@@ -31,13 +31,13 @@ func TestTargets(t *testing.T) {
 	}}
 	want := []bool{true, false, true, true} // p50 1.5 ms; p99 12 ms; 1.5 vs 4; 640 pods/s
 	for i, tg := range r.targets() {
-		if tg.pass != want[i] {
-			t.Errorf("%s (measured %s): pass = %v, want %v", tg.name, tg.measured, tg.pass, want[i])
+		if tg.Pass != want[i] {
+			t.Errorf("%s (measured %s): pass = %v, want %v", tg.Name, tg.Measured, tg.Pass, want[i])
 		}
 	}
 
 	r.sides[0].burst.addOK = 127 // one failed ADD fails the burst target however fast
-	if tg := r.targets()[3]; tg.pass {
-		t.Errorf("burst with a failed ADD passed: %s", tg.measured)
+	if tg := r.targets()[3]; tg.Pass {
+		t.Errorf("burst with a failed ADD passed: %s", tg.Measured)
 	}
 }

@@ -4,12 +4,9 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -34,16 +31,11 @@ type iptScale struct {
 // benchIPTablesAtScale runs BenchmarkApplyOneChange/mode=*/change=rule as
 // `go test` would, in the netns the benchmark creates itself.
 func benchIPTablesAtScale(ctx context.Context, repoRoot string) ([]iptScale, error) {
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", "^BenchmarkApplyOneChange$/^mode=/^change=rule$",
-		"-benchtime", fmt.Sprintf("%dx", iptScaleRuns), "./agent/iptables/")
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "LOCKSTEP_PRIVILEGED=1")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out.String())
+	out, err := goTestBench(ctx, repoRoot, "^BenchmarkApplyOneChange$/^mode=/^change=rule$", iptScaleRuns, "./agent/iptables/")
+	if err != nil {
+		return nil, err
 	}
-	res, err := parseIPTScale(&out)
+	res, err := parseIPTScale(out)
 	if err != nil {
 		return nil, fmt.Errorf("%w; go test printed:\n%s", err, out.String())
 	}

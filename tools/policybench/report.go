@@ -44,10 +44,7 @@ type report struct {
 }
 
 // target is one line of the targets table.
-type target struct {
-	name, measured string
-	pass           bool
-}
+type target = benchkit.Target
 
 func (r *report) targets() []target {
 	if r.change == nil {
@@ -63,25 +60,25 @@ func (r *report) targets() []target {
 	on, off := median(r.iperf.on), median(r.iperf.off)
 	ratio := on / off
 	return append([]target{{
-		name:     fmt.Sprintf("verdict above the test-run floor ≤ %.0f ns (every case)", targetVerdictNS),
-		measured: fmt.Sprintf("worst %.0f ns", worst),
-		pass:     worst <= targetVerdictNS,
+		Name:     fmt.Sprintf("verdict above the test-run floor ≤ %.0f ns (every case)", targetVerdictNS),
+		Measured: fmt.Sprintf("worst %.0f ns", worst),
+		Pass:     worst <= targetVerdictNS,
 	}, {
-		name:     "policy change → maps applied p50 ≤ " + benchkit.FmtDur(targetChangeP50),
-		measured: benchkit.FmtDur(p50),
-		pass:     p50 <= targetChangeP50,
+		Name:     "policy change → maps applied p50 ≤ " + benchkit.FmtDur(targetChangeP50),
+		Measured: benchkit.FmtDur(p50),
+		Pass:     p50 <= targetChangeP50,
 	}, {
-		name:     "policy change → maps applied p99 ≤ " + benchkit.FmtDur(targetChangeP99),
-		measured: benchkit.FmtDur(p99),
-		pass:     p99 <= targetChangeP99,
+		Name:     "policy change → maps applied p99 ≤ " + benchkit.FmtDur(targetChangeP99),
+		Measured: benchkit.FmtDur(p99),
+		Pass:     p99 <= targetChangeP99,
 	}, {
-		name:     fmt.Sprintf("throughput with policy ≥ %.2f × without", targetThroughputMin),
-		measured: fmt.Sprintf("%.2f×", ratio),
-		pass:     ratio >= targetThroughputMin,
+		Name:     fmt.Sprintf("throughput with policy ≥ %.2f × without", targetThroughputMin),
+		Measured: fmt.Sprintf("%.2f×", ratio),
+		Pass:     ratio >= targetThroughputMin,
 	}, {
-		name:     fmt.Sprintf("agent RSS ≤ %d MiB", targetRSSKB/1024),
-		measured: fmt.Sprintf("%.0f MiB", float64(r.rss.rssKB)/1024),
-		pass:     r.rss.rssKB <= targetRSSKB,
+		Name:     fmt.Sprintf("agent RSS ≤ %d MiB", targetRSSKB/1024),
+		Measured: fmt.Sprintf("%.0f MiB", float64(r.rss.rssKB)/1024),
+		Pass:     r.rss.rssKB <= targetRSSKB,
 	}}, r.dataplaneTargets()...)
 }
 
@@ -245,24 +242,7 @@ func (r *report) writeMachine(w func(string, ...any)) {
 
 // writeTargets renders the targets table.
 func (r *report) writeTargets(w func(string, ...any)) {
-	targets := r.targets()
-	passed := 0
-	for _, t := range targets {
-		if t.pass {
-			passed++
-		}
-	}
-	w("### Targets (%d/%d pass)", passed, len(targets))
-	w("")
-	w("| target | measured | result |")
-	w("|---|---|---|")
-	for _, t := range targets {
-		result := "**FAIL**"
-		if t.pass {
-			result = "PASS"
-		}
-		w("| %s | %s | %s |", t.name, t.measured, result)
-	}
+	w("%s", strings.TrimSuffix(benchkit.TargetsTable(r.targets()), "\n"))
 }
 
 // dataplaneTargets are the iptables targets, measured by the dataplane
@@ -275,9 +255,9 @@ func (r *report) dataplaneTargets() []target {
 	var out []target
 	if s := d.scratchOf(dpIPTables); s != nil {
 		out = append(out, target{
-			name:     fmt.Sprintf("iptables: %d policies applied from scratch < %s", scratchPolicies, benchkit.FmtDur(targetIPTablesScratch)),
-			measured: fmt.Sprintf("%s (%d rules, %d sets loaded)", benchkit.FmtDur(s.stats.firstSync), s.stats.ruleLines, s.stats.sets),
-			pass:     s.stats.firstSync < targetIPTablesScratch,
+			Name:     fmt.Sprintf("iptables: %d policies applied from scratch < %s", scratchPolicies, benchkit.FmtDur(targetIPTablesScratch)),
+			Measured: fmt.Sprintf("%s (%d rules, %d sets loaded)", benchkit.FmtDur(s.stats.firstSync), s.stats.ruleLines, s.stats.sets),
+			Pass:     s.stats.firstSync < targetIPTablesScratch,
 		})
 	}
 	for _, a := range d.atScale {
@@ -285,10 +265,10 @@ func (r *report) dataplaneTargets() []target {
 			continue
 		}
 		out = append(out, target{
-			name: fmt.Sprintf("%s: one policy change < %s with %dk rules loaded", a.mode,
+			Name: fmt.Sprintf("%s: one policy change < %s with %dk rules loaded", a.mode,
 				benchkit.FmtDur(targetIPTablesChange), iptablesTargetRules/1000),
-			measured: fmt.Sprintf("%s (mean of %d) with %d rules loaded", benchkit.FmtDur(a.perOp), iptScaleRuns, a.rules),
-			pass:     a.perOp < targetIPTablesChange && a.rules >= iptablesTargetRules,
+			Measured: fmt.Sprintf("%s (mean of %d) with %d rules loaded", benchkit.FmtDur(a.perOp), iptScaleRuns, a.rules),
+			Pass:     a.perOp < targetIPTablesChange && a.rules >= iptablesTargetRules,
 		})
 	}
 	return out
