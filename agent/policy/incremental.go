@@ -13,8 +13,9 @@ import (
 // from them (compiled policies, the identities each selector picks, who owns
 // every address, each endpoint's rules), and Compile recomputes only what
 // the objects set or deleted since the last Compile affect: a policy edit
-// costs the endpoints that policy selects, a pod joining an identity costs
-// one address, a new identity costs the rules whose selectors pick it.
+// costs the endpoints that policy selects, where only the rules it changed
+// are resolved again (see ruleCache), a pod joining an identity costs one
+// address, a new identity costs the rules whose selectors pick it.
 //
 // Its result is, object for object, what [Compile] returns for a [Snapshot]
 // of the same inputs, errors included (a randomized differential test
@@ -259,6 +260,17 @@ type state struct {
 	epsChanged     bool
 	classesChanged bool
 	rb             ruleBuilder // scratch of the endpoint being computed
+	// inheriting are the policies set in this compilation that replace
+	// an active one (see policyState.prev).
+	inheriting []*policyState
+
+	// seq numbers the versions of rule inputs; identVer is the version of
+	// the set of identities and of their addresses' classes (see
+	// ruleCache).
+	seq, identVer uint64
+	// ruleHits and ruleMisses count the rules a full recompute took
+	// from their cache and those it resolved (tests).
+	ruleHits, ruleMisses int
 
 	// out is the last result; prev, the result of the state this one
 	// replaced (a rebuild reuses its unchanged parts).

@@ -219,6 +219,38 @@ func (w *world) policy() *NetworkPolicy {
 	return np
 }
 
+// tweakPolicy returns a copy of an existing policy with one rule's ports
+// or peers replaced (a new policy when there is none), so that the
+// compilers see edits that keep most rules as they were.
+func (w *world) tweakPolicy() *NetworkPolicy {
+	keys := slices.SortedFunc(maps.Keys(w.policies), compareObjKey)
+	if len(keys) == 0 {
+		return w.policy()
+	}
+	old := w.policies[keys[w.rng.IntN(len(keys))]]
+	np := *old
+	np.Spec.Ingress, np.Spec.Egress = slices.Clone(old.Spec.Ingress), slices.Clone(old.Spec.Egress)
+	switch {
+	case len(np.Spec.Ingress) > 0 && w.chance(0.5):
+		i := w.rng.IntN(len(np.Spec.Ingress))
+		if w.chance(0.5) {
+			np.Spec.Ingress[i].Ports = w.ports()
+		} else {
+			np.Spec.Ingress[i].From = w.peers()
+		}
+	case len(np.Spec.Egress) > 0:
+		i := w.rng.IntN(len(np.Spec.Egress))
+		if w.chance(0.5) {
+			np.Spec.Egress[i].Ports = w.ports()
+		} else {
+			np.Spec.Egress[i].To = w.peers()
+		}
+	default:
+		np.Spec.Egress = append(np.Spec.Egress, EgressRule{Ports: w.ports(), To: w.peers()})
+	}
+	return &np
+}
+
 // localList returns a new list of up to four local endpoints, naming
 // existing pods mostly, with addresses that may collide.
 func (w *world) localList() []LocalEndpoint {
@@ -262,8 +294,12 @@ func (w *world) edit() {
 		k := objKey{w.pick(worldNamespaces), fmt.Sprintf("p%d", w.rng.IntN(6))}
 		delete(w.pods, k)
 		w.inc.DeletePod(k.ns, k.name)
-	case n < 75:
+	case n < 65:
 		np := w.policy()
+		w.policies[objKey{np.Namespace, np.Name}] = np
+		w.inc.SetPolicy(np)
+	case n < 75:
+		np := w.tweakPolicy()
 		w.policies[objKey{np.Namespace, np.Name}] = np
 		w.inc.SetPolicy(np)
 	case n < 82:

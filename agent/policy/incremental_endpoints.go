@@ -123,6 +123,12 @@ func (st *state) updateEndpoints() error {
 			st.activate(ps)
 		}
 	}
+	// A replacement that was not activated (it selects no endpoint)
+	// inherits nothing: let the policy it replaced go.
+	for _, ps := range st.inheriting {
+		ps.prev = nil
+	}
+	st.inheriting = st.inheriting[:0]
 	for _, e := range dirty {
 		var err error
 		if e.full {
@@ -150,7 +156,7 @@ func (st *state) computeFull(e *endpointState) error {
 	for d := range e.sel {
 		for _, ps := range e.sel[d] {
 			for _, r := range ps.rules[d] {
-				st.addRule(&st.rb, r, e.local)
+				st.addRuleCached(&st.rb, r, e.local)
 			}
 		}
 	}

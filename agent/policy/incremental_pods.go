@@ -250,6 +250,7 @@ func (st *state) acquire(pod *Pod, in *inputs) (*identState, error) {
 		}
 		st.idents[key] = x
 		st.byID[id] = x
+		st.identsChanged()
 		st.pendingIdents[x] = struct{}{}
 	}
 	x.refs++
@@ -306,8 +307,10 @@ func (st *state) countClass(x *identState, class Peer, n int) {
 	case 0:
 		x.classes = slices.Delete(x.classes, i, i+1)
 		st.classChanged[x] = struct{}{}
+		st.identsChanged()
 	case n:
 		st.classChanged[x] = struct{}{}
+		st.identsChanged()
 	}
 }
 
@@ -359,6 +362,7 @@ func (st *state) announce(x *identState) {
 	pick := func(s *selPeer) {
 		if s.matches(x) {
 			s.members[x.id] = struct{}{}
+			s.ver = st.next()
 			for r := range s.users {
 				st.markRule(r, x.id)
 			}
@@ -382,6 +386,7 @@ func (st *state) retire(x *identState) {
 	}
 	if st.byID[x.id] == x {
 		delete(st.byID, x.id)
+		st.identsChanged()
 	}
 	if !x.announced {
 		return
@@ -391,6 +396,7 @@ func (st *state) retire(x *identState) {
 	drop := func(s *selPeer) {
 		if _, ok := s.members[x.id]; ok {
 			delete(s.members, x.id)
+			s.ver = st.next()
 			for r := range s.users {
 				st.markRule(r, x.id)
 			}

@@ -15,6 +15,9 @@ type policyState struct {
 	selected map[*endpointState]struct{}
 	active   bool
 	dead     bool // replaced or deleted; deactivated once no endpoint uses it
+	// prev is the active policy this one replaced, until this one is
+	// activated: its rules' caches are inherited by the equal rules here.
+	prev *policyState
 }
 
 // ruleState is one rule of a policy in a direction the policy applies to.
@@ -25,6 +28,7 @@ type ruleState struct {
 	blocks []*ipBlock
 	peers  []*selPeer // the rule's selector peers, while the policy is active
 	named  bool       // an egress rule with a named port
+	cache  *ruleCache // what addRule gave, shared with an equal rule it replaced
 }
 
 // all reports whether the rule has no peers: it allows every peer.
@@ -50,6 +54,7 @@ type selPeer struct {
 	key     string
 	members map[Peer]struct{}
 	users   map[*ruleState]int
+	ver     uint64 // changes with members (see ruleCache)
 }
 
 func (s *selPeer) matches(x *identState) bool {
@@ -79,7 +84,8 @@ func selPeerKey(ns string, p compiledPeer) string {
 // records in blockSeen whether each ipBlock key it touches was in use
 // before this compilation.
 func (st *state) setPolicy(k objKey, np *NetworkPolicy, blockSeen map[string]bool) error {
-	if old := st.policies[k]; old != nil {
+	old := st.policies[k]
+	if old != nil {
 		st.dropPolicy(old, blockSeen)
 	}
 	if np == nil {
@@ -90,6 +96,10 @@ func (st *state) setPolicy(k objKey, np *NetworkPolicy, blockSeen map[string]boo
 		return err
 	}
 	ps := &policyState{key: k, cp: cp}
+	if old != nil && old.active {
+		ps.prev = old
+		st.inheriting = append(st.inheriting, ps)
+	}
 	for _, rules := range cp.rules {
 		for _, r := range rules {
 			for _, peer := range r.peers {
@@ -183,6 +193,10 @@ func (st *state) activate(ps *policyState) {
 		}
 	}
 	ps.active = true
+	if ps.prev != nil {
+		inheritCache(ps, ps.prev)
+		ps.prev = nil
+	}
 }
 
 // deactivate releases what activate registered.
@@ -229,6 +243,7 @@ func (st *state) registerPeer(ns string, p compiledPeer) *selPeer {
 		}
 		st.globalPeers[s] = struct{}{}
 	}
+	s.ver = st.next()
 	st.peers[key] = s
 	return s
 }

@@ -17,7 +17,7 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 	if testing.Short() {
 		seeds, steps = 3, 500
 	}
-	var compiled, failed, rules, reused int
+	var compiled, failed, rules, reused, ruleHits, ruleMisses int
 	for seed := range seeds {
 		w := newWorld(uint64(seed) + 1)
 		var prev, prevCopy *Desired
@@ -32,6 +32,10 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 			}
 			want, wantErr := Compile(w.snapshot())
 			got, gotErr := w.inc.Compile()
+			if st := w.inc.st; st != nil {
+				ruleHits, ruleMisses = ruleHits+st.ruleHits, ruleMisses+st.ruleMisses
+				st.ruleHits, st.ruleMisses = 0, 0
+			}
 			w.failed = wantErr != nil
 			if (gotErr != nil) != (wantErr != nil) {
 				t.Fatalf("seed %d step %d: incremental error %v, full error %v", seed, step, gotErr, wantErr)
@@ -58,11 +62,12 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 			prev, prevCopy = got, deepCopy(got)
 		}
 	}
-	t.Logf("%d compilations, %d failed as the full compiler did, %d rules compared, %d endpoint policies reused", compiled, failed, rules, reused)
-	// The world must exercise both outcomes and real rules, or the
-	// comparison proves little.
-	if compiled < seeds*steps/3 || failed == 0 || rules < compiled || reused == 0 {
-		t.Errorf("the random world is too tame: %d compiled, %d failed, %d rules, %d reused", compiled, failed, rules, reused)
+	t.Logf("%d compilations, %d failed as the full compiler did, %d rules compared, %d endpoint policies reused; full recomputes took %d rules from their caches and resolved %d",
+		compiled, failed, rules, reused, ruleHits, ruleMisses)
+	// The world must exercise both outcomes, real rules and the rule
+	// caches, or the comparison proves little.
+	if compiled < seeds*steps/3 || failed == 0 || rules < compiled || reused == 0 || ruleHits < ruleMisses/10 {
+		t.Errorf("the random world is too tame: %d compiled, %d failed, %d rules, %d reused, %d cached rules, %d resolved", compiled, failed, rules, reused, ruleHits, ruleMisses)
 	}
 }
 
