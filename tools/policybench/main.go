@@ -64,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.iperfPin, "iperf-pin", false, "pin the iperf3 client and server to CPUs 0 and 1 (on a quiet machine of two or more CPUs: it steadies the runs; on a busy one it makes them wait for a CPU)")
 	fs.BoolVar(&c.dataplanes, "dataplanes", true, "compare the eBPF and iptables (nft) dataplanes: change latency at 100/1k/10k pods, 640 policies from scratch")
 	fs.IntVar(&c.dpEdits, "dp-edits", 100, "timed policy edits per dataplane and pod count in the dataplane comparison")
-	fs.StringVar(&c.only, "only", "", `run only this section: "dataplanes", or "rss" or "throughput", which print their results and write no report (empty runs everything)`)
+	fs.StringVar(&c.only, "only", "", `run only this section: "dataplanes", or "change", "rss" or "throughput", which print their results and write no report (empty runs everything)`)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -80,9 +80,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-iperf-seconds and -iperf-rounds must be at least 1")
 	case c.dpEdits < 2:
 		return c, fmt.Errorf("-dp-edits %d: need at least two", c.dpEdits)
-	case c.only != "" && c.only != "dataplanes" && c.only != "rss" && c.only != "throughput":
-		return c, fmt.Errorf("-only %q: the sections that run alone are dataplanes, rss and throughput", c.only)
-	case (c.only == "rss" || c.only == "throughput") && c.out != "":
+	case c.only != "" && c.only != "dataplanes" && c.only != "change" && c.only != "rss" && c.only != "throughput":
+		return c, fmt.Errorf("-only %q: the sections that run alone are dataplanes, change, rss and throughput", c.only)
+	case c.only != "" && c.only != "dataplanes" && c.out != "":
 		return c, fmt.Errorf("-only %s writes no report: drop -out, or run every section to rewrite %s", c.only, c.out)
 	case c.only == "dataplanes" && !c.dataplanes:
 		return c, errors.New("-only dataplanes contradicts -dataplanes=false")
@@ -120,7 +120,7 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	if rep == nil {
-		// -only rss or throughput: the results were printed as measured.
+		// -only change, rss or throughput: the results were printed as measured.
 		return exitStatus(cleanErr)
 	}
 	if err := rep.write(cfg.out, os.Stdout); err != nil {
@@ -204,6 +204,14 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	switch b.cfg.only {
 	case "dataplanes":
 		return rep, b.runDataplanes(ctx, rep)
+	case "change":
+		logf("policy change → maps applied: %d edits", b.cfg.edits)
+		res, err := b.benchPolicyChange(ctx, c, b.cfg.edits)
+		if err != nil {
+			return nil, fmt.Errorf("policy change benchmark: %w", err)
+		}
+		fmt.Print(res.table())
+		return nil, ctx.Err()
 	case "rss":
 		logf("agent memory with the cluster loaded")
 		if _, err := b.benchRSS(ctx, c); err != nil {

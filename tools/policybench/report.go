@@ -186,25 +186,7 @@ func (r *report) section() string {
 	w("Compiled state: %d ipcache addresses, %d rules over %d endpoints. Applies skipped", c.addrs, c.rules, localEndpoints)
 	w("(compiled state unchanged): %d of %d.", c.skipped, c.edits)
 	w("")
-	w("| | p50 | p90 | p99 | max |")
-	w("|---|---:|---:|---:|---:|")
-	for _, m := range []struct {
-		name string
-		d    []time.Duration
-	}{
-		{"**end to end** (write → Sync returned)", c.endToEnd},
-		{"store write transaction", c.write},
-		{"Sync: read the change log", c.feed},
-		{"Sync: incremental compile", c.compile},
-		{"Sync: apply", c.apply},
-		{"full compile of a snapshot (before)", c.full},
-		{fmt.Sprintf("**edit elsewhere**, end to end (%d/%d applies skipped)", c.elsewhereSkipped, len(c.elsewhere)), c.elsewhere},
-		{"**pod churn**, end to end", c.podChurn},
-		{"**identity churn**, end to end", c.identChurn},
-	} {
-		w("| %s | %s | %s | %s | %s |", m.name, benchkit.FmtDur(benchkit.Percentile(m.d, 50)), benchkit.FmtDur(benchkit.Percentile(m.d, 90)),
-			benchkit.FmtDur(benchkit.Percentile(m.d, 99)), benchkit.FmtDur(benchkit.Percentile(m.d, 100)))
-	}
+	b.WriteString(c.table())
 	w("")
 
 	w("### TCP throughput between two pods (iperf3, %d s per run)", r.cfg.iperfSeconds)
@@ -367,4 +349,31 @@ func gbpsList(v []float64) string {
 // path is empty.
 func (r *report) write(path string, stdout io.Writer) error {
 	return fileSection.Write(path, r.section(), stdout)
+}
+
+// table renders the change latencies as a markdown table: end to end, the
+// phases of an edit, and the other kinds of change.
+func (c *changeResult) table() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("| | p50 | p90 | p99 | max |")
+	w("|---|---:|---:|---:|---:|")
+	for _, m := range []struct {
+		name string
+		d    []time.Duration
+	}{
+		{"**end to end** (write → Sync returned)", c.endToEnd},
+		{"store write transaction", c.write},
+		{"Sync: read the change log", c.feed},
+		{"Sync: incremental compile", c.compile},
+		{"Sync: apply", c.apply},
+		{"full compile of a snapshot (before)", c.full},
+		{fmt.Sprintf("**edit elsewhere**, end to end (%d/%d applies skipped)", c.elsewhereSkipped, len(c.elsewhere)), c.elsewhere},
+		{"**pod churn**, end to end", c.podChurn},
+		{"**identity churn**, end to end", c.identChurn},
+	} {
+		w("| %s | %s | %s | %s | %s |", m.name, benchkit.FmtDur(benchkit.Percentile(m.d, 50)), benchkit.FmtDur(benchkit.Percentile(m.d, 90)),
+			benchkit.FmtDur(benchkit.Percentile(m.d, 99)), benchkit.FmtDur(benchkit.Percentile(m.d, 100)))
+	}
+	return b.String()
 }
