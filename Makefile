@@ -57,6 +57,7 @@ fuzz:
 	$(GO) test ./cni/config -run '^$$' -fuzz '^FuzzParseNetConf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cni/config -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./agent/manifests -run '^$$' -fuzz '^FuzzLoadDocument$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./agent/endpoints -run '^$$' -fuzz '^FuzzParsePins$$' -fuzztime $(FUZZTIME)
 
 ## demo: a standalone node with real pods in network namespaces, then teardown
 demo: build

@@ -49,7 +49,7 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 			ep.Addresses, ep.Created = old.Addresses, old.Created
 			return store.UpsertEndpoint(txn, ep)
 		}
-		pinned, err := pinnedAddress(txn, ep.Pod)
+		pinned, err := pinnedAddresses(txn, ep.Pod)
 		if err != nil {
 			return err
 		}
@@ -59,8 +59,8 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 		}
 		for _, v6 := range s.families(pools) {
 			var ref store.AddressRef
-			if pinned.IsValid() && pinned.Is6() == v6 {
-				ref, err = s.allocatePinned(txn, pools, pinned)
+			if pin := pinned.of(v6); pin.IsValid() {
+				ref, err = s.allocatePinned(txn, pools, pin)
 			} else {
 				ref, err = s.allocate(txn, pools, v6)
 			}
@@ -79,28 +79,66 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 }
 
 // PinnedIPAnnotation on a Pod the agent knows (from --manifests) asks for
-// that exact address instead of the next free one.
+// those exact addresses instead of the next free ones: one address, or an
+// IPv4 and an IPv6 address separated by a comma. A family it leaves out
+// gets the next free address.
 const PinnedIPAnnotation = "lockstep.dev/ip"
 
-// pinnedAddress returns the address the pod's PinnedIPAnnotation asks for,
-// or the zero Addr.
-func pinnedAddress(txn *store.Txn, ref store.PodRef) (netip.Addr, error) {
+// pins are the addresses a pod pins, by family; zero Addrs where none.
+type pins struct{ v4, v6 netip.Addr }
+
+func (p pins) of(v6 bool) netip.Addr {
+	if v6 {
+		return p.v6
+	}
+	return p.v4
+}
+
+// pinnedAddresses returns the addresses the pod's PinnedIPAnnotation asks
+// for.
+func pinnedAddresses(txn *store.Txn, ref store.PodRef) (pins, error) {
 	if ref.Name == "" {
-		return netip.Addr{}, nil
+		return pins{}, nil
 	}
 	pod, err := store.PodByName(txn, nil, ref.Namespace, ref.Name)
 	if err != nil || pod == nil {
-		return netip.Addr{}, err
+		return pins{}, err
 	}
 	raw, ok := pod.Object.Annotations[PinnedIPAnnotation]
 	if !ok {
-		return netip.Addr{}, nil
+		return pins{}, nil
 	}
-	a, err := netip.ParseAddr(strings.TrimSpace(raw))
+	p, err := ParsePins(raw)
 	if err != nil {
-		return netip.Addr{}, api.Errorf(api.CodeInvalidConfig, "pod %s/%s: annotation %s=%q is not an IP address", ref.Namespace, ref.Name, PinnedIPAnnotation, raw)
+		return pins{}, api.Errorf(api.CodeInvalidConfig, "pod %s/%s: annotation %s: %v", ref.Namespace, ref.Name, PinnedIPAnnotation, err)
 	}
-	return a.Unmap(), nil
+	return pins{v4: p[0], v6: p[1]}, nil
+}
+
+// ParsePins parses a PinnedIPAnnotation value: the pinned IPv4 address
+// and IPv6 address, zero where the value has none.
+func ParsePins(value string) ([2]netip.Addr, error) {
+	var out [2]netip.Addr
+	fields := strings.Split(value, ",")
+	if len(fields) > 2 {
+		return out, fmt.Errorf("%q: want one address, or an IPv4 and an IPv6 address separated by a comma", value)
+	}
+	for _, f := range fields {
+		a, err := netip.ParseAddr(strings.TrimSpace(f))
+		if err != nil || a.Zone() != "" {
+			return out, fmt.Errorf("%q is not an IP address", strings.TrimSpace(f))
+		}
+		a = a.Unmap()
+		family := 0
+		if a.Is6() {
+			family = 1
+		}
+		if out[family].IsValid() {
+			return out, fmt.Errorf("%q pins two addresses of one family: %s and %s", value, out[family], a)
+		}
+		out[family] = a
+	}
+	return out, nil
 }
 
 // Confirm marks an ADD as wired. It fails with CodeCancelled when a DEL, GC

@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/persist"
+	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -357,5 +359,113 @@ func TestPoolConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want %q", tc.pools, err, tc.want)
 		}
+	}
+}
+
+func TestParsePins(t *testing.T) {
+	tests := []struct {
+		value   string
+		v4, v6  string
+		wantErr string
+	}{
+		{value: "10.244.1.5", v4: "10.244.1.5"},
+		{value: " fd00::5 ", v6: "fd00::5"},
+		{value: "10.244.1.5,fd00::5", v4: "10.244.1.5", v6: "fd00::5"},
+		{value: "fd00::5, 10.244.1.5", v4: "10.244.1.5", v6: "fd00::5"},
+		{value: "::ffff:10.244.1.5", v4: "10.244.1.5"},
+		{value: "", wantErr: `"" is not an IP address`},
+		{value: "10.244.1.5,", wantErr: `"" is not an IP address`},
+		{value: "10.244.1.5/24", wantErr: "is not an IP address"},
+		{value: "fe80::1%eth0", wantErr: "is not an IP address"},
+		{value: "10.244.1.5,10.244.1.6", wantErr: "two addresses of one family"},
+		{value: "10.0.0.1,fd00::1,fd00::2", wantErr: "want one address, or an IPv4 and an IPv6 address"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.value, func(t *testing.T) {
+			got, err := ParsePins(tc.value)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("ParsePins(%q) = %v, %v; want an error containing %q", tc.value, got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParsePins(%q): %v", tc.value, err)
+			}
+			want := [2]netip.Addr{}
+			if tc.v4 != "" {
+				want[0] = netip.MustParseAddr(tc.v4)
+			}
+			if tc.v6 != "" {
+				want[1] = netip.MustParseAddr(tc.v6)
+			}
+			if got != want {
+				t.Errorf("ParsePins(%q) = %v, want %v", tc.value, got, want)
+			}
+		})
+	}
+}
+
+func FuzzParsePins(f *testing.F) {
+	for _, s := range []string{"10.244.1.5", "10.244.1.5,fd00::5", "fd00::5,", "::ffff:1.2.3.4", ",,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		got, err := ParsePins(value)
+		if err != nil {
+			return
+		}
+		if !got[0].IsValid() && !got[1].IsValid() {
+			t.Fatalf("ParsePins(%q) accepted no address", value)
+		}
+		if (got[0].IsValid() && !got[0].Is4()) || (got[1].IsValid() && (!got[1].Is6() || got[1].Is4In6())) {
+			t.Fatalf("ParsePins(%q) = %v: an address in the wrong family slot", value, got)
+		}
+	})
+}
+
+// TestAddPinnedAddresses: a pod's annotation pins its address in each
+// family it names; a family it leaves out gets the next free address.
+func TestAddPinnedAddresses(t *testing.T) {
+	tests := []struct {
+		name, pin string
+		want      []string
+		wantErr   string
+	}{
+		{name: "ipv4", pin: "10.244.0.9", want: []string{"10.244.0.9/24", "fd00:10:244::1/120"}},
+		{name: "ipv6", pin: "fd00:10:244::9", want: []string{"10.244.0.1/24", "fd00:10:244::9/120"}},
+		{name: "both", pin: "10.244.0.9,fd00:10:244::9", want: []string{"10.244.0.9/24", "fd00:10:244::9/120"}},
+		{name: "ipv6 outside the pools", pin: "10.244.0.9,fd00:99::9", wantErr: "pinned address fd00:99::9 is outside every pool"},
+		{name: "not an address", pin: "ten", wantErr: `annotation lockstep.dev/ip: "ten" is not an IP address`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, t.TempDir(), Config{}, "10.244.0.0/24", "fd00:10:244::/120")
+			txn := f.svc.store.WriteTxn()
+			pod := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "ns", Name: "c001", Annotations: map[string]string{PinnedIPAnnotation: tc.pin}}}
+			if err := store.UpsertPod(txn, pod); err != nil {
+				txn.Abort()
+				t.Fatal(err)
+			}
+			txn.Commit()
+			resp, err := f.svc.Add(ctx, api.AddRequest{Attachment: att(1), Netns: "/run/netns/x", Pod: api.PodRef{Namespace: "ns", Name: "c001"}})
+			if tc.wantErr != "" {
+				var apiErr *api.Error
+				if !errors.As(err, &apiErr) || apiErr.Code != api.CodeInvalidConfig || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Add = %v; want an invalid-config error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, a := range resp.Addresses {
+				got = append(got, a.Address.String())
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Errorf("addresses %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
