@@ -78,7 +78,8 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 	f.StringVar(&manifests, "manifests", "", "directory of Namespace, Pod and NetworkPolicy YAML (required)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	f.StringVar(&cfg.Dataplane, "dataplane", "ebpf", "the agent's policy dataplane: ebpf or iptables")
-	f.StringSliceVar(&cfg.Pools, "pool-cidr", []string{probe.DefaultPool}, "the agent's address pools; pods pinned with lockstep.dev/ip must fall inside one")
+	f.StringSliceVar(&cfg.Pools, "pool-cidr", []string{probe.DefaultPool}, "the agent's address pools; pods pinned with lockstep.dev/ip must fall inside one (with --family IPv6 and no IPv6 pool, "+probe.DefaultPool6+" is added)")
+	f.StringVar(&cfg.Family, "family", probe.IPv4, "the IP family to probe over: IPv4 or IPv6 (pods get an address of each family the pools have)")
 	f.DurationVar(&cfg.Timeout, "timeout", probe.DefaultTimeout, "how long one connection attempt may take before it counts as denied")
 	f.IntVar(&cfg.Workers, "workers", probe.DefaultWorkers, "connection attempts in flight at once")
 	return cmd

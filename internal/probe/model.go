@@ -75,10 +75,11 @@ type Pod struct {
 	// UID is passed to the plugin as K8S_POD_UID; empty means one derived
 	// from the namespace and name.
 	UID string
-	// WantIP is the address the pod pins with the lockstep.dev/ip
-	// annotation (the zero Addr when it pins none). The agent reads the
-	// annotation itself; the probe only warns when the pod got another one.
-	WantIP netip.Addr
+	// WantIPs are the addresses the pod pins with the lockstep.dev/ip
+	// annotation, IPv4 then IPv6 (zero Addrs where it pins none). The
+	// agent reads the annotation itself; the probe only warns when the pod
+	// got another address of the family it probes.
+	WantIPs [2]netip.Addr
 	// Ports are the declared container ports; duplicates are ignored.
 	Ports []Port
 }

@@ -2,16 +2,17 @@ package probe
 
 import (
 	"fmt"
-	"lockstep.dev/lockstep/agent/manifests"
-	"net/netip"
 
+	"lockstep.dev/lockstep/agent/endpoints"
+	"lockstep.dev/lockstep/agent/manifests"
 	"lockstep.dev/lockstep/agent/policy"
 )
 
-// IPAnnotation pins a pod's address: the agent hands the pod this address
+// IPAnnotation pins a pod's addresses: the agent hands the pod this
+// address (or these, an IPv4 and an IPv6 address separated by a comma)
 // instead of the next free one, so hand-written expectations (ipBlock
 // peers) can name it.
-const IPAnnotation = "lockstep.dev/ip"
+const IPAnnotation = endpoints.PinnedIPAnnotation
 
 // FromPolicyPods converts manifest pods to the pods a probe creates. Pods
 // with hostNetwork share their node's namespace and are not subject to
@@ -25,7 +26,7 @@ func FromPolicyPods(in []policy.Pod) (pods []Pod, skipped []string, err error) {
 		}
 		p := Pod{Namespace: kp.Namespace, Name: kp.Name, UID: kp.UID}
 		if text, ok := kp.Annotations[IPAnnotation]; ok {
-			if p.WantIP, err = netip.ParseAddr(text); err != nil {
+			if p.WantIPs, err = endpoints.ParsePins(text); err != nil {
 				return nil, nil, fmt.Errorf("pod %s: annotation %s: %w", key, IPAnnotation, err)
 			}
 		}

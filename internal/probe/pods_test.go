@@ -34,8 +34,8 @@ func TestFromPolicyPods(t *testing.T) {
 	if want := []Port{{80, TCP}, {53, UDP}}; !slices.Equal(pods[0].Ports, want) {
 		t.Errorf("ports %v, want %v (protocol defaults to TCP, duplicates dropped)", pods[0].Ports, want)
 	}
-	if pods[0].WantIP != netip.MustParseAddr("10.244.1.5") {
-		t.Errorf("WantIP %v, want 10.244.1.5", pods[0].WantIP)
+	if pods[0].WantIPs[0] != netip.MustParseAddr("10.244.1.5") {
+		t.Errorf("WantIPs %v, want 10.244.1.5 first", pods[0].WantIPs)
 	}
 
 	for name, bad := range map[string]policy.Pod{

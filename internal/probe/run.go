@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,16 @@ const (
 	DefaultPool    = "10.244.0.0/16"
 	DefaultTimeout = time.Second
 	DefaultWorkers = 64
+	// DefaultPool6 is the IPv6 pool added to Pools when a probe over IPv6
+	// names none.
+	DefaultPool6 = "fd00:10:244::/112"
+)
+
+// The IP families a probe can connect over, named as Kubernetes names
+// them (Service.spec.ipFamilies).
+const (
+	IPv4 = "IPv4"
+	IPv6 = "IPv6"
 )
 
 // Config describes one probe run.
@@ -37,8 +48,12 @@ type Config struct {
 	Manifests string
 	// Pods are created and probed. Usually read from the same directory.
 	Pods []Pod
-	// Pools are the agent's --pool-cidr values (default DefaultPool).
+	// Pools are the agent's --pool-cidr values (default DefaultPool, and
+	// DefaultPool6 with Family IPv6 when they include no IPv6 pool).
 	Pools []string
+	// Family is the IP family every probe connects over, IPv4 (the
+	// default) or IPv6; every pod must have an address of it.
+	Family string
 	// Dataplane is the agent's --dataplane (empty: the agent's default,
 	// eBPF).
 	Dataplane string
@@ -67,7 +82,10 @@ type pod struct {
 // everything before it returns, also on error and when ctx is cancelled.
 // It must run as root.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
-	cfg = withDefaults(cfg)
+	cfg, err = withDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
 	progress := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, format+"\n", args...) }
 	if err := validate(cfg.Pods); err != nil {
 		return nil, err
@@ -139,13 +157,13 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	cleanup = append(cleanup, func() error { agent.stop(); return nil })
 
 	progress("creating %d pods…", len(cfg.Pods))
-	pods, err := createPods(ctx, node, cfg.Pods, &cleanup)
+	pods, err := createPods(ctx, node, cfg.Pods, cfg.Family == IPv6, &cleanup)
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range pods {
-		if p.WantIP.IsValid() && p.WantIP != p.addr {
-			progress("warning: pod %s pins %s with lockstep.dev/ip but got %s", p.Key(), p.WantIP, p.addr)
+		if want := p.WantIPs[familyIndex(p.addr)]; want.IsValid() && want != p.addr {
+			progress("warning: pod %s pins %s with %s but got %s", p.Key(), want, IPAnnotation, p.addr)
 		}
 	}
 	cleanup = append(cleanup, openListeners(pods))
@@ -184,9 +202,24 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	return rep, nil
 }
 
-func withDefaults(cfg Config) Config {
+func withDefaults(cfg Config) (Config, error) {
 	if len(cfg.Pools) == 0 {
 		cfg.Pools = []string{DefaultPool}
+	}
+	switch cfg.Family {
+	case "", IPv4:
+		cfg.Family = IPv4
+	case IPv6:
+		has6 := false
+		for _, p := range cfg.Pools {
+			pfx, err := netip.ParsePrefix(p)
+			has6 = has6 || (err == nil && pfx.Addr().Is6())
+		}
+		if !has6 {
+			cfg.Pools = append(slices.Clone(cfg.Pools), DefaultPool6)
+		}
+	default:
+		return cfg, fmt.Errorf("probe over IP family %q: want %s or %s", cfg.Family, IPv4, IPv6)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
@@ -206,7 +239,16 @@ func withDefaults(cfg Config) Config {
 		pods[i] = p
 	}
 	cfg.Pods = pods
-	return cfg
+	return cfg, nil
+}
+
+// familyIndex is 0 for an IPv4 address and 1 for IPv6, the order of
+// Pod.WantIPs.
+func familyIndex(a netip.Addr) int {
+	if a.Is6() {
+		return 1
+	}
+	return 0
 }
 
 func validate(pods []Pod) error {
@@ -227,9 +269,10 @@ func validate(pods []Pod) error {
 }
 
 // createPods creates a namespace per pod and runs CNI ADD for it, a few at
-// a time, as a kubelet starting pods would. Each namespace is added to
-// cleanup as soon as it exists.
-func createPods(ctx context.Context, node *nodesim.Node, specs []Pod, cleanup *[]func() error) ([]*pod, error) {
+// a time, as a kubelet starting pods would; each pod is probed at its
+// address of the family v6 says. Each namespace is added to cleanup as
+// soon as it exists.
+func createPods(ctx context.Context, node *nodesim.Node, specs []Pod, v6 bool, cleanup *[]func() error) ([]*pod, error) {
 	pods := make([]*pod, len(specs))
 	for i, spec := range specs {
 		n, err := nodesim.Create(nodesim.Name(NSPrefix))
@@ -246,7 +289,7 @@ func createPods(ctx context.Context, node *nodesim.Node, specs []Pod, cleanup *[
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			errs[i] = addPod(ctx, node, i, p)
+			errs[i] = addPod(ctx, node, i, p, v6)
 		})
 	}
 	wg.Wait()
@@ -256,7 +299,7 @@ func createPods(ctx context.Context, node *nodesim.Node, specs []Pod, cleanup *[
 	return pods, nil
 }
 
-func addPod(ctx context.Context, node *nodesim.Node, i int, p *pod) error {
+func addPod(ctx context.Context, node *nodesim.Node, i int, p *pod, v6 bool) error {
 	rt := &libcni.RuntimeConf{
 		ContainerID: fmt.Sprintf("lsprobe%04d", i),
 		NetNS:       p.netns.Path(),
@@ -276,20 +319,22 @@ func addPod(ctx context.Context, node *nodesim.Node, i int, p *pod) error {
 	if err != nil {
 		return fmt.Errorf("create pod %s: read CNI result: %w", p.Key(), err)
 	}
-	// Probe over IPv4 when the pod has it, as the upstream e2e tests do on
-	// a single-stack cluster.
+	// Probe over the address of the family asked for.
 	for _, ip := range res.IPs {
 		a, ok := netip.AddrFromSlice(ip.Address.IP)
 		if !ok {
 			continue
 		}
-		a = a.Unmap()
-		if !p.addr.IsValid() || (a.Is4() && !p.addr.Is4()) {
+		if a = a.Unmap(); a.Is6() == v6 && !p.addr.IsValid() {
 			p.addr = a
 		}
 	}
 	if !p.addr.IsValid() {
-		return fmt.Errorf("create pod %s: CNI result has no address", p.Key())
+		family, hint := IPv4, ""
+		if v6 {
+			family, hint = IPv6, " (give the agent an IPv6 --pool-cidr)"
+		}
+		return fmt.Errorf("create pod %s: CNI result has no %s address%s", p.Key(), family, hint)
 	}
 	return nil
 }

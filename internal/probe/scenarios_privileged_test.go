@@ -15,9 +15,12 @@ import (
 )
 
 // TestPrivilegedProbeScenarios probes every scenario under
-// testdata/scenarios on every Linux dataplane and compares the tables with
-// its hand-derived expected.txt, cell by cell: the eBPF and iptables
-// dataplanes must agree with the API documentation, and so with each other.
+// testdata/scenarios on every Linux dataplane, over IPv4 and over IPv6
+// (dual-stack pods), and compares the tables with its hand-derived
+// expected.txt, cell by cell: the eBPF and iptables dataplanes must agree
+// with the API documentation, and so with each other, in both families.
+// A scenario with ipBlock peers pins an address of each family and names
+// blocks of each, so that one expected table holds for both.
 func TestPrivilegedProbeScenarios(t *testing.T) {
 	testenv.Privileged(t)
 	dirs, err := filepath.Glob(filepath.Join("testdata", "scenarios", "*"))
@@ -28,18 +31,20 @@ func TestPrivilegedProbeScenarios(t *testing.T) {
 		t.Fatal("no scenarios under testdata/scenarios")
 	}
 	bin := builtBinary(t)
-	for _, dataplane := range []string{"ebpf", "iptables"} {
-		t.Run(dataplane, func(t *testing.T) {
-			for _, dir := range dirs {
-				t.Run(filepath.Base(dir), func(t *testing.T) {
-					runScenario(t, bin, dir, dataplane)
-				})
-			}
-		})
+	for _, family := range []string{IPv4, IPv6} {
+		for _, dataplane := range []string{"ebpf", "iptables"} {
+			t.Run(family+"/"+dataplane, func(t *testing.T) {
+				for _, dir := range dirs {
+					t.Run(filepath.Base(dir), func(t *testing.T) {
+						runScenario(t, bin, dir, dataplane, family)
+					})
+				}
+			})
+		}
 	}
 }
 
-func runScenario(t *testing.T, bin, dir, dataplane string) {
+func runScenario(t *testing.T, bin, dir, dataplane, family string) {
 	text, err := os.ReadFile(filepath.Join(dir, "expected.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +64,7 @@ func runScenario(t *testing.T, bin, dir, dataplane string) {
 	var progress bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, Config{Binary: bin, Manifests: abs, Pods: pods, Dataplane: dataplane, Progress: &progress})
+	rep, err := Run(ctx, Config{Binary: bin, Manifests: abs, Pods: pods, Dataplane: dataplane, Family: family, Progress: &progress})
 	if err != nil {
 		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
 	}
