@@ -374,6 +374,7 @@ func (d *Datapath) cleanup(canon map[netip.Prefix]uint32, goneAddrs []netip.Addr
 				delete(m.names, e.name)
 			}
 		}
+		d.forgetEndpointsCT(removed)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("remove stale entries after applying generation %d: %w", m.gen, err)

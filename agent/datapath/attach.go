@@ -65,6 +65,7 @@ func (d *Datapath) Attach(ifname string) error {
 	}
 	d.mu.Lock()
 	d.attached[ifname] = idx
+	delete(d.ctGone, uint32(idx))
 	d.mu.Unlock()
 	return nil
 }

@@ -78,7 +78,9 @@
 // from fe80::/10). Entries expire after 60 s idle (2 h for TCP once a
 // packet with ACK was seen), measured on the coarse monotonic clock, and
 // the table is an LRU. Policy changes do not cut established connections, as
-// with most NetworkPolicy implementations. Non-first fragments carry no
+// with most NetworkPolicy implementations. When an Apply removes an
+// endpoint, the settler deletes its entries after the next grace period,
+// so its veth passes nothing more while it lingers. Non-first fragments carry no
 // ports and are dropped in isolated directions.
 //
 // # Kernel requirements

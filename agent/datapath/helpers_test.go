@@ -63,6 +63,7 @@ func newTestDatapath(tb testing.TB) *Datapath {
 func (d *Datapath) fakeAttach(ifname string, ifindex int) {
 	d.mu.Lock()
 	d.attached[ifname] = ifindex
+	delete(d.ctGone, uint32(ifindex))
 	d.mu.Unlock()
 }
 

@@ -70,6 +70,9 @@ type Datapath struct {
 	// readBack makes the next Apply read the maps back into the mirror
 	// first (Invalidate).
 	readBack bool
+	// ctGone are the ifindexes of removed endpoints whose conntrack
+	// entries the settler deletes next (see ctflush.go).
+	ctGone map[uint32]struct{}
 
 	// beforeFlip, when set (tests), runs after the idle parity is
 	// written and before gen flips.

@@ -40,6 +40,9 @@ type settler struct {
 	rounds  int        // settle rounds done, under Datapath.mu (tests)
 	entries int        // inner map entries the rounds wrote, under Datapath.mu
 	err     error      // the last round's error, under Datapath.mu
+	// ctFlushes and ctFlushed count the conntrack flushes of removed
+	// endpoints done and the entries they deleted, under Datapath.mu.
+	ctFlushes, ctFlushed int
 	// graceWait waits for a grace period; tests replace it before the
 	// first Apply to hold the settler.
 	graceWait func() error
@@ -107,7 +110,8 @@ func (d *Datapath) settleLoop(kick <-chan struct{}, done chan<- struct{}) {
 	for range kick {
 		d.mu.Lock()
 		gen, wait := d.mirror.gen, d.settler.graceWait
-		if gen == d.settler.quiet && !d.settler.failed {
+		settled := gen == d.settler.quiet && !d.settler.failed
+		if settled && len(d.ctGone) == 0 {
 			// A kick for a generation already settled (a waiting
 			// Apply's, or one the round before handled): nothing to do.
 			d.mu.Unlock()
@@ -118,19 +122,63 @@ func (d *Datapath) settleLoop(kick <-chan struct{}, done chan<- struct{}) {
 		d.mu.Lock()
 		s := &d.settler
 		s.failed = err != nil
+		var gone map[uint32]struct{}
 		switch {
 		case err != nil:
 			s.err = fmt.Errorf("wait for a grace period: %w", err)
 		default:
-			s.quiet = gen
-			if !s.closed && d.mirror.gen == gen {
-				s.err = d.settleIdle()
-				s.rounds++
+			if !settled {
+				s.quiet = gen
+				if !s.closed && d.mirror.gen == gen {
+					s.err = d.settleIdle()
+					s.rounds++
+				}
 			}
+			// No packet that saw a removed endpoint still runs: none
+			// can make an entry for it after the flush.
+			gone = d.takeCTGone()
 		}
 		s.cond.Broadcast()
 		d.mu.Unlock()
+		if len(gone) > 0 {
+			d.flushRemovedCT(gone)
+		}
 	}
+}
+
+// flushRemovedCT deletes the conntrack entries of the ifindexes in gone,
+// outside d.mu; on failure they are queued again for the next round.
+func (d *Datapath) flushRemovedCT(gone map[uint32]struct{}) {
+	n, err := d.flushConntrack(gone)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := &d.settler
+	if err != nil {
+		d.log.Warn("delete conntrack entries of removed endpoints; retrying after the next apply", "err", err, "endpoints", len(gone))
+		for idx := range gone {
+			if _, ok := d.ctGone[idx]; !ok && !d.isAttachedIndex(idx) {
+				if d.ctGone == nil {
+					d.ctGone = map[uint32]struct{}{}
+				}
+				d.ctGone[idx] = struct{}{}
+			}
+		}
+		return
+	}
+	s.ctFlushes++
+	s.ctFlushed += n
+	s.cond.Broadcast()
+}
+
+// isAttachedIndex reports whether an attached endpoint has ifindex idx.
+// Called with d.mu held.
+func (d *Datapath) isAttachedIndex(idx uint32) bool {
+	for _, i := range d.attached {
+		if uint32(i) == idx {
+			return true
+		}
+	}
+	return false
 }
 
 // waitQuiescent returns once a grace period has passed since the last

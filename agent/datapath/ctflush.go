@@ -1,0 +1,79 @@
+//go:build linux
+
+package datapath
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	bpfmaps "lockstep.dev/lockstep/maps"
+)
+
+// Conntrack entries of endpoints that left. A tracked packet passes before
+// its endpoint is looked up, so the entries of a removed endpoint would let
+// the connections it had keep flowing for as long as its veth exists and
+// the entries have not expired (up to 2 h for TCP). When an Apply removes
+// endpoints, their ifindexes wait in Datapath.ctGone; the settler deletes
+// their entries after the next grace period, off the apply path, once no
+// packet that saw the endpoint can still be creating one.
+//
+// An ifindex attached again before that (Linux hands out ifindexes
+// cyclically, so only after the counter wraps) leaves the set and keeps
+// its entries.
+
+// ctBatch is how many conntrack entries one batch lookup reads (hash map
+// batches need Linux 5.6, within the floor in doc.go). A batch must hold
+// a whole bucket; buckets are short.
+const ctBatch = 4096
+
+// forgetEndpointsCT queues the conntrack entries of the removed endpoints
+// for deletion. Called with d.mu held.
+func (d *Datapath) forgetEndpointsCT(es []*epEntry) {
+	if len(es) == 0 {
+		return
+	}
+	if d.ctGone == nil {
+		d.ctGone = make(map[uint32]struct{}, len(es))
+	}
+	for _, e := range es {
+		d.ctGone[e.ifindex] = struct{}{}
+	}
+}
+
+// takeCTGone returns the queued ifindexes and empties the queue. Called
+// with d.mu held.
+func (d *Datapath) takeCTGone() map[uint32]struct{} {
+	gone := d.ctGone
+	d.ctGone = nil
+	return gone
+}
+
+// flushConntrack deletes every conntrack entry of the ifindexes in gone
+// and returns how many it deleted. Called without d.mu: it reads the
+// whole table.
+func (d *Datapath) flushConntrack(gone map[uint32]struct{}) (int, error) {
+	var doomed []bpfmaps.CTKey
+	keys := make([]bpfmaps.CTKey, ctBatch)
+	vals := make([]bpfmaps.CTEntry, ctBatch)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := d.ct.BatchLookup(&cursor, keys, vals, nil)
+		for _, k := range keys[:n] {
+			if _, ok := gone[k.Ifindex]; ok {
+				doomed = append(doomed, k)
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break // the end of the table
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", bpfmaps.CTMap, err)
+		}
+	}
+	if err := deleteAll(d.ct, doomed); err != nil {
+		return 0, fmt.Errorf("delete entries of removed endpoints from %s: %w", bpfmaps.CTMap, err)
+	}
+	return len(doomed), nil
+}

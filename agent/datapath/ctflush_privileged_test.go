@@ -1,0 +1,81 @@
+//go:build linux
+
+package datapath
+
+import (
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/maps"
+)
+
+// TestPrivilegedConntrackFlushedWhenEndpointLeaves: once an Apply removes
+// an endpoint, the settler deletes its conntrack entries, so a packet of
+// a connection it had is no longer waved through by the fast path; the
+// entries of other ifindexes stay.
+func TestPrivilegedConntrackFlushedWhenEndpointLeaves(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, scenario(true, true))
+	d.flushCT(t)
+	req := packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	if got := run(t, d.fromPod, req); got != actOK {
+		t.Fatalf("request: got %s, want OK", actName(got))
+	}
+	const otherIfindex = 4242
+	other := maps.CTKey{Ifindex: otherIfindex, Proto: policy.ProtoTCP, Port: [2]uint16{1, 2}}
+	if err := d.ct.Put(other, maps.CTEntry{Flags: maps.CTAllowed(uint8(policy.Egress), 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ctEntriesOf(t, d, loIfindex); n != 1 {
+		t.Fatalf("%d conntrack entries at the endpoint, want 1", n)
+	}
+
+	d.mu.Lock()
+	flushes := d.settler.ctFlushes
+	d.mu.Unlock()
+	want := scenario(true, true)
+	delete(want.Endpoints, podIf)
+	mustApply(t, d, want)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d.mu.Lock()
+		done, err := d.settler.ctFlushes > flushes, d.settler.err
+		d.mu.Unlock()
+		if done {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("no conntrack flush 10s after the endpoint left (settler error: %v)", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := ctEntriesOf(t, d, loIfindex); n != 0 {
+		t.Errorf("%d conntrack entries of the removed endpoint remain", n)
+	}
+	if n := ctEntriesOf(t, d, otherIfindex); n != 1 {
+		t.Errorf("%d conntrack entries of another ifindex remain, want 1", n)
+	}
+	if got := run(t, d.fromPod, req); got != actShot {
+		t.Errorf("a packet of the removed endpoint's connection: got %s, want SHOT (no endpoint)", actName(got))
+	}
+}
+
+// ctEntriesOf counts the conntrack entries keyed by ifindex.
+func ctEntriesOf(t *testing.T, d *Datapath, ifindex uint32) int {
+	t.Helper()
+	es, err := maps.Dump(d.pinRoot, maps.CTMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range es {
+		if e.Key.(maps.CTKey).Ifindex == ifindex {
+			n++
+		}
+	}
+	return n
+}
