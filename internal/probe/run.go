@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,7 +53,8 @@ type Config struct {
 	// DefaultPool6 with Family IPv6 when they include no IPv6 pool).
 	Pools []string
 	// Family is the IP family every probe connects over, IPv4 (the
-	// default) or IPv6; every pod must have an address of it.
+	// default) or IPv6 (case does not matter; "4" and "6" do too); every
+	// pod must have an address of it.
 	Family string
 	// Dataplane is the agent's --dataplane (empty: the agent's default,
 	// eBPF).
@@ -206,10 +208,11 @@ func withDefaults(cfg Config) (Config, error) {
 	if len(cfg.Pools) == 0 {
 		cfg.Pools = []string{DefaultPool}
 	}
-	switch cfg.Family {
-	case "", IPv4:
+	switch strings.ToLower(cfg.Family) {
+	case "", "ipv4", "4":
 		cfg.Family = IPv4
-	case IPv6:
+	case "ipv6", "6":
+		cfg.Family = IPv6
 		has6 := false
 		for _, p := range cfg.Pools {
 			pfx, err := netip.ParsePrefix(p)

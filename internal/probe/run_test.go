@@ -19,6 +19,8 @@ func TestWithDefaultsFamily(t *testing.T) {
 		{name: "default", wantPools: []string{DefaultPool}},
 		{name: "ipv4", family: IPv4, pools: []string{"10.0.0.0/24"}, wantPools: []string{"10.0.0.0/24"}},
 		{name: "ipv6 adds a pool", family: IPv6, wantPools: []string{DefaultPool, DefaultPool6}},
+		{name: "ipv6 in lower case", family: "ipv6", wantPools: []string{DefaultPool, DefaultPool6}},
+		{name: "6", family: "6", wantPools: []string{DefaultPool, DefaultPool6}},
 		{name: "ipv6 keeps its pool", family: IPv6, pools: []string{"10.0.0.0/24", "fd00:1::/120"}, wantPools: []string{"10.0.0.0/24", "fd00:1::/120"}},
 		{name: "unknown family", family: "ipv5", wantErr: `IP family "ipv5": want IPv4 or IPv6`},
 	}
