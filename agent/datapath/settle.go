@@ -156,12 +156,13 @@ func (d *Datapath) flushRemovedCT(gone map[uint32]struct{}) {
 	if err != nil {
 		d.log.Warn("delete conntrack entries of removed endpoints; retrying after the next apply", "err", err, "endpoints", len(gone))
 		for idx := range gone {
-			if _, ok := d.ctGone[idx]; !ok && !d.isAttachedIndex(idx) {
-				if d.ctGone == nil {
-					d.ctGone = map[uint32]struct{}{}
-				}
-				d.ctGone[idx] = struct{}{}
+			if d.isAttachedIndex(idx) {
+				continue // attached again meanwhile: its entries are its own
 			}
+			if d.ctGone == nil {
+				d.ctGone = map[uint32]struct{}{}
+			}
+			d.ctGone[idx] = struct{}{}
 		}
 		return
 	}
