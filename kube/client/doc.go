@@ -21,5 +21,8 @@
 // its own Informer and kubeconfig loader rather than client-go's
 // tools/cache and tools/clientcmd, whose initialisers (go-cmp through the
 // reflector, clientcmd's API scheme) cost every pod ADD about a quarter of
-// all package init allocations (cmd/lockstep/deps_test.go).
+// all package init allocations (cmd/lockstep/deps_test.go). The Informer
+// behaves as the reflector does where the API server notices: lists first
+// from the watch cache, watches with bookmarks from the last version seen,
+// and reads a consistent relist (after a 410) in pages of 500.
 package client

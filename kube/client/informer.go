@@ -57,6 +57,11 @@ const (
 	// shortWatch is a watch that ends this soon without an event: a
 	// failure, answered with a relist rather than a busy loop.
 	shortWatch = time.Second
+	// listPageSize is how many objects a page of a consistent list
+	// (resourceVersion "") holds: that list is read from etcd, and a
+	// relist of every pod of a cluster in one response would cost the
+	// API server and etcd as much memory at once.
+	listPageSize = 500
 	// syncPoll is how often WaitForSync looks.
 	syncPoll = 100 * time.Millisecond
 )
@@ -281,23 +286,15 @@ func (i *Informer) listAndWatch(ctx context.Context) error {
 // list replaces the cache with a list of every object, telling handlers
 // of each addition, update and deletion against what it held.
 func (i *Informer) list(ctx context.Context) error {
-	list, err := i.lw.List(ctx, metav1.ListOptions{ResourceVersion: i.relistVersion()})
+	raw, rv, err := i.listPages(ctx, i.relistVersion())
 	if err != nil && (isExpired(err) || isTooLargeVersion(err)) {
 		i.rvTooOld = true
-		list, err = i.lw.List(ctx, metav1.ListOptions{ResourceVersion: i.relistVersion()})
+		raw, rv, err = i.listPages(ctx, i.relistVersion())
 	}
 	if err != nil {
 		return err
 	}
 	i.rvTooOld = false
-	lm, err := meta.ListAccessor(list)
-	if err != nil {
-		return fmt.Errorf("list %s: %w", i.lw.Resource, err)
-	}
-	raw, err := meta.ExtractListWithAlloc(list)
-	if err != nil {
-		return fmt.Errorf("list %s: %w", i.lw.Resource, err)
-	}
 	items := make(map[string]Object, len(raw))
 	for _, r := range raw {
 		obj, ok := r.(Object)
@@ -336,9 +333,48 @@ func (i *Informer) list(ctx context.Context) error {
 			})
 		}
 	}
-	i.lastRV = lm.GetResourceVersion()
+	i.lastRV = rv
 	i.synced.Store(true)
 	return nil
+}
+
+// listPages lists every object at resourceVersion rv and returns them
+// with the list's version. A consistent list (rv "") is read in pages of
+// listPageSize, as client-go's reflector reads it; should the API server
+// no longer serve the snapshot the pages come from (410 on a continue),
+// it lists everything again in one response, as the reflector does.
+func (i *Informer) listPages(ctx context.Context, rv string) ([]runtime.Object, string, error) {
+	opts := metav1.ListOptions{ResourceVersion: rv}
+	if rv == "" {
+		opts.Limit = listPageSize
+	}
+	var items []runtime.Object
+	for {
+		list, err := i.lw.List(ctx, opts)
+		if err != nil && opts.Continue != "" && isExpired(err) {
+			opts, items = metav1.ListOptions{ResourceVersion: rv}, nil
+			continue
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		lm, err := meta.ListAccessor(list)
+		if err != nil {
+			return nil, "", fmt.Errorf("list %s: %w", i.lw.Resource, err)
+		}
+		raw, err := meta.ExtractListWithAlloc(list)
+		if err != nil {
+			return nil, "", fmt.Errorf("list %s: %w", i.lw.Resource, err)
+		}
+		items = append(items, raw...)
+		next := lm.GetContinue()
+		if next == "" || opts.Limit == 0 {
+			return items, lm.GetResourceVersion(), nil
+		}
+		// The next page comes from the same snapshot: the token names
+		// it, and a continued list takes no resourceVersion.
+		opts.Continue, opts.ResourceVersion = next, ""
+	}
 }
 
 // watch applies w's events to the cache until w ends (nil, unless it ends

@@ -35,7 +35,14 @@ func (a *scriptedAPI) listWatch() client.ListWatch {
 		List: func(_ context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			a.mu.Lock()
 			defer a.mu.Unlock()
-			a.asked = append(a.asked, "list rv="+opts.ResourceVersion)
+			asked := "list rv=" + opts.ResourceVersion
+			if opts.Limit != 0 {
+				asked += fmt.Sprintf(" limit=%d", opts.Limit)
+			}
+			if opts.Continue != "" {
+				asked += " continue=" + opts.Continue
+			}
+			a.asked = append(a.asked, asked)
 			if len(a.lists) == 0 {
 				a.t.Errorf("unexpected list at rv %q", opts.ResourceVersion)
 				return nil, apierrors.NewServiceUnavailable("no more lists")
@@ -174,7 +181,7 @@ func TestInformerWatchExpiresThenRelistsConsistently(t *testing.T) {
 		"list rv=0",                  // the first list may come from the watch cache
 		"watch rv=5 bookmarks=true",  // from the list's version
 		"list rv=9",                  // after the expired watch: from the last version seen
-		"list rv=",                   // that one too old: a consistent list
+		"list rv= limit=500",         // that one too old: a consistent list, in pages
 		"watch rv=12 bookmarks=true", // from the relist's version
 	}
 	if got := api.requests(); !slices.Equal(got, wantAsked) {
@@ -261,4 +268,76 @@ func TestInformerKeepsServerVersionsPastTransforms(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+func pageOf(rv, next string, items ...*v1alpha1.NodeIPAM) func() (runtime.Object, error) {
+	return func() (runtime.Object, error) {
+		l := &v1alpha1.NodeIPAMList{ListMeta: metav1.ListMeta{ResourceVersion: rv, Continue: next}}
+		for _, it := range items {
+			l.Items = append(l.Items, *it)
+		}
+		return l, nil
+	}
+}
+
+// TestInformerConsistentRelistIsPaged: a relist the watch cache cannot
+// serve reads etcd in pages of 500, each continuing the last, and the
+// cache holds every page; when the snapshot behind the pages expires
+// midway, one unpaged list replaces them.
+func TestInformerConsistentRelistIsPaged(t *testing.T) {
+	gone := apierrors.NewResourceExpired("too old resource version")
+	expired := func() (runtime.Object, error) { return nil, fmt.Errorf("list nodeipams: %w", gone) }
+	for _, tc := range []struct {
+		name      string
+		pages     []func() (runtime.Object, error)
+		wantAsked []string
+		wantCache []string
+	}{{
+		name:  "pages",
+		pages: []func() (runtime.Object, error){pageOf("12", "p2", ipam("a", "10")), pageOf("12", "p3", ipam("d", "11")), pageOf("12", "", ipam("e", "12"))},
+		wantAsked: []string{
+			"list rv= limit=500",
+			"list rv= limit=500 continue=p2",
+			"list rv= limit=500 continue=p3",
+			"watch rv=12 bookmarks=true",
+		},
+		wantCache: []string{"a@10", "d@11", "e@12"},
+	}, {
+		name:  "snapshot expires",
+		pages: []func() (runtime.Object, error){pageOf("12", "p2", ipam("a", "10")), expired, listOf("14", ipam("a", "13"), ipam("e", "14"))},
+		wantAsked: []string{
+			"list rv= limit=500",
+			"list rv= limit=500 continue=p2",
+			"list rv=", // one list of everything
+			"watch rv=14 bookmarks=true",
+		},
+		wantCache: []string{"a@13", "e@14"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The first list is too old: the informer lists consistently.
+			api := &scriptedAPI{t: t, watches: make(chan *watch.FakeWatcher, 1), lists: append([]func() (runtime.Object, error){expired}, tc.pages...)}
+			inf := client.NewInformer(api.listWatch(), nil)
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				inf.Run(ctx)
+			}()
+			<-api.watches
+			var cache []string
+			for _, o := range inf.List() {
+				cache = append(cache, o.GetName()+"@"+o.GetResourceVersion())
+			}
+			slices.Sort(cache)
+			cancel()
+			<-done
+			if !slices.Equal(cache, tc.wantCache) {
+				t.Errorf("cache holds %v, want %v", cache, tc.wantCache)
+			}
+			want := append([]string{"list rv=0"}, tc.wantAsked...)
+			if got := api.requests(); !slices.Equal(got, want) {
+				t.Errorf("requests\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
 }
