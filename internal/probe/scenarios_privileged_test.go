@@ -45,6 +45,64 @@ func TestPrivilegedProbeScenarios(t *testing.T) {
 }
 
 func runScenario(t *testing.T, bin, dir, dataplane, family string) {
+	expected := readExpected(t, dir)
+	pods, _, err := LoadPods(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifests, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A scenario with an edit/ directory goes on: its manifests replace
+	// the scenario's while the pods run, and the table must become
+	// edit/expected.txt. The agent follows a copy, so the edit stays out
+	// of the source tree.
+	editDir := filepath.Join(dir, "edit")
+	var expectedAfter *Table // nil: no edit
+	if _, err := os.Stat(editDir); err == nil {
+		e := readExpected(t, editDir)
+		expectedAfter = &e
+		manifests = t.TempDir()
+		copyManifest(t, filepath.Join(dir, "manifests.yaml"), manifests)
+	}
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := Config{Binary: bin, Manifests: manifests, Pods: pods, Dataplane: dataplane, Family: family, Progress: &progress}
+	var after *Report
+	if expectedAfter != nil {
+		cfg.Then = func(ctx context.Context, first *Report, reprobe func(context.Context) (*Report, error)) error {
+			if len(CompareTables(expected, first.Table())) > 0 {
+				return nil // reported below; the edit would prove nothing
+			}
+			copyManifest(t, filepath.Join(editDir, "manifests.yaml"), manifests)
+			// The agent applies the edit within milliseconds of reading
+			// it; reading it waits for a file event.
+			for deadline := time.Now().Add(20 * time.Second); ; {
+				rep, err := reprobe(ctx)
+				if err != nil {
+					return err
+				}
+				after = rep
+				if len(CompareTables(*expectedAfter, rep.Table())) == 0 || time.Now().After(deadline) {
+					return nil
+				}
+			}
+		}
+	}
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	}
+	checkTable(t, dir, expected, rep.Table(), &progress)
+	if expectedAfter != nil && after != nil {
+		checkTable(t, editDir, *expectedAfter, after.Table(), &progress)
+	}
+}
+
+func readExpected(t *testing.T, dir string) Table {
+	t.Helper()
 	text, err := os.ReadFile(filepath.Join(dir, "expected.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -53,22 +111,28 @@ func runScenario(t *testing.T, bin, dir, dataplane, family string) {
 	if err != nil {
 		t.Fatalf("%s/expected.txt: %v", dir, err)
 	}
-	pods, _, err := LoadPods(dir)
+	return expected
+}
+
+// copyManifest writes src into dir as manifests.yaml, atomically, as an
+// editor or a config management tool would.
+func copyManifest(t *testing.T, src, dir string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
+	tmp := filepath.Join(dir, ".manifests.yaml.tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var progress bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, Config{Binary: bin, Manifests: abs, Pods: pods, Dataplane: dataplane, Family: family, Progress: &progress})
-	if err != nil {
-		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	if err := os.Rename(tmp, filepath.Join(dir, "manifests.yaml")); err != nil {
+		t.Fatal(err)
 	}
-	actual := rep.Table()
+}
+
+func checkTable(t *testing.T, dir string, expected, actual Table, progress *bytes.Buffer) {
+	t.Helper()
 	if mismatches := CompareTables(expected, actual); len(mismatches) > 0 {
 		lines := make([]string, len(mismatches))
 		for i, m := range mismatches {
