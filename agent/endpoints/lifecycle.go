@@ -81,7 +81,8 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 // PinnedIPAnnotation on a Pod the agent knows (from --manifests) asks for
 // those exact addresses instead of the next free ones: one address, or an
 // IPv4 and an IPv6 address separated by a comma. A family it leaves out
-// gets the next free address.
+// gets the next free address; a family the node has no pool of allocates
+// nothing, pinned or not.
 const PinnedIPAnnotation = "lockstep.dev/ip"
 
 // pins are the addresses a pod pins, by family; zero Addrs where none.
