@@ -292,7 +292,7 @@ func setUpdates(cur, want map[string]*ipSet) []byte {
 			old = nil // recreate fails loudly: ipset names the conflict
 		}
 		if old == nil || old.unknown {
-			fmt.Fprintf(&b, "create %s %s family %s maxelem %d\n", name, s.typ(), s.family.ipsetFamily(), maxElem)
+			fmt.Fprintf(&b, "create %s %s family %s hashsize %d maxelem %d\n", name, s.typ(), s.family.ipsetFamily(), hashSize(len(s.entries)), maxElem)
 			if old != nil {
 				b.WriteString("flush " + name + "\n")
 			}

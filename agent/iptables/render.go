@@ -41,6 +41,21 @@ func (s *ipSet) typ() string {
 // cluster, so it is well above ipset's default of 65536.
 const maxElem = 1 << 20
 
+// hashSize is the hashsize a set created with n members starts with: about
+// four members per bucket, a power of two from 64 (ipset's least) up. The
+// default, 1024, wastes buckets on the many small sets and makes the
+// kernel double and rehash a large one several times while ipset restore
+// fills it: 200k members in 20 sets restored in 1.3-1.4 s with it, 0.7 s
+// sized (measured in a throwaway netns). A set that grows later is
+// resized by the kernel as before.
+func hashSize(n int) int {
+	size := 64
+	for size*4 < n {
+		size *= 2
+	}
+	return size
+}
+
 // plan is the complete desired state of one Apply: every set and, per
 // family, every lockstep chain with its rules (the text after "-A CHAIN ",
 // exactly as iptables-save prints it).

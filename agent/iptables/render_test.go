@@ -322,3 +322,13 @@ func TestUnionSets(t *testing.T) {
 		t.Errorf("IPv6 ingress of ep1 %q: want the union rule only (302 has no IPv6 pod)", v6)
 	}
 }
+
+func TestHashSize(t *testing.T) {
+	for _, tc := range []struct{ members, want int }{
+		{0, 64}, {1, 64}, {256, 64}, {257, 128}, {10000, 4096}, {1 << 20, 1 << 18},
+	} {
+		if got := hashSize(tc.members); got != tc.want {
+			t.Errorf("hashSize(%d) = %d, want %d", tc.members, got, tc.want)
+		}
+	}
+}
