@@ -79,6 +79,10 @@ type epRender struct {
 	// sig[f]: which of refs have a non-empty set in that family.
 	chains [2][2][]string
 	sig    [2]string
+	// The endpoint's chain names and its jumps from the hook chains, which
+	// depend on its host ifname only.
+	egressChain, ingressChain string
+	jumpEgress, jumpIngress   string
 }
 
 // renderer turns a policy.Desired into a plan.
@@ -91,6 +95,10 @@ type renderer struct {
 	lastCIDRs map[netip.Prefix]policy.Peer
 	lastRefs  map[ref]bool
 	lastSets  map[string]*ipSet
+	// lastHas is, per family, which referenced sets the last render found
+	// non-empty. While it stays the same, an endpoint whose chains are
+	// rendered needs no new signature: they were rendered for it.
+	lastHas [2]map[ref]bool
 	// unionHashes caches the name hash of every union in use.
 	unionHashes map[string]string
 }
@@ -135,14 +143,23 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 			has[rf] = p.sets[name] != nil
 		}
 		nonEmpty := func(rf ref) bool { return has[rf] }
+		sameHas := r.lastHas[f.index()] != nil && maps.Equal(has, r.lastHas[f.index()])
+		r.lastHas[f.index()] = has
 		chains := map[string][]string{}
 		fwd, in, out := ndRules(f), ndRules(f), ndRules(f)
 		for _, name := range names {
-			e, i := egressPrefix+name, ingressPrefix+name
-			fwd = append(fwd, "-i "+name+" -j "+e, "-o "+name+" -j "+i)
-			in = append(in, "-i "+name+" -j "+e)
-			out = append(out, "-o "+name+" -j "+i)
 			er := next[name]
+			e, i := er.egressChain, er.ingressChain
+			fwd = append(fwd, er.jumpEgress, er.jumpIngress)
+			in = append(in, er.jumpEgress)
+			out = append(out, er.jumpIngress)
+			if rendered := er.chains[f.index()][0] != nil; rendered && sameHas {
+				// Rendered (here or by a render whose sets had the same
+				// emptiness) for the signature it would get now.
+				chains[e] = er.chains[f.index()][0]
+				chains[i] = er.chains[f.index()][1]
+				continue
+			}
 			sig := signature(er.refs, nonEmpty)
 			if er.chains[f.index()][0] == nil || er.sig[f.index()] != sig {
 				if er == cache[name] {
@@ -228,7 +245,8 @@ func newEPRender(name string, ep *policy.EndpointPolicy) (*epRender, error) {
 	slices.SortFunc(keys, func(a, b policy.RuleKey) int {
 		return cmp.Or(cmp.Compare(protoRank(a.Proto), protoRank(b.Proto)), cmp.Compare(a.Peer, b.Peer))
 	})
-	er := &epRender{ep: ep, keys: keys}
+	er := &epRender{ep: ep, keys: keys, egressChain: egressPrefix + name, ingressChain: ingressPrefix + name}
+	er.jumpEgress, er.jumpIngress = "-i "+name+" -j "+er.egressChain, "-o "+name+" -j "+er.ingressChain
 	er.union, er.merged = groupUnions(keys, ep.Rules)
 	seen := map[ref]bool{}
 	for _, k := range keys {
