@@ -51,6 +51,25 @@ var throughputModes = []string{modeOn, modePass, modeOff}
 // on[i], pass[i] and off[i] ran back to back.
 type throughputResult struct {
 	on, pass, off []float64 // bits per second
+	// runs is what the kernel's BPF run-time statistics counted during
+	// the timed runs, by program: from_pod and to_pod in the on runs, the
+	// pass-through program (on all four hooks) in the pass runs. Nil when
+	// the kernel could not count.
+	runs map[string]progRuns
+}
+
+// progRuns is how often a program ran and for how long in all.
+type progRuns struct {
+	count uint64
+	time  time.Duration
+}
+
+// perRun is the mean time of one run, 0 without runs.
+func (p progRuns) perRun() time.Duration {
+	if p.count == 0 {
+		return 0
+	}
+	return p.time / time.Duration(p.count)
 }
 
 // add records bps for mode.
@@ -160,15 +179,33 @@ func (b *bench) benchThroughput(ctx context.Context) (*throughputResult, error) 
 	}
 
 	res := &throughputResult{}
+	// The kernel counts programs' runs and run time only while someone
+	// holds this open; it adds two clock reads to every run of every
+	// program on the machine until it is closed.
+	if stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
+		logf("  no BPF run-time statistics (%v): the programs' run time in this traffic is not measured", err)
+	} else {
+		defer stats.Close()
+		res.runs = map[string]progRuns{}
+	}
 	for round := range b.cfg.iperfRounds {
 		for i := range throughputModes {
 			mode := throughputModes[(round+i)%len(throughputModes)]
 			if err := h.set(mode); err != nil {
 				return nil, err
 			}
+			before := h.runStats(mode)
 			bps, err := b.iperf(ctx, client, server, b.cfg.iperfSeconds)
 			if err != nil {
 				return nil, fmt.Errorf("round %d, %s: %w", round+1, mode, err)
+			}
+			if res.runs != nil {
+				for name, after := range h.runStats(mode) {
+					r := res.runs[name]
+					r.count += after.count - before[name].count
+					r.time += after.time - before[name].time
+					res.runs[name] = r
+				}
 			}
 			logf("  round %d, %-4s: %.2f Gbit/s", round+1, mode, bps/1e9)
 			res.add(mode, bps)
@@ -181,7 +218,24 @@ func (b *bench) benchThroughput(ctx context.Context) (*throughputResult, error) 
 	}
 	logf("  median on %.2f, pass %.2f, off %.2f Gbit/s; on ÷ off %.3f (per round %s, median %.3f)",
 		median(res.on)/1e9, median(res.pass)/1e9, median(res.off)/1e9, median(res.on)/median(res.off), fmtRatios(res.ratios()), median(res.ratios()))
+	if res.runs != nil {
+		logf("  BPF run time per run: %s", res.runTimes())
+	}
 	return res, nil
+}
+
+// runTimes formats the mean run time and run count of each program, or
+// says they were not measured.
+func (r *throughputResult) runTimes() string {
+	if r.runs == nil {
+		return "not measured (no BPF run-time statistics on this kernel)"
+	}
+	var parts []string
+	for _, name := range []string{"from_pod", "to_pod", "pass"} {
+		p := r.runs[name]
+		parts = append(parts, fmt.Sprintf("%s %d ns (%d runs)", name, p.perRun().Nanoseconds(), p.count))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // fmtRatios formats ratios for a log line or a table cell.
@@ -218,6 +272,31 @@ type hooks struct {
 	// lockstep holds the programs the agent attached, by hook parent.
 	lockstep map[uint32]hookProg
 	pass     *ebpf.Program
+}
+
+// runStats reads the kernel's run statistics of the programs mode
+// attaches, by program name; nil for modeOff or when they cannot be read.
+func (h *hooks) runStats(mode string) map[string]progRuns {
+	progs := map[string]*ebpf.Program{}
+	switch mode {
+	case modeOn:
+		progs["from_pod"] = h.lockstep[netlink.HANDLE_MIN_INGRESS].prog
+		progs["to_pod"] = h.lockstep[netlink.HANDLE_MIN_EGRESS].prog
+	case modePass:
+		progs["pass"] = h.pass
+	}
+	out := make(map[string]progRuns, len(progs))
+	for name, p := range progs {
+		if p == nil {
+			continue
+		}
+		s, err := p.Stats()
+		if err != nil {
+			return nil
+		}
+		out[name] = progRuns{count: s.RunCount, time: s.Runtime}
+	}
+	return out
 }
 
 // hookProg is a program attached to a tc hook, and the filter name it had.
