@@ -134,7 +134,8 @@ func TestPrivilegedIptablesNftShowsOnlyLiveRulesOnceIdle(t *testing.T) {
 		out := save()
 		return !strings.Contains(out, "--dport 8080") && strings.Contains(out, "--dport 8081")
 	})
-	if n := unreachable(); n != 0 {
-		t.Errorf("lockstep status counts %d unreachable rules after the resync", n)
-	}
+	// The agent records what it applied once both families' restores have
+	// returned; iptables-save can show the first family's commit before
+	// that, so the count may lag a moment (seen once under a loaded CI).
+	waitFor("lockstep status counting no unreachable rules", func() bool { return unreachable() == 0 })
 }
