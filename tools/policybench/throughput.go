@@ -201,9 +201,13 @@ func (b *bench) benchThroughput(ctx context.Context) (*throughputResult, error) 
 			}
 			if res.runs != nil {
 				for name, after := range h.runStats(mode) {
+					b, ok := before[name]
+					if !ok {
+						continue // not read before the run: no interval to count
+					}
 					r := res.runs[name]
-					r.count += after.count - before[name].count
-					r.time += after.time - before[name].time
+					r.count += after.count - b.count
+					r.time += after.time - b.time
 					res.runs[name] = r
 				}
 			}

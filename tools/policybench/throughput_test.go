@@ -55,3 +55,24 @@ func TestThroughputRounds(t *testing.T) {
 		t.Errorf("per-round on ÷ off %s, want 0.90, 1.00", got)
 	}
 }
+
+func TestRunTimes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		runs map[string]progRuns
+		want string
+	}{
+		{"unmeasured", nil, "not measured (no BPF run-time statistics on this kernel)"},
+		{"measured", map[string]progRuns{
+			"from_pod": {count: 4, time: 1000},
+			"to_pod":   {count: 2, time: 500},
+		}, "from_pod 250 ns (4 runs), to_pod 250 ns (2 runs), pass 0 ns (0 runs)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &throughputResult{runs: tc.runs}
+			if got := r.runTimes(); got != tc.want {
+				t.Errorf("runTimes() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
