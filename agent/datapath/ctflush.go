@@ -21,7 +21,8 @@ import (
 //
 // An ifindex attached again before that (Linux hands out ifindexes
 // cyclically, so only after the counter wraps) leaves the set and keeps
-// its entries.
+// its entries. Close does a flush still queued; only a killed agent loses
+// one, and those entries expire on their own.
 
 // ctBatch is how many conntrack entries one batch lookup reads (hash map
 // batches need Linux 5.6, within the floor in doc.go). A batch must hold

@@ -3,6 +3,7 @@
 package datapath
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -61,6 +62,55 @@ func TestPrivilegedConntrackFlushedWhenEndpointLeaves(t *testing.T) {
 	}
 	if got := run(t, d.fromPod, req); got != actShot {
 		t.Errorf("a packet of the removed endpoint's connection: got %s, want SHOT (no endpoint)", actName(got))
+	}
+}
+
+// TestPrivilegedConntrackFlushedAtClose: a flush still queued when the
+// datapath closes (its settler round failed) is done by Close, after a
+// grace period.
+func TestPrivilegedConntrackFlushedAtClose(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	entered, results := make(chan struct{}), make(chan error)
+	d.holdGrace(t, entered, results)
+	mustApply(t, d, scenario(true, true))
+	<-entered
+	results <- nil // the round after the first flip
+	d.flushCT(t)
+	req := packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	if got := run(t, d.fromPod, req); got != actOK {
+		t.Fatalf("request: got %s, want OK", actName(got))
+	}
+	want := scenario(true, true)
+	delete(want.Endpoints, podIf)
+	mustApply(t, d, want)
+	<-entered
+	results <- errors.New("held") // the round fails: the flush stays queued
+	d.mu.Lock()
+	for !d.settler.failed {
+		d.settler.cond.Wait()
+	}
+	d.mu.Unlock()
+	if n := ctEntriesOf(t, d, loIfindex); n != 1 {
+		t.Fatalf("%d conntrack entries before Close, want the request's 1", n)
+	}
+
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close() }()
+	var err error
+	select {
+	case <-entered: // Close waits for a grace period before its flush
+		results <- nil
+		err = <-closed
+	case err = <-closed:
+		t.Error("Close returned without waiting for a grace period")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ctEntriesOf(t, d, loIfindex); n != 0 {
+		t.Errorf("%d conntrack entries of the removed endpoint left after Close", n)
 	}
 }
 

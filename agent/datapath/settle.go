@@ -101,6 +101,20 @@ func (d *Datapath) stopSettler() {
 	s.cond.Broadcast()
 	d.mu.Unlock()
 	<-s.done
+	// A conntrack flush still queued would be lost: the next agent no
+	// longer knows these endpoints. Do it now, after the grace period.
+	d.mu.Lock()
+	gone, wait := d.takeCTGone(), s.graceWait
+	d.mu.Unlock()
+	if len(gone) > 0 {
+		err := wait()
+		if err == nil {
+			_, err = d.flushConntrack(gone)
+		}
+		if err != nil {
+			d.log.Warn("delete conntrack entries of removed endpoints at close; they expire on their own", "err", err, "endpoints", len(gone))
+		}
+	}
 	s.gp.Close()
 	s.gpInner.Close()
 }
