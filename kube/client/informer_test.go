@@ -114,6 +114,23 @@ func (l *eventLog) take() []string {
 	return out
 }
 
+// runInformer runs inf until the returned stop is called (or the test
+// ends); stop waits for Run to return.
+func runInformer(t *testing.T, inf *client.Informer) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.Run(ctx)
+	}()
+	stop = func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
 // TestInformerWatchExpiresThenRelistsConsistently follows an informer
 // through a list, a watch that changes, bookmarks and deletes, the watch
 // expiring, a relist from the last version seen that is too old as well,
@@ -134,13 +151,7 @@ func TestInformerWatchExpiresThenRelistsConsistently(t *testing.T) {
 	})
 	var log eventLog
 	inf.AddHandler(log.handler())
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		inf.Run(ctx)
-	}()
+	stop := runInformer(t, inf)
 
 	w := <-api.watches
 	if !inf.HasSynced() {
@@ -196,8 +207,7 @@ func TestInformerWatchExpiresThenRelistsConsistently(t *testing.T) {
 	if got := api.requests(); got[len(got)-1] != "watch rv=13 bookmarks=true" {
 		t.Errorf("after a closed watch, requests end %v, want a watch from rv 13", got[len(got)-2:])
 	}
-	cancel()
-	<-done
+	stop()
 }
 
 // TestInformerKeys checks the cache keys the agent's source splits.
@@ -247,13 +257,7 @@ func TestInformerKeepsServerVersionsPastTransforms(t *testing.T) {
 	})
 	var log eventLog
 	inf.AddHandler(log.handler())
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		inf.Run(ctx)
-	}()
+	stop := runInformer(t, inf)
 
 	w := <-api.watches
 	w.Modify(ipam("a", "6"))
@@ -266,8 +270,7 @@ func TestInformerKeepsServerVersionsPastTransforms(t *testing.T) {
 	if got, want := log.take(), []string{"add a@", "update a@->"}; !slices.Equal(got, want) {
 		t.Errorf("handlers saw %v, want %v (no delete of an object never cached)", got, want)
 	}
-	cancel()
-	<-done
+	stop()
 }
 
 func pageOf(rv, next string, items ...*v1alpha1.NodeIPAM) func() (runtime.Object, error) {
@@ -317,20 +320,14 @@ func TestInformerConsistentRelistIsPaged(t *testing.T) {
 			// The first list is too old: the informer lists consistently.
 			api := &scriptedAPI{t: t, watches: make(chan *watch.FakeWatcher, 1), lists: append([]func() (runtime.Object, error){expired}, tc.pages...)}
 			inf := client.NewInformer(api.listWatch(), nil)
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				inf.Run(ctx)
-			}()
+			stop := runInformer(t, inf)
 			<-api.watches
 			var cache []string
 			for _, o := range inf.List() {
 				cache = append(cache, o.GetName()+"@"+o.GetResourceVersion())
 			}
 			slices.Sort(cache)
-			cancel()
-			<-done
+			stop()
 			if !slices.Equal(cache, tc.wantCache) {
 				t.Errorf("cache holds %v, want %v", cache, tc.wantCache)
 			}
