@@ -43,8 +43,8 @@ static __always_inline int addr_ok(const struct endpoint_info *ep, const struct 
 /* handle decides one packet in dir at the endpoint of the host veth the
  * program runs on.
  *
- * A packet of a tracked connection takes the fast path: parse, one
- * lock-free conntrack lookup, done; it needs neither the endpoint nor the
+ * A packet of a tracked connection takes the fast path: parse, this CPU's
+ * flow cache or one lock-free conntrack lookup, done; it needs neither the endpoint nor the
  * generation. That is safe for anti-spoofing because an entry only ever
  * lets a pod send from an address it was allowed to send from when the
  * entry was made: an egress entry is made after the source check, and an

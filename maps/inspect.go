@@ -147,6 +147,10 @@ func Dump(pinRoot, name string) ([]Entry, error) {
 		out, err = dumpAll[CIDRKey, CIDRValue](m)
 	case CTMap:
 		out, err = dumpAll[CTKey, CTEntry](m)
+	case CTCacheMap:
+		out, err = dumpCTCache(m)
+	case CTEpochMap:
+		out, err = dumpAll[uint32, uint32](m)
 	case CountersMap:
 		out, err = dumpCounters(m)
 	case PolicyMap:
@@ -185,6 +189,24 @@ func dumpCounters(m *ebpf.Map) ([]Entry, error) {
 			continue // unused slot
 		}
 		out = append(out, Entry{Key: Reason(i), Value: sum})
+	}
+	return out, nil
+}
+
+// dumpCTCache lists the slots of every CPU's flow cache that are not
+// empty, whether still valid or not.
+func dumpCTCache(m *ebpf.Map) ([]Entry, error) {
+	var out []Entry
+	for i := range uint32(m.MaxEntries()) {
+		var perCPU []CTCacheSlot
+		if err := m.Lookup(i, &perCPU); err != nil {
+			return nil, err
+		}
+		for cpu, s := range perCPU {
+			if s != (CTCacheSlot{}) {
+				out = append(out, Entry{Key: CTCacheKey{CPU: cpu, Slot: i}, Value: s})
+			}
+		}
 	}
 	return out, nil
 }

@@ -35,6 +35,7 @@ func TestLayoutMatchesBTF(t *testing.T) {
 		{"cidr_value", CIDRValue{}},
 		{"ct_key", CTKey{}},
 		{"ct_entry", CTEntry{}},
+		{"ct_cache_slot", CTCacheSlot{}},
 		{"counter", Counter{}},
 		{"event", Event{}},
 	} {

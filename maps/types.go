@@ -14,13 +14,15 @@ const (
 	IPCacheMap   = "lockstep_ipcache"
 	CIDRsMap     = "lockstep_cidrs"
 	CTMap        = "lockstep_ct"
+	CTCacheMap   = "lockstep_ct_cache"
+	CTEpochMap   = "lockstep_ct_epoch"
 	CountersMap  = "lockstep_drops"
 	EventsMap    = "lockstep_events"
 )
 
 // Names lists every pinned map, in the order `lockstep maps list` prints
 // them.
-var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, CTMap, CountersMap, EventsMap}
+var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, CTMap, CTCacheMap, CTEpochMap, CountersMap, EventsMap}
 
 // Endpoint flag bits of EndpointInfo.Flags (C: EP_*).
 const (
@@ -155,6 +157,26 @@ type CTEntry struct {
 	// end o of the key was allowed as a new connection.
 	Flags uint32 `json:"flags"`
 	Pad   uint32 `json:"-"`
+}
+
+// CTCacheSlot mirrors struct ct_cache_slot: one slot of a CPU's flow
+// cache (CTCacheMap, a per-CPU array), a copy of the conntrack entry of Key
+// that the dataplane uses while ValidUntil has not passed and CTEpochMap
+// still holds Epoch. A zero slot is empty.
+type CTCacheSlot struct {
+	Key   CTKey  `json:"key"`
+	Epoch uint32 `json:"epoch"`
+	// ValidUntil is a CLOCK_MONOTONIC deadline in nanoseconds, like
+	// CTEntry.Expires.
+	ValidUntil uint64 `json:"valid_until"`
+	Flags      uint32 `json:"flags"`
+	Pad        uint32 `json:"-"`
+}
+
+// CTCacheKey names one slot of one CPU's flow cache in a dump.
+type CTCacheKey struct {
+	CPU  int    `json:"cpu"`
+	Slot uint32 `json:"slot"`
 }
 
 // CTAllowed is the CTEntry.Flags bit of a connection allowed in

@@ -19,6 +19,11 @@ import (
 // their entries after the next grace period, off the apply path, once no
 // packet that saw the endpoint can still be creating one.
 //
+// The programs keep copies of live entries in a per-CPU flow cache
+// (bpf/lib/ct.h). After deleting, the flush bumps lockstep_ct_epoch, which
+// drops every copy made before; should the bump fail, a copy still lives
+// for at most the cache's 1 s lifetime.
+//
 // An ifindex attached again before that (Linux hands out ifindexes
 // cyclically, so only after the counter wraps) leaves the set and keeps
 // its entries. Close does a flush still queued; only a killed agent loses
@@ -73,8 +78,31 @@ func (d *Datapath) flushConntrack(gone map[uint32]struct{}) (int, error) {
 			return 0, fmt.Errorf("read %s: %w", bpfmaps.CTMap, err)
 		}
 	}
-	if err := deleteAll(d.ct, doomed); err != nil {
-		return 0, fmt.Errorf("delete entries of removed endpoints from %s: %w", bpfmaps.CTMap, err)
+	derr := deleteAll(d.ct, doomed)
+	if len(doomed) > 0 {
+		// Also after a partial delete: what went must not live on in
+		// a cache.
+		if err := d.bumpCTEpoch(); err != nil {
+			return 0, err
+		}
+	}
+	if derr != nil {
+		return 0, fmt.Errorf("delete entries of removed endpoints from %s: %w", bpfmaps.CTMap, derr)
 	}
 	return len(doomed), nil
+}
+
+// bumpCTEpoch changes lockstep_ct_epoch, so that the programs stop using
+// every flow cache copy made before (bpf/lib/ct.h). Call it after deleting
+// conntrack entries. Its callers never run concurrently (the settler, and
+// Close once the settler stopped), so a read and a write are enough.
+func (d *Datapath) bumpCTEpoch() error {
+	var epoch uint32
+	if err := d.ctEpoch.Lookup(uint32(0), &epoch); err != nil {
+		return fmt.Errorf("read %s: %w", bpfmaps.CTEpochMap, err)
+	}
+	if err := d.ctEpoch.Update(uint32(0), epoch+1, ebpf.UpdateExist); err != nil {
+		return fmt.Errorf("bump %s: %w", bpfmaps.CTEpochMap, err)
+	}
+	return nil
 }

@@ -13,9 +13,9 @@ import (
 )
 
 // TestPrivilegedConntrackFlushedWhenEndpointLeaves: once an Apply removes
-// an endpoint, the settler deletes its conntrack entries, so a packet of
-// a connection it had is no longer waved through by the fast path; the
-// entries of other ifindexes stay.
+// an endpoint, the settler deletes its conntrack entries and drops the
+// flow caches' copies, so a packet of a connection it had is no longer
+// waved through by the fast path; the entries of other ifindexes stay.
 func TestPrivilegedConntrackFlushedWhenEndpointLeaves(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
@@ -34,6 +34,13 @@ func TestPrivilegedConntrackFlushedWhenEndpointLeaves(t *testing.T) {
 	if n := ctEntriesOf(t, d, loIfindex); n != 1 {
 		t.Fatalf("%d conntrack entries at the endpoint, want 1", n)
 	}
+	// Every CPU's flow cache holds a copy of the connection: the flush
+	// must drop the copies too.
+	d.fillCTCache(t, maps.CTCacheSlot{
+		Key:   requestKey(),
+		Epoch: d.ctEpochNow(t), Flags: maps.CTAllowed(uint8(policy.Egress), 0),
+		ValidUntil: coarseNow(t) + uint64(10*time.Second),
+	})
 
 	d.mu.Lock()
 	flushes := d.settler.ctFlushes

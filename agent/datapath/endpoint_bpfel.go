@@ -30,6 +30,15 @@ type endpointCounter struct {
 	Bytes   uint64
 }
 
+type endpointCtCacheSlot struct {
+	_          structs.HostLayout
+	Key        endpointCtKey
+	Epoch      uint32
+	ValidUntil uint64
+	Flags      uint32
+	Pad        uint32
+}
+
 type endpointCtEntry struct {
 	_       structs.HostLayout
 	Expires uint64
@@ -164,6 +173,8 @@ type endpointMapSpecs struct {
 	EventBtf          *ebpf.MapSpec `ebpf:"event_btf"`
 	LockstepCidrs     *ebpf.MapSpec `ebpf:"lockstep_cidrs"`
 	LockstepCt        *ebpf.MapSpec `ebpf:"lockstep_ct"`
+	LockstepCtCache   *ebpf.MapSpec `ebpf:"lockstep_ct_cache"`
+	LockstepCtEpoch   *ebpf.MapSpec `ebpf:"lockstep_ct_epoch"`
 	LockstepDrops     *ebpf.MapSpec `ebpf:"lockstep_drops"`
 	LockstepEndpoints *ebpf.MapSpec `ebpf:"lockstep_endpoints"`
 	LockstepEvents    *ebpf.MapSpec `ebpf:"lockstep_events"`
@@ -203,6 +214,8 @@ type endpointMaps struct {
 	EventBtf          *ebpf.Map `ebpf:"event_btf"`
 	LockstepCidrs     *ebpf.Map `ebpf:"lockstep_cidrs"`
 	LockstepCt        *ebpf.Map `ebpf:"lockstep_ct"`
+	LockstepCtCache   *ebpf.Map `ebpf:"lockstep_ct_cache"`
+	LockstepCtEpoch   *ebpf.Map `ebpf:"lockstep_ct_epoch"`
 	LockstepDrops     *ebpf.Map `ebpf:"lockstep_drops"`
 	LockstepEndpoints *ebpf.Map `ebpf:"lockstep_endpoints"`
 	LockstepEvents    *ebpf.Map `ebpf:"lockstep_events"`
@@ -218,6 +231,8 @@ func (m *endpointMaps) Close() error {
 		m.EventBtf,
 		m.LockstepCidrs,
 		m.LockstepCt,
+		m.LockstepCtCache,
+		m.LockstepCtEpoch,
 		m.LockstepDrops,
 		m.LockstepEndpoints,
 		m.LockstepEvents,

@@ -7,9 +7,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
-	"slices"
-
 	"path/filepath"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -97,7 +97,17 @@ func (d *Datapath) waitSettled(tb testing.TB) {
 	}
 }
 
+// flushCT empties lockstep_ct and bumps the epoch, as a flush does.
 func (d *Datapath) flushCT(tb testing.TB) {
+	tb.Helper()
+	deleteCTEntries(tb, d)
+	if err := d.bumpCTEpoch(); err != nil {
+		tb.Fatalf("flush CT: %v", err)
+	}
+}
+
+// deleteCTEntries empties lockstep_ct and leaves the flow caches alone.
+func deleteCTEntries(tb testing.TB, d *Datapath) {
 	tb.Helper()
 	var keys []maps.CTKey
 	var k maps.CTKey
@@ -108,9 +118,77 @@ func (d *Datapath) flushCT(tb testing.TB) {
 	}
 	for _, k := range keys {
 		if err := d.ct.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			tb.Fatalf("flush CT: %v", err)
+			tb.Fatalf("delete conntrack entries: %v", err)
 		}
 	}
+}
+
+// onOneCPU keeps the calling goroutine on one CPU until the test ends, so
+// that successive test runs of a program share that CPU's flow cache.
+func onOneCPU(tb testing.TB) {
+	tb.Helper()
+	runtime.LockOSThread()
+	var was, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		runtime.UnlockOSThread()
+		tb.Fatalf("read CPU affinity: %v", err)
+	}
+	for cpu := range 1024 {
+		if was.IsSet(cpu) {
+			one.Set(cpu)
+			break
+		}
+	}
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		runtime.UnlockOSThread()
+		tb.Fatalf("pin to one CPU: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := unix.SchedSetaffinity(0, &was); err != nil {
+			tb.Errorf("restore CPU affinity: %v", err)
+		}
+		runtime.UnlockOSThread()
+	})
+}
+
+// fillCTCache writes s into every slot of every CPU's flow cache.
+func (d *Datapath) fillCTCache(tb testing.TB, s maps.CTCacheSlot) {
+	tb.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(d.pinRoot, maps.CTCacheMap), nil)
+	if err != nil {
+		tb.Fatalf("open the flow cache: %v", err)
+	}
+	defer m.Close()
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	perCPU := slices.Repeat([]maps.CTCacheSlot{s}, ncpu)
+	for i := range m.MaxEntries() {
+		if err := m.Update(i, perCPU, ebpf.UpdateExist); err != nil {
+			tb.Fatalf("fill flow cache slot %d: %v", i, err)
+		}
+	}
+}
+
+// ctEpochNow returns lockstep_ct_epoch[0].
+func (d *Datapath) ctEpochNow(tb testing.TB) uint32 {
+	tb.Helper()
+	var epoch uint32
+	if err := d.ctEpoch.Lookup(uint32(0), &epoch); err != nil {
+		tb.Fatalf("read the conntrack epoch: %v", err)
+	}
+	return epoch
+}
+
+// coarseNow is the programs' conntrack clock (bpf_ktime_get_coarse_ns).
+func coarseNow(tb testing.TB) uint64 {
+	tb.Helper()
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
+		tb.Fatal(err)
+	}
+	return uint64(ts.Nano())
 }
 
 // packet describes a test frame.

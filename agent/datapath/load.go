@@ -58,6 +58,7 @@ type Datapath struct {
 	ipcache        *ebpf.Map
 	cidrs          *ebpf.Map
 	ct             *ebpf.Map
+	ctEpoch        *ebpf.Map
 	counters       *ebpf.Map
 	events         *ebpf.Map
 	innerSpec      *ebpf.MapSpec
@@ -128,10 +129,16 @@ func Load(opts Options) (*Datapath, error) {
 		ipcache:   coll.Maps[maps.IPCacheMap],
 		cidrs:     coll.Maps[maps.CIDRsMap],
 		ct:        coll.Maps[maps.CTMap],
+		ctEpoch:   coll.Maps[maps.CTEpochMap],
 		counters:  coll.Maps[maps.CountersMap],
 		events:    coll.Maps[maps.EventsMap],
 		innerSpec: spec.Maps[maps.PolicyMap].InnerMap.Copy(),
 		attached:  make(map[string]int),
+	}
+	// The programs hold the maps Go never reads or writes: the monitor
+	// flag (`lockstep monitor` opens its pin) and the flow cache.
+	for _, name := range []string{maps.MonitorMap, maps.CTCacheMap} {
+		coll.Maps[name].Close()
 	}
 	if err := d.probeInnerCompat(); err != nil {
 		d.closeObjects()
@@ -223,7 +230,7 @@ func (d *Datapath) Close() error {
 }
 
 func (d *Datapath) closeObjects() {
-	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.ct, d.counters, d.events} {
+	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.ct, d.ctEpoch, d.counters, d.events} {
 		if c != nil {
 			c.Close()
 		}

@@ -354,13 +354,8 @@ func TestPrivilegedVerdictConntrackEntry(t *testing.T) {
 		t.Fatalf("%d conntrack entries, want 1: %+v", len(es), es)
 	}
 	k, v := es[0].Key.(maps.CTKey), es[0].Value.(maps.CTEntry)
-	// 10.0.0.1 orders before 10.0.0.2: the pod is end 0.
-	want := maps.CTKey{
-		Ifindex: loIfindex, Proto: policy.ProtoTCP, Port: [2]uint16{41000, 80},
-		Addr: [2]maps.Addr{maps.AddrFrom(addr(podV4)), maps.AddrFrom(addr("10.0.0.2"))},
-	}
-	if k != want {
-		t.Errorf("key\n got %+v\nwant %+v", k, want)
+	if want := requestKey(); k != want {
+		t.Errorf("key\n got %+v\nwant %+v (the pod, which orders first, is end 0)", k, want)
 	}
 	if want := maps.CTAllowed(uint8(policy.Egress), 0); v.Flags != want {
 		t.Errorf("flags %#x, want %#x (egress, opened by end 0)", v.Flags, want)

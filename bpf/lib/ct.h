@@ -76,25 +76,87 @@ static __always_inline __u32 ct_bit(__u8 dir, __u32 o)
 	return 1U << (((__u32)dir << 1) | o);
 }
 
+/* The flow cache. A lookup in lockstep_ct hashes a 44-byte key and walks a
+ * bucket whose lines real traffic has usually evicted from the CPU caches
+ * by the next packet. Each CPU keeps, in lockstep_ct_cache, copies of
+ * entries its lookups found live, in CT_CACHE_SLOTS direct-mapped slots; a
+ * packet of a cached connection is decided from its CPU's slot alone.
+ *
+ * A copy never says more than the entry did when it was read: same key,
+ * same bits, and it is used only while
+ *   - it is younger than CT_CACHE_TTL and the entry had not yet expired, so
+ *     a connection the LRU evicted, or whose entry expired, passes on its
+ *     cache for at most CT_CACHE_TTL more (it was allowed; eviction is not
+ *     a policy decision), and the entry is refreshed at least that often
+ *     while the connection is busy;
+ *   - lockstep_ct_epoch still holds the value read before the entry was.
+ *     Userspace bumps the epoch after deleting entries (the flush of
+ *     removed endpoints), which drops every copy made before the bump; a
+ *     copy made after it was read from the table after the deletion.
+ * Only programs of its own CPU write a slot, and tc programs do not nest
+ * on a CPU, so a slot is never read half written.
+ */
+#define CT_CACHE_TTL (1ULL * NSEC_PER_SEC)
+
+static __always_inline int ct_key_eq(const struct ct_key *a, const struct ct_key *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	__u32 d = 0;
+	int i;
+
+	for (i = 0; i < sizeof(*a) / 4; i++)
+		d |= x[i] ^ y[i];
+	return d == 0;
+}
+
+/* ct_cache_slot_of returns this CPU's slot for k. */
+static __always_inline struct ct_cache_slot *ct_cache_slot_of(const struct ct_key *k)
+{
+	const __u32 *a = (const __u32 *)k->addr;
+	__u32 h = k->ifindex ^ k->port[0] ^ ((__u32)k->port[1] << 3) ^ a[3] ^ a[7];
+
+	h = (h ^ (h >> 6) ^ (h >> 12)) & (CT_CACHE_SLOTS - 1);
+	return bpf_map_lookup_elem(&lockstep_ct_cache, &h);
+}
+
 /* ct_lookup reports whether p, in dir at the endpoint of k, belongs to a
  * live connection allowed earlier: in dir with the same sender, or in the
- * other direction with the other sender (p is a reply). A hit refreshes the
- * entry.
+ * other direction with the other sender (p is a reply). It asks this CPU's
+ * flow cache first; a hit in lockstep_ct refreshes the entry and caches it.
  */
 static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
 				     const struct pkt *p, __u64 now)
 {
+	__u32 want = ct_bit(dir, o) | ct_bit(dir ^ 1, o ^ 1);
 	__u64 expires = now + ct_timeout(p);
-	struct ct_entry *v = bpf_map_lookup_elem(&lockstep_ct, k);
+	struct ct_cache_slot *c;
+	struct ct_entry *v;
+	__u32 zero = 0, epoch;
+	__u32 *e;
 
+	e = bpf_map_lookup_elem(&lockstep_ct_epoch, &zero);
+	c = ct_cache_slot_of(k);
+	if (!e || !c)
+		return 0; /* cannot happen: both are arrays */
+	epoch = *(volatile __u32 *)e;
+	if (c->epoch == epoch && now < c->valid_until && (c->flags & want) && ct_key_eq(&c->key, k))
+		return 1;
+
+	v = bpf_map_lookup_elem(&lockstep_ct, k);
 	if (!v || v->expires < now)
 		return 0;
-	if (!(v->flags & (ct_bit(dir, o) | ct_bit(dir ^ 1, o ^ 1))))
+	if (!(v->flags & want))
 		return 0;
 	/* Written through v: should the LRU have recycled the element for
 	 * another key meanwhile, that connection lives longer; no bit moves. */
 	if (expires > v->expires + CT_REFRESH_SLACK)
 		v->expires = expires;
+	c->key = *k;
+	c->epoch = epoch;
+	c->flags = v->flags;
+	c->valid_until = now + CT_CACHE_TTL;
+	if (c->valid_until > v->expires)
+		c->valid_until = v->expires;
 	return 1;
 }
 

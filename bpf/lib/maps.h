@@ -124,6 +124,18 @@ struct ct_entry {
 	__u32 pad;
 };
 
+/* One slot of lockstep_ct_cache: a copy of a conntrack entry that a lookup
+ * found live, used until valid_until while lockstep_ct_epoch still holds
+ * epoch (see the flow cache in lib/ct.h). Zero: empty.
+ */
+struct ct_cache_slot {
+	struct ct_key key;
+	__u32 epoch;
+	__u64 valid_until; /* bpf_ktime_get_coarse_ns() */
+	__u32 flags;
+	__u32 pad;
+};
+
 struct counter {
 	__u64 packets;
 	__u64 bytes;
@@ -221,6 +233,28 @@ struct {
 	__type(value, struct ct_entry);
 	__uint(pinning, PIN_BY_NAME);
 } lockstep_ct SEC(".maps");
+
+/* The per-CPU flow cache in front of lockstep_ct (lib/ct.h). */
+#define CT_CACHE_SLOTS 64
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CT_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct ct_cache_slot);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_ct_cache SEC(".maps");
+
+/* lockstep_ct_epoch[0] changes after userspace deletes conntrack entries,
+ * which drops every cached copy (lib/ct.h).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_ct_epoch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

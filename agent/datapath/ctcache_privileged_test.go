@@ -1,0 +1,105 @@
+//go:build linux
+
+package datapath
+
+import (
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/maps"
+)
+
+// The flow cache (bpf/lib/ct.h) passes a packet on a copy of a conntrack
+// entry only while the copy is of the packet's own connection, allows the
+// packet's direction and sender, is younger than its deadline and was made
+// in the current epoch. Each case writes one copy into every slot of
+// every CPU, with the conntrack table empty, and sends the reply of an
+// egress connection: policy alone drops it (ingress allows 8080 only), so
+// only the cache can pass it.
+func TestPrivilegedFlowCache(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, scenario(true, true))
+	reply := packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 80, dport: 41000}
+	key := requestKey()
+	egressByPod := maps.CTAllowed(uint8(policy.Egress), 0)
+
+	for _, tc := range []struct {
+		name string
+		edit func(s *maps.CTCacheSlot)
+		want uint32
+	}{
+		{"a live copy passes the reply", func(*maps.CTCacheSlot) {}, actOK},
+		{"empty", func(s *maps.CTCacheSlot) { *s = maps.CTCacheSlot{} }, actShot},
+		{"made before the epoch changed", func(s *maps.CTCacheSlot) { s.Epoch-- }, actShot},
+		{"past its deadline", func(s *maps.CTCacheSlot) { s.ValidUntil = coarseNow(t) - uint64(time.Millisecond) }, actShot},
+		{"another port", func(s *maps.CTCacheSlot) { s.Key.Port[0]++ }, actShot},
+		{"another address", func(s *maps.CTCacheSlot) { s.Key.Addr[1][15]++ }, actShot},
+		{"another endpoint", func(s *maps.CTCacheSlot) { s.Key.Ifindex++ }, actShot},
+		{"another protocol", func(s *maps.CTCacheSlot) { s.Key.Proto = policy.ProtoUDP }, actShot},
+		{"opened in the other direction", func(s *maps.CTCacheSlot) { s.Flags = maps.CTAllowed(uint8(policy.Ingress), 0) }, actShot},
+		{"opened by the other end", func(s *maps.CTCacheSlot) { s.Flags = maps.CTAllowed(uint8(policy.Egress), 1) }, actShot},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d.flushCT(t)
+			s := maps.CTCacheSlot{
+				Key: key, Epoch: d.ctEpochNow(t), Flags: egressByPod,
+				ValidUntil: coarseNow(t) + uint64(10*time.Second),
+			}
+			tc.edit(&s)
+			d.fillCTCache(t, s)
+			if got := run(t, d.toPod, reply); got != tc.want {
+				t.Errorf("reply: got %s, want %s", actName(got), actName(tc.want))
+			}
+		})
+	}
+}
+
+// TestPrivilegedFlowCacheFilledByConntrackHits: a packet that finds its
+// connection in lockstep_ct leaves a copy in its CPU's cache, which then
+// serves the connection while the entry is gone; a flush drops the copy.
+func TestPrivilegedFlowCacheFilledByConntrackHits(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, scenario(true, true))
+	d.flushCT(t)
+	req := packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	reply := packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 80, dport: 41000}
+	onOneCPU(t)
+	if got := run(t, d.fromPod, req); got != actOK {
+		t.Fatalf("request: got %s, want OK", actName(got))
+	}
+	if got := run(t, d.toPod, reply); got != actOK {
+		t.Fatalf("reply (a conntrack hit): got %s, want OK", actName(got))
+	}
+	es, err := maps.Dump(d.pinRoot, maps.CTCacheMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 1 || es[0].Value.(maps.CTCacheSlot).Key != requestKey() {
+		t.Fatalf("flow cache holds %+v, want one copy of %+v", es, requestKey())
+	}
+	// Delete the entry behind the cache's back: the copy still passes.
+	deleteCTEntries(t, d)
+	if got := run(t, d.toPod, reply); got != actOK {
+		t.Fatalf("reply with the entry gone: got %s, want OK from the flow cache", actName(got))
+	}
+	d.flushCT(t) // bumps the epoch
+	if got := run(t, d.toPod, reply); got != actShot {
+		t.Errorf("reply after a flush: got %s, want SHOT (ingress allows 8080 only)", actName(got))
+	}
+}
+
+// requestKey is the conntrack key of the request from the pod's port 41000
+// to 10.0.0.2:80 at the test endpoint: 10.0.0.1 orders before 10.0.0.2, so
+// the pod is end 0.
+func requestKey() maps.CTKey {
+	return maps.CTKey{
+		Ifindex: loIfindex, Proto: policy.ProtoTCP, Port: [2]uint16{41000, 80},
+		Addr: [2]maps.Addr{maps.AddrFrom(addr(podV4)), maps.AddrFrom(addr("10.0.0.2"))},
+	}
+}
