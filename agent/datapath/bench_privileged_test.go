@@ -56,7 +56,10 @@ func benchAddr(i int) netip.Addr {
 //     lookups)
 //   - allow-new: to_pod, a new connection a rule allows, creating its CT
 //     entry
-//   - ct-hit: to_pod, a packet of an established connection
+//   - ct-hit: to_pod, a packet of an established connection (after its
+//     first run, from the CPU's flow cache)
+//   - ct-table: the same, found in the conntrack table (no CPU's flow
+//     cache holds it)
 //   - ct-reply: from_pod, the pod's reply on that connection
 func BenchmarkVerdict(b *testing.B) {
 	testenv.Privileged(b)
@@ -94,6 +97,22 @@ func BenchmarkVerdict(b *testing.B) {
 				b.Fatalf("first packet: %s", actName(ret))
 			}
 			benchRepeat(b, d.toPod, pkt, actOK)
+		})
+		b.Run(fmt.Sprintf("rules=%d/ct-table", nrules), func(b *testing.B) {
+			// ct-hit's packet once no CPU's flow cache holds its
+			// connection: found in lockstep_ct. Each run is its own
+			// BPF_PROG_TEST_RUN, the caches emptied before it (the
+			// epoch bumped): compare with BenchmarkVerdictFloor/single.
+			pkt := into(0, 999)
+			d.flushCT(b)
+			if ret := runRaw(b, d.toPod, pkt); ret != actOK {
+				b.Fatalf("first packet: %s", actName(ret))
+			}
+			benchSingle(b, d.toPod, [][]byte{pkt}, actOK, func() {
+				if err := d.bumpCTEpoch(); err != nil {
+					b.Fatal(err)
+				}
+			})
 		})
 		b.Run(fmt.Sprintf("rules=%d/ct-reply", nrules), func(b *testing.B) {
 			d.flushCT(b)

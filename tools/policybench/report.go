@@ -120,11 +120,13 @@ func (r *report) section() string {
 	w("- **Verdict**: agent/datapath's `BenchmarkVerdict` (10k identities in the ipcache,")
 	w("  100 / 1k / 10k rules on the endpoint), run as `go test -bench` with %d", r.cfg.verdictRuns)
 	w("  runs per case: the kernel's own per-run time (BPF_PROG_TEST_RUN's duration, no")
-	w("  syscall). deny, allow-new and ct-hit are packets to the pod (to_pod); ct-reply")
-	w("  is the pod's reply on the ct-hit connection (from_pod). deny and the ct cases")
-	w("  are one test run of that many kernel repetitions; allow-new must be a new")
-	w("  connection every run, so it is that many test runs of one, each starting")
-	w("  with caches the syscall left cold. The floor is `BenchmarkVerdictFloor`, a")
+	w("  syscall). deny, allow-new, ct-hit and ct-table are packets to the pod (to_pod);")
+	w("  ct-reply is the pod's reply on the ct-hit connection (from_pod). deny, ct-hit and")
+	w("  ct-reply are one test run of that many kernel repetitions, so a tracked packet")
+	w("  after the first is decided from the CPU's flow cache. allow-new must be a new")
+	w("  connection every run, and ct-table a tracked packet no CPU has cached (the")
+	w("  caches are emptied before each run), so each is that many test runs of one,")
+	w("  starting with caches the syscall left cold. The floor is `BenchmarkVerdictFloor`, a")
 	w("  program that only returns, under the same two harnesses and packet; *net* is")
 	w("  a verdict minus its harness's floor.")
 	w("- **Policy change → maps applied**: the cluster in an agent store, %d local", localEndpoints)
@@ -170,8 +172,14 @@ func (r *report) section() string {
 		r.verdicts[floorKey("deny")], r.verdicts[floorKey("allow-new")])
 	w("for single runs):")
 	w("")
-	w("| rules | deny | allow-new | ct-hit | ct-reply | deny net | allow-new net | ct-hit net | ct-reply net |")
-	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	head := []string{"rules"}
+	for _, suffix := range []string{"", " net"} {
+		for _, kase := range verdictCases {
+			head = append(head, kase+suffix)
+		}
+	}
+	w("| %s |", strings.Join(head, " | "))
+	w("|%s", strings.Repeat("---:|", len(head)))
 	for _, n := range verdictRuleCounts {
 		cells := make([]string, 0, 2*len(verdictCases))
 		for _, kase := range verdictCases {

@@ -16,7 +16,7 @@ import (
 
 // verdictCases are BenchmarkVerdict's sub-benchmarks per rule count, in
 // the order the table shows them.
-var verdictCases = []string{"deny", "allow-new", "ct-hit", "ct-reply"}
+var verdictCases = []string{"deny", "allow-new", "ct-hit", "ct-table", "ct-reply"}
 
 // verdictRuleCounts are the rule counts BenchmarkVerdict runs with.
 var verdictRuleCounts = []int{100, 1000, 10000}
@@ -25,14 +25,15 @@ var verdictRuleCounts = []int{100, 1000, 10000}
 // one of BenchmarkVerdictFloor (kase repeat or single).
 type verdictKey struct {
 	rules int
-	kase  string // deny, allow-new, ct-hit or ct-reply; repeat or single
+	kase  string // one of verdictCases; repeat or single
 }
 
 // floorKey is the BenchmarkVerdictFloor measurement of the harness kase
-// runs under: allow-new cannot use the kernel's repeat (its second run
-// would hit the connection the first created), the others do.
+// runs under: allow-new and ct-table cannot use the kernel's repeat (the
+// second run would hit the connection, or the flow cache entry, the first
+// created), the others do.
 func floorKey(kase string) verdictKey {
-	if kase == "allow-new" {
+	if kase == "allow-new" || kase == "ct-table" {
 		return verdictKey{0, "single"}
 	}
 	return verdictKey{0, "repeat"}
