@@ -14,6 +14,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/testenv"
+	bpfmaps "lockstep.dev/lockstep/maps"
 )
 
 const benchIdentities = 10000
@@ -152,7 +153,8 @@ func benchSingle(b *testing.B, prog *ebpf.Program, frames [][]byte, want uint32,
 // run on the same packet, as one run of b.N kernel repetitions (repeat:
 // the harness of deny and ct-hit) and as b.N runs of one (single: the
 // harness of allow-new). A verdict's own cost is its time minus the floor
-// of its harness.
+// of its harness. ct-insert is the floor of a new connection: a program
+// that only inserts a conntrack entry.
 func BenchmarkVerdictFloor(b *testing.B) {
 	testenv.Privileged(b)
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
@@ -167,6 +169,57 @@ func BenchmarkVerdictFloor(b *testing.B) {
 	pkt := frame(packet{src: benchAddr(benchIdentities - 1).String(), dst: podV4, proto: policy.ProtoTCP, sport: 1, dport: 81})
 	b.Run("repeat", func(b *testing.B) { benchRepeat(b, prog, pkt, actOK) })
 	b.Run("single", func(b *testing.B) { benchSingle(b, prog, [][]byte{pkt}, actOK, nil) })
+	b.Run("ct-insert", func(b *testing.B) {
+		insert := ctInsertProgram(b)
+		benchRepeat(b, insert, pkt, actOK)
+	})
+}
+
+// ctInsertProgram returns a tc program that inserts one new entry into a
+// map made like lockstep_ct (an LRU hash of 131072 ct_key → ct_entry,
+// not pinned) on every run, its key taken from bpf_ktime_get_ns: the
+// conntrack insert allow-new pays, alone, under the repeat harness.
+func ctInsertProgram(b *testing.B) *ebpf.Program {
+	spec, err := loadEndpoint()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms := spec.Maps[bpfmaps.CTMap].Copy()
+	ms.Name, ms.Pinning = "ct_insert_bench", ebpf.PinNone
+	m, err := ebpf.NewMap(ms)
+	if err != nil {
+		b.Fatalf("create the conntrack-like map: %v", err)
+	}
+	b.Cleanup(func() { m.Close() })
+	// The key at fp-48 (ct_key is 44 bytes), the value at fp-64.
+	insns := asm.Instructions{
+		asm.Mov.Imm(asm.R1, 0),
+		asm.StoreMem(asm.RFP, -64, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, -56, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, -48, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, -40, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, -32, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, -24, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, -16, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord),
+		asm.FnKtimeGetNs.Call(),
+		asm.StoreMem(asm.RFP, -40, asm.R0, asm.DWord),
+		asm.LoadMapPtr(asm.R1, m.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -48),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -64),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnMapUpdateElem.Call(),
+		asm.Mov.Imm(asm.R0, actOK),
+		asm.Return(),
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "Dual BSD/GPL", Instructions: insns})
+	if err != nil {
+		b.Fatalf("load the insert program: %v", err)
+	}
+	b.Cleanup(func() { prog.Close() })
+	return prog
 }
 
 // benchRepeat runs pkt b.N times inside the kernel and reports the

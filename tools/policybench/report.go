@@ -191,6 +191,12 @@ func (r *report) section() string {
 		w("| %d | %s |", n, strings.Join(cells, " | "))
 	}
 	w("")
+	if ins, ok := r.verdicts[ctInsertKey]; ok {
+		w("A new connection's conntrack insert alone, a program that only inserts a new key")
+		w("into a map made like lockstep_ct (`BenchmarkVerdictFloor/ct-insert`, repeat")
+		w("harness): %.0f ns, %.0f ns net. allow-new pays it once per connection.", ins, ins-r.verdicts[floorKey("deny")])
+		w("")
+	}
 
 	w("### Policy change → maps applied (%d edits)", c.edits)
 	w("")

@@ -28,6 +28,10 @@ type verdictKey struct {
 	kase  string // one of verdictCases; repeat or single
 }
 
+// ctInsertKey is BenchmarkVerdictFloor/ct-insert: a conntrack insert
+// alone, under the repeat harness.
+var ctInsertKey = verdictKey{0, "ct-insert"}
+
 // floorKey is the BenchmarkVerdictFloor measurement of the harness kase
 // runs under: allow-new and ct-table cannot use the kernel's repeat (the
 // second run would hit the connection, or the flow cache entry, the first
@@ -51,11 +55,11 @@ func benchVerdict(ctx context.Context, repoRoot string, runs int) (map[verdictKe
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range []verdictKey{floorKey("deny"), floorKey("allow-new")} {
+	for _, k := range []verdictKey{floorKey("deny"), floorKey("allow-new"), ctInsertKey} {
 		if _, ok := got[k]; !ok {
 			return nil, fmt.Errorf("go test printed no ns/verdict for BenchmarkVerdictFloor/%s; output:\n%s", k.kase, out.String())
 		}
-		logf("  floor (empty program), %s: %.0f ns/verdict", k.kase, got[k])
+		logf("  floor %s: %.0f ns/verdict", k.kase, got[k])
 	}
 	for _, n := range verdictRuleCounts {
 		for _, c := range verdictCases {

@@ -20,6 +20,7 @@ BenchmarkVerdict/rules=100/allow-new-2    	  200000	      4689 ns/op	      1182 
 BenchmarkVerdict/rules=10000/ct-hit       	  200000	       225.1 ns/op	       220.5 ns/verdict
 BenchmarkVerdictFloor/repeat-2            	  200000	        36.22 ns/op	        34.00 ns/verdict
 BenchmarkVerdictFloor/single-2            	  200000	      6590 ns/op	       101.4 ns/verdict
+BenchmarkVerdictFloor/ct-insert-2         	  200000	       415.0 ns/op	       383.0 ns/verdict
 BenchmarkApplyRuleChange-2                	     100	    512345 ns/op
 PASS
 ok  	lockstep.dev/lockstep/agent/datapath	7.743s
@@ -34,6 +35,7 @@ ok  	lockstep.dev/lockstep/agent/datapath	7.743s
 		{10000, "ct-hit"}:  220.5,
 		{0, "repeat"}:      34,
 		{0, "single"}:      101.4,
+		ctInsertKey:        383,
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
