@@ -67,8 +67,10 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	res = parse_packet(skb, &p);
 	if (res == PARSE_OK) {
 		now = ct_now();
+		if (p.icmp_err && ct_related(skb, &p, ifindex, dir, now))
+			return TC_ACT_OK;
 		o = ct_fill_key(&k, ifindex, &p);
-		if (ct_lookup(&k, o, dir, &p, now))
+		if (ct_lookup(&k, o, dir, now + ct_timeout(&p), now))
 			return TC_ACT_OK;
 	}
 

@@ -196,11 +196,12 @@ type packet struct {
 	src, dst     string
 	proto        uint8
 	sport, dport uint16
-	icmpType     uint8  // ICMP/ICMPv6 type (echo by default)
-	ext          []byte // IPv6 extension headers (chain ends in proto)
-	extFirst     uint8  // next header of the IPv6 header when ext is set
-	fragOff      uint16 // IPv4 fragment offset in 8-byte units
-	ethType      uint16 // overrides the IP ethertype
+	icmpType     uint8   // ICMP/ICMPv6 type (echo by default)
+	quote        *packet // for an ICMP error: the packet it quotes
+	ext          []byte  // IPv6 extension headers (chain ends in proto)
+	extFirst     uint8   // next header of the IPv6 header when ext is set
+	fragOff      uint16  // IPv4 fragment offset in 8-byte units
+	ethType      uint16  // overrides the IP ethertype
 }
 
 const (
@@ -278,6 +279,17 @@ func l4Header(p packet) []byte {
 			h[0] = 128
 		}
 		binary.BigEndian.PutUint16(h[4:], p.sport) // echo id
+		if p.quote != nil {
+			// An error quotes the IP header and the first 8 bytes
+			// of L4 of the packet it is about.
+			q := frame(*p.quote)[14:]
+			ihl := 40
+			if q[0]>>4 == 4 {
+				ihl = 20
+			}
+			clear(h[4:])
+			h = append(h, q[:ihl+8]...)
+		}
 		return h
 	}
 	return make([]byte, 8)

@@ -3,6 +3,7 @@
 package datapath
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -455,5 +456,71 @@ func TestPrivilegedVerdictEvents(t *testing.T) {
 	}
 	if st := es[0].Value.(maps.State); st.Gen != d.Generation() {
 		t.Errorf("state after closing the reader: %+v, want gen %d", st, d.Generation())
+	}
+}
+
+// An ICMP error about a tracked connection passes as that connection's
+// reply would, wherever it comes from (a router on the path sends
+// "fragmentation needed"); without the connection it is an ICMP packet
+// like any other, which no rule of the scenario allows from these peers.
+// An error the pod sends must come from the address the quoted packet was
+// sent to.
+func TestPrivilegedVerdictICMPErrors(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, scenario(true, true))
+	tcpOut := packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	tcpOut6 := packet{src: podV6, dst: "fd00::2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	udpIn := packet{src: "192.168.7.7", dst: podV4, proto: policy.ProtoUDP, sport: 5353, dport: 7000}
+	pingOut := packet{src: podV4, dst: "10.0.0.2", proto: protoICMP, sport: 77}
+	otherPort := tcpOut
+	otherPort.sport++
+	replyDir := packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 80, dport: 41000}
+	// errorTo is an ICMP error of type typ from router to the pod.
+	errorTo := func(router string, typ uint8, quote packet) packet {
+		proto := uint8(protoICMP)
+		if netip.MustParseAddr(router).Is6() {
+			proto = protoICMPv6
+		}
+		return packet{src: router, dst: quote.src, proto: proto, icmpType: typ, quote: &quote}
+	}
+	unreachableFromPod := func(src string) packet {
+		return packet{src: src, dst: udpIn.src, proto: protoICMP, icmpType: 3, quote: &udpIn}
+	}
+
+	type step struct {
+		prog *ebpfProgram
+		pkt  packet
+	}
+	for _, tc := range []struct {
+		name string
+		open []step // each must pass
+		err  step
+		want uint32
+	}{
+		{"fragmentation needed from a router, tracked", []step{{d.fromPod, tcpOut}}, step{d.toPod, errorTo("10.0.0.3", 3, tcpOut)}, actOK},
+		{"fragmentation needed from a router, no connection", nil, step{d.toPod, errorTo("10.0.0.3", 3, tcpOut)}, actShot},
+		{"time exceeded, tracked", []step{{d.fromPod, tcpOut}}, step{d.toPod, errorTo("10.0.0.3", 11, tcpOut)}, actOK},
+		{"quoting another connection", []step{{d.fromPod, tcpOut}}, step{d.toPod, errorTo("10.0.0.3", 3, otherPort)}, actShot},
+		{"quoting a packet the pod did not send", []step{{d.fromPod, tcpOut}}, step{d.toPod, errorTo("10.0.0.3", 3, replyDir)}, actShot},
+		{"quoting a tracked ping", []step{{d.fromPod, pingOut}}, step{d.toPod, errorTo("10.0.0.3", 3, pingOut)}, actOK},
+		{"ICMPv6 packet too big, tracked", []step{{d.fromPod, tcpOut6}}, step{d.toPod, errorTo("fd00::99", 2, tcpOut6)}, actOK},
+		{"ICMPv6 packet too big, no connection", nil, step{d.toPod, errorTo("fd00::99", 2, tcpOut6)}, actShot},
+		{"port unreachable the pod sends, tracked", []step{{d.toPod, udpIn}}, step{d.fromPod, unreachableFromPod(podV4)}, actOK},
+		{"port unreachable the pod sends, no connection", nil, step{d.fromPod, unreachableFromPod(podV4)}, actShot},
+		{"port unreachable from a spoofed source", []step{{d.toPod, udpIn}}, step{d.fromPod, unreachableFromPod("10.0.0.9")}, actShot},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d.flushCT(t)
+			for _, s := range tc.open {
+				if got := run(t, s.prog, s.pkt); got != actOK {
+					t.Fatalf("opening %s %+v: got %s, want OK", s.prog, s.pkt, actName(got))
+				}
+			}
+			if got := run(t, tc.err.prog, tc.err.pkt); got != tc.want {
+				t.Errorf("error %+v quoting %+v: got %s, want %s", tc.err.pkt, *tc.err.pkt.quote, actName(got), actName(tc.want))
+			}
+		})
 	}
 }

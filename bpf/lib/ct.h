@@ -119,16 +119,17 @@ static __always_inline struct ct_cache_slot *ct_cache_slot_of(const struct ct_ke
 	return bpf_map_lookup_elem(&lockstep_ct_cache, &h);
 }
 
-/* ct_lookup reports whether p, in dir at the endpoint of k, belongs to a
- * live connection allowed earlier: in dir with the same sender, or in the
- * other direction with the other sender (p is a reply). It asks this CPU's
- * flow cache first; a hit in lockstep_ct refreshes the entry and caches it.
+/* ct_lookup reports whether a packet of key k sent by end o, in dir at the
+ * endpoint of k, belongs to a live connection allowed earlier: in dir with
+ * the same sender, or in the other direction with the other sender (the
+ * packet is a reply). It asks this CPU's flow cache first; a hit in
+ * lockstep_ct moves the entry's deadline out to expires (0: never), at
+ * most about once a second, and caches it.
  */
 static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
-				     const struct pkt *p, __u64 now)
+				     __u64 expires, __u64 now)
 {
 	__u32 want = ct_bit(dir, o) | ct_bit(dir ^ 1, o ^ 1);
-	__u64 expires = now + ct_timeout(p);
 	struct ct_cache_slot *c;
 	struct ct_entry *v;
 	__u32 zero = 0, epoch;
@@ -158,6 +159,30 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
 	if (c->valid_until > v->expires)
 		c->valid_until = v->expires;
 	return 1;
+}
+
+/* ct_related reports whether the ICMP error p, in dir at ifindex, is
+ * about a connection allowed earlier: the packet it quotes belongs to that
+ * connection, and the error travels as that packet's reply would (a router
+ * on the way may send it, so its own addresses say nothing). An error the
+ * pod sends must come from the address the quoted packet was sent to: it
+ * skips anti-spoofing as a tracked packet does, and pods do not route. It
+ * never keeps a connection alive.
+ */
+static __always_inline int ct_related(struct __sk_buff *skb, const struct pkt *p, __u32 ifindex,
+				      __u8 dir, __u64 now)
+{
+	struct pkt in = {};
+	struct ct_key k;
+	__u32 o;
+
+	if (parse_icmp_quote(skb, p->l4_off, p->is_v6, &in))
+		return 0;
+	if (dir == DIR_EGRESS && !addr_eq(&p->saddr, &in.daddr))
+		return 0;
+	o = ct_fill_key(&k, ifindex, &in);
+	/* The error is sent by the end the quoted packet went to. */
+	return ct_lookup(&k, o ^ 1, dir, 0, now);
 }
 
 /* ct_create records that p, of orientation o in dir, was allowed as a new

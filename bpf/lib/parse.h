@@ -54,7 +54,8 @@ struct pkt {
 	__u8 proto; /* final L4 protocol number */
 	__u8 is_v6;
 	__u8 tcp_flags;
-	__u8 pad;
+	__u8 icmp_err; /* an ICMP or ICMPv6 error: it quotes a packet at l4_off + 8 */
+	__u32 l4_off;
 };
 
 /* load copies len bytes at offset off of the frame to dst. Headers are
@@ -124,14 +125,21 @@ static __always_inline int parse_l4(struct __sk_buff *skb, struct pkt *p, __u32 
 
 		if (load(skb, off, h, sizeof(h)))
 			return PARSE_BAD_L4;
+		p->l4_off = off;
 		if (p->proto == IPPROTO_ICMPV6) {
 			/* Router/neighbour solicitation and advertisement,
 			 * redirect (133-137) and MLD (130-132, 143). */
 			if ((h[0] >= 130 && h[0] <= 137) || h[0] == 143)
 				return PARSE_PASS;
+			/* Destination unreachable, packet too big, time
+			 * exceeded, parameter problem. */
+			p->icmp_err = h[0] >= 1 && h[0] <= 4;
 			if (h[0] != ICMPV6_ECHO_REQUEST && h[0] != ICMPV6_ECHO_REPLY)
 				return PARSE_OK;
 		} else if (h[0] != ICMP_ECHO && h[0] != ICMP_ECHOREPLY) {
+			/* Destination unreachable, time exceeded, parameter
+			 * problem. */
+			p->icmp_err = h[0] == 3 || h[0] == 11 || h[0] == 12;
 			return PARSE_OK;
 		}
 		/* Echo: the identifier stands in for both ports, so a reply
@@ -214,6 +222,59 @@ static __always_inline int parse_ipv6(struct __sk_buff *skb, struct pkt *p)
 	}
 	p->proto = nexthdr;
 	return PARSE_BAD_L4;
+}
+
+/* parse_icmp_quote fills in with the tuple of the packet that the ICMP
+ * error whose header is at off quotes (its IP header, then at least 8 bytes
+ * of its L4 header), of the error's own family. It returns 0 when the
+ * quote is of a packet connection tracking knows (TCP, UDP, SCTP, ICMP
+ * echo, no IPv6 extension headers, not a later fragment), -1 otherwise.
+ */
+static __always_inline int parse_icmp_quote(struct __sk_buff *skb, __u32 off, __u8 is_v6, struct pkt *in)
+{
+	__u8 echo_req = is_v6 ? ICMPV6_ECHO_REQUEST : ICMP_ECHO;
+	__u8 echo_rep = is_v6 ? ICMPV6_ECHO_REPLY : ICMP_ECHOREPLY;
+	__u8 icmp = is_v6 ? IPPROTO_ICMPV6 : IPPROTO_ICMP;
+	__u8 l4[8];
+
+	off += 8; /* type, code, checksum, and 4 bytes the type defines */
+	if (!is_v6) {
+		struct iphdr ip;
+
+		if (load(skb, off, &ip, sizeof(ip)))
+			return -1;
+		if (ip.version != 4 || ip.ihl < 5 || (ip.frag_off & bpf_htons(0x1fff)))
+			return -1;
+		v4_mapped(&in->saddr, ip.saddr);
+		v4_mapped(&in->daddr, ip.daddr);
+		in->proto = ip.protocol;
+		off += ip.ihl * 4;
+	} else {
+		struct ipv6hdr ip6;
+
+		if (load(skb, off, &ip6, sizeof(ip6)))
+			return -1;
+		if (ip6.version != 6)
+			return -1;
+		__builtin_memcpy(in->saddr.addr, &ip6.saddr, 16);
+		__builtin_memcpy(in->daddr.addr, &ip6.daddr, 16);
+		in->is_v6 = 1;
+		in->proto = ip6.nexthdr;
+		off += sizeof(ip6);
+	}
+	if (load(skb, off, l4, sizeof(l4)))
+		return -1;
+	if (in->proto == IPPROTO_TCP || in->proto == IPPROTO_UDP || in->proto == IPPROTO_SCTP) {
+		in->sport = ((__u16)l4[0] << 8) | l4[1];
+		in->dport = ((__u16)l4[2] << 8) | l4[3];
+		return 0;
+	}
+	if (in->proto == icmp && (l4[0] == echo_req || l4[0] == echo_rep)) {
+		in->sport = ((__u16)l4[4] << 8) | l4[5];
+		in->dport = in->sport;
+		return 0;
+	}
+	return -1;
 }
 
 /* parse_packet fills p from the frame in skb. */
