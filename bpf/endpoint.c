@@ -44,12 +44,13 @@ static __always_inline int addr_ok(const struct endpoint_info *ep, const struct 
  * program runs on.
  *
  * A packet of a tracked connection takes the fast path: parse, this CPU's
- * flow cache or one lock-free conntrack lookup, done; it needs neither the endpoint nor the
- * generation. That is safe for anti-spoofing because an entry only ever
- * lets a pod send from an address it was allowed to send from when the
- * entry was made: an egress entry is made after the source check, and an
- * ingress entry only for a packet addressed to the pod itself (its reply
- * will come from that address).
+ * flow cache or one lock-free conntrack lookup, done; it needs neither the
+ * endpoint nor the generation. That is safe for anti-spoofing because an
+ * entry only ever lets a pod send from an address it was allowed to send
+ * from when the entry was made: an egress entry is made after the source
+ * check, and an ingress entry only for a packet addressed to the pod
+ * itself (its reply will come from that address). An ICMP error quoting a
+ * packet of a tracked connection takes the same path (ct_related).
  */
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
