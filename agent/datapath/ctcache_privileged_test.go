@@ -23,7 +23,7 @@ func TestPrivilegedFlowCache(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, true))
-	reply := packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 80, dport: 41000}
+	reply := flowReply
 	key := requestKey()
 	egressByPod := maps.CTAllowed(uint8(policy.Egress), 0)
 
@@ -67,8 +67,7 @@ func TestPrivilegedFlowCacheFilledByConntrackHits(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, true))
 	d.flushCT(t)
-	req := packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
-	reply := packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 80, dport: 41000}
+	req, reply := flowRequest, flowReply
 	onOneCPU(t)
 	if got := run(t, d.fromPod, req); got != actOK {
 		t.Fatalf("request: got %s, want OK", actName(got))
@@ -94,9 +93,16 @@ func TestPrivilegedFlowCacheFilledByConntrackHits(t *testing.T) {
 	}
 }
 
-// requestKey is the conntrack key of the request from the pod's port 41000
-// to 10.0.0.2:80 at the test endpoint: 10.0.0.1 orders before 10.0.0.2, so
-// the pod is end 0.
+// The connection the conntrack tests open: from the pod's port 41000 to
+// 10.0.0.2:80, which the scenario's egress allows, and its reply, which
+// only conntrack lets in (ingress allows 8080 only).
+var (
+	flowRequest = packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	flowReply   = packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 80, dport: 41000}
+)
+
+// requestKey is flowRequest's conntrack key at the test endpoint: 10.0.0.1
+// orders before 10.0.0.2, so the pod is end 0.
 func requestKey() maps.CTKey {
 	return maps.CTKey{
 		Ifindex: loIfindex, Proto: policy.ProtoTCP, Port: [2]uint16{41000, 80},

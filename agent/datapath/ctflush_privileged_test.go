@@ -22,7 +22,7 @@ func TestPrivilegedConntrackFlushedWhenEndpointLeaves(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, true))
 	d.flushCT(t)
-	req := packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	req := flowRequest
 	if got := run(t, d.fromPod, req); got != actOK {
 		t.Fatalf("request: got %s, want OK", actName(got))
 	}
@@ -85,7 +85,7 @@ func TestPrivilegedConntrackFlushedAtClose(t *testing.T) {
 	<-entered
 	results <- nil // the round after the first flip
 	d.flushCT(t)
-	req := packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	req := flowRequest
 	if got := run(t, d.fromPod, req); got != actOK {
 		t.Fatalf("request: got %s, want OK", actName(got))
 	}

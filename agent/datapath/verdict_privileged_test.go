@@ -337,8 +337,7 @@ func TestPrivilegedVerdictConntrackEntry(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, true))
 	d.flushCT(t)
-	req := packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
-	reply := packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 80, dport: 41000}
+	req, reply := flowRequest, flowReply
 	for _, step := range []struct {
 		prog *ebpfProgram
 		pkt  packet
@@ -470,13 +469,13 @@ func TestPrivilegedVerdictICMPErrors(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, true))
-	tcpOut := packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	tcpOut := flowRequest
 	tcpOut6 := packet{src: podV6, dst: "fd00::2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
 	udpIn := packet{src: "192.168.7.7", dst: podV4, proto: policy.ProtoUDP, sport: 5353, dport: 7000}
 	pingOut := packet{src: podV4, dst: "10.0.0.2", proto: protoICMP, sport: 77}
 	otherPort := tcpOut
 	otherPort.sport++
-	replyDir := packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 80, dport: 41000}
+	replyDir := flowReply
 	// errorTo is an ICMP error of type typ from router to the pod.
 	errorTo := func(router string, typ uint8, quote packet) packet {
 		proto := uint8(protoICMP)
