@@ -72,6 +72,13 @@ func findBinaries(ctx context.Context, binDir string, logf func(string, ...any))
 	return b, nil
 }
 
+// BinDir returns the directory of the Kubernetes binaries
+// tools/kube-testenv/build.sh builds, building them first when they are
+// missing (minutes, once), with its progress sent to logf.
+func BinDir(ctx context.Context, logf func(string, ...any)) (string, error) {
+	return buildBinDir(ctx, logf)
+}
+
 // buildBinDir runs the build script and returns the directory it prints,
 // forwarding its progress lines to logf. The script takes a lock, so
 // parallel test binaries build once between them.
@@ -86,8 +93,8 @@ func buildBinDir(ctx context.Context, logf func(string, ...any)) (string, error)
 		return "", err
 	}
 	if err := exec.CommandContext(ctx, script, "-check").Run(); err != nil {
-		logf("kubetest: kube-apiserver and kubectl are not built yet; building them now with %s "+
-			"(about 5 minutes on 2 cores, once; run it before go test to keep it out of test time)", buildScript)
+		logf("kubetest: the Kubernetes binaries are not built yet; building them now with %s "+
+			"(about 10 minutes on 2 cores, once; run it before go test to keep it out of test time)", buildScript)
 	}
 
 	start := time.Now()

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds the kube-apiserver and kubectl that lockstep's integration tests run
-# (internal/kubetest) from the Kubernetes release pinned in go.mod beside this
-# script, and prints the directory that holds them.
+# Builds the Kubernetes binaries lockstep's tests run, from the Kubernetes
+# release pinned in go.mod beside this script, and prints the directory that
+# holds them: kube-apiserver and kubectl (internal/kubetest), and the rest of
+# a real node and its control plane (internal/realnode): kubelet, kube-proxy,
+# kube-controller-manager, kube-scheduler and the upstream test server
+# agnhost.
 #
 # The binaries live outside the repository, in
 #   ${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/<version>}
@@ -28,10 +31,20 @@ main() {
 	fi
 	cache=${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/$version}
 	stamp=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -d' ' -f1)
+	bins=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy agnhost)
+	pkgs=()
+	for b in "${bins[@]}"; do
+		case $b in
+		agnhost) pkgs+=(k8s.io/kubernetes/test/images/agnhost) ;;
+		*) pkgs+=("k8s.io/kubernetes/cmd/$b") ;;
+		esac
+	done
 
 	built() {
-		[ -x "$cache/kube-apiserver" ] && [ -x "$cache/kubectl" ] &&
-			[ "$(cat "$cache/stamp" 2>/dev/null)" = "$stamp" ]
+		for b in "${bins[@]}"; do
+			[ -x "$cache/$b" ] || return 1
+		done
+		[ "$(cat "$cache/stamp" 2>/dev/null)" = "$stamp" ]
 	}
 
 	if built; then
@@ -63,8 +76,8 @@ main() {
 
 	tmp=$(mktemp -d "$cache/.build.XXXXXX")
 	trap 'rm -rf "$tmp"; [ -z "${ticker:-}" ] || kill "$ticker" 2>/dev/null || true' EXIT
-	echo "kube-testenv: building kube-apiserver and kubectl $version into $cache" >&2
-	echo "kube-testenv: about 5 minutes on 2 cores with a cold Go build cache, seconds with a warm one" >&2
+	echo "kube-testenv: building ${bins[*]} $version into $cache" >&2
+	echo "kube-testenv: about 10 minutes on 2 cores with a cold Go build cache, seconds with a warm one" >&2
 	start=$SECONDS
 	# The ticker's sleep must not hold stdout, stderr or the lock open after
 	# the ticker is killed: a caller reading our output would wait for it.
@@ -72,12 +85,13 @@ main() {
 	ticker=$!
 	(
 		cd "$here"
-		GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
-			k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+		GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
 	)
 	kill "$ticker" 2>/dev/null || true
 	ticker=
-	mv -f "$tmp/kube-apiserver" "$tmp/kubectl" "$cache/"
+	for b in "${bins[@]}"; do
+		mv -f "$tmp/$b" "$cache/"
+	done
 	echo "$stamp" >"$cache/stamp"
 	echo "kube-testenv: built in $((SECONDS - start))s" >&2
 	echo "$cache"
