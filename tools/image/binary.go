@@ -10,13 +10,16 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"lockstep.dev/lockstep/internal/ociimage"
 )
 
-// binaryImage is an image of one static binary at path in the image, for
-// the end-to-end harness (agnhost, a test server) and the pause image.
+// binaryImage is an image of one static binary at imagePath, for the
+// end-to-end harness (agnhost, a test server) and the pause image. PATH is
+// set unless cfg.Env sets it; the entrypoint is the binary unless cfg has
+// one.
 func binaryImage(name, bin, imagePath string, cfg ociimage.Config) (ociimage.Image, error) {
 	arch, err := staticELF(bin)
 	if err != nil {
@@ -29,7 +32,9 @@ func binaryImage(name, bin, imagePath string, cfg ociimage.Config) (ociimage.Ima
 	if len(cfg.Entrypoint) == 0 {
 		cfg.Entrypoint = []string{imagePath}
 	}
-	cfg.Env = append([]string{imagePATH}, cfg.Env...)
+	if !slices.ContainsFunc(cfg.Env, func(kv string) bool { return strings.HasPrefix(kv, "PATH=") }) {
+		cfg.Env = append([]string{imagePATH}, cfg.Env...)
+	}
 	if cfg.WorkingDir == "" {
 		cfg.WorkingDir = "/"
 	}

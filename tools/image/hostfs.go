@@ -30,7 +30,8 @@ const maxLinks = 40
 // the host.
 type hostFS struct {
 	entries map[string]ociimage.Entry
-	// copied are the host paths of the regular files copied, for dpkg.
+	// copied are the host paths of the regular files Add copied, for
+	// dpkg; entries made with Put are not host files of a package.
 	copied []string
 }
 
@@ -46,7 +47,7 @@ func (h *hostFS) Entries() []ociimage.Entry {
 	return out
 }
 
-// Copied returns the host paths of the regular files collected, sorted.
+// Copied returns the host paths of the regular files Add collected, sorted.
 func (h *hostFS) Copied() []string {
 	out := append([]string(nil), h.copied...)
 	sort.Strings(out)
@@ -64,9 +65,6 @@ func (h *hostFS) Put(e ociimage.Entry) error {
 		return nil
 	}
 	h.entries[e.Path] = e
-	if e.Mode.IsRegular() && e.Source != "" {
-		h.copied = append(h.copied, e.Source)
-	}
 	return nil
 }
 
@@ -116,6 +114,9 @@ func (h *hostFS) resolve(p string, links int) (string, error) {
 	case fi.IsDir():
 		return real, h.Put(ociimage.Dir(real, perm))
 	case fi.Mode().IsRegular():
+		if _, ok := h.entries[real]; !ok {
+			h.copied = append(h.copied, real)
+		}
 		return real, h.Put(ociimage.File(real, real, perm))
 	}
 	return "", fmt.Errorf("copy %s: %v is not a file, directory or symlink", p, fi.Mode().Type())
@@ -125,6 +126,7 @@ func (h *hostFS) resolve(p string, links int) (string, error) {
 // and, recursively, every library it needs (DT_NEEDED), found in libDirs in
 // order as the dynamic loader searches them. Libraries of another machine
 // or class (a 32-bit libc in /usr/lib) are passed over, as ld.so does.
+// DT_RPATH and DT_RUNPATH are not read: Debian's packages do not set them.
 func (h *hostFS) AddELF(p string, libDirs []string) error {
 	queue := []string{p}
 	seen := map[string]bool{}

@@ -85,6 +85,16 @@ func TestPauseImage(t *testing.T) {
 		t.Errorf("two writes of one pause image: %s and %s", w.ManifestDigest, w2.ManifestDigest)
 	}
 
+	if !slices.Equal(c.Env, []string{imagePATH}) {
+		t.Errorf("env = %q, want only %q", c.Env, imagePATH)
+	}
+	own, err := binaryImage("x:y", bin, "/bin/x", ociimage.Config{Env: []string{"PATH=/bin", "A=b"}, Cmd: []string{"-v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oc := own.Config; !slices.Equal(oc.Env, []string{"PATH=/bin", "A=b"}) || !slices.Equal(oc.Entrypoint, []string{"/bin/x"}) || !slices.Equal(oc.Cmd, []string{"-v"}) {
+		t.Errorf("binaryImage with its own PATH: config %+v", oc)
+	}
 	if _, err := binaryImage("x:y", bin, "relative/pause", ociimage.Config{}); err == nil {
 		t.Error("binaryImage accepted a relative path in the image")
 	}
