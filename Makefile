@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X lockstep.dev/lockstep/internal/buildinfo.Version=$(VERSION)
 BIN      := bin
 FUZZTIME ?= 20s
 
-.PHONY: all build deps generate generate-kube check-generated kube-testenv cross test test-unit fuzz demo bench vet clean
+.PHONY: all build image deps generate generate-kube check-generated kube-testenv cross test test-unit fuzz demo bench vet clean
 
 all: build
 
@@ -14,6 +14,10 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/lockstep ./cmd/lockstep
 	ln -sfn lockstep $(BIN)/lockstep-cni
+
+## image: bin/lockstep-image.tar, the image deploy/ runs (lockstep:dev), for ctr images import, kind load image-archive or docker load
+image: build
+	$(GO) run ./tools/image lockstep -bin $(BIN)/lockstep -out $(BIN)/lockstep-image.tar
 
 ## deps: install the system packages tests and benchmarks use (idempotent)
 deps:

@@ -6,6 +6,9 @@ set -euo pipefail
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v iptables >/dev/null || need+=(iptables)
+# iptables and ipset read protocol and service names from netbase's files
+# (and make image copies them into the image).
+[ -f /etc/protocols ] && [ -f /etc/services ] || need+=(netbase)
 # The iptables dataplane: ipset, and both iptables-legacy and iptables-nft
 # (Debian's iptables package ships both).
 command -v ipset >/dev/null || need+=(ipset)
@@ -18,6 +21,10 @@ command -v llvm-strip-16 >/dev/null || need+=(llvm-16)
 command -v bpftool >/dev/null || need+=(bpftool)
 # Benchmarks: TCP throughput between pods with policy on and off.
 command -v iperf3 >/dev/null || need+=(iperf3)
+# The image tests (tools/image) import lockstep's image into a throwaway
+# containerd with ctr; runc is containerd's runtime.
+command -v containerd >/dev/null && command -v ctr >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
 # Integration tests against a real kube-apiserver (internal/kubetest) store
 # in etcd; the apiserver itself is built by tools/kube-testenv/build.sh.
 command -v etcd >/dev/null || need+=(etcd-server)
