@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 
 const usage = `usage:
   image lockstep [-bin bin/lockstep] [-name lockstep] [-tag dev] [-out bin/lockstep-image.tar]
-  image binary -bin FILE -name NAME [-tag latest] [-path /FILE] [-entrypoint ARGS] [-cmd ARGS] [-env K=V]... [-user U] [-out FILE]
+  image binary -bin FILE -name NAME [-tag latest] [-path /FILE] [-link /PATH]... [-entrypoint ARGS] [-cmd ARGS] [-env K=V]... [-user U] [-out FILE]
   image pause [-bin FILE] [-name registry.k8s.io/pause] [-tag 3.10] [-out bin/pause-image.tar]
 
 Each mode writes one image tarball for ctr images import, kind load image-archive or docker load.
@@ -87,8 +88,9 @@ func runBinary(args []string) error {
 	entrypoint := flags.String("entrypoint", "", `entrypoint, as words or a JSON array (default the binary's path)`)
 	cmd := flags.String("cmd", "", `default arguments, as words or a JSON array`)
 	user := flags.String("user", "", "user to run as, uid[:gid] (default root)")
-	var env stringList
+	var env, links stringList
 	flags.Var(&env, "env", "environment variable K=V for the image (repeatable; PATH is set)")
+	flags.Var(&links, "link", "a path in the image that is a symlink to the binary, e.g. /bin/sh for busybox (repeatable)")
 	out := flags.String("out", "", "tarball to write (default bin/BASENAME-image.tar)")
 	if err := flags.Parse(args); err != nil {
 		return err
@@ -117,6 +119,12 @@ func runBinary(args []string) error {
 	img, err := binaryImage(ref, *bin, *imagePath, cfg)
 	if err != nil {
 		return err
+	}
+	for _, l := range links {
+		if !path.IsAbs(l) || path.Clean(l) == path.Clean(*imagePath) {
+			return fmt.Errorf("-link %q: want an absolute path other than the binary's", l)
+		}
+		img.Entries = append(img.Entries, ociimage.Symlink(path.Clean(l), *imagePath))
 	}
 	return writeAndReport(*out, img)
 }
