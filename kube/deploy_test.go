@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -42,6 +43,8 @@ type manifests struct {
 	deployments         []appsv1.Deployment
 	pdbs                []policyv1.PodDisruptionBudget
 	ipPools             []v1alpha1.IPPool
+	configMaps          []corev1.ConfigMap
+	services            []corev1.Service
 }
 
 func strict[T any](t *testing.T, where string, doc []byte) T {
@@ -101,6 +104,10 @@ func (m *manifests) load(t *testing.T, path string) {
 			m.pdbs = append(m.pdbs, strict[policyv1.PodDisruptionBudget](t, where, doc))
 		case "IPPool":
 			m.ipPools = append(m.ipPools, strict[v1alpha1.IPPool](t, where, doc))
+		case "ConfigMap":
+			m.configMaps = append(m.configMaps, strict[corev1.ConfigMap](t, where, doc))
+		case "Service":
+			m.services = append(m.services, strict[corev1.Service](t, where, doc))
 		default:
 			t.Fatalf("%s: kind %s is not checked by this test; add it", path, tm.Kind)
 		}
@@ -295,11 +302,20 @@ func TestAgentDaemonSet(t *testing.T) {
 		t.Error("agent does not tolerate every taint: a tainted node would get no pod network")
 	}
 
-	if len(spec.InitContainers) != 1 {
-		t.Fatalf("%d init containers, want install-cni", len(spec.InitContainers))
+	if len(spec.InitContainers) != 2 {
+		t.Fatalf("%d init containers, want mount-bpffs and install-cni", len(spec.InitContainers))
 	}
-	initC := spec.InitContainers[0]
-	wantInstall := []string{"install-cni", "--bin-dir", install.DefaultBinDir, "--conf-dir", install.DefaultConfDir}
+	bpfDir := filepath.Dir(agent.DefaultBPFRoot)
+	mount := spec.InitContainers[0]
+	wantMount := []string{"mount-bpffs", "--mount-ns", "/hostproc/1/ns/mnt", bpfDir}
+	if !slices.Equal(mount.Args, wantMount) || !slices.Equal(mount.Command, []string{"lockstep"}) {
+		t.Errorf("first init container runs %v %v, want lockstep %v", mount.Command, mount.Args, wantMount)
+	}
+	if got := mountedHostPaths(spec, mount)["/hostproc"]; got != "/proc" {
+		t.Errorf("mount-bpffs mounts host %q at /hostproc, want the host's /proc (PID 1's mount namespace)", got)
+	}
+	initC := spec.InitContainers[1]
+	wantInstall := []string{"install-cni", "--bin-dir", install.DefaultBinDir, "--conf-dir", install.DefaultConfDir, "--cni-version", "$(CNI_VERSION)"}
 	if !slices.Equal(initC.Args, wantInstall) || !slices.Equal(initC.Command, []string{"lockstep"}) {
 		t.Errorf("init container runs %v %v, want lockstep %v", initC.Command, initC.Args, wantInstall)
 	}
@@ -308,6 +324,7 @@ func TestAgentDaemonSet(t *testing.T) {
 			t.Errorf("install-cni mounts host %q at %s, want %s", got, dir, host)
 		}
 	}
+	m.checkConfigRefs(t, initC)
 
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%d containers, want the agent", len(spec.Containers))
@@ -316,32 +333,65 @@ func TestAgentDaemonSet(t *testing.T) {
 	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
 		t.Error("agent is not privileged")
 	}
-	if want := []string{"agent", "--node-name", "$(NODE_NAME)"}; !slices.Equal(c.Args, want) {
-		t.Errorf("agent args %v, want %v", c.Args, want)
+	for _, want := range []string{"agent", "--node-name=$(NODE_NAME)", "--dataplane=$(DATAPLANE)"} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("agent args %v lack %s", c.Args, want)
+		}
 	}
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
 	}) {
 		t.Error("NODE_NAME is not taken from spec.nodeName")
 	}
+	m.checkConfigRefs(t, c)
 	mounts := mountedHostPaths(spec, c)
-	for _, dir := range []string{agent.DefaultStateDir, filepath.Dir(api.DefaultSocket), filepath.Dir(agent.DefaultBPFRoot)} {
+	for _, dir := range []string{agent.DefaultStateDir, filepath.Dir(api.DefaultSocket), bpfDir} {
 		if mounts[dir] != dir {
 			t.Errorf("agent mounts host %q at %s, want the host's %s: its default path", mounts[dir], dir, dir)
 		}
 	}
-	for _, v := range c.VolumeMounts {
-		if v.MountPath == filepath.Dir(agent.DefaultBPFRoot) && (v.MountPropagation == nil || *v.MountPropagation != corev1.MountPropagationBidirectional) {
-			t.Error("bpffs is not mounted Bidirectional: a bpffs the agent mounts would not reach the host")
+	for _, v := range append(c.VolumeMounts, mount.VolumeMounts...) {
+		if v.MountPropagation != nil && *v.MountPropagation != corev1.MountPropagationNone {
+			t.Errorf("%s is mounted with %s propagation: containerd refuses it on hosts whose mounts are private (no systemd)", v.MountPath, *v.MountPropagation)
 		}
 	}
-	_, port, err := net.SplitHostPort(agent.DefaultMetricsAddr)
-	if err != nil {
-		t.Fatal(err)
+	port := ""
+	for _, a := range c.Args {
+		if addr, ok := strings.CutPrefix(a, "--metrics-addr="); ok {
+			_, port, _ = net.SplitHostPort(addr)
+		}
 	}
-	for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || strconv.Itoa(p.HTTPGet.Port.IntValue()) != port {
-			t.Errorf("%s probe %+v does not check /healthz on the agent's default port %s", name, p, port)
+	if port == "" {
+		t.Fatal("the agent has no --metrics-addr: its health and metrics would be on loopback only")
+	}
+	for name, want := range map[string]struct {
+		p    *corev1.Probe
+		path string
+	}{"startup": {c.StartupProbe, "/healthz"}, "liveness": {c.LivenessProbe, "/healthz"}, "readiness": {c.ReadinessProbe, "/readyz"}} {
+		p := want.p
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want.path || strconv.Itoa(p.HTTPGet.Port.IntValue()) != port {
+			t.Errorf("%s probe %+v does not check %s on the metrics port %s", name, p, want.path, port)
+		}
+	}
+}
+
+// checkConfigRefs fails t when c reads a key of a ConfigMap the manifests do
+// not define.
+func (m *manifests) checkConfigRefs(t *testing.T, c corev1.Container) {
+	t.Helper()
+	for _, e := range c.Env {
+		if e.ValueFrom == nil || e.ValueFrom.ConfigMapKeyRef == nil {
+			continue
+		}
+		ref := e.ValueFrom.ConfigMapKeyRef
+		found := false
+		for _, cm := range m.configMaps {
+			if cm.Name == ref.Name && cm.Namespace == namespace {
+				_, found = cm.Data[ref.Key]
+			}
+		}
+		if !found {
+			t.Errorf("%s reads %s from ConfigMap %s key %s, which deploy/ does not define", c.Name, e.Name, ref.Name, ref.Key)
 		}
 	}
 }
@@ -374,6 +424,38 @@ func TestOperatorDeployment(t *testing.T) {
 	if len(m.pdbs) != 1 || m.pdbs[0].Namespace != namespace {
 		t.Error("no PodDisruptionBudget keeps one operator replica up")
 	}
+	port := ""
+	for _, a := range c.Args {
+		if addr, ok := strings.CutPrefix(a, "--metrics-addr="); ok {
+			_, port, _ = net.SplitHostPort(addr)
+		}
+	}
+	for name, want := range map[string]struct {
+		p    *corev1.Probe
+		path string
+	}{"liveness": {c.LivenessProbe, "/healthz"}, "readiness": {c.ReadinessProbe, "/readyz"}} {
+		p := want.p
+		if port == "" || p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want.path || strconv.Itoa(p.HTTPGet.Port.IntValue()) != port {
+			t.Errorf("operator %s probe %+v does not check %s on its --metrics-addr port %q", name, p, want.path, port)
+		}
+	}
+}
+
+// TestAgentMetricsService checks that Prometheus can find every agent: a
+// Service selecting the agent's pods on the port its metrics listen on.
+func TestAgentMetricsService(t *testing.T) {
+	m, _ := loadKustomization(t)
+	labels := m.daemonSets[0].Spec.Template.Labels
+	for _, svc := range m.services {
+		selects := len(svc.Spec.Selector) > 0
+		for k, v := range svc.Spec.Selector {
+			selects = selects && labels[k] == v
+		}
+		if selects && len(svc.Spec.Ports) == 1 && svc.Spec.Ports[0].Port == 9962 {
+			return
+		}
+	}
+	t.Error("no Service selects the agent pods on their metrics port 9962")
 }
 
 func TestImagesArePlaceholders(t *testing.T) {
