@@ -96,7 +96,7 @@ needs no API server: the pools are --pool-cidr and policy comes from
 	f.StringSliceVar(&pools, "pool-cidr", nil, "address pool for pods with --standalone; repeat for IPv6 (e.g. fd00:10:244::/120)")
 	f.StringVar(&cfg.StateDir, "state-dir", agent.DefaultStateDir, "directory of the durable state file")
 	f.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket the CNI plugin calls")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", agent.DefaultMetricsAddr, "address of /healthz and /metrics; empty disables")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", agent.DefaultMetricsAddr, "address of /healthz (liveness), /readyz (readiness) and /metrics; \":9962\" listens on every address, empty disables")
 	f.StringVar(&cfg.Manifests, "manifests", "", "directory of Namespace, Pod and NetworkPolicy YAML to enforce (standalone source); edits are followed")
 	f.StringVar(&cfg.Dataplane, "dataplane", agent.DataplaneEBPF, "policy dataplane: ebpf, iptables (legacy or nft, detected) or hns (Windows)")
 	f.StringVar(&cfg.HNSNetwork, "hns-network", agent.DefaultHNSNetwork, "HNS network the hns dataplane programs (Windows)")
