@@ -30,11 +30,11 @@ func NewMetrics(status func(context.Context) (*api.StatusResponse, error)) *Metr
 		requests: reg.NewCounter("lockstep_api_requests_total",
 			"Agent API requests served, by operation and result code (0 = success).", "op", "code"),
 		durations: reg.NewHistogram("lockstep_api_request_duration_seconds",
-			"Time the agent spent on an API request.", exponential(50e-6, 2, 16), "op"),
+			"Time the agent spent on an API request.", promtext.ExponentialBuckets(50e-6, 2, 16), "op"),
 		writes: reg.NewHistogram("lockstep_state_write_duration_seconds",
-			"Time to write one transaction's durable changes to the state file, fsync included.", exponential(25e-6, 2, 16)),
+			"Time to write one transaction's durable changes to the state file, fsync included.", promtext.ExponentialBuckets(25e-6, 2, 16)),
 		applies: reg.NewHistogram("lockstep_policy_apply_duration_seconds",
-			"Time from reading a committed store snapshot to its policy being in force in the dataplane (compile and apply).", exponential(50e-6, 2, 18)),
+			"Time from reading a committed store snapshot to its policy being in force in the dataplane (compile and apply).", promtext.ExponentialBuckets(50e-6, 2, 18)),
 	}
 	reg.RegisterWriter(func(w io.Writer) {
 		st, err := status(context.Background())
@@ -73,12 +73,3 @@ func (m *Metrics) AddWriter(fn func(io.Writer)) { m.reg.RegisterWriter(fn) }
 
 // WritePrometheus writes every metric in the Prometheus text format.
 func (m *Metrics) WritePrometheus(w io.Writer) { m.reg.Write(w) }
-
-func exponential(start, factor float64, n int) []float64 {
-	out := make([]float64, n)
-	for i := range out {
-		out[i] = start
-		start *= factor
-	}
-	return out
-}
