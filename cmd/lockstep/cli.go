@@ -152,5 +152,6 @@ func installCNICommand() *cobra.Command {
 	f.StringVar(&o.ConfName, "conf-name", install.DefaultConfName, "file name of the config list")
 	f.StringVar(&o.Socket, "socket", "", "agent socket to write into the config (default: the plugin's default)")
 	f.BoolVar(&o.Portmap, "portmap", false, "chain the portmap plugin after lockstep (hostPort support)")
+	f.StringVar(&o.CNIVersion, "cni-version", install.DefaultCNIVersion, "cniVersion of the config list: 1.0.0 for containerd 1.6/1.7, 2.x and CRI-O; 1.1.0 lets runtimes that call them use STATUS and GC")
 	return cmd
 }
