@@ -65,7 +65,11 @@ namespaces, network policies and nodes, allocates from the blocks of the
 node's NodeIPAM, and routes other nodes' blocks through their InternalIPs.
 It answers CNI STATUS with code 50 until it has both. With --standalone it
 needs no API server: the pools are --pool-cidr and policy comes from
---manifests.`,
+--manifests.
+
+From the moment it starts it serves, on --metrics-addr, /healthz (liveness:
+its loops turn; never the API server's health), /readyz (readiness: it
+serves ADDs; until then, what it waits for) and Prometheus /metrics.`,
 		Example: `  lockstep agent --node-name "$NODE_NAME"                      # in a pod: in-cluster config
   lockstep agent --node-name node-a --kubeconfig /etc/lockstep/kubeconfig
   lockstep agent --standalone --pool-cidr 10.244.0.0/24 --pool-cidr fd00:10:244::/120`,
@@ -100,7 +104,7 @@ needs no API server: the pools are --pool-cidr and policy comes from
 	f.StringVar(&cfg.Manifests, "manifests", "", "directory of Namespace, Pod and NetworkPolicy YAML to enforce (standalone source); edits are followed")
 	f.StringVar(&cfg.Dataplane, "dataplane", agent.DataplaneEBPF, "policy dataplane: ebpf, iptables (legacy or nft, detected) or hns (Windows)")
 	f.StringVar(&cfg.HNSNetwork, "hns-network", agent.DefaultHNSNetwork, "HNS network the hns dataplane programs (Windows)")
-	f.StringVar(&cfg.BPFRoot, "bpf-root", agent.DefaultBPFRoot, "bpffs directory the dataplane pins its maps under (mounted if needed)")
+	f.StringVar(&cfg.BPFRoot, "bpf-root", agent.DefaultBPFRoot, "bpffs directory the dataplane pins its maps under (when neither it nor its parent is on a bpffs, one is mounted at the parent)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
