@@ -41,9 +41,10 @@ func startOps(cfg Config, gate *apiGate, metrics *server.Metrics, errc chan<- er
 	if cfg.MetricsAddr == "" {
 		return o, nil
 	}
+	loops := ops.Check{Name: "loops", Fn: o.watchdog.Check}
 	h := ops.Handler(ops.Endpoints{
-		Live:    []ops.Check{{Name: "loops", Fn: o.watchdog.Check}},
-		Ready:   []ops.Check{{Name: "start-up", Fn: o.started}},
+		Live:    []ops.Check{loops},
+		Ready:   []ops.Check{loops, {Name: "start-up", Fn: o.started}},
 		Metrics: metrics.WritePrometheus,
 	})
 	srv, err := ops.Listen(cfg.MetricsAddr, h)

@@ -76,7 +76,7 @@ func TestReadyzFollowsStartUp(t *testing.T) {
 }
 
 // TestHealthzNamesAStalledLoop: a loop that stops beating fails /healthz,
-// which names it, and one beat heals it.
+// which names it, and /readyz; one beat heals both.
 func TestHealthzNamesAStalledLoop(t *testing.T) {
 	gate := newAPIGate()
 	o, err := startOps(Config{MetricsAddr: "127.0.0.1:0"}, gate, server.NewMetrics(gate.Status), make(chan error, 1), slog.New(slog.DiscardHandler))
@@ -91,7 +91,14 @@ func TestHealthzNamesAStalledLoop(t *testing.T) {
 	if code != 503 || !strings.Contains(body, "[-]loops failed: loop enforcer last turned") || strings.Contains(body, "routes") {
 		t.Errorf("/healthz with the enforcer silent = %d %q, want 503 naming the enforcer alone", code, body)
 	}
+	o.setReady()
+	if code, body := get(t, o.srv.Addr(), "/readyz"); code != 503 || !strings.Contains(body, "loop enforcer") {
+		t.Errorf("/readyz of a started agent with the enforcer silent = %d %q, want 503: not alive is not ready", code, body)
+	}
 	stuck.Beat()
+	if code, body := get(t, o.srv.Addr(), "/readyz"); code != 200 {
+		t.Errorf("/readyz after a beat = %d %q, want 200", code, body)
+	}
 	if code, body := get(t, o.srv.Addr(), "/healthz"); code != 200 {
 		t.Errorf("/healthz after a beat = %d %q, want 200", code, body)
 	}

@@ -3,13 +3,15 @@
 // Kubernetes components (kube-apiserver's /livez and /readyz, the
 // kubelet's /healthz):
 //
-//   - /healthz is liveness: is the process alive and are its loops
-//     turning (internal/watchdog)? It must not depend on anything outside
+//   - /healthz (also /livez) is liveness: is the process alive and are
+//     its loops turning (internal/watchdog)? It must not depend on anything outside
 //     the process, such as the API server: the kubelet restarts a
 //     container whose liveness probe fails, and restarting the agent does
 //     not bring an API server back.
 //   - /readyz is readiness: has the command finished starting and does it
-//     do its job (the agent serves CNI ADDs)?
+//     do its job (the agent serves CNI ADDs)? As on kube-apiserver, its
+//     checks include the liveness checks: a command that is not alive is
+//     not ready either.
 //   - /metrics is the Prometheus text format (internal/promtext).
 //
 // A probe answers 200 and "ok" when every check passes, and 503 with one

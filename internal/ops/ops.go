@@ -31,10 +31,11 @@ type Endpoints struct {
 	Metrics func(io.Writer)
 }
 
-// Handler serves /healthz, /readyz and /metrics.
+// Handler serves /healthz (and /livez, its name on kube-apiserver), /readyz
+// and /metrics.
 func Handler(e Endpoints) http.Handler {
 	mux := http.NewServeMux()
-	for path, checks := range map[string][]Check{"healthz": e.Live, "readyz": e.Ready} {
+	for path, checks := range map[string][]Check{"healthz": e.Live, "livez": e.Live, "readyz": e.Ready} {
 		mux.HandleFunc("GET /"+path, func(w http.ResponseWriter, r *http.Request) { serveAll(w, r, path, checks) })
 		mux.HandleFunc("GET /"+path+"/{name}", func(w http.ResponseWriter, r *http.Request) { serveOne(w, r, checks) })
 	}

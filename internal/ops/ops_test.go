@@ -36,6 +36,7 @@ func TestHandler(t *testing.T) {
 		lacks    []string
 	}{
 		{name: "live", h: h, target: "/healthz", wantCode: 200, wantBody: "ok", exact: true},
+		{name: "livez is healthz", h: stalledH, target: "/livez", wantCode: 503, contains: []string{"[-]loops failed", "livez check failed"}},
 		{
 			name: "live verbose", h: h, target: "/healthz?verbose", wantCode: 200,
 			wantBody: "[+]loops ok\nhealthz check passed\n", exact: true,

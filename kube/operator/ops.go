@@ -82,11 +82,12 @@ func newOpsState(cfg *Config) *opsState {
 	return o
 }
 
-// serve opens the ops endpoint on addr.
+// listen opens the ops endpoint on addr.
 func (o *opsState) listen(addr string) (*ops.Server, error) {
+	loops := ops.Check{Name: "loops", Fn: o.watchdog.Check}
 	h := ops.Handler(ops.Endpoints{
-		Live:    []ops.Check{{Name: "loops", Fn: o.watchdog.Check}},
-		Ready:   []ops.Check{{Name: "role", Fn: o.ready}},
+		Live:    []ops.Check{loops},
+		Ready:   []ops.Check{loops, {Name: "role", Fn: o.ready}},
 		Metrics: o.reg.Write,
 	})
 	srv, err := ops.Listen(addr, h)
