@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -53,8 +51,8 @@ type Config struct {
 	Kubeconfig string
 	StateDir   string
 	Socket     string
-	// MetricsAddr is the TCP address of /healthz and /metrics; empty
-	// disables the listener.
+	// MetricsAddr is the TCP address of /healthz, /readyz and /metrics
+	// (":9962" listens on every address); empty disables the listener.
 	MetricsAddr string
 	// Manifests is a directory of Namespace, Pod and NetworkPolicy
 	// manifests the agent enforces and follows (the standalone source;
@@ -112,7 +110,17 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	// Probes answer from here on, through every wait below.
+	gate := newAPIGate()
+	metrics := server.NewMetrics(gate.Status)
+	errc := make(chan error, 4)
+	ops, err := startOps(cfg, gate, metrics, errc, log)
+	if err != nil {
+		return err
+	}
+	defer ops.close()
 
+	gate.setWaiting("the state file in " + cfg.StateDir)
 	db, err := persist.Open(cfg.StateDir, 2*time.Second)
 	if err != nil {
 		return err
@@ -131,9 +139,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	gate := newAPIGate()
-	metrics := server.NewMetrics(gate.Status)
-	errc := make(chan error, 3)
 	var apiSrv *server.APIServer
 	serveAPI := func() error {
 		lis, err := server.ListenSocket(cfg.Socket)
@@ -169,7 +174,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := serveAPI(); err != nil {
 			return err
 		}
-		if kube, err = startKube(runCtx, cfg, kubeConfig, st, log); err != nil {
+		if kube, err = startKube(runCtx, cfg, kubeConfig, st, ops, log); err != nil {
 			return err
 		}
 		err := waitStep(ctx, gate, log, "the API server at "+kubeConfig.Host+" to list pods, namespaces, network policies and nodes", kube.source.WaitSynced)
@@ -177,6 +182,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return startCancelled(ctx, err)
 		}
 	}
+	gate.setWaiting("the dataplane to load and enforce the restored endpoints")
 	be, err := openBackend(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -209,12 +215,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := enf.Sync(ctx); err != nil {
 		return err
 	}
+	enf.SetHeartbeat(ops.loop("enforcer"))
 	go enf.Run(runCtx, ResyncInterval)
 	if be.compactDue != nil {
-		go compactWhenIdle(runCtx, time.Second, be.compactDue, be.compact, log)
+		go compactWhenIdle(runCtx, time.Second, be.compactDue, be.compact, ops.loop("compaction"), log)
 	}
+	cleanups.SetHeartbeat(ops.loop("cleanup"))
 	go cleanups.Run(runCtx)
 	if manifestsWatcher != nil {
+		manifestsWatcher.SetHeartbeat(ops.loop("manifests"))
 		go watchManifests(runCtx, st, manifestsWatcher, log)
 	}
 	svc.OnWrite(metrics.ObserveWrite)
@@ -227,7 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if kube != nil {
 		// Policy for the pods already running is enforced from here on;
 		// new pods wait for the node's blocks.
-		syncer, err := kube.startNodeIPAM(runCtx, cfg, st, db, svc, errc, log)
+		syncer, err := kube.startNodeIPAM(runCtx, cfg, st, db, svc, errc, ops.loop("nodeipam"), log)
 		if err != nil {
 			return err
 		}
@@ -244,24 +253,6 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := serveAPI(); err != nil {
 			return err
 		}
-	}
-
-	var opsSrv *http.Server
-	if cfg.MetricsAddr != "" {
-		opsLis, err := net.Listen("tcp", cfg.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("listen for metrics on %s: %w (choose another with --metrics-addr)", cfg.MetricsAddr, err)
-		}
-		opsSrv = &http.Server{Handler: server.OpsHandler(metrics, func(ctx context.Context) error {
-			_, err := gate.Status(ctx)
-			return err
-		}), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := opsSrv.Serve(opsLis); !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("serve metrics: %w", err)
-			}
-		}()
-		log.Info("serving health and metrics", "addr", opsLis.Addr().String())
 	}
 
 	// Forwarding is switched on only once the agent can serve: a start that
@@ -281,6 +272,7 @@ func Run(ctx context.Context, cfg Config) error {
 		mode = "kubernetes"
 	}
 	log.Info("lockstep agent ready", "mode", mode, "node", cfg.NodeName, "socket", cfg.Socket, "state", db.Path(), "pools", pools, "dataplane", be.name)
+	ops.setReady()
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
@@ -294,12 +286,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		log.Error("server stopped", "err", err)
 	}
+	ops.shuttingDown()
 	stopAPI()
-	if opsSrv != nil {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = opsSrv.Shutdown(shutdownCtx)
-	}
 	return err
 }
 

@@ -16,6 +16,7 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/watchdog"
 )
 
 // Dataplanes accepted by Config.Dataplane.
@@ -57,15 +58,17 @@ const CompactAfter = 2 * time.Second
 // compactWhenIdle compacts whenever due reports garbage and an idle
 // backend, checking every interval until ctx ends. After a failed compact
 // it waits 60 intervals before trying again; the periodic resync repairs
-// the tables meanwhile.
-func compactWhenIdle(ctx context.Context, every time.Duration, due func() bool, compact func(context.Context) error, log *slog.Logger) {
+// the tables meanwhile. Each turn beats hb.
+func compactWhenIdle(ctx context.Context, every time.Duration, due func() bool, compact func(context.Context) error, hb *watchdog.Loop, log *slog.Logger) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var quietUntil time.Time
 	for {
+		hb.Beat()
 		select {
 		case <-ctx.Done():
 			return
+		case <-hb.Tick():
 		case now := <-tick.C:
 			if now.Before(quietUntil) || !due() {
 				continue

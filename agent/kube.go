@@ -19,6 +19,7 @@ import (
 	"lockstep.dev/lockstep/agent/routes"
 	"lockstep.dev/lockstep/agent/server"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/watchdog"
 	kubeclient "lockstep.dev/lockstep/kube/client"
 	"lockstep.dev/lockstep/kube/nodeipam"
 	"lockstep.dev/lockstep/kube/source"
@@ -61,12 +62,14 @@ type kubeMode struct {
 
 // startKube starts the Kubernetes source and the routes manager; they run
 // until ctx ends.
-func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store, log *slog.Logger) (*kubeMode, error) {
+func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store, ops *opsEndpoint, log *slog.Logger) (*kubeMode, error) {
 	// client-go logs through klog: send it where the agent logs.
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	k := &kubeMode{config: rc, routes: routes.NewManager(log.With("component", "routes"))}
+	k.routes.SetHeartbeat(ops.loop("routes"))
 	src, err := source.New(source.Options{
 		Config: rc, NodeName: cfg.NodeName, Store: st, Logger: log.With("component", "kube-source"),
+		Heartbeat: ops.loop("kube-source"),
 		OnNodes: func(n source.Nodes) {
 			desired, problems := routes.Desired(n.Peers)
 			for _, p := range problems {
@@ -86,11 +89,11 @@ func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store
 
 // startNodeIPAM starts the agent's half of IPAM on the endpoints service:
 // the node's NodeIPAM blocks become the store's pools (kube/nodeipam). Its
-// Run failing is the agent failing, reported on errc.
-func (k *kubeMode) startNodeIPAM(ctx context.Context, cfg Config, st *store.Store, db *persist.DB, svc *endpoints.Service, errc chan<- error, log *slog.Logger) (*nodeipam.Syncer, error) {
+// Run failing is the agent failing, reported on errc; its loop beats hb.
+func (k *kubeMode) startNodeIPAM(ctx context.Context, cfg Config, st *store.Store, db *persist.DB, svc *endpoints.Service, errc chan<- error, hb *watchdog.Loop, log *slog.Logger) (*nodeipam.Syncer, error) {
 	syncer, err := nodeipam.New(nodeipam.Options{
 		Config: k.config, NodeName: cfg.NodeName, Store: st, DB: db, Service: svc,
-		Logger: log.With("component", "nodeipam"),
+		Logger: log.With("component", "nodeipam"), Heartbeat: hb,
 	})
 	if err != nil {
 		return nil, err

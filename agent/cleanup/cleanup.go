@@ -13,6 +13,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/watchdog"
 )
 
 // Cleaner removes what lockstep left in one backend.
@@ -54,6 +55,8 @@ type Manager struct {
 
 	mu       sync.Mutex // serialises attempts
 	attempts map[string]*Attempts
+	// heartbeat is beaten by every turn of Run.
+	heartbeat *watchdog.Loop
 }
 
 // Attempts counts the clean-up attempts of one backend since the agent
@@ -222,10 +225,15 @@ func (m *Manager) attempt(ctx context.Context, c *store.Cleanup) error {
 	return nil
 }
 
+// SetHeartbeat makes Run beat hb on every turn, and turn on hb's Tick when
+// idle (an attempt not due yet is not made); call it before Run.
+func (m *Manager) SetHeartbeat(hb *watchdog.Loop) { m.heartbeat = hb }
+
 // Run retries pending clean-ups until none is left or ctx ends; it wakes
 // early when a new one is scheduled.
 func (m *Manager) Run(ctx context.Context) {
 	for {
+		m.heartbeat.Beat()
 		ws := memdb.NewWatchSet()
 		_, _ = store.Cleanups(m.st.ReadTxn(), ws)
 		next, err := m.RunOnce(ctx)
@@ -243,6 +251,7 @@ func (m *Manager) Run(ctx context.Context) {
 		case <-ctx.Done():
 		case <-ws.WatchCh(ctx):
 		case <-fired:
+		case <-m.heartbeat.Tick():
 		}
 		if timer != nil {
 			timer.Stop()

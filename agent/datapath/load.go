@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/internal/bpffs"
 	"lockstep.dev/lockstep/maps"
 )
 
@@ -39,7 +40,8 @@ var btfCarriers = []string{"policy_inner_btf", "event_btf"}
 // Options configure Load.
 type Options struct {
 	// PinRoot is the directory the maps are pinned in (DefaultPinRoot when
-	// empty). A bpffs is mounted there if it is not on one.
+	// empty). When neither it nor its parent is on a bpffs, one is mounted
+	// at its parent (see internal/bpffs).
 	PinRoot string
 	// Logger receives progress and repairs; nil discards.
 	Logger *slog.Logger
@@ -91,8 +93,12 @@ func Load(opts Options) (*Datapath, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := ensureBPFFS(opts.PinRoot); err != nil {
+	mountedAt, err := bpffs.EnsureRoot(opts.PinRoot)
+	if err != nil {
 		return nil, err
+	}
+	if mountedAt != "" {
+		opts.Logger.Info("mounted a bpffs: none was mounted for the pin root", "at", mountedAt, "pin_root", opts.PinRoot)
 	}
 	spec, err := loadEndpoint()
 	if err != nil {
@@ -196,25 +202,6 @@ func (d *Datapath) probeInnerCompat() error {
 		return err
 	}
 	return d.policy.Delete(key)
-}
-
-// ensureBPFFS makes dir a directory on a bpffs, mounting one on dir when
-// it is not.
-func ensureBPFFS(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create pin root %s: %w", dir, err)
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return fmt.Errorf("stat pin root %s: %w", dir, err)
-	}
-	if st.Type == unix.BPF_FS_MAGIC {
-		return nil
-	}
-	if err := unix.Mount("bpffs", dir, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mount bpffs on %s: %w (mount one there or pick a --bpf-root on a bpffs)", dir, err)
-	}
-	return nil
 }
 
 // Close releases the programs and maps of d. Pinned maps and attached

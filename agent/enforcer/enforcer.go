@@ -14,6 +14,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/watchdog"
 )
 
 // Dataplane is what enforces the compiled state on the node: the eBPF
@@ -64,6 +65,8 @@ type Enforcer struct {
 	// observePhases its parts.
 	observe       func(time.Duration)
 	observePhases func(Phases)
+	// heartbeat is beaten by every turn of Run.
+	heartbeat *watchdog.Loop
 }
 
 // Phases is how long the parts of one apply took.
@@ -93,6 +96,11 @@ func (e *Enforcer) OnApply(fn func(time.Duration)) { e.observe = fn }
 
 // OnPhases registers fn to observe how long the parts of each apply took.
 func (e *Enforcer) OnPhases(fn func(Phases)) { e.observePhases = fn }
+
+// SetHeartbeat makes Run beat hb on every turn, and turn on hb's Tick when
+// idle; call it before Run. A turn goes through Sync, so an apply that
+// hangs, or anyone holding the apply lock, silences hb.
+func (e *Enforcer) SetHeartbeat(hb *watchdog.Loop) { e.heartbeat = hb }
 
 // Sync applies the latest committed state, unless it is already applied,
 // and returns once it is in force.
@@ -163,6 +171,7 @@ func (e *Enforcer) Run(ctx context.Context, resync time.Duration) {
 		tick = t.C
 	}
 	for {
+		e.heartbeat.Beat()
 		ws := memdb.NewWatchSet()
 		txn := e.store.ReadTxn()
 		ch, _, err := txn.FirstWatch(store.TableRevisions, store.IndexID, "")
@@ -184,6 +193,7 @@ func (e *Enforcer) Run(ctx context.Context, resync time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-ws.WatchCh(ctx):
+		case <-e.heartbeat.Tick():
 		case <-tick:
 			if err := e.Resync(ctx); err != nil && ctx.Err() == nil {
 				e.log.Error("resync dataplane state", "err", err)

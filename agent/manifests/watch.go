@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"lockstep.dev/lockstep/internal/watchdog"
 )
 
 // maxSettle bounds how long Watch waits for a burst of writes (an editor
@@ -49,6 +51,8 @@ type Watcher struct {
 	last    *Objects // the last good set, nil before one
 	lastSum [32]byte // fingerprint of the files last loaded
 	loaded  bool
+	// heartbeat is beaten by every turn of Run.
+	heartbeat *watchdog.Loop
 }
 
 // NewWatcher returns a Watcher of dir that fingerprints it every interval
@@ -62,6 +66,11 @@ func NewWatcher(dir string, interval time.Duration) *Watcher {
 
 // Dir returns the directory w follows.
 func (w *Watcher) Dir() string { return w.dir }
+
+// SetHeartbeat makes Run beat hb on every turn (its polls turn it every
+// interval), and on hb's Tick; call it before Run. A fn that does not
+// return silences hb.
+func (w *Watcher) SetHeartbeat(hb *watchdog.Loop) { w.heartbeat = hb }
 
 // Load reads the directory now, as [Load] does, and remembers what it read
 // (or the error): Run delivers only changes from there. It returns the
@@ -124,10 +133,12 @@ func (w *Watcher) Run(ctx context.Context, fn func(*Objects, error)) error {
 	ticker := time.NewTicker(w.interval)
 	defer ticker.Stop()
 	for {
+		w.heartbeat.Beat()
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return ctx.Err()
+		case <-w.heartbeat.Tick():
 		case _, ok := <-events:
 			if !ok {
 				events = nil

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"lockstep.dev/lockstep/internal/watchdog"
 )
 
 // Backoff bounds the wait before Manager retries a failed Apply.
@@ -25,6 +27,8 @@ type Manager struct {
 	desired []Route
 	set     bool // Set was called at least once
 	wake    chan struct{}
+	// heartbeat is beaten by every turn of Run.
+	heartbeat *watchdog.Loop
 }
 
 // NewManager returns a Manager for the calling process's network
@@ -53,6 +57,10 @@ func (m *Manager) Set(desired []Route) {
 	}
 }
 
+// SetHeartbeat makes Run beat hb on every turn, and on hb's Tick when idle
+// (without applying); call it before Run.
+func (m *Manager) SetHeartbeat(hb *watchdog.Loop) { m.heartbeat = hb }
+
 // Run applies the desired routes until ctx ends. Routes stay in place when
 // it returns: an agent that restarts finds and adopts them.
 func (m *Manager) Run(ctx context.Context, resync time.Duration) {
@@ -61,9 +69,12 @@ func (m *Manager) Run(ctx context.Context, resync time.Duration) {
 	backoff := time.Duration(0)
 	var retry <-chan time.Time
 	for {
+		m.heartbeat.Beat()
 		select {
 		case <-ctx.Done():
 			return
+		case <-m.heartbeat.Tick():
+			continue
 		case <-m.wake:
 		case <-ticker.C:
 		case <-retry:

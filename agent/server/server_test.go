@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -244,37 +242,19 @@ func TestClientNeverHangs(t *testing.T) {
 	}
 }
 
-func TestOpsHandler(t *testing.T) {
+func TestMetrics(t *testing.T) {
 	b := &fakeBackend{}
 	m := NewMetrics(b.Status)
 	m.observeRequest(api.OpAdd, 0, time.Millisecond)
-	h := OpsHandler(m, func(context.Context) error { return nil })
-	srv := &http.Server{Handler: h}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Close()
-	get := func(path string) string {
-		resp, err := http.Get("http://" + lis.Addr().String() + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return string(body)
-	}
-	if got := get("/healthz"); got != "ok\n" {
-		t.Errorf("/healthz = %q", got)
-	}
-	metrics := get("/metrics")
+	var out strings.Builder
+	m.WritePrometheus(&out)
 	for _, want := range []string{
 		`lockstep_pool_addresses{pool="p",state="free"} 3`,
 		`lockstep_api_requests_total{op="add",code="0"} 1`,
+		"# TYPE process_resident_memory_bytes gauge",
 	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %q", want)
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("metrics lack %q", want)
 		}
 	}
 }

@@ -26,7 +26,7 @@ func runCLI(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd(), newOperatorCmd())
+	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd(), newOperatorCmd(), newMountBPFFSCmd())
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -65,7 +65,11 @@ namespaces, network policies and nodes, allocates from the blocks of the
 node's NodeIPAM, and routes other nodes' blocks through their InternalIPs.
 It answers CNI STATUS with code 50 until it has both. With --standalone it
 needs no API server: the pools are --pool-cidr and policy comes from
---manifests.`,
+--manifests.
+
+From the moment it starts it serves, on --metrics-addr, /healthz (liveness:
+its loops turn; never the API server's health), /readyz (readiness: it
+serves ADDs; until then, what it waits for) and Prometheus /metrics.`,
 		Example: `  lockstep agent --node-name "$NODE_NAME"                      # in a pod: in-cluster config
   lockstep agent --node-name node-a --kubeconfig /etc/lockstep/kubeconfig
   lockstep agent --standalone --pool-cidr 10.244.0.0/24 --pool-cidr fd00:10:244::/120`,
@@ -96,11 +100,11 @@ needs no API server: the pools are --pool-cidr and policy comes from
 	f.StringSliceVar(&pools, "pool-cidr", nil, "address pool for pods with --standalone; repeat for IPv6 (e.g. fd00:10:244::/120)")
 	f.StringVar(&cfg.StateDir, "state-dir", agent.DefaultStateDir, "directory of the durable state file")
 	f.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket the CNI plugin calls")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", agent.DefaultMetricsAddr, "address of /healthz and /metrics; empty disables")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", agent.DefaultMetricsAddr, "address of /healthz (liveness), /readyz (readiness) and /metrics; \":9962\" listens on every address, empty disables")
 	f.StringVar(&cfg.Manifests, "manifests", "", "directory of Namespace, Pod and NetworkPolicy YAML to enforce (standalone source); edits are followed")
 	f.StringVar(&cfg.Dataplane, "dataplane", agent.DataplaneEBPF, "policy dataplane: ebpf, iptables (legacy or nft, detected) or hns (Windows)")
 	f.StringVar(&cfg.HNSNetwork, "hns-network", agent.DefaultHNSNetwork, "HNS network the hns dataplane programs (Windows)")
-	f.StringVar(&cfg.BPFRoot, "bpf-root", agent.DefaultBPFRoot, "bpffs directory the dataplane pins its maps under (mounted if needed)")
+	f.StringVar(&cfg.BPFRoot, "bpf-root", agent.DefaultBPFRoot, "bpffs directory the dataplane pins its maps under (when neither it nor its parent is on a bpffs, one is mounted at the parent)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd
@@ -152,5 +156,6 @@ func installCNICommand() *cobra.Command {
 	f.StringVar(&o.ConfName, "conf-name", install.DefaultConfName, "file name of the config list")
 	f.StringVar(&o.Socket, "socket", "", "agent socket to write into the config (default: the plugin's default)")
 	f.BoolVar(&o.Portmap, "portmap", false, "chain the portmap plugin after lockstep (hostPort support)")
+	f.StringVar(&o.CNIVersion, "cni-version", install.DefaultCNIVersion, "cniVersion of the config list: 1.0.0 for containerd 1.6/1.7, 2.x and CRI-O; 1.1.0 lets runtimes that call them use STATUS and GC")
 	return cmd
 }

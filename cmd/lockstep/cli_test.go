@@ -42,8 +42,16 @@ func TestInstallCNIThroughBinary(t *testing.T) {
 		t.Fatalf("installed lockstep-cni VERSION: %v\n%s", err, out)
 	}
 	conf, err := os.ReadFile(filepath.Join(root, "net.d", "10-lockstep.conflist"))
-	if err != nil || !strings.Contains(string(conf), `"type": "lockstep-cni"`) {
+	if err != nil || !strings.Contains(string(conf), `"type": "lockstep-cni"`) || !strings.Contains(string(conf), `"cniVersion": "1.0.0"`) {
 		t.Fatalf("installed config: %v\n%s", err, conf)
+	}
+	// STATUS and GC need a 1.1.0 list: asking for it rewrites the config.
+	out, err = run(t, bin, nil, append(args, "--cni-version", "1.1.0")...)
+	if err != nil || !strings.Contains(out, "installed "+filepath.Join(root, "net.d", "10-lockstep.conflist")) {
+		t.Fatalf("install-cni --cni-version 1.1.0: %v\n%s", err, out)
+	}
+	if conf, _ := os.ReadFile(filepath.Join(root, "net.d", "10-lockstep.conflist")); !strings.Contains(string(conf), `"cniVersion": "1.1.0"`) {
+		t.Fatalf("config after --cni-version 1.1.0:\n%s", conf)
 	}
 }
 
@@ -65,6 +73,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/33"}, "want a CIDR such as 10.244.0.0/24"},
 		{[]string{"agent", "--standalone"}, "no --pool-cidr given"},
 		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"install-cni", "--cni-version", "1.2.0", "--bin-dir", t.TempDir(), "--conf-dir", t.TempDir()}, "choose one of 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"},
 	}
 	for _, tc := range tests {
 		out, err := run(t, bin, nil, tc.args...)

@@ -24,7 +24,13 @@ demand, and takes excess blocks back only through the release handshake: a
 block excess for --excess-ip-release-delay is marked for release, and is
 taken back once the node's agent has answered ready-for-release to that very
 generation of the spec. Deployed as two replicas, they elect a leader with
-the Lease --lease-namespace/--lease-name; only the leader writes.`,
+the Lease --lease-namespace/--lease-name; only the leader writes.
+
+On --metrics-addr it serves /healthz (liveness: its leader election and
+reconcile loops turn; never the API server's health), /readyz (readiness:
+leading with its informers synced, or standing by having read the Lease)
+and Prometheus /metrics (leadership, blocks assigned and released,
+handshake steps, reconcile pass durations and errors, process metrics).`,
 		Example: `  lockstep operator                                   # in a pod: in-cluster config, leader election
   lockstep operator --kubeconfig ~/.kube/config --leader-elect=false`,
 		Args: cobra.NoArgs,
@@ -48,6 +54,8 @@ the Lease --lease-namespace/--lease-name; only the leader writes.`,
 	f.BoolVar(&cfg.LeaderElect, "leader-elect", true, "take turns with other replicas through a Lease; only the leader writes")
 	f.StringVar(&cfg.LeaseNamespace, "lease-namespace", operator.DefaultLeaseNamespace, "namespace of the leader election Lease")
 	f.StringVar(&cfg.LeaseName, "lease-name", operator.DefaultLeaseName, "name of the leader election Lease")
+	f.StringVar(&cfg.MetricsAddr, "metrics-addr", operator.DefaultMetricsAddr,
+		"address of /healthz (liveness), /readyz (readiness) and /metrics; empty disables")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -7,6 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+
+	"lockstep.dev/lockstep/cni/plugin"
 )
 
 // Defaults for Options.
@@ -16,6 +20,11 @@ const (
 	DefaultConfName = "10-lockstep.conflist"
 	BinaryName      = "lockstep"
 	PluginName      = "lockstep-cni"
+	// DefaultCNIVersion is the cniVersion of the config list: the newest
+	// every runtime lockstep meets accepts. containerd 1.6 and 1.7 speak
+	// CNI up to 1.0.0 and refuse every ADD of a 1.1.0 list ("unsupported
+	// CNI result version"); containerd 2.x and CRI-O accept 1.0.0 too.
+	DefaultCNIVersion = "1.0.0"
 )
 
 // Options says what to install where.
@@ -29,6 +38,10 @@ type Options struct {
 	Socket string
 	// Portmap chains the reference portmap plugin after lockstep.
 	Portmap bool
+	// CNIVersion is the config list's cniVersion (DefaultCNIVersion when
+	// empty): one of plugin.SupportedVersions. 1.1.0 lets runtimes that
+	// implement them call STATUS and GC.
+	CNIVersion string
 }
 
 // Result reports what Install changed.
@@ -46,6 +59,11 @@ func Install(o Options) (*Result, error) {
 	}
 	if o.ConfName == "" {
 		o.ConfName = DefaultConfName
+	}
+	// Render first: a bad option changes nothing.
+	conf, err := ConfList(o)
+	if err != nil {
+		return nil, err
 	}
 	res := &Result{}
 	for _, dir := range []string{o.BinDir, o.ConfDir} {
@@ -72,10 +90,6 @@ func Install(o Options) (*Result, error) {
 		res.Changed = append(res.Changed, linkPath)
 	}
 
-	conf, err := ConfList(o.Socket, o.Portmap)
-	if err != nil {
-		return nil, err
-	}
 	confPath := filepath.Join(o.ConfDir, o.ConfName)
 	if changed, err := writeAtomic(confPath, conf, 0o644); err != nil {
 		return nil, err
@@ -85,21 +99,30 @@ func Install(o Options) (*Result, error) {
 	return res, nil
 }
 
-// ConfList renders the network config list lockstep installs.
-func ConfList(socket string, portmap bool) ([]byte, error) {
-	plugin := map[string]any{"type": PluginName}
-	if socket != "" {
-		if !filepath.IsAbs(socket) {
-			return nil, fmt.Errorf("render config: socket %q must be an absolute path", socket)
-		}
-		plugin["socket"] = socket
+// ConfList renders the network config list lockstep installs, from o's
+// Socket, Portmap and CNIVersion.
+func ConfList(o Options) ([]byte, error) {
+	version := o.CNIVersion
+	if version == "" {
+		version = DefaultCNIVersion
 	}
-	plugins := []any{plugin}
-	if portmap {
+	if !slices.Contains(plugin.SupportedVersions, version) {
+		return nil, fmt.Errorf("render config: lockstep-cni does not speak CNI version %q; choose one of %s (%s for containerd 1.6 and 1.7, 1.1.0 for runtimes that call STATUS and GC)",
+			version, strings.Join(plugin.SupportedVersions, ", "), DefaultCNIVersion)
+	}
+	conf := map[string]any{"type": PluginName}
+	if o.Socket != "" {
+		if !filepath.IsAbs(o.Socket) {
+			return nil, fmt.Errorf("render config: socket %q must be an absolute path", o.Socket)
+		}
+		conf["socket"] = o.Socket
+	}
+	plugins := []any{conf}
+	if o.Portmap {
 		plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}})
 	}
 	out, err := json.MarshalIndent(map[string]any{
-		"cniVersion": "1.1.0",
+		"cniVersion": version,
 		"name":       "lockstep",
 		"plugins":    plugins,
 	}, "", "  ")

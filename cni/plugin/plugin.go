@@ -14,10 +14,13 @@ import (
 	"lockstep.dev/lockstep/internal/buildinfo"
 )
 
-// supportedVersions are the CNI specification versions the plugin speaks.
-// Results are built as 1.1.0 and converted down; 0.3.0 is the oldest that
-// can carry the interfaces a chained plugin such as portmap needs.
-var supportedVersions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+// SupportedVersions are the CNI specification versions the plugin speaks,
+// oldest first. Results are built as 1.1.0 and converted down; 0.3.0 is
+// the oldest that can carry the interfaces a chained plugin such as portmap
+// needs.
+var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+var supportedVersions = version.PluginSupports(SupportedVersions...)
 
 // Main runs the plugin: it reads the CNI environment and stdin, performs
 // the requested command and exits.

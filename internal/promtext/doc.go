@@ -6,9 +6,10 @@
 // Prometheus client library's initialisation measured 1.2 ms of each plugin
 // start on the test machine, and a lighter metrics library read cgroup
 // files and logged to stderr from a package-level initialiser. This
-// package does nothing until it is used, and the agent is its only user.
+// package does nothing until it is used, and only the agent and the
+// operator use it.
 //
-// It supports what the agent needs and no more: metric families with
+// It supports what they need and no more: metric families with
 // constant label names, monotonic counters, histograms with fixed upper
 // bounds, and gauges computed at scrape time.
 package promtext

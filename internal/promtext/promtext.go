@@ -88,6 +88,17 @@ func (h *Histogram) Observe(v float64, values ...string) {
 	})
 }
 
+// ExponentialBuckets returns n histogram upper bounds: start, then each
+// factor times the one before.
+func ExponentialBuckets(start, factor float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = start
+		start *= factor
+	}
+	return out
+}
+
 // RegisterWriter adds a function called on every scrape to write metrics
 // that are computed then (gauges of committed state, process metrics).
 func (r *Registry) RegisterWriter(fn func(w io.Writer)) {

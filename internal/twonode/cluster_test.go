@@ -266,7 +266,9 @@ func (c *cluster) startOperator(args ...string) {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	cmd := exec.Command(bin, append([]string{"operator", "--kubeconfig", kubeconfig, "--leader-elect=false"}, args...)...)
+	// Its probes on a free loopback port: the default, every address's
+	// :9963, is the machine's, and another test's operator may hold it.
+	cmd := exec.Command(bin, append([]string{"operator", "--kubeconfig", kubeconfig, "--leader-elect=false", "--metrics-addr", "127.0.0.1:0"}, args...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started, done := make(chan error, 1), make(chan struct{})

@@ -17,6 +17,7 @@ import (
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/watchdog"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
 )
@@ -60,6 +61,10 @@ type Options struct {
 	ReportInterval time.Duration
 	// OrphanInterval is DefaultOrphanInterval when zero.
 	OrphanInterval time.Duration
+	// Heartbeat, when set, is beaten by every turn of Run's loop, which
+	// also turns on its Tick; waiting for the API server's first lists
+	// beats it too. A pass that hangs silences it.
+	Heartbeat *watchdog.Loop
 }
 
 // Syncer is the agent's half of cluster IPAM for one node; the package
@@ -241,6 +246,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		s.opts.Heartbeat.Beat()
 		// Watch allocations before the pass reads them, so a change
 		// during the pass wakes the next one.
 		changed := s.allocationsChanged()
@@ -256,6 +262,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 		case <-s.kick:
 		case <-changed:
 		case <-due:
+		case <-s.opts.Heartbeat.Tick():
 		}
 		timer.Stop()
 	}
@@ -269,6 +276,7 @@ func (s *Syncer) waitSynced(ctx context.Context) bool {
 	start := time.Now()
 	lastSaid := start
 	for {
+		s.opts.Heartbeat.Beat()
 		if s.nodeInf.HasSynced() && s.ipamInf.HasSynced() && s.podInf.HasSynced() {
 			return true
 		}

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"lockstep.dev/lockstep/internal/watchdog"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
 )
@@ -38,9 +39,14 @@ type controller struct {
 	timers              timers
 	reserved            map[string]reservation
 	notes               map[string]bool // logged last pass, not to repeat
+
+	// ops counts what the term does and learns its state; heartbeat is
+	// the term's loop, registered once the informers have listed.
+	ops       *opsState
+	heartbeat *watchdog.Loop
 }
 
-func newController(c *clients, cfg *Config) *controller {
+func newController(c *clients, cfg *Config, o *opsState) *controller {
 	ctl := &controller{
 		c:        c,
 		log:      cfg.Logger,
@@ -52,6 +58,7 @@ func newController(c *clients, cfg *Config) *controller {
 		timers:   timers{},
 		reserved: map[string]reservation{},
 		notes:    map[string]bool{},
+		ops:      o,
 	}
 	ctl.nodes = client.NewInformer(c.nodeListWatch(), cfg.Logger)
 	ctl.nodes.SetTransform(trimNode)
@@ -77,9 +84,13 @@ func (c *controller) run(ctx context.Context) error {
 	}
 	c.log.Info("caches synced", "nodes", c.nodes.Len(), "ippools", c.pools.Len(),
 		"nodeipams", c.ipams.Len(), "took", time.Since(t0).Round(time.Millisecond))
+	c.ops.termSynced()
+	c.heartbeat = c.ops.loop("controller")
+	defer c.heartbeat.Stop()
 
 	retry := time.Duration(0)
 	for {
+		c.heartbeat.Beat()
 		wake, err := c.pass(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -96,12 +107,18 @@ func (c *controller) run(ctx context.Context) error {
 			next = min(next, time.Until(wake))
 		}
 		t := time.NewTimer(max(next, 0))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-c.kick:
-		case <-t.C:
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-c.heartbeat.Tick(): // idle, not stuck: beat, keep waiting
+				c.heartbeat.Beat()
+			case <-c.kick:
+				waiting = false
+			case <-t.C:
+				waiting = false
+			}
 		}
 		t.Stop()
 		select {
@@ -137,9 +154,16 @@ func (c *controller) input(now time.Time) *input {
 
 // pass plans once and writes the plan. It returns when the next timer
 // matures.
-func (c *controller) pass(ctx context.Context) (time.Time, error) {
-	in := c.input(time.Now())
+func (c *controller) pass(ctx context.Context) (wake time.Time, err error) {
+	start := time.Now()
+	in := c.input(start)
 	p := planFor(in)
+	planned := time.Since(start)
+	defer func() {
+		if ctx.Err() == nil { // a pass cut short by the end of the term is not a failure
+			c.ops.observePass(time.Since(start), planned, err)
+		}
+	}()
 	c.timers, c.reserved = p.timers, p.reserved
 	notes := map[string]bool{}
 	for _, n := range p.notes {
@@ -150,15 +174,21 @@ func (c *controller) pass(ctx context.Context) (time.Time, error) {
 	}
 	c.notes = notes
 
+	// Each write beats the heartbeat: a pass of many writes to a slow API
+	// server is making progress, not stuck.
 	var errs []error
+	wrote := func(err error) {
+		errs = append(errs, err)
+		c.heartbeat.Beat()
+	}
 	for _, s := range p.deletes {
-		errs = append(errs, c.deleteStale(ctx, s))
+		wrote(c.deleteStale(ctx, s))
 	}
 	for _, n := range p.creates {
-		errs = append(errs, c.create(ctx, n))
+		wrote(c.create(ctx, n))
 	}
 	for _, u := range p.updates {
-		errs = append(errs, c.updateSpec(ctx, u, in))
+		wrote(c.updateSpec(ctx, u, in))
 	}
 	// Pools with blocks to cut, and pools carrying an assignment some
 	// writer left unfinished (it lost its lease or crashed): assignFrom
@@ -173,10 +203,10 @@ func (c *controller) pass(ctx context.Context) (time.Time, error) {
 		}
 	}
 	for _, pool := range slices.Sorted(maps.Keys(pools)) {
-		errs = append(errs, c.assignFrom(ctx, pool))
+		wrote(c.assignFrom(ctx, pool))
 	}
 	for _, pool := range p.poolStatus {
-		errs = append(errs, c.updatePoolStatus(ctx, pool, in))
+		wrote(c.updatePoolStatus(ctx, pool, in))
 	}
 	return p.wake, errors.Join(errs...)
 }
@@ -239,6 +269,7 @@ func (c *controller) updateSpec(ctx context.Context, u specUpdate, in *input) er
 			for _, ch := range changes {
 				c.log.Info(string(ch.action)+" block", "nodeipam", out.Name, "block", ch.cidr, "generation", out.Generation, "why", ch.why)
 			}
+			c.ops.specWritten(old, changes)
 			return nil
 		}
 		if !apierrors.IsConflict(err) || attempt >= maxAttempts {

@@ -13,6 +13,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+
+	"lockstep.dev/lockstep/internal/watchdog"
 )
 
 // elector campaigns for one coordination.k8s.io/v1 Lease and runs a term
@@ -36,6 +38,11 @@ type elector struct {
 	namespace, name, identity                 string
 	leaseDuration, renewDeadline, retryPeriod time.Duration
 	log                                       *slog.Logger
+	// heartbeat is beaten by every attempt to take or renew the Lease,
+	// and answered (when set) called each time the API server answered
+	// one.
+	heartbeat *watchdog.Loop
+	answered  func()
 
 	// observed is the Lease as last read and observedTime when, by the
 	// local clock, its record last changed.
@@ -94,6 +101,7 @@ func (e *elector) run(ctx context.Context, lead func(context.Context) error) err
 // does, returning when the successful request was sent, or until ctx ends.
 func (e *elector) acquire(ctx context.Context) (time.Time, bool) {
 	for {
+		e.heartbeat.Beat()
 		sent := time.Now()
 		res, err := e.tryAcquireOrRenew(ctx, sent)
 		if res == attemptHeld {
@@ -115,6 +123,7 @@ func (e *elector) acquire(ctx context.Context) (time.Time, bool) {
 // sent) until it is lost or ctx ends.
 func (e *elector) renew(ctx context.Context, last time.Time) {
 	for {
+		e.heartbeat.Beat()
 		select {
 		case <-ctx.Done():
 			return
@@ -135,6 +144,7 @@ func (e *elector) renew(ctx context.Context, last time.Time) {
 // another's, or ctx (bounded by the renew deadline) ends.
 func (e *elector) renewOnce(ctx context.Context, last *time.Time) bool {
 	for {
+		e.heartbeat.Beat()
 		sent := time.Now()
 		res, err := e.tryAcquireOrRenew(ctx, sent)
 		switch res {
@@ -160,6 +170,14 @@ func (e *elector) renewOnce(ctx context.Context, last *time.Time) bool {
 // tryAcquireOrRenew makes one attempt to take or keep the Lease; now is
 // when it started.
 func (e *elector) tryAcquireOrRenew(ctx context.Context, now time.Time) (attempt, error) {
+	res, err := e.tryAcquireOrRenewOnce(ctx, now)
+	if res != attemptFailed && e.answered != nil {
+		e.answered()
+	}
+	return res, err
+}
+
+func (e *elector) tryAcquireOrRenewOnce(ctx context.Context, now time.Time) (attempt, error) {
 	lease := new(coordinationv1.Lease)
 	err := e.leases.Get().Namespace(e.namespace).Resource("leases").Name(e.name).Do(ctx).Into(lease)
 	if apierrors.IsNotFound(err) {

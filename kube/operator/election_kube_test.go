@@ -60,6 +60,31 @@ func TestKubeOnlyTheLeaderWrites(t *testing.T) {
 	if leader.writes.Load() == 0 {
 		t.Fatalf("leader %s sent no write, yet nodes got blocks", leader.name)
 	}
+	// Both are alive and ready, the standby too; each says what it is.
+	for _, r := range []*replica{leader, follower} {
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if code, body := r.get(t, path); code != 200 {
+				t.Errorf("%s %s = %d %q, want 200", r.name, path, code, body)
+			}
+		}
+	}
+	_, metrics := leader.get(t, "/metrics")
+	if v, _ := sample(metrics, "lockstep_operator_leader"); v != 1 {
+		t.Errorf("leader %s: lockstep_operator_leader = %v, want 1", leader.name, v)
+	}
+	if v, _ := sample(metrics, `lockstep_operator_blocks_assigned_total{pool="v4"}`); v < 2 {
+		t.Errorf("leader %s assigned blocks to nodes a and b but counts %v", leader.name, v)
+	}
+	if v, _ := sample(metrics, `lockstep_operator_passes_total{result="ok"}`); v < 1 {
+		t.Errorf("leader %s counts %v successful passes", leader.name, v)
+	}
+	_, metrics = follower.get(t, "/metrics")
+	if v, ok := sample(metrics, "lockstep_operator_leader"); !ok || v != 0 {
+		t.Errorf("follower %s: lockstep_operator_leader = %v (%v), want 0", follower.name, v, ok)
+	}
+	if _, ok := sample(metrics, `lockstep_operator_blocks_assigned_total{pool="v4"}`); ok {
+		t.Errorf("follower %s counts assigned blocks while it never led", follower.name)
+	}
 
 	stopped := time.Now()
 	leader.stop(t)
@@ -75,6 +100,13 @@ func TestKubeOnlyTheLeaderWrites(t *testing.T) {
 	}
 	if follower.writes.Load() == 0 {
 		t.Error("the new leader sent no write")
+	}
+	_, metrics = follower.get(t, "/metrics")
+	if v, _ := sample(metrics, "lockstep_operator_leader"); v != 1 {
+		t.Errorf("new leader %s: lockstep_operator_leader = %v, want 1", follower.name, v)
+	}
+	if code, body := follower.get(t, "/readyz"); code != 200 {
+		t.Errorf("new leader %s /readyz = %d %q", follower.name, code, body)
 	}
 	inv.check(t)
 

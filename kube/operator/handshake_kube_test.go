@@ -168,6 +168,15 @@ func TestKubeRestartMidHandshakeNeverReleasesEarly(t *testing.T) {
 			return ok, fmt.Sprint(cl.nodeIPAM(n).Spec.Releases)
 		})
 	}
+	_, metrics := first.get(t, "/metrics")
+	for series, want := range map[string]float64{
+		`lockstep_operator_blocks_assigned_total{pool="v4"}`:   8, // two per node
+		`lockstep_operator_handshake_steps_total{step="mark"}`: 4,
+	} {
+		if v, _ := sample(metrics, series); v != want {
+			t.Errorf("first replica: %s = %v, want %v", series, v, want)
+		}
+	}
 	first.stop(t)
 
 	mark := map[string]v1alpha1.CIDR{}
@@ -179,7 +188,7 @@ func TestKubeRestartMidHandshakeNeverReleasesEarly(t *testing.T) {
 	cl.answer("refuses", current, map[v1alpha1.CIDR]v1alpha1.ReleaseState{mark["refuses"]: v1alpha1.DoNotRelease}, map[v1alpha1.CIDR]int32{mark["refuses"]: 1})
 
 	restarted := time.Now()
-	cl.startReplica("second", o)
+	second := cl.startReplica("second", o)
 
 	cl.eventually(10*time.Second, "the refused mark is withdrawn", func() (bool, string) {
 		n := cl.nodeIPAM("refuses")
@@ -238,6 +247,18 @@ func TestKubeRestartMidHandshakeNeverReleasesEarly(t *testing.T) {
 	t.Logf("stale node's block released %s after a current answer", time.Since(answered).Round(time.Millisecond))
 	if n := cl.nodeIPAM("silent"); n.Spec.Block(mark["silent"]) == nil {
 		t.Errorf("the silent node lost its block")
+	}
+	_, metrics = second.get(t, "/metrics")
+	for series, want := range map[string]float64{
+		`lockstep_operator_handshake_steps_total{step="mark"}`:     0, // found marked, not marked again
+		`lockstep_operator_handshake_steps_total{step="withdraw"}`: 1, // refuses
+		`lockstep_operator_handshake_steps_total{step="release"}`:  2, // ready, stale
+		`lockstep_operator_handshake_steps_total{step="forget"}`:   1, // ready
+		`lockstep_operator_blocks_released_total{pool="v4"}`:       2,
+	} {
+		if v, _ := sample(metrics, series); v != want {
+			t.Errorf("second replica: %s = %v, want %v", series, v, want)
+		}
 	}
 	inv.check(t)
 }

@@ -156,6 +156,8 @@ type replica struct {
 	done      chan error
 	stopOnce  sync.Once
 	logs      *lockedBuffer
+	// opsAddr is where the replica serves /healthz, /readyz and /metrics.
+	opsAddr atomic.Pointer[string]
 }
 
 // opts tune a replica for a test.
@@ -197,10 +199,25 @@ func (cl *cluster) startReplica(name string, o opts) *replica {
 			RetryPeriod:        250 * time.Millisecond,
 			Resync:             2 * time.Second,
 			Logger:             log,
+			MetricsAddr:        "127.0.0.1:0",
+			listening:          func(addr string) { r.opsAddr.Store(&addr) },
 		})
 	}()
 	cl.t.Cleanup(func() { r.stop(cl.t) })
 	return r
+}
+
+// get fetches path from the replica's ops endpoint.
+func (r *replica) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	addr := r.opsAddr.Load()
+	for deadline := time.Now().Add(10 * time.Second); addr == nil && time.Now().Before(deadline); addr = r.opsAddr.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if addr == nil {
+		t.Fatalf("replica %s did not open its ops endpoint", r.name)
+	}
+	return httpGet(t, *addr, path)
 }
 
 // stop cancels the replica and waits for Run to return.

@@ -217,6 +217,7 @@ func (c *controller) complete(ctx context.Context, poolName string, pend *pendin
 				for _, cidr := range added {
 					c.log.Info("assigned block", "nodeipam", name, "block", cidr, "pool", poolName, "generation", n.Generation+1)
 				}
+				c.ops.blocksAssigned(poolName, len(added))
 				break
 			}
 			if !apierrors.IsConflict(err) || attempt+1 >= maxAttempts {

@@ -26,6 +26,11 @@ const (
 	DefaultRetryPeriod   = 2 * time.Second
 	// DefaultResync is how often the operator plans when nothing happens.
 	DefaultResync = 30 * time.Second
+	// DefaultMetricsAddr is the default of lockstep operator
+	// --metrics-addr: every address, because the operator runs in the
+	// host network and the kubelet probes, and Prometheus scrapes, the
+	// node's address.
+	DefaultMetricsAddr = ":9963"
 )
 
 // errLeaseTiming is returned for lease timings that cannot keep two
@@ -61,6 +66,13 @@ type Config struct {
 	Resync time.Duration
 	// Logger receives the operator's log; nil discards it.
 	Logger *slog.Logger
+	// MetricsAddr is the TCP address of /healthz, /readyz and /metrics
+	// (":9963" listens on every address); empty serves none.
+	MetricsAddr string
+
+	// listening, when set (tests), receives the address the ops endpoint
+	// listens on.
+	listening func(addr string)
 }
 
 // withDefaults returns cfg with its zero fields set, or an error naming
@@ -128,12 +140,40 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("start operator: %w", err)
 	}
+	o := newOpsState(&cfg)
+	if cfg.MetricsAddr != "" {
+		srv, err := o.listen(cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("start operator: %w", err)
+		}
+		var stop context.CancelCauseFunc
+		ctx, stop = context.WithCancelCause(ctx)
+		defer stop(nil)
+		go func() {
+			if err := srv.Serve(); err != nil {
+				stop(fmt.Errorf("serve health and metrics on %s: %w", srv.Addr(), err))
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		cfg.Logger.Info("serving /healthz, /readyz and /metrics", "addr", srv.Addr())
+		if cfg.listening != nil {
+			cfg.listening(srv.Addr())
+		}
+	}
 	cfg.Logger.Info("starting operator", "identity", cfg.Identity, "min_free", cfg.MinFree,
 		"excess_release_delay", cfg.ExcessReleaseDelay, "leader_elect", cfg.LeaderElect)
-	term := func(ctx context.Context) error { return newController(c, &cfg).run(ctx) }
+	term := func(ctx context.Context) error {
+		o.term(true)
+		defer o.term(false)
+		return newController(c, &cfg, o).run(ctx)
+	}
 	if !cfg.LeaderElect {
 		cfg.Logger.Warn("leader election is off: this replica writes whether or not another does")
-		return term(ctx)
+		return stopCause(ctx, term(ctx))
 	}
 	e := &elector{
 		leases:        c.leases,
@@ -144,6 +184,17 @@ func Run(ctx context.Context, cfg Config) error {
 		renewDeadline: cfg.RenewDeadline,
 		retryPeriod:   cfg.RetryPeriod,
 		log:           cfg.Logger,
+		heartbeat:     o.loop("leader-election"),
+		answered:      o.leaseAnswered,
 	}
-	return e.run(ctx, term)
+	return stopCause(ctx, e.run(ctx, term))
+}
+
+// stopCause is Run's result: err, or why ctx was cancelled when that was
+// not its parent ending (the ops endpoint failed).
+func stopCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/watchdog"
 	"lockstep.dev/lockstep/kube/client"
 )
 
@@ -49,6 +50,10 @@ type Options struct {
 	// wake-up at once.
 	BatchDelay time.Duration
 	Logger     *slog.Logger
+	// Heartbeat, when set, is beaten by every turn of Run, which also
+	// turns on its Tick; waiting for the API server's first lists beats
+	// it too. A commit that hangs silences it.
+	Heartbeat *watchdog.Loop
 }
 
 // kind is an object kind the source commits to the store.
@@ -161,6 +166,7 @@ func (s *Source) Run(ctx context.Context) {
 		return
 	}
 	for {
+		s.opts.Heartbeat.Beat()
 		if err := s.commitAll(); err != nil {
 			s.log.Error("commit the API server's objects to the store; retrying", "err", err)
 			if !sleep(ctx, retryDelay) {
@@ -175,9 +181,12 @@ func (s *Source) Run(ctx context.Context) {
 	s.log.Info("kubernetes source synced", "node", s.opts.NodeName)
 
 	for {
+		s.opts.Heartbeat.Beat()
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.opts.Heartbeat.Tick():
+			continue
 		case <-s.wake:
 		}
 		if s.opts.BatchDelay > 0 && !sleep(ctx, s.opts.BatchDelay) {
@@ -201,6 +210,7 @@ func (s *Source) waitInformers(ctx context.Context, all []*client.Informer) bool
 	start := time.Now()
 	lastReport := start
 	for {
+		s.opts.Heartbeat.Beat()
 		var missing []string
 		for i, inf := range all {
 			if !inf.HasSynced() {

@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/agent/server"
+)
+
+// get fetches path from the ops endpoint at addr.
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestReadyzFollowsStartUp walks the ops endpoint through the agent's
+// start-up: /readyz says what the agent waits for until it serves ADDs, and
+// fails again once it shuts down; /healthz passes throughout, since none of
+// that is the process being stuck.
+func TestReadyzFollowsStartUp(t *testing.T) {
+	gate := newAPIGate()
+	cfg := Config{MetricsAddr: "127.0.0.1:0"}
+	o, err := startOps(cfg, gate, server.NewMetrics(gate.Status), make(chan error, 1), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.close()
+	o.loop("enforcer") // a loop that has just started is alive
+	// Metrics answer from the start too (the pools only once the gate
+	// opens).
+	if code, body := get(t, o.srv.Addr(), "/metrics"); code != 200 || !strings.Contains(body, "process_start_time_seconds") {
+		t.Errorf("/metrics while starting = %d %q", code, body)
+	}
+
+	steps := []struct {
+		name      string
+		do        func()
+		wantReady int
+		wantBody  string // substring of /readyz
+	}{
+		{"starting", func() {}, 503, "[-]start-up failed: waiting for start-up"},
+		{"waiting for the API server", func() {
+			gate.setWaiting("the API server at https://10.0.0.1:6443 to list pods, namespaces, network policies and nodes")
+		}, 503, "waiting for the API server at https://10.0.0.1:6443"},
+		{"waiting for blocks", func() {
+			gate.setWaiting("the NodeIPAM of node a to assign it address blocks")
+		}, 503, "waiting for the NodeIPAM of node a"},
+		{"gate open, socket not yet", func() { gate.open(&agentAPI{}) }, 503, "finishing start-up"},
+		{"ready", o.setReady, 200, "ok"},
+		{"shutting down", o.shuttingDown, 503, "shutting down"},
+	}
+	for _, s := range steps {
+		s.do()
+		code, body := get(t, o.srv.Addr(), "/readyz")
+		if code != s.wantReady || !strings.Contains(body, s.wantBody) {
+			t.Errorf("%s: /readyz = %d %q, want %d containing %q", s.name, code, body, s.wantReady, s.wantBody)
+		}
+		if code, body := get(t, o.srv.Addr(), "/healthz"); code != 200 || body != "ok" {
+			t.Errorf("%s: /healthz = %d %q, want 200 ok", s.name, code, body)
+		}
+	}
+}
+
+// TestHealthzNamesAStalledLoop: a loop that stops beating fails /healthz,
+// which names it, and /readyz; one beat heals both.
+func TestHealthzNamesAStalledLoop(t *testing.T) {
+	gate := newAPIGate()
+	o, err := startOps(Config{MetricsAddr: "127.0.0.1:0"}, gate, server.NewMetrics(gate.Status), make(chan error, 1), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.close()
+	o.loop("routes")
+	stuck := o.watchdog.Register("enforcer", 50*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	code, body := get(t, o.srv.Addr(), "/healthz")
+	if code != 503 || !strings.Contains(body, "[-]loops failed: loop enforcer last turned") || strings.Contains(body, "routes") {
+		t.Errorf("/healthz with the enforcer silent = %d %q, want 503 naming the enforcer alone", code, body)
+	}
+	o.setReady()
+	if code, body := get(t, o.srv.Addr(), "/readyz"); code != 503 || !strings.Contains(body, "loop enforcer") {
+		t.Errorf("/readyz of a started agent with the enforcer silent = %d %q, want 503: not alive is not ready", code, body)
+	}
+	stuck.Beat()
+	if code, body := get(t, o.srv.Addr(), "/readyz"); code != 200 {
+		t.Errorf("/readyz after a beat = %d %q, want 200", code, body)
+	}
+	if code, body := get(t, o.srv.Addr(), "/healthz"); code != 200 {
+		t.Errorf("/healthz after a beat = %d %q, want 200", code, body)
+	}
+}
+
+// addrRecorder is a slog handler that keeps the address the agent logs it
+// serves its probes on.
+type addrRecorder struct {
+	mu   sync.Mutex
+	addr string
+}
+
+func (r *addrRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *addrRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *addrRecorder) WithGroup(string) slog.Handler            { return r }
+func (r *addrRecorder) Handle(_ context.Context, rec slog.Record) error {
+	if strings.Contains(rec.Message, "/healthz") {
+		rec.Attrs(func(a slog.Attr) bool {
+			if a.Key == "addr" {
+				r.mu.Lock()
+				r.addr = a.Value.String()
+				r.mu.Unlock()
+			}
+			return true
+		})
+	}
+	return nil
+}
+
+func (r *addrRecorder) get() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.addr
+}
+
+// TestProbesAnswerWhileWaitingForTheAPIServer runs the agent in
+// Kubernetes mode against an API server that is not there: it is alive
+// (/healthz passes) and says it is not ready and why, for as long as it
+// waits, instead of answering nothing until the kubelet kills it.
+func TestProbesAnswerWhileWaitingForTheAPIServer(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Standalone, cfg.NodeName = false, "node-a"
+	cfg.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	kubeconfig := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
+		"contexts:\n- name: c\n  context: {cluster: k, user: u}\n" +
+		"clusters:\n- name: k\n  cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\n" +
+		"users:\n- name: u\n  user: {token: t}\n"
+	if err := os.WriteFile(cfg.Kubeconfig, []byte(kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.MetricsAddr = "127.0.0.1:0"
+	rec := &addrRecorder{}
+	cfg.Logger = slog.New(rec)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent stopped while starting: %v", err)
+		}
+	}()
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not log the address of its probes within 10s")
+		}
+		addr = rec.get()
+	}
+	if strings.HasSuffix(addr, ":0") {
+		t.Fatalf("logged address %q, want the port the kernel chose", addr)
+	}
+	// Give the wait a moment to begin, then probe it.
+	time.Sleep(300 * time.Millisecond)
+	if code, body := get(t, addr, "/healthz"); code != 200 || body != "ok" {
+		t.Errorf("/healthz while waiting for the API server = %d %q, want 200 ok", code, body)
+	}
+	code, body := get(t, addr, "/readyz")
+	if code != 503 || !strings.Contains(body, "waiting for the API server at https://127.0.0.1:1") {
+		t.Errorf("/readyz while waiting for the API server = %d %q, want 503 saying what it waits for", code, body)
+	}
+}
