@@ -24,11 +24,12 @@
 // etcd comes from Debian's etcd-server package (`make deps`). kube-apiserver
 // and kubectl are built from the Kubernetes release pinned in the separate
 // module tools/kube-testenv by its build.sh, into
-// ${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/<version> (or
-// $LOCKSTEP_KUBE_CACHE), outside the repository. Start runs that script:
-// when the binaries are there it answers at once, when they are not it
-// builds them, which takes about five minutes on two cores with a cold Go
-// build cache. Run tools/kube-testenv/build.sh (or the Makefile target that
+// ${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/<version>-<hash> (or
+// $LOCKSTEP_KUBE_CACHE), outside the repository, together with the rest of
+// the real-node cluster's binaries (internal/realnode). Start runs that
+// script: when the binaries are there it answers at once, when they are
+// not it builds them, which takes about ten minutes on two cores with a
+// cold Go build cache. Run tools/kube-testenv/build.sh (or the Makefile target that
 // calls it) ahead of `go test` to keep that build out of a test's time
 // budget.
 //

@@ -7,9 +7,9 @@
 # agnhost.
 #
 # The binaries live outside the repository, in
-#   ${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/<version>}
-# and are built only when missing or when go.mod, go.sum or this script
-# changed since they were built: a build takes about five minutes on two
+#   ${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/<version>-<hash>}
+# (the hash is of go.mod, go.sum and this script) and are built only when
+# missing: a build takes about ten minutes on two
 # cores with a cold Go build cache (seconds with a warm one), a call that
 # finds them built returns at once. Concurrent callers (parallel test
 # packages) wait on one lock and build once. Progress goes to stderr; stdout
@@ -29,8 +29,11 @@ main() {
 		echo "kube-testenv: no k8s.io/kubernetes requirement in $here/go.mod" >&2
 		exit 1
 	fi
-	cache=${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/$version}
 	stamp=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -d' ' -f1)
+	# One directory per content of this module: checkouts of different
+	# commits (worktrees, CI beside a developer) never rebuild each
+	# other's binaries.
+	cache=${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/$version-${stamp:0:12}}
 	bins=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy agnhost)
 	pkgs=()
 	for b in "${bins[@]}"; do
