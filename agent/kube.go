@@ -60,14 +60,16 @@ type kubeMode struct {
 }
 
 // startKube starts the Kubernetes source and the routes manager; they run
-// until ctx ends.
-func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store, log *slog.Logger) (*kubeMode, error) {
+// until ctx ends. onPeers hears of the other nodes' blocks before the
+// routes manager does.
+func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store, onPeers func([]routes.Peer), log *slog.Logger) (*kubeMode, error) {
 	// client-go logs through klog: send it where the agent logs.
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	k := &kubeMode{config: rc, routes: routes.NewManager(log.With("component", "routes"))}
 	src, err := source.New(source.Options{
 		Config: rc, NodeName: cfg.NodeName, Store: st, Logger: log.With("component", "kube-source"),
 		OnNodes: func(n source.Nodes) {
+			onPeers(n.Peers)
 			desired, problems := routes.Desired(n.Peers)
 			for _, p := range problems {
 				log.Warn("block of another node not routed", "problem", p)

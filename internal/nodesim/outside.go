@@ -35,7 +35,9 @@ type Network struct {
 
 // ConnectNetwork links node to far as nw describes. IPv6 duplicate address
 // detection is switched off in both namespaces first, so the addresses
-// work at once.
+// work at once, and the node pings each far address before it returns, so
+// the link is known to work and the neighbours are resolved: a test's
+// first connection does not wait for neighbour discovery.
 func ConnectNetwork(node, far ns.NetNS, nw Network) error {
 	for _, n := range []ns.NetNS{node, far} {
 		for _, key := range []string{"net/ipv6/conf/all/accept_dad", "net/ipv6/conf/default/accept_dad"} {
@@ -57,6 +59,11 @@ func ConnectNetwork(node, far ns.NetNS, nw Network) error {
 	err = far.Do(func(ns.NetNS) error { return configure("eth0", nw.FarAddrs, nw.RoutesBack, nw.NodeAddrs) })
 	if err != nil {
 		return fmt.Errorf("connect network %s: far end: %w", nw.NodeIf, err)
+	}
+	for _, a := range nw.FarAddrs {
+		if err := Ping(node, a.Addr(), 5*time.Second); err != nil {
+			return fmt.Errorf("connect network %s: %w", nw.NodeIf, err)
+		}
 	}
 	return nil
 }
