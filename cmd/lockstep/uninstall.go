@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"runtime"
 
 	"github.com/spf13/cobra"
 
@@ -36,6 +39,9 @@ what is left, when something could not be removed.`,
   lockstep uninstall --purge-state --cni-conf-dir /etc/cni/net.d`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if runtime.GOOS == "linux" && os.Geteuid() != 0 {
+				return errors.New("uninstall: run it as root: removing tc filters, iptables rules and routes needs CAP_NET_ADMIN")
+			}
 			if err := uninstall.CheckNoAgent(node.Socket); err != nil {
 				return err
 			}
