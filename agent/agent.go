@@ -70,6 +70,17 @@ type Config struct {
 	// under; the other dataplanes clean it up if a previous agent left
 	// maps there.
 	BPFRoot string
+	// Masquerade makes pod traffic to destinations outside the cluster's
+	// pod CIDRs and NonMasqueradeCIDRs leave with the node's address
+	// (agent/masquerade); false removes lockstep's masquerade rules.
+	Masquerade bool
+	// NonMasqueradeCIDRs are destinations outside the cluster that pods
+	// reach with their own address: networks that route the pod CIDRs
+	// back to the node.
+	NonMasqueradeCIDRs []netip.Prefix
+	// ClusterCIDRs add to the cluster's pod CIDRs, which are otherwise the
+	// pools of every node (standalone: this node's).
+	ClusterCIDRs []netip.Prefix
 	// SkipSysctls leaves IP forwarding alone (for tests that run the agent
 	// in-process on the machine's own namespace).
 	SkipSysctls bool
@@ -167,6 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 	runCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 
+	masq := newMasq(cfg, log)
 	var kube *kubeMode
 	if !cfg.Standalone {
 		// Kubernetes mode answers while it waits, so the runtime and
@@ -174,7 +186,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := serveAPI(); err != nil {
 			return err
 		}
-		if kube, err = startKube(runCtx, cfg, kubeConfig, st, ops, log); err != nil {
+		if kube, err = startKube(runCtx, cfg, kubeConfig, st, ops, masq.setPeers, log); err != nil {
 			return err
 		}
 		err := waitStep(ctx, gate, log, "the API server at "+kubeConfig.Host+" to list pods, namespaces, network policies and nodes", kube.source.WaitSynced)
@@ -189,7 +201,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer be.close()
 	defer stopAPI()
-	cleanups, err := startCleanups(ctx, cfg, st, db, be.name, log)
+	keep, err := masq.open(ctx, be)
+	if err != nil {
+		return err
+	}
+	cleanups, err := startCleanups(ctx, cfg, st, db, be.name, keep, log)
 	if err != nil {
 		return err
 	}
@@ -216,6 +232,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	enf.SetHeartbeat(ops.loop("enforcer"))
+	if err := masq.start(ctx, runCtx, st); err != nil {
+		return err
+	}
 	go enf.Run(runCtx, ResyncInterval)
 	if be.compactDue != nil {
 		go compactWhenIdle(runCtx, time.Second, be.compactDue, be.compact, ops.loop("compaction"), log)
@@ -244,6 +263,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return startCancelled(ctx, err)
 		}
 		cfg.Pools = storePools(st)
+		if err := masq.syncPools(ctx, st); err != nil {
+			return err
+		}
 	}
 
 	gate.open(&agentAPI{Service: svc, dataplane: func() *api.DataplaneStatus {

@@ -14,6 +14,7 @@ import (
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/enforcer"
+	"lockstep.dev/lockstep/agent/iptables"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/watchdog"
@@ -106,15 +107,16 @@ func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, e
 }
 
 // residues lists every backend other than current that lockstep knows how
-// to clean on this node.
-func residues(cfg Config, current string) map[string]residue {
+// to clean on this node; keep names, by backend, the chains its clean-up
+// leaves alone because the agent still uses them (the masquerade chain).
+func residues(cfg Config, current string, keep map[string][]iptables.ChainRef) map[string]residue {
 	all := map[string]residue{
 		backendEBPF: {
 			leftovers: func(context.Context) (int, error) { return datapath.Leftovers(cfg.BPFRoot) },
 			Cleaner:   cleanup.CleanerFunc(func(context.Context) error { return datapath.Sweep(cfg.BPFRoot) }),
 		},
 	}
-	for name, r := range iptablesResidues() {
+	for name, r := range iptablesResidues(keep) {
 		all[name] = r
 	}
 	delete(all, current)
@@ -128,9 +130,9 @@ const CleanupTimeout = 10 * time.Second
 // startCleanups restores pending clean-ups, schedules one for the backend
 // the agent ran with before (when it changed) and for every other backend
 // that still holds lockstep state, records the backend now in use, and
-// makes a first attempt.
-func startCleanups(ctx context.Context, cfg Config, st *store.Store, db *persist.DB, current string, log *slog.Logger) (*cleanup.Manager, error) {
-	res := residues(cfg, current)
+// makes a first attempt. keep is residues'.
+func startCleanups(ctx context.Context, cfg Config, st *store.Store, db *persist.DB, current string, keep map[string][]iptables.ChainRef, log *slog.Logger) (*cleanup.Manager, error) {
+	res := residues(cfg, current, keep)
 	cleaners := make(map[string]cleanup.Cleaner, len(res))
 	for name, r := range res {
 		cleaners[name] = r.Cleaner

@@ -59,18 +59,19 @@ func iptablesMetrics(dp *iptables.Dataplane) func(io.Writer) {
 }
 
 // iptablesResidues lists the two iptables modes: their leftovers and their
-// clean-up, each run with that mode's own tools (seed 002).
-func iptablesResidues() map[string]residue {
+// clean-up, each run with that mode's own tools (seed 002), leaving alone
+// the chains keep names for the mode.
+func iptablesResidues(keep map[string][]iptables.ChainRef) map[string]residue {
 	r := iptables.ExecRunner{}
 	out := map[string]residue{}
 	for _, m := range []iptables.Mode{iptables.ModeNFT, iptables.ModeLegacy} {
 		out[m.String()] = residue{
 			leftovers: func(ctx context.Context) (int, error) {
-				left, err := iptables.ListLeftovers(ctx, r, m)
+				left, err := iptables.ListLeftovers(ctx, r, m, keep[m.String()]...)
 				return len(left.Jumps) + len(left.Chains) + len(left.Sets), err
 			},
 			Cleaner: cleanup.CleanerFunc(func(ctx context.Context) error {
-				_, err := iptables.Purge(ctx, r, m)
+				_, err := iptables.Purge(ctx, r, m, keep[m.String()]...)
 				return err
 			}),
 		}

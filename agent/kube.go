@@ -61,8 +61,9 @@ type kubeMode struct {
 }
 
 // startKube starts the Kubernetes source and the routes manager; they run
-// until ctx ends.
-func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store, ops *opsEndpoint, log *slog.Logger) (*kubeMode, error) {
+// until ctx ends. onPeers hears of the other nodes' blocks before the
+// routes manager does.
+func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store, ops *opsEndpoint, onPeers func([]routes.Peer), log *slog.Logger) (*kubeMode, error) {
 	// client-go logs through klog: send it where the agent logs.
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	k := &kubeMode{config: rc, routes: routes.NewManager(log.With("component", "routes"))}
@@ -71,6 +72,7 @@ func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store
 		Config: rc, NodeName: cfg.NodeName, Store: st, Logger: log.With("component", "kube-source"),
 		Heartbeat: ops.loop("kube-source"),
 		OnNodes: func(n source.Nodes) {
+			onPeers(n.Peers)
 			desired, problems := routes.Desired(n.Peers)
 			for _, p := range problems {
 				log.Warn("block of another node not routed", "problem", p)

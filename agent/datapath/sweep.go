@@ -41,14 +41,11 @@ func Leftovers(pinRoot string) (int, error) {
 // nothing is left. Use it when the node no longer runs the eBPF dataplane;
 // a running Datapath uses Detach and Unpin.
 func Sweep(pinRoot string) error {
-	filters, err := lockstepFilters()
-	errs := []error{err}
-	for _, f := range filters {
-		if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENODEV) {
-			errs = append(errs, fmt.Errorf("sweep eBPF dataplane: delete filter %s: %w", f.Attrs(), err))
-		}
+	_, err := RemoveFilters()
+	if err != nil {
+		err = fmt.Errorf("sweep eBPF dataplane: %w", err)
 	}
-	errs = append(errs, Remove(pinRoot))
+	errs := []error{err, Remove(pinRoot)}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

@@ -8,3 +8,9 @@ func Leftovers(string) (int, error) { return 0, nil }
 
 // Sweep has nothing to remove on this system (see Leftovers).
 func Sweep(string) error { return nil }
+
+// Filter is one of lockstep's tc filters (see the Linux version).
+type Filter struct{ Link, Hook, Program string }
+
+// RemoveFilters has nothing to remove on this system (see Leftovers).
+func RemoveFilters() ([]Filter, error) { return nil, nil }

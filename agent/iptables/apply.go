@@ -578,8 +578,7 @@ func (d *Dataplane) ipsetRestore(batch []byte) error {
 func (d *Dataplane) iptablesRestore(f Family, payload []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
 	defer cancel()
-	_, err := d.run.Run(ctx, d.mode.RestoreTool(f), restoreArgs, payload)
-	return err
+	return Restore(ctx, d.run, d.mode, f, payload)
 }
 
 // restoreArgs: wait up to 5 s for the xtables lock (legacy; nft ignores

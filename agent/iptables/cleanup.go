@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 )
@@ -49,7 +50,11 @@ func (l Leftovers) String() string {
 
 // ListLeftovers lists what lockstep has in mode m: every table of both
 // families (read with m's own iptables-save) and the ipsets named for m.
-func ListLeftovers(ctx context.Context, r Runner, m Mode) (Leftovers, error) {
+// The chains in keep, and the jumps into them, are not listed: lockstep
+// chains that another part of lockstep still uses in mode m (the
+// masquerade chain of agent/masquerade while an eBPF agent masquerades
+// with m's tools) are not leftovers.
+func ListLeftovers(ctx context.Context, r Runner, m Mode, keep ...ChainRef) (Leftovers, error) {
 	if !m.valid() {
 		return Leftovers{}, fmt.Errorf("list lockstep leftovers: %w %d", ErrUnknownMode, m)
 	}
@@ -60,7 +65,7 @@ func ListLeftovers(ctx context.Context, r Runner, m Mode) (Leftovers, error) {
 			return l, fmt.Errorf("list lockstep leftovers in %s: %w", m, err)
 		}
 		for _, name := range sortedKeys(tables) {
-			chains, foreign := lockstepIn(tables[name])
+			chains, foreign := lockstepInExcept(tables[name], kept(keep, f, name))
 			for _, rule := range foreign {
 				l.Jumps = append(l.Jumps, JumpRef{Family: f, Table: name, Rule: rule})
 			}
@@ -85,11 +90,12 @@ func ListLeftovers(ctx context.Context, r Runner, m Mode) (Leftovers, error) {
 // chains left, chains flushed but not deleted, one family done...). A
 // commit is atomic: a failed attempt leaves its family as it was.
 //
-// Cleanup leaves ipsets alone (DestroySets removes them) and returns what
-// is left afterwards, sets included. It removes the rules of a live
-// Dataplane of mode m just as well: run it only for a mode lockstep has
-// stopped using.
-func Cleanup(ctx context.Context, r Runner, m Mode) (Leftovers, error) {
+// Cleanup leaves ipsets alone (DestroySets removes them) and the chains in
+// keep with the jumps into them (see ListLeftovers), and returns what is
+// left afterwards, sets included. It removes the rules of a live Dataplane
+// of mode m just as well: run it only for a mode lockstep has stopped
+// using.
+func Cleanup(ctx context.Context, r Runner, m Mode, keep ...ChainRef) (Leftovers, error) {
 	if !m.valid() {
 		return Leftovers{}, fmt.Errorf("clean up lockstep rules: %w %d", ErrUnknownMode, m)
 	}
@@ -100,15 +106,15 @@ func Cleanup(ctx context.Context, r Runner, m Mode) (Leftovers, error) {
 			errs = append(errs, fmt.Errorf("clean up lockstep %s rules in %s: %w", f, m, err))
 			continue
 		}
-		payload := cleanupPayload(tables)
+		payload := cleanupPayload(tables, func(table string) func(string) bool { return kept(keep, f, table) })
 		if payload == nil {
 			continue
 		}
-		if _, err := r.Run(ctx, m.RestoreTool(f), restoreArgs, payload); err != nil {
+		if err := Restore(ctx, r, m, f, payload); err != nil {
 			errs = append(errs, fmt.Errorf("clean up lockstep %s rules in %s: %w", f, m, err))
 		}
 	}
-	l, err := ListLeftovers(ctx, r, m)
+	l, err := ListLeftovers(ctx, r, m, keep...)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -119,10 +125,11 @@ func Cleanup(ctx context.Context, r Runner, m Mode) (Leftovers, error) {
 // table, flush the chains (a redeclared chain is flushed), delete the
 // jumps, then delete the chains (nf_tables refuses to delete a chain that
 // is still jumped to, even within the commit that deletes the jump).
-func cleanupPayload(tables map[string]*savedTable) []byte {
+// keep(table) says which chains of a table to leave alone.
+func cleanupPayload(tables map[string]*savedTable, keep func(table string) func(chain string) bool) []byte {
 	var b strings.Builder
 	for _, name := range sortedKeys(tables) {
-		chains, foreign := lockstepIn(tables[name])
+		chains, foreign := lockstepInExcept(tables[name], keep(name))
 		if len(chains) == 0 && len(foreign) == 0 {
 			continue
 		}
@@ -146,12 +153,13 @@ func cleanupPayload(tables map[string]*savedTable) []byte {
 }
 
 // DestroySets destroys the ipsets named for mode m. It refuses, with
-// ErrRulesRemain, while lockstep rules of m remain; rules of other modes
+// ErrRulesRemain, while lockstep rules of m other than the chains in keep
+// remain (a kept chain must reference no lockstep set); rules of other modes
 // never reference m's sets (the mode is in the name), and the kernel
 // refuses to destroy a set any rule references, whoever wrote it: such a
 // set is reported and the others are destroyed. It is idempotent.
-func DestroySets(ctx context.Context, r Runner, m Mode) error {
-	l, err := ListLeftovers(ctx, r, m)
+func DestroySets(ctx context.Context, r Runner, m Mode, keep ...ChainRef) error {
+	l, err := ListLeftovers(ctx, r, m, keep...)
 	if err != nil {
 		return fmt.Errorf("destroy lockstep ipsets: %w", err)
 	}
@@ -182,18 +190,19 @@ func DestroySets(ctx context.Context, r Runner, m Mode) error {
 	return nil
 }
 
-// Purge removes everything lockstep has in mode m, rules then sets, and
-// returns nil only when nothing is left: the whole clean-up of a mode
-// lockstep no longer uses, for a caller that retries it until it succeeds.
-func Purge(ctx context.Context, r Runner, m Mode) (Leftovers, error) {
-	l, err := Cleanup(ctx, r, m)
+// Purge removes everything lockstep has in mode m but the chains in keep,
+// rules then sets, and returns nil only when nothing else is left: the
+// whole clean-up of a mode lockstep no longer uses for policy, for a
+// caller that retries it until it succeeds.
+func Purge(ctx context.Context, r Runner, m Mode, keep ...ChainRef) (Leftovers, error) {
+	l, err := Cleanup(ctx, r, m, keep...)
 	if err != nil {
 		return l, err
 	}
-	if err := DestroySets(ctx, r, m); err != nil {
+	if err := DestroySets(ctx, r, m, keep...); err != nil {
 		return l, err
 	}
-	if l, err = ListLeftovers(ctx, r, m); err != nil {
+	if l, err = ListLeftovers(ctx, r, m, keep...); err != nil {
 		return l, err
 	}
 	if !l.Empty() {
@@ -212,9 +221,18 @@ func saveAll(ctx context.Context, r Runner, m Mode, f Family) (map[string]*saved
 	return parseSave(out)
 }
 
-// listSets lists the ipsets named for mode m, sorted.
+// kept returns whether a chain of table in family f is one of keep.
+func kept(keep []ChainRef, f Family, table string) func(chain string) bool {
+	return func(chain string) bool { return slices.Contains(keep, ChainRef{Family: f, Table: table, Chain: chain}) }
+}
+
+// listSets lists the ipsets named for mode m, sorted. A node without the
+// ipset tool has none: lockstep creates its sets with that tool only.
 func listSets(ctx context.Context, r Runner, m Mode) ([]string, error) {
 	out, err := r.Run(ctx, ipsetTool, []string{"list", "-n"}, nil)
+	if errors.Is(err, exec.ErrNotFound) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list ipsets: %w", err)
 	}

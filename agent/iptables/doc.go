@@ -109,8 +109,10 @@
 // family, deciding what to remove from what that mode's iptables-save
 // shows, so it finishes any half-done clean-up and is idempotent;
 // [DestroySets] then removes the mode's sets, [ListLeftovers] says what is
-// left, and [Purge] does all of it. Retrying and remembering pending
-// clean-ups is agent/cleanup's job.
+// left, and [Purge] does all of it. They take the chains a caller still
+// uses in that mode (the masquerade chain of agent/masquerade, which lives
+// in the nat table under every dataplane) as chains to keep. Retrying and
+// remembering pending clean-ups is agent/cleanup's job.
 //
 // # Requirements
 //

@@ -64,15 +64,22 @@ func ruleTarget(fields []string) string {
 // lockstepIn returns the lockstep chains of t and the rules of other
 // chains that jump into them (as "-A CHAIN ..." lines).
 func lockstepIn(t *savedTable) (chains map[string][]string, foreign []string) {
+	return lockstepInExcept(t, func(string) bool { return false })
+}
+
+// lockstepInExcept is lockstepIn with the chains skip reports left out,
+// and the jumps into them: they count as chains that are not lockstep's.
+func lockstepInExcept(t *savedTable, skip func(chain string) bool) (chains map[string][]string, foreign []string) {
+	ours := func(c string) bool { return isLockstepChain(c) && !skip(c) }
 	chains = map[string][]string{}
 	for _, c := range t.chains {
-		if isLockstepChain(c) {
+		if ours(c) {
 			chains[c] = t.rules[c]
 		}
 	}
 	for _, line := range t.lines {
 		fields := strings.Fields(line)
-		if !isLockstepChain(fields[1]) && isLockstepChain(ruleTarget(fields)) {
+		if !ours(fields[1]) && ours(ruleTarget(fields)) {
 			foreign = append(foreign, line)
 		}
 	}

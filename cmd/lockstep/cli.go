@@ -26,7 +26,7 @@ func runCLI(args []string) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd(), newOperatorCmd(), newMountBPFFSCmd())
+	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd(), newOperatorCmd(), newMountBPFFSCmd(), newUninstallCmd())
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -53,6 +53,7 @@ func agentCommand() *cobra.Command {
 		logLevel  string
 		logFormat string
 	)
+	var nonMasq, cluster []string // --non-masquerade-cidr, --cluster-cidr
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the node agent (serves the CNI plugin, owns all node state)",
@@ -90,6 +91,12 @@ serves ADDs; until then, what it waits for) and Prometheus /metrics.`,
 			if cfg.Standalone && len(cfg.Pools) == 0 {
 				return errors.New("no --pool-cidr given: a standalone agent needs at least one IPv4 pool, e.g. --pool-cidr 10.244.0.0/24")
 			}
+			if cfg.NonMasqueradeCIDRs, err = parseCIDRs("non-masquerade-cidr", nonMasq); err != nil {
+				return err
+			}
+			if cfg.ClusterCIDRs, err = parseCIDRs("cluster-cidr", cluster); err != nil {
+				return err
+			}
 			return agent.Run(cmd.Context(), cfg)
 		},
 	}
@@ -105,6 +112,9 @@ serves ADDs; until then, what it waits for) and Prometheus /metrics.`,
 	f.StringVar(&cfg.Dataplane, "dataplane", agent.DataplaneEBPF, "policy dataplane: ebpf, iptables (legacy or nft, detected) or hns (Windows)")
 	f.StringVar(&cfg.HNSNetwork, "hns-network", agent.DefaultHNSNetwork, "HNS network the hns dataplane programs (Windows)")
 	f.StringVar(&cfg.BPFRoot, "bpf-root", agent.DefaultBPFRoot, "bpffs directory the dataplane pins its maps under (when neither it nor its parent is on a bpffs, one is mounted at the parent)")
+	f.BoolVar(&cfg.Masquerade, "masquerade", true, "masquerade pod traffic to destinations outside the cluster's pod CIDRs with the node's address (iptables NAT, every Linux dataplane); false removes lockstep's masquerade rules")
+	f.StringSliceVar(&nonMasq, "non-masquerade-cidr", nil, "destination pods reach with their own address although outside the cluster (a network that routes pod CIDRs back); repeatable")
+	f.StringSliceVar(&cluster, "cluster-cidr", nil, "range to count as the cluster's pod CIDRs besides every node's pools (e.g. the IPPools' CIDRs); repeatable")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
 	return cmd

@@ -72,6 +72,8 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"agent", "--node-name", "n", "--kubeconfig", "/nonexistent/kubeconfig", "--state-dir", t.TempDir()}, "load --kubeconfig /nonexistent/kubeconfig"},
 		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/33"}, "want a CIDR such as 10.244.0.0/24"},
 		{[]string{"agent", "--standalone"}, "no --pool-cidr given"},
+		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/24", "--non-masquerade-cidr", "10.0.0.1/8"}, "did you mean 10.0.0.0/8"},
+		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/24", "--cluster-cidr", "10.0.0.0"}, "--cluster-cidr \"10.0.0.0\""},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"install-cni", "--cni-version", "1.2.0", "--bin-dir", t.TempDir(), "--conf-dir", t.TempDir()}, "choose one of 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"},
 	}

@@ -109,6 +109,20 @@ func TestKubePrivilegedTwoNodesRouteAndEnforcePolicy(t *testing.T) {
 		}
 	})
 
+	t.Run("traffic between nodes keeps the pod's address", func(t *testing.T) {
+		// Each agent masquerades what leaves the cluster, and the other
+		// node's blocks are the cluster: the peer sees client-1 itself.
+		stop, err := nodesim.ServeWhoAmI(peerB.netns, netip.AddrPortFrom(peerB.ip, httpPort+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stop()
+		seen, err := nodesim.WhoAmI(client1.netns, netip.AddrPortFrom(peerB.ip, httpPort+1), 2*time.Second)
+		if err != nil || seen != client1.ip {
+			t.Fatalf("%s saw %v (%v), want client-1's own %s", peerB.name, seen, err, client1.ip)
+		}
+	})
+
 	listenTCP(t, server, httpPort)
 	// reach reports which clients can open a connection to the server.
 	reach := func() map[string]bool {
