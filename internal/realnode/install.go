@@ -1,0 +1,83 @@
+//go:build linux
+
+package realnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// RepoRoot walks up from the working directory to the lockstep repository
+// (the directory holding deploy/kustomization.yaml and go.mod).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find repository: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "deploy", "kustomization.yaml")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("find repository: no deploy/kustomization.yaml above the working directory; run from inside the lockstep repository")
+		}
+		dir = parent
+	}
+}
+
+// InstallLockstep installs lockstep as its README tells a user to:
+// `kubectl apply -k deploy`, then the example IPPools; with the iptables
+// dataplane it then sets it in the lockstep-config ConfigMap and restarts
+// the agents, as a user switching dataplanes does. It returns once every
+// node is Ready and lockstep's agents and operator are.
+func (c *Cluster) InstallLockstep(ctx context.Context, repo, dataplane string) error {
+	t0 := time.Now()
+	if _, err := c.Kubectl(ctx, "apply", "-k", filepath.Join(repo, "deploy")); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "apply", "-f", filepath.Join(repo, "deploy", "examples", "ippools.yaml")); err != nil {
+		return err
+	}
+	if dataplane != "" && dataplane != "ebpf" {
+		if err := c.SetDataplane(ctx, dataplane); err != nil {
+			return err
+		}
+	}
+	if err := c.WaitLockstep(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	c.logf("realnode: lockstep installed and every node Ready in %s", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// SetDataplane switches lockstep's dataplane through its ConfigMap and
+// restarts the agents, waiting for the rollout.
+func (c *Cluster) SetDataplane(ctx context.Context, dataplane string) error {
+	patch := fmt.Sprintf(`{"data":{"dataplane":%q}}`, dataplane)
+	if _, err := c.Kubectl(ctx, "-n", "kube-system", "patch", "configmap", "lockstep-config", "--type", "merge", "-p", patch); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "-n", "kube-system", "rollout", "restart", "daemonset/lockstep-agent"); err != nil {
+		return err
+	}
+	return c.WaitLockstep(ctx, 5*time.Minute)
+}
+
+// WaitLockstep waits until the agents' DaemonSet and the operator's
+// Deployment have rolled out and every node is Ready.
+func (c *Cluster) WaitLockstep(ctx context.Context, timeout time.Duration) error {
+	wait := fmt.Sprintf("--timeout=%s", timeout)
+	for _, obj := range []string{"daemonset/lockstep-agent", "deployment/lockstep-operator"} {
+		if _, err := c.Kubectl(ctx, "-n", "kube-system", "rollout", "status", obj, wait); err != nil {
+			return err
+		}
+	}
+	return c.WaitNodesReady(ctx, timeout)
+}
