@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X lockstep.dev/lockstep/internal/buildinfo.Version=$(VERSION)
 BIN      := bin
 FUZZTIME ?= 20s
 
-.PHONY: all build image deps generate generate-kube check-generated kube-testenv cross test test-unit fuzz demo bench vet clean
+.PHONY: all build image deps generate generate-kube check-generated kube-testenv cross test test-unit test-realnode fuzz demo bench vet clean e2e-up e2e-down
 
 all: build
 
@@ -36,7 +36,7 @@ check-generated: generate
 	@git diff --quiet -- agent/datapath || { echo "agent/datapath: committed eBPF objects are stale; run make generate and commit"; git diff --stat -- agent/datapath; exit 1; }
 	@test -z "$$(git status --porcelain -- deploy/crds 'kube/apis/*/zz_generated.deepcopy.go')" || { echo "kube: committed CRDs or DeepCopy code are stale; run make generate-kube and commit"; git status --short -- deploy/crds 'kube/apis/*/zz_generated.deepcopy.go'; exit 1; }
 
-## kube-testenv: kube-apiserver and kubectl for the TestKube... tests, cached outside the repo (~7 min cold, instant warm)
+## kube-testenv: the Kubernetes binaries (apiserver, kubectl, kubelet, kube-proxy, controller-manager, scheduler, agnhost) for the TestKube... and real-node tests, cached outside the repo (~10 min cold, instant warm)
 kube-testenv:
 	./tools/kube-testenv/build.sh >/dev/null
 
@@ -48,9 +48,14 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-## test: everything, privileged tests included (run as root)
+## test: everything, privileged tests included (run as root); the real-node tests run last, alone
 test: deps build vet cross check-generated kube-testenv
-	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) test -count=1 -timeout 20m ./...
+	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /internal/realnode)
+	$(MAKE) test-realnode
+
+## test-realnode: the tests on a real two-node cluster (internal/realnode): brings one up, replacing any make e2e-up left, and takes it down
+test-realnode:
+	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) test -count=1 -timeout 40m ./internal/realnode/
 
 ## test-unit: only the tests that need no privileges
 test-unit:
@@ -62,6 +67,14 @@ fuzz:
 	$(GO) test ./cni/config -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./agent/manifests -run '^$$' -fuzz '^FuzzLoadDocument$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./agent/endpoints -run '^$$' -fuzz '^FuzzParsePins$$' -fuzztime $(FUZZTIME)
+
+## e2e-up: a real two-node cluster in network namespaces, lockstep installed from deploy/ (E2E_FLAGS="--dataplane iptables" to choose)
+e2e-up: deps kube-testenv
+	$(GO) run ./tools/e2e up $(E2E_FLAGS)
+
+## e2e-down: take the cluster down; also cleans up after a failed or killed e2e-up
+e2e-down:
+	$(GO) run ./tools/e2e down
 
 ## demo: a standalone node with real pods in network namespaces, then teardown
 demo: build

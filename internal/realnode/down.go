@@ -275,3 +275,37 @@ func removeCgroupTree(dir string) error {
 	}
 	return nil
 }
+
+// Leftovers lists what a cluster in dir, or any earlier one, still has on
+// the machine: network namespaces and cgroups named Prefix-*, processes in
+// those namespaces, mounts under dir, and dir itself. Empty after Down.
+func Leftovers(dir string) []string {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	var out []string
+	for _, name := range clusterNetns() {
+		out = append(out, "network namespace "+name)
+	}
+	for _, pid := range processesInClusterNetns() {
+		out = append(out, fmt.Sprintf("process %d in a cluster network namespace", pid))
+	}
+	for _, hier := range hierarchies() {
+		tops, _ := filepath.Glob(filepath.Join(hier, Prefix+"-*"))
+		for _, t := range tops {
+			out = append(out, "cgroup "+t)
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+				out = append(out, "mount "+f[4])
+			}
+		}
+	}
+	if _, err := os.Stat(dir); err == nil {
+		out = append(out, "directory "+dir)
+	}
+	return out
+}

@@ -38,12 +38,24 @@ var shared struct {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared.c != nil {
-		if err := realnode.Down(shared.c.Dir, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }); err != nil {
+		dir := shared.c.Dir
+		if err := realnode.Down(dir, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }); err != nil {
 			fmt.Fprintln(os.Stderr, "take the test cluster down:", err)
+			code = 1
+		}
+		if left := realnode.Leftovers(dir); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "the test cluster left on the machine:\n%s\n", strings.Join(left, "\n"))
 			code = 1
 		}
 	}
 	os.Exit(code)
+}
+
+// resetShared forgets the shared cluster (a test took it down): the next
+// test that needs it brings it up again.
+func resetShared() {
+	shared.once = sync.Once{}
+	shared.c, shared.err = nil, nil
 }
 
 // cluster returns the shared cluster, bringing it up on first use; it
