@@ -302,7 +302,9 @@ func l4Header(p packet) []byte {
 // skbContext is the head of struct __sk_buff, up to ifindex: the context
 // a test run passes to BPF_PROG_TEST_RUN, which copies ingress_ifindex
 // into the skb's skb_iif and wants every other field here zero (ifindex 0
-// keeps the caller's loopback device, loIfindex). Available from 5.12.
+// keeps the caller's loopback device, loIfindex). A kernel that does not
+// take ingress_ifindex refuses the context (EINVAL): the tests fail, they
+// do not silently run forwarded packets as the node's.
 type skbContext struct {
 	Len, PktType, Mark, QueueMapping, Protocol uint32
 	VlanPresent, VlanTCI, VlanProto, Priority  uint32
