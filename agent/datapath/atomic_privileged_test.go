@@ -100,6 +100,14 @@ func atomSetup(t *testing.T) (d *Datapath, client, pod ns.NetNS) {
 		t.Fatalf("Attach: %v", err)
 	}
 	mustApply(t, d, atomP1(0))
+	// Traffic from the client crosses three fresh links: wait until a
+	// datagram arrives, so that the measurements do not start with one
+	// held up by neighbour resolution past its echo wait.
+	for deadline := time.Now().Add(5 * time.Second); !udpDelivered(t, client, pod, fmt.Sprintf("%s:%d", atomServer, atomPort)); {
+		if time.Now().After(deadline) {
+			t.Fatal("no datagram from the client reaches S under P1")
+		}
+	}
 	return d, client, pod
 }
 
