@@ -143,6 +143,25 @@ func TestPrivilegedVerdictNodeTrafficEgressAndOpenIngress(t *testing.T) {
 	}
 }
 
+// A non-first fragment has no ports to judge, so an isolated ingress
+// drops it; one the node itself sent passes, as in a direction that is
+// not isolated.
+func TestPrivilegedVerdictNodeFragment(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, defaultDenyIngress())
+	frag := packet{src: nodeV4, dst: podV4, proto: policy.ProtoUDP, fragOff: 100}
+	local := frag
+	local.fromNode = true
+	if got := run(t, d.toPod, frag); got != actShot {
+		t.Errorf("forwarded fragment: got %s, want SHOT", actName(got))
+	}
+	if got := run(t, d.toPod, local); got != actOK {
+		t.Errorf("the node's fragment: got %s, want OK", actName(got))
+	}
+}
+
 // lockstep monitor shows why the node's packet passed.
 func TestPrivilegedVerdictNodeTrafficEvent(t *testing.T) {
 	testenv.Privileged(t)
