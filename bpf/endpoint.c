@@ -61,7 +61,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	struct pkt p = {};
 	struct ct_key k;
 	__u32 parity, o = 0;
-	__u8 flags, isolated;
+	__u8 flags, isolated, reason = REASON_ALLOWED_NEW;
 	__u64 now = 0;
 	int res;
 
@@ -93,6 +93,21 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 
 	flags = ep->flags[parity];
 	isolated = flags & (dir == DIR_INGRESS ? EP_INGRESS_ISOLATED : EP_EGRESS_ISOLATED);
+	/* A pod never isolates itself from its own node (kubelet probes,
+	 * node-local health checks), as Kubernetes documents. A packet the
+	 * node's stack sent has no ingress ifindex: the kernel sets skb_iif
+	 * only on receive, so locally generated packets (from any process of
+	 * the node's namespace, whatever source address it picked, DNATed in
+	 * OUTPUT or not, the node's ICMP errors) carry 0, and packets
+	 * forwarded from a pod or another node the ifindex they arrived on.
+	 * Such a packet is allowed as a new connection of an open direction
+	 * would be, tracked so the pod's reply passes an isolated egress. The
+	 * pod's egress to the node's addresses is judged like any other.
+	 */
+	if (isolated && dir == DIR_INGRESS && skb->ingress_ifindex == 0) {
+		isolated = 0;
+		reason = REASON_ALLOWED_NODE;
+	}
 	if (res == PARSE_BAD_L4) {
 		if (isolated)
 			return verdict(skb, dir, VERDICT_DROP, REASON_UNPARSEABLE, &p, 0);
@@ -109,7 +124,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	}
 	if (dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto))
 		ct_create(&k, o, dir, &p, now);
-	return verdict(skb, dir, VERDICT_ALLOW, REASON_ALLOWED_NEW, &p, r.identity);
+	return verdict(skb, dir, VERDICT_ALLOW, reason, &p, r.identity);
 }
 
 SEC("tc")

@@ -221,6 +221,11 @@ const (
 	ReasonSpoofed       Reason = 3
 	ReasonNoEndpoint    Reason = 4
 	ReasonUnparseable   Reason = 5
+	// ReasonAllowedNode counts the packets the node itself sent to a pod
+	// whose ingress is isolated: allowed without policy (a pod cannot
+	// block its own node, whose kubelet probes it) and tracked like
+	// ReasonAllowedNew's.
+	ReasonAllowedNode Reason = 6
 	// NumReasons is the size of lockstep_drops (C: REASON_MAX).
 	NumReasons = 8
 )
@@ -232,11 +237,12 @@ var reasonNames = [...]string{
 	ReasonSpoofed:       "spoofed-source",
 	ReasonNoEndpoint:    "no-endpoint",
 	ReasonUnparseable:   "unparseable",
+	ReasonAllowedNode:   "allowed-node",
 }
 
 // Reasons lists the defined reasons in index order.
 func Reasons() []Reason {
-	return []Reason{ReasonAllowedNew, ReasonPolicyIngress, ReasonPolicyEgress, ReasonSpoofed, ReasonNoEndpoint, ReasonUnparseable}
+	return []Reason{ReasonAllowedNew, ReasonPolicyIngress, ReasonPolicyEgress, ReasonSpoofed, ReasonNoEndpoint, ReasonUnparseable, ReasonAllowedNode}
 }
 
 func (r Reason) String() string {

@@ -23,10 +23,12 @@ import (
 )
 
 // The flip scenario: server endpoint S is the pod side of a real veth
-// (10.99.0.2, host veth atomHost attached); the client is the node side
-// (10.99.0.1) sending UDP to S:80, so only S's ingress hook (to_pod)
-// decides. Two pure states each allow that traffic, and every mix of them
-// in which S's ingress is isolated denies it:
+// (10.99.0.2, host veth atomHost attached); the client is a remote host
+// (10.98.0.2) behind the node, sending UDP to S:80 through it, so only
+// S's ingress hook (to_pod) decides (a client in the node's own namespace
+// would prove nothing: S's ingress never blocks its node). Two pure
+// states each allow that traffic, and every mix of them in which S's
+// ingress is isolated denies it:
 //
 //	P1: client → identity 300; S ingress not isolated, no rules.
 //	P2: client → identity 301; S ingress isolated, {301, ingress, UDP 80}
@@ -38,7 +40,7 @@ import (
 const (
 	atomHost           = "lsat-h0"
 	atomPod            = "lsat-p0"
-	atomClient         = "10.99.0.1"
+	atomClient         = remoteV4
 	atomServer         = "10.99.0.2"
 	atomPort           = 80
 	atomIDOld          = policy.Peer(300)
@@ -81,14 +83,15 @@ func atomP2(n int) *policy.Desired { return atomState(n, atomIDNew, true, true) 
 func atomTornIdentity(n int) *policy.Desired { return atomState(n, atomIDOld, true, true) }
 func atomTornRules(n int) *policy.Desired    { return atomState(n, atomIDNew, true, false) }
 
-// atomSetup gives a datapath enforcing P1 on S, and the node (client) and
-// pod (server) namespaces; everything goes when t ends.
-func atomSetup(t *testing.T) (d *Datapath, node, pod ns.NetNS) {
+// atomSetup gives a datapath enforcing P1 on S, and the client (remote)
+// and pod (server) namespaces; everything goes when t ends.
+func atomSetup(t *testing.T) (d *Datapath, client, pod ns.NetNS) {
 	t.Helper()
 	d = newTestDatapath(t)
-	node, pod = newVethPair(t, atomHost, atomPod)
+	node, pod := newVethPair(t, atomHost, atomPod)
+	client = addRemote(t, node, pod, "lsat-r0", atomPod)
 	// Only IPv4 under test: no IPv6 control traffic to count.
-	for _, n := range []ns.NetNS{node, pod} {
+	for _, n := range []ns.NetNS{node, pod, client} {
 		if err := nodesim.Sysctl(n, "net/ipv6/conf/all/disable_ipv6", "1"); err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +100,15 @@ func atomSetup(t *testing.T) (d *Datapath, node, pod ns.NetNS) {
 		t.Fatalf("Attach: %v", err)
 	}
 	mustApply(t, d, atomP1(0))
-	return d, node, pod
+	// Traffic from the client crosses three fresh links: wait until a
+	// datagram arrives, so that the measurements do not start with one
+	// held up by neighbour resolution past its echo wait.
+	for deadline := time.Now().Add(5 * time.Second); !udpDelivered(t, client, pod, fmt.Sprintf("%s:%d", atomServer, atomPort)); {
+		if time.Now().After(deadline) {
+			t.Fatal("no datagram from the client reaches S under P1")
+		}
+	}
+	return d, client, pod
 }
 
 // echoServer listens on S:80 in pod, echoes every datagram and records
@@ -179,11 +190,11 @@ const (
 
 // runFlipTraffic applies states(1), states(2), ... as fast as it can (at
 // most once per RCU grace period, see waitQuiescent) while
-// the node sends datagrams to S:80, each from a fresh socket on its own
+// the client sends datagrams to S:80, each from a fresh socket on its own
 // source port so that conntrack never decides in place of the policy. Each
 // datagram waits for its echo (or run.echoWait) before the next, so the
 // server's receive buffer never overflows.
-func runFlipTraffic(t *testing.T, d *Datapath, node ns.NetNS, srv *echoServer, states func(n int) *policy.Desired, run flipRun) flipTraffic {
+func runFlipTraffic(t *testing.T, d *Datapath, client ns.NetNS, srv *echoServer, states func(n int) *policy.Desired, run flipRun) flipTraffic {
 	t.Helper()
 	var res flipTraffic
 	before := counter(t, d, maps.ReasonPolicyIngress)
@@ -219,7 +230,7 @@ func runFlipTraffic(t *testing.T, d *Datapath, node ns.NetNS, srv *echoServer, s
 
 	gen0 := d.Generation()
 	start := time.Now()
-	err := node.Do(func(ns.NetNS) error {
+	err := client.Do(func(ns.NetNS) error {
 		server := &net.UDPAddr{IP: net.ParseIP(atomServer), Port: atomPort}
 		buf := make([]byte, 64)
 		for seq := 0; atomFirstPort+seq <= atomLastPort; seq++ {
@@ -287,7 +298,7 @@ func runFlipTraffic(t *testing.T, d *Datapath, node ns.NetNS, srv *echoServer, s
 // and the new at the other.
 func TestPrivilegedPolicyFlipIsAtomicUnderTraffic(t *testing.T) {
 	testenv.Privileged(t)
-	d, node, pod := atomSetup(t)
+	d, client, pod := atomSetup(t)
 	srv := startEchoServer(t, pod)
 
 	states := func(n int) *policy.Desired {
@@ -296,7 +307,7 @@ func TestPrivilegedPolicyFlipIsAtomicUnderTraffic(t *testing.T) {
 		}
 		return atomP1(n)
 	}
-	res := runFlipTraffic(t, d, node, srv, states, flipRun{
+	res := runFlipTraffic(t, d, client, srv, states, flipRun{
 		minPackets: 3000, minFlips: 300, maxLost: 1, echoWait: time.Second, maxTime: 15 * time.Second,
 	})
 
@@ -316,7 +327,7 @@ func TestPrivilegedPolicyFlipIsAtomicUnderTraffic(t *testing.T) {
 // under traffic shows up as lost datagrams and policy-ingress drops.
 func TestPrivilegedAtomicityCheckDetectsTornState(t *testing.T) {
 	testenv.Privileged(t)
-	d, node, pod := atomSetup(t)
+	d, client, pod := atomSetup(t)
 
 	for _, tc := range []struct {
 		name  string
@@ -331,7 +342,7 @@ func TestPrivilegedAtomicityCheckDetectsTornState(t *testing.T) {
 		mustApply(t, d, tc.state(0))
 		d.flushCT(t)
 		before := counter(t, d, maps.ReasonPolicyIngress)
-		got := udpDelivered(t, node, pod, fmt.Sprintf("%s:%d", atomServer, atomPort))
+		got := udpDelivered(t, client, pod, fmt.Sprintf("%s:%d", atomServer, atomPort))
 		drops := counter(t, d, maps.ReasonPolicyIngress) - before
 		if got != tc.want || (drops == 0) != tc.want {
 			t.Errorf("%s: delivered=%v with %d policy-ingress drops, want delivered=%v", tc.name, got, drops, tc.want)
@@ -352,7 +363,7 @@ func TestPrivilegedAtomicityCheckDetectsTornState(t *testing.T) {
 		return atomTornRules(n)
 	}
 	mustApply(t, d, atomP1(0))
-	res := runFlipTraffic(t, d, node, srv, states, flipRun{
+	res := runFlipTraffic(t, d, client, srv, states, flipRun{
 		minPackets: 3000, minFlips: 300, maxLost: 20, echoWait: 20 * time.Millisecond, maxTime: 15 * time.Second,
 	})
 	if res.received == res.sent || res.ingressDrops == 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/nodesim"
@@ -19,8 +20,8 @@ import (
 )
 
 // newVethPair creates a node netns and a pod netns joined by a veth
-// (hostIf in the node, 10.99.0.1/24; podIf in the pod, 10.99.0.2/24), all
-// deleted when tb ends.
+// (hostIf in the node, 10.99.0.1/24 and fd99::1/64; podIf in the pod,
+// 10.99.0.2/24 and fd99::2/64), all deleted when tb ends.
 func newVethPair(tb testing.TB, hostIf, podIfName string) (node, pod ns.NetNS) {
 	tb.Helper()
 	var err error
@@ -47,30 +48,115 @@ func newVethPair(tb testing.TB, hostIf, podIfName string) (node, pod ns.NetNS) {
 		if err := netlink.LinkSetNsFd(peer, int(pod.Fd())); err != nil {
 			return fmt.Errorf("move %s: %w", podIfName, err)
 		}
-		return upWithAddr(hostIf, "10.99.0.1/24")
+		return upWithAddr(hostIf, "10.99.0.1/24", "fd99::1/64")
 	})
 	if err != nil {
 		tb.Fatalf("set up node side: %v", err)
 	}
-	if err := pod.Do(func(ns.NetNS) error { return upWithAddr(podIfName, "10.99.0.2/24") }); err != nil {
+	if err := pod.Do(func(ns.NetNS) error { return upWithAddr(podIfName, "10.99.0.2/24", "fd99::2/64") }); err != nil {
 		tb.Fatalf("set up pod side: %v", err)
 	}
 	return node, pod
 }
 
-func upWithAddr(ifname, cidr string) error {
+// upWithAddr gives ifname the addresses cidrs (IPv6 ones without
+// duplicate address detection: usable at once) and sets it up.
+func upWithAddr(ifname string, cidrs ...string) error {
 	link, err := netlink.LinkByName(ifname)
 	if err != nil {
 		return err
 	}
-	a, err := netlink.ParseAddr(cidr)
-	if err != nil {
-		return err
-	}
-	if err := netlink.AddrAdd(link, a); err != nil {
-		return fmt.Errorf("address %s: %w", ifname, err)
+	for _, cidr := range cidrs {
+		a, err := netlink.ParseAddr(cidr)
+		if err != nil {
+			return err
+		}
+		if a.IP.To4() == nil {
+			a.Flags |= unix.IFA_F_NODAD
+		}
+		if err := netlink.AddrAdd(link, a); err != nil {
+			return fmt.Errorf("address %s: %w", ifname, err)
+		}
 	}
 	return netlink.LinkSetUp(link)
+}
+
+// The remote end of the traffic tests: a host behind the node that is
+// neither the node nor one of its pods, as another node or its pods are.
+const (
+	remoteV4 = "10.98.0.2"
+	remoteV6 = "fd98::2"
+)
+
+// addRemote creates a third netns, remote, joined to node by a veth
+// (nodeIf in the node, 10.98.0.1/24 and fd98::1/64; eth0 in remote,
+// remoteV4/24 and remoteV6/64), makes node forward both families, and
+// routes pod and remote through node (default routes via its addresses
+// on their links). remote's packets reach the pod forwarded by the node,
+// with the ifindex they arrived on, and are judged by the pod's ingress
+// policy; the node's own packets never are. It is deleted when tb ends.
+func addRemote(tb testing.TB, node, pod ns.NetNS, nodeIf, podIfName string) ns.NetNS {
+	tb.Helper()
+	remote, err := nodesim.Create(nodesim.Name("lsdp"))
+	if err != nil {
+		tb.Fatalf("create netns: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := nodesim.Delete(remote); err != nil {
+			tb.Errorf("delete netns: %v", err)
+		}
+	})
+	for _, key := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
+		if err := nodesim.Sysctl(node, key, "1"); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	err = node.Do(func(ns.NetNS) error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: nodeIf}, PeerName: "eth0"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("add veth: %w", err)
+		}
+		peer, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetNsFd(peer, int(remote.Fd())); err != nil {
+			return fmt.Errorf("move eth0: %w", err)
+		}
+		return upWithAddr(nodeIf, "10.98.0.1/24", "fd98::1/64")
+	})
+	if err != nil {
+		tb.Fatalf("set up the node's link to remote: %v", err)
+	}
+	for _, side := range []struct {
+		n        ns.NetNS
+		ifname   string
+		addrs    []string
+		gw4, gw6 string
+	}{
+		{remote, "eth0", []string{remoteV4 + "/24", remoteV6 + "/64"}, "10.98.0.1", "fd98::1"},
+		{pod, podIfName, nil, "10.99.0.1", "fd99::1"},
+	} {
+		err := side.n.Do(func(ns.NetNS) error {
+			if err := upWithAddr(side.ifname, side.addrs...); err != nil {
+				return err
+			}
+			link, err := netlink.LinkByName(side.ifname)
+			if err != nil {
+				return err
+			}
+			for _, gw := range []string{side.gw4, side.gw6} {
+				if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.ParseIP(gw)}); err != nil {
+					return fmt.Errorf("default route via %s: %w", gw, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			tb.Fatalf("route %s through the node: %v", side.ifname, err)
+		}
+	}
+	return remote
 }
 
 // udpDelivered sends one datagram from a fresh socket in from to dst
@@ -145,12 +231,15 @@ func vethPolicy(egressPort uint16) *policy.Desired {
 	}
 }
 
-// Real traffic through a veth: policy blocks and allows both ways, a
-// policy change takes effect for new flows, and Detach lifts enforcement.
+// Real traffic through a veth: policy blocks and allows both ways (the
+// pod's ingress tested from a remote host the node routes, as the node's
+// own packets are never blocked), a policy change takes effect for new
+// flows, and Detach lifts enforcement.
 func TestPrivilegedAttachVethTraffic(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
 	node, pod := newVethPair(t, "lsdp-h0", "lsdp-p0")
+	remote := addRemote(t, node, pod, "lsdp-r0", "lsdp-p0")
 	attach := func() {
 		if err := node.Do(func(ns.NetNS) error { return d.Attach("lsdp-h0") }); err != nil {
 			t.Fatalf("Attach: %v", err)
@@ -193,8 +282,9 @@ func TestPrivilegedAttachVethTraffic(t *testing.T) {
 	}{
 		{"egress allowed port", pod, node, "10.99.0.1:5000", true},
 		{"egress other port", pod, node, "10.99.0.1:5001", false},
-		{"ingress allowed port", node, pod, "10.99.0.2:6000", true},
-		{"ingress other port", node, pod, "10.99.0.2:6001", false},
+		{"ingress allowed port", remote, pod, "10.99.0.2:6000", true},
+		{"ingress other port", remote, pod, "10.99.0.2:6001", false},
+		{"ingress other port from the node itself", node, pod, "10.99.0.2:6001", true},
 	} {
 		if got := udpDelivered(t, tc.from, tc.to, tc.dst); got != tc.want {
 			t.Errorf("%s (%s): delivered=%v, want %v", tc.name, tc.dst, got, tc.want)

@@ -12,7 +12,8 @@ import (
 
 // Counters returns the packet and byte counts of lockstep_drops, summed
 // over CPUs, by reason name (maps.Reason.String): every drop reason plus
-// "allowed-new", the connections policy allowed.
+// "allowed-new", the connections policy allowed, and "allowed-node", the
+// packets the node itself sent to pods whose ingress is isolated.
 func (d *Datapath) Counters() (map[string]maps.Counter, error) {
 	out := make(map[string]maps.Counter)
 	for _, r := range maps.Reasons() {

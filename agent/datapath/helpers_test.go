@@ -202,6 +202,10 @@ type packet struct {
 	extFirst     uint8   // next header of the IPv6 header when ext is set
 	fragOff      uint16  // IPv4 fragment offset in 8-byte units
 	ethType      uint16  // overrides the IP ethertype
+	// fromNode marks a packet the node's own stack sent: it reaches the
+	// program with ingress_ifindex 0. Every other test packet was
+	// forwarded by the node (see skbContext).
+	fromNode bool
 }
 
 const (
@@ -295,10 +299,37 @@ func l4Header(p packet) []byte {
 	return make([]byte, 8)
 }
 
+// skbContext is the head of struct __sk_buff, up to ifindex: the context
+// a test run passes to BPF_PROG_TEST_RUN, which copies ingress_ifindex
+// into the skb's skb_iif and wants every other field here zero (ifindex 0
+// keeps the caller's loopback device, loIfindex). A kernel that does not
+// take ingress_ifindex refuses the context (EINVAL): the tests fail, they
+// do not silently run forwarded packets as the node's.
+type skbContext struct {
+	Len, PktType, Mark, QueueMapping, Protocol uint32
+	VlanPresent, VlanTCI, VlanProto, Priority  uint32
+	IngressIfindex, Ifindex                    uint32
+}
+
+// forwardedIfindex is the ingress_ifindex of a test packet the node
+// forwarded: the interface it arrived on. Any value but 0 will do, the
+// programs only tell the node's own packets (0) from the rest.
+const forwardedIfindex = 7
+
+// runOptions runs data as a packet the node forwarded, or with fromNode
+// as one the node's stack sent.
+func runOptions(data []byte, fromNode bool) *ebpf.RunOptions {
+	ctx := skbContext{IngressIfindex: forwardedIfindex}
+	if fromNode {
+		ctx.IngressIfindex = 0
+	}
+	return &ebpf.RunOptions{Data: data, Context: ctx}
+}
+
 // run runs prog on the frame of p and returns the tc action.
 func run(tb testing.TB, prog *ebpf.Program, p packet) uint32 {
 	tb.Helper()
-	ret, err := prog.Run(&ebpf.RunOptions{Data: frame(p)})
+	ret, err := prog.Run(runOptions(frame(p), p.fromNode))
 	if err != nil {
 		tb.Fatalf("run %s on %+v: %v", prog, p, err)
 	}
@@ -331,9 +362,10 @@ type (
 	ebpfProgram = ebpf.Program
 )
 
+// runRaw runs prog on raw, a frame the node forwarded.
 func runRaw(tb testing.TB, prog *ebpf.Program, raw []byte) uint32 {
 	tb.Helper()
-	ret, err := prog.Run(&ebpf.RunOptions{Data: raw})
+	ret, err := prog.Run(runOptions(raw, false))
 	if err != nil {
 		tb.Fatalf("run %s: %v", prog, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
@@ -45,6 +46,47 @@ func TestPrivilegedApplyMatchesSaveOutput(t *testing.T) {
 			}
 			if s := d.Stats(); s.Failures != 0 || s.FullReconciles != 2 {
 				t.Errorf("stats %+v, want no failures and 2 full reconciles", s)
+			}
+			if _, err := Purge(context.Background(), r, m); err != nil {
+				t.Fatalf("Purge: %v", err)
+			}
+			assertClean(t, r)
+		})
+	}
+}
+
+// TestPrivilegedApplyRemovesEarlierOutputHook: the real tools of each
+// mode, on a node an earlier version left with its OUTPUT hook (a
+// LOCKSTEP-OUTPUT chain jumped to from OUTPUT, jumping to the ingress
+// chains), show neither the chain nor the jump after a new Dataplane's
+// first Apply, and Purge leaves nothing.
+func TestPrivilegedApplyRemovesEarlierOutputHook(t *testing.T) {
+	requireTools(t)
+	for _, m := range bothModes {
+		t.Run(m.String(), func(t *testing.T) {
+			r := nsRunner{newNetns(t)}
+			want := twoPods(300)
+			mustApply(t, newTestDataplane(t, m, r, want), want)
+			for _, f := range families {
+				if _, err := r.Run(context.Background(), m.RestoreTool(f), restoreArgs, []byte(earlierOutputHook("ls-a"))); err != nil {
+					t.Fatalf("seed the earlier OUTPUT hook: %v", err)
+				}
+			}
+			if diffViews(realView(t, r, m), expectedView(t, m, want)) == "" {
+				t.Fatal("the earlier hook is invisible: the test proves nothing")
+			}
+			mustApply(t, newTestDataplane(t, m, r, want), want)
+			assertRealView(t, r, m, expectedView(t, m, want))
+			v := realView(t, r, m)
+			for _, f := range families {
+				if _, ok := v.chains[f.index()]["LOCKSTEP-OUTPUT"]; ok {
+					t.Errorf("%s: LOCKSTEP-OUTPUT still there", f)
+				}
+				for _, j := range v.jumps[f.index()] {
+					if strings.HasPrefix(j, "OUTPUT ") {
+						t.Errorf("%s: a jump from OUTPUT still there: %s", f, j)
+					}
+				}
 			}
 			if _, err := Purge(context.Background(), r, m); err != nil {
 				t.Fatalf("Purge: %v", err)

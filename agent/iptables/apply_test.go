@@ -87,10 +87,10 @@ func TestApplyDiff(t *testing.T) {
 			wantChains: []string{"LOCKSTEP-I-ep7"},
 			wantLines:  []string{"-I LOCKSTEP-I-ep7 1 -j DROP"}}, // new content over the old: no rule deleted
 		{name: "one endpoint more", next: added, wantCalls: 2, // its peers' sets exist already
-			wantChains: []string{"LOCKSTEP-E-ep50", "LOCKSTEP-FORWARD", "LOCKSTEP-I-ep50", "LOCKSTEP-INPUT", "LOCKSTEP-OUTPUT"},
-			wantLines:  []string{"-A LOCKSTEP-FORWARD -i ep50 -j LOCKSTEP-E-ep50", "-A LOCKSTEP-OUTPUT -o ep50 -j LOCKSTEP-I-ep50"}},
+			wantChains: []string{"LOCKSTEP-E-ep50", "LOCKSTEP-FORWARD", "LOCKSTEP-I-ep50", "LOCKSTEP-INPUT"},
+			wantLines:  []string{"-A LOCKSTEP-FORWARD -i ep50 -j LOCKSTEP-E-ep50", "-A LOCKSTEP-FORWARD -o ep50 -j LOCKSTEP-I-ep50"}},
 		{name: "one endpoint less", next: removed, wantCalls: 3, // destroys its union set of 349 and 300
-			wantChains: []string{"LOCKSTEP-E-ep49", "LOCKSTEP-FORWARD", "LOCKSTEP-I-ep49", "LOCKSTEP-INPUT", "LOCKSTEP-OUTPUT"},
+			wantChains: []string{"LOCKSTEP-E-ep49", "LOCKSTEP-FORWARD", "LOCKSTEP-I-ep49", "LOCKSTEP-INPUT"},
 			wantLines:  []string{"-D LOCKSTEP-FORWARD -i ep49 -j LOCKSTEP-E-ep49", "-X LOCKSTEP-I-ep49"}},
 		{name: "a rule needing a new set", next: newPeer, wantCalls: 4, // destroys ep7's union set of 307 and 308
 			wantChains: []string{"LOCKSTEP-E-ep7", "LOCKSTEP-I-ep7"}, // egress no longer isolated
@@ -192,6 +192,9 @@ func TestApplyRepairsDrift(t *testing.T) {
 		{"chains gone", func(n *fakeNode) {
 			delete(n.tables, tableKey{ModeNFT, IPv4, "filter"})
 		}},
+		{"the OUTPUT hook of an earlier version", func(n *fakeNode) {
+			seedRules(t, n, ModeNFT, IPv4, earlierOutputHook("ep0", "ep3"))
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -208,6 +211,48 @@ func TestApplyRepairsDrift(t *testing.T) {
 			assertView(t, n, ModeNFT, want)
 			if fwd := n.tables[tableKey{ModeNFT, IPv4, "filter"}].chains["FORWARD"]; !strings.HasSuffix(fwd[0], "-j "+chainForward) {
 				t.Errorf("FORWARD starts with %q, want lockstep's jump first", fwd[0])
+			}
+		})
+	}
+}
+
+// earlierOutputHook is the restore payload that adds what lockstep
+// versions before the node's own traffic was exempt wrote beside today's
+// chains: a LOCKSTEP-OUTPUT chain jumping to the endpoints' ingress
+// chains, jumped to from OUTPUT.
+func earlierOutputHook(ifs ...string) string {
+	var b strings.Builder
+	b.WriteString("*filter\n:LOCKSTEP-OUTPUT - [0:0]\n")
+	for _, name := range ifs {
+		fmt.Fprintf(&b, "-A LOCKSTEP-OUTPUT -o %s -j %s%s\n", name, ingressPrefix, name)
+	}
+	b.WriteString("-I OUTPUT 1 -m comment --comment \"" + jumpComment + "\" -j LOCKSTEP-OUTPUT\nCOMMIT\n")
+	return b.String()
+}
+
+// TestApplyRemovesEarlierOutputHook: a node that an earlier version left
+// with the OUTPUT hook (node-to-pod traffic judged by the pods' ingress
+// chains) loses it on the first Apply of a new Dataplane, the agent's
+// first after an upgrade, in both families; node-to-pod traffic then
+// meets no lockstep rule.
+func TestApplyRemovesEarlierOutputHook(t *testing.T) {
+	for _, m := range []Mode{ModeNFT, ModeLegacy} {
+		t.Run(m.String(), func(t *testing.T) {
+			n := newFakeNode()
+			want := manyEndpoints(3, 0)
+			mustApply(t, newTestDataplane(t, m, n, want), want)
+			for _, f := range families {
+				seedRules(t, n, m, f, earlierOutputHook("ep0", "ep1", "ep2"))
+			}
+			toPod := testPacket{hook: "OUTPUT", out: "ep1", src: addr("10.9.9.9"), dst: want.Endpoints["ep1"].IPv4, proto: 6, dport: 22}
+			if ok, err := n.evalFake(m, toPod); err != nil || ok {
+				t.Fatalf("before the upgrade: the node's packet to ep1 allowed=%v (%v), want dropped: the test proves nothing", ok, err)
+			}
+			mustApply(t, newTestDataplane(t, m, n, want), want)
+			assertNoViolations(t, n)
+			assertView(t, n, m, want)
+			if ok, err := n.evalFake(m, toPod); err != nil || !ok {
+				t.Errorf("after the upgrade: the node's packet to ep1 allowed=%v (%v), want allowed", ok, err)
 			}
 		})
 	}

@@ -124,6 +124,11 @@ func TestCleanupFinishesAnyPartialState(t *testing.T) {
 		{"IPv4 done, IPv6 not", func(n *fakeNode) {
 			delete(n.tables, tableKey{ModeLegacy, IPv4, "filter"})
 		}},
+		{"an earlier version's OUTPUT hook", func(n *fakeNode) {
+			for _, f := range families {
+				seedRules(t, n, ModeLegacy, f, earlierOutputHook("ep0", "ep2"))
+			}
+		}},
 		{"a jump from a foreign user chain and a chain in another table", func(n *fakeNode) {
 			t := n.tables[tableKey{ModeLegacy, IPv4, "filter"}]
 			t.chains["KUBE-FORWARD"] = append(t.chains["KUBE-FORWARD"], "-s 10.9.0.0/16 -j LOCKSTEP-FORWARD")

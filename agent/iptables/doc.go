@@ -10,17 +10,30 @@
 // traffic crosses the node's filter table: what a pod sends arrives on its
 // host-side veth (-i hostIf, policy direction egress), what it receives
 // leaves through it (-o hostIf, ingress). One rule, inserted first, jumps
-// from each of FORWARD, INPUT and OUTPUT into lockstep's chain for it;
-// those three hold one jump per endpoint and direction:
+// from each of FORWARD and INPUT into lockstep's chain for it; those two
+// hold one jump per endpoint and direction:
 //
 //	FORWARD -> LOCKSTEP-FORWARD: -i if -> LOCKSTEP-E-<if>, -o if -> LOCKSTEP-I-<if>
 //	INPUT   -> LOCKSTEP-INPUT:   -i if -> LOCKSTEP-E-<if>   (pod to node)
-//	OUTPUT  -> LOCKSTEP-OUTPUT:  -o if -> LOCKSTEP-I-<if>   (node to pod: the world)
 //
 // A packet between two pods of the node passes the sender's egress chain
 // and then the receiver's ingress chain. lockstep only drops: an allowed
 // packet RETURNs and continues through the node's other rules, as a packet
 // the eBPF programs pass continues through the stack.
+//
+// What the node itself sends to a pod (kubelet probes, host-network
+// processes, connections kube-proxy DNATs in OUTPUT) crosses OUTPUT, which
+// lockstep does not hook: a pod cannot block its own node, as Kubernetes
+// documents, and the pod's replies pass its egress chain as ESTABLISHED.
+// The eBPF programs decide the same by the packet's ingress ifindex (0
+// for the node's own packets). A pod's egress to the node's addresses is
+// judged like any other address, in LOCKSTEP-INPUT. Earlier versions
+// hooked OUTPUT too (LOCKSTEP-OUTPUT); a full reconcile, as the first
+// Apply after an upgrade is, removes that chain and its jump like any
+// other stale lockstep chain. One difference remains: kube-proxy in IPVS
+// mode sends the service traffic of remote clients it forwards to a pod
+// through OUTPUT, where lockstep no longer sees it, while the eBPF
+// programs see a forwarded packet and judge it.
 //
 // LOCKSTEP-E-<if> first drops what the pod sends from an address that is
 // not its own (IPv6: except link-local ICMPv6, via LOCKSTEP-LL6), isolated

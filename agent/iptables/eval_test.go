@@ -3,6 +3,7 @@ package iptables
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -201,9 +202,20 @@ func setContains(s *ipSet, a netip.Addr) bool {
 	return false
 }
 
+// ingressIfindex is the skb->ingress_ifindex p reaches to_pod with: 0
+// for a packet the node's own stack sent (hook OUTPUT), else that of the
+// interface it arrived on (FORWARD: received from a pod or the network).
+func ingressIfindex(p testPacket) int {
+	if p.hook == "OUTPUT" {
+		return 0
+	}
+	return 2 + slices.Index(semIfs, p.in) // eth0, no pod's, is 1
+}
+
 // refAllowed is what the eBPF programs decide for p (bpf/endpoint.c,
 // bpf/lib/policy.h), with p's hook saying which programs it crosses:
 // from_pod of p.in (FORWARD, INPUT) and to_pod of p.out (FORWARD, OUTPUT).
+// to_pod leaves the node's own packets (ingress_ifindex 0) to no policy.
 func refAllowed(d *policy.Desired, p testPacket) bool {
 	if p.proto == protoICMPv6 && (p.icmpType >= 130 && p.icmpType <= 137 || p.icmpType == 143) {
 		return true
@@ -217,7 +229,7 @@ func refAllowed(d *policy.Desired, p testPacket) bool {
 		}
 	}
 	if ep := d.Endpoints[p.out]; ep != nil && p.hook != "INPUT" {
-		if ep.IngressIsolated && !p.established && !refPolicy(d, ep, policy.Ingress, p.src, p) {
+		if ep.IngressIsolated && !p.established && ingressIfindex(p) != 0 && !refPolicy(d, ep, policy.Ingress, p.src, p) {
 			return false
 		}
 	}

@@ -27,11 +27,16 @@ var (
 // Chains. Every chain lockstep creates starts with chainPrefix, in the
 // filter table of both families; nothing else in a table is lockstep's
 // except the one jump from each hooked built-in chain.
+//
+// OUTPUT is not hooked: what the node itself sends to a pod is never
+// lockstep's to judge (a pod cannot block its node). Earlier versions
+// had a LOCKSTEP-OUTPUT chain, jumped to from OUTPUT; like any lockstep
+// chain or jump a plan lacks, the first Apply of a Dataplane, which reads
+// the tables back, deletes both, and Cleanup removes them too.
 const (
 	chainPrefix   = "LOCKSTEP-"
 	chainForward  = "LOCKSTEP-FORWARD" // from FORWARD: pod to pod, pod to remote, remote to pod
 	chainInput    = "LOCKSTEP-INPUT"   // from INPUT: pod to node
-	chainOutput   = "LOCKSTEP-OUTPUT"  // from OUTPUT: node to pod
 	chainLL6      = "LOCKSTEP-LL6"     // IPv6 anti-spoofing exceptions (link-local ICMPv6)
 	egressPrefix  = "LOCKSTEP-E-"      // + host ifname: what the pod sends
 	ingressPrefix = "LOCKSTEP-I-"      // + host ifname: what the pod receives
@@ -43,7 +48,6 @@ const (
 var hooks = [...]struct{ builtin, chain string }{
 	{"FORWARD", chainForward},
 	{"INPUT", chainInput},
-	{"OUTPUT", chainOutput},
 }
 
 func isLockstepChain(name string) bool { return strings.HasPrefix(name, chainPrefix) }
@@ -52,7 +56,7 @@ func isLockstepChain(name string) bool { return strings.HasPrefix(name, chainPre
 // are per-endpoint jumps in no particular order: Apply edits them rule by
 // rule instead of rewriting them.
 func isDispatch(chain string) bool {
-	return chain == chainForward || chain == chainInput || chain == chainOutput
+	return chain == chainForward || chain == chainInput
 }
 
 // Set names. ipsets are one namespace-wide table shared by iptables-legacy

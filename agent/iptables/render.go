@@ -146,13 +146,12 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 		sameHas := r.lastHas[f.index()] != nil && maps.Equal(has, r.lastHas[f.index()])
 		r.lastHas[f.index()] = has
 		chains := map[string][]string{}
-		fwd, in, out := ndRules(f), ndRules(f), ndRules(f)
+		fwd, in := ndRules(f), ndRules(f)
 		for _, name := range names {
 			er := next[name]
 			e, i := er.egressChain, er.ingressChain
 			fwd = append(fwd, er.jumpEgress, er.jumpIngress)
 			in = append(in, er.jumpEgress)
-			out = append(out, er.jumpIngress)
 			if rendered := er.chains[f.index()][0] != nil; rendered && sameHas {
 				// Rendered (here or by a render whose sets had the same
 				// emptiness) for the signature it would get now.
@@ -173,7 +172,7 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 			chains[e] = er.chains[f.index()][0]
 			chains[i] = er.chains[f.index()][1]
 		}
-		chains[chainForward], chains[chainInput], chains[chainOutput] = fwd, in, out
+		chains[chainForward], chains[chainInput] = fwd, in
 		if f == IPv6 {
 			chains[chainLL6] = []string{"-s fe80::/10 -p ipv6-icmp -j RETURN", "-s ::/128 -p ipv6-icmp -j RETURN", "-j DROP"}
 		}

@@ -12,69 +12,98 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/nodesim"
 )
 
 // The traffic topology: a node namespace routing between two pod
-// namespaces the way the ptp plugin wires pods: each pod has a /32 on its
-// eth0 and a default route via the node's gateway address, which every
-// host-side veth carries as a /32; the node routes each pod's /32 to its
-// veth.
+// namespaces the way the ptp plugin wires pods: each pod has a /32 (and a
+// /128) on its eth0 and default routes via the node's gateway addresses,
+// which every host-side veth carries as a /32 and a /128; the node routes
+// each pod's addresses to its veth. A third namespace, remote, is a host
+// behind the node (another node, or its pods): the node routes between it
+// and the pods, so its packets cross FORWARD as any forwarded packet does.
 const (
-	trafficGateway = "10.77.0.1"
-	trafficClient  = "10.77.0.10" // pod a, host veth lsipt-a
-	trafficServer  = "10.77.0.11" // pod b, host veth lsipt-b
+	trafficGateway  = "10.77.0.1"
+	trafficGateway6 = "fd77::1"
+	trafficClient   = "10.77.0.10" // pod a, host veth lsipt-a
+	trafficClient6  = "fd77::10"
+	trafficServer   = "10.77.0.11" // pod b, host veth lsipt-b
+	trafficServer6  = "fd77::11"
+	trafficRemote   = "10.78.0.2" // remote, behind the node's lsipt-r (10.78.0.1)
+	trafficRemote6  = "fd78::2"   // (fd78::1)
 )
 
 type trafficNode struct {
-	node, client, server ns.NetNS
+	node, client, server, remote ns.NetNS
 }
 
 func newTrafficNode(t *testing.T) *trafficNode {
 	t.Helper()
-	tn := &trafficNode{node: newNetns(t), client: newNetns(t), server: newNetns(t)}
-	for _, n := range []ns.NetNS{tn.node, tn.client, tn.server} {
-		if err := nodesim.Sysctl(n, "net/ipv6/conf/all/disable_ipv6", "1"); err != nil {
+	tn := &trafficNode{node: newNetns(t), client: newNetns(t), server: newNetns(t), remote: newNetns(t)}
+	for _, key := range []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"} {
+		if err := nodesim.Sysctl(tn.node, key, "1"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := nodesim.Sysctl(tn.node, "net/ipv4/ip_forward", "1"); err != nil {
-		t.Fatal(err)
-	}
-	tn.wirePod(t, tn.client, "lsipt-a", trafficClient)
-	tn.wirePod(t, tn.server, "lsipt-b", trafficServer)
+	tn.wirePod(t, tn.client, "lsipt-a", trafficClient, trafficClient6)
+	tn.wirePod(t, tn.server, "lsipt-b", trafficServer, trafficServer6)
+	tn.wireRemote(t)
 	return tn
 }
 
-func (tn *trafficNode) wirePod(t *testing.T, pod ns.NetNS, hostIf, podAddr string) {
+// hostAddr is a as a /32 or /128 that needs no duplicate address
+// detection.
+func hostAddr(a string) *netlink.Addr {
+	ip := net.ParseIP(a)
+	bits := 128
+	if ip.To4() != nil {
+		bits = 32
+	}
+	return &netlink.Addr{IPNet: &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)}, Flags: unix.IFA_F_NODAD}
+}
+
+// moveVeth creates a veth in the node, its peer moved into n as eth0, and
+// returns the node's end.
+func (tn *trafficNode) moveVeth(n ns.NetNS, hostIf string) (netlink.Link, error) {
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostIf}, PeerName: "eth0"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return nil, fmt.Errorf("add veth: %w", err)
+	}
+	peer, err := netlink.LinkByName("eth0")
+	if err != nil {
+		return nil, err
+	}
+	if err := netlink.LinkSetNsFd(peer, int(n.Fd())); err != nil {
+		return nil, err
+	}
+	return netlink.LinkByName(hostIf)
+}
+
+func (tn *trafficNode) wirePod(t *testing.T, pod ns.NetNS, hostIf string, podAddrs ...string) {
 	t.Helper()
-	gw := net.ParseIP(trafficGateway)
+	gws := []string{trafficGateway, trafficGateway6}
 	err := tn.node.Do(func(ns.NetNS) error {
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostIf}, PeerName: "eth0"}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return fmt.Errorf("add veth: %w", err)
-		}
-		peer, err := netlink.LinkByName("eth0")
+		host, err := tn.moveVeth(pod, hostIf)
 		if err != nil {
 			return err
 		}
-		if err := netlink.LinkSetNsFd(peer, int(pod.Fd())); err != nil {
-			return err
-		}
-		host, err := netlink.LinkByName(hostIf)
-		if err != nil {
-			return err
-		}
-		if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: &net.IPNet{IP: gw, Mask: net.CIDRMask(32, 32)}}); err != nil {
-			return err
+		for _, gw := range gws {
+			if err := netlink.AddrAdd(host, hostAddr(gw)); err != nil {
+				return err
+			}
 		}
 		if err := netlink.LinkSetUp(host); err != nil {
 			return err
 		}
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: host.Attrs().Index, Scope: netlink.SCOPE_LINK,
-			Dst: &net.IPNet{IP: net.ParseIP(podAddr), Mask: net.CIDRMask(32, 32)}})
+		for _, a := range podAddrs {
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: host.Attrs().Index, Scope: netlink.SCOPE_LINK, Dst: hostAddr(a).IPNet}); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("wire %s on the node: %v", hostIf, err)
@@ -84,63 +113,124 @@ func (tn *trafficNode) wirePod(t *testing.T, pod ns.NetNS, hostIf, podAddr strin
 		if err != nil {
 			return err
 		}
-		if err := netlink.AddrAdd(eth, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(podAddr), Mask: net.CIDRMask(32, 32)}}); err != nil {
-			return err
+		for _, a := range podAddrs {
+			if err := netlink.AddrAdd(eth, hostAddr(a)); err != nil {
+				return err
+			}
 		}
 		if err := netlink.LinkSetUp(eth); err != nil {
 			return err
 		}
-		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Scope: netlink.SCOPE_LINK,
-			Dst: &net.IPNet{IP: gw, Mask: net.CIDRMask(32, 32)}}); err != nil {
-			return err
+		for _, gw := range gws {
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Scope: netlink.SCOPE_LINK, Dst: hostAddr(gw).IPNet}); err != nil {
+				return err
+			}
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.ParseIP(gw)}); err != nil {
+				return err
+			}
 		}
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: gw})
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("wire the pod of %s: %v", hostIf, err)
 	}
 }
 
-// listen serves TCP on addr in n (accepting and closing) until t ends.
+// wireRemote joins remote to the node by a plain routed link: 10.78.0.0/24
+// and fd78::/64, remote's default routes via the node.
+func (tn *trafficNode) wireRemote(t *testing.T) {
+	t.Helper()
+	err := tn.node.Do(func(ns.NetNS) error {
+		host, err := tn.moveVeth(tn.remote, "lsipt-r")
+		if err != nil {
+			return err
+		}
+		for _, cidr := range []string{"10.78.0.1/24", "fd78::1/64"} {
+			a, err := netlink.ParseAddr(cidr)
+			if err != nil {
+				return err
+			}
+			a.Flags = unix.IFA_F_NODAD
+			if err := netlink.AddrAdd(host, a); err != nil {
+				return err
+			}
+		}
+		return netlink.LinkSetUp(host)
+	})
+	if err != nil {
+		t.Fatalf("wire remote on the node: %v", err)
+	}
+	err = tn.remote.Do(func(ns.NetNS) error {
+		eth, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		for _, cidr := range []string{trafficRemote + "/24", trafficRemote6 + "/64"} {
+			a, err := netlink.ParseAddr(cidr)
+			if err != nil {
+				return err
+			}
+			a.Flags = unix.IFA_F_NODAD
+			if err := netlink.AddrAdd(eth, a); err != nil {
+				return err
+			}
+		}
+		if err := netlink.LinkSetUp(eth); err != nil {
+			return err
+		}
+		for _, gw := range []string{"10.78.0.1", "fd78::1"} {
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.ParseIP(gw)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("wire remote: %v", err)
+	}
+}
+
+// from names the namespace a probe sends from.
+func (tn *trafficNode) from(name string) ns.NetNS {
+	return map[string]ns.NetNS{"client": tn.client, "node": tn.node, "remote": tn.remote}[name]
+}
+
+// listen serves TCP on addr in n until t ends (see nodesim.ServeTCP).
 func listen(t *testing.T, n ns.NetNS, addr string) {
 	t.Helper()
-	var l net.Listener
-	if err := n.Do(func(ns.NetNS) (err error) {
-		l, err = net.Listen("tcp4", addr)
-		return err
-	}); err != nil {
-		t.Fatalf("listen on %s: %v", addr, err)
+	l, err := nodesim.ServeTCP(n, addr)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("ok"))
-			c.Close()
-		}
-	}()
 }
 
 // connects reports whether a TCP connection from n to addr completes and
 // reads the server's reply (so the reply direction passed too).
 func connects(n ns.NetNS, addr string) bool {
-	ok := false
-	_ = n.Do(func(ns.NetNS) error {
-		c, err := net.DialTimeout("tcp4", addr, 700*time.Millisecond)
-		if err != nil {
-			return nil
+	return nodesim.Connects(n, addr, 700*time.Millisecond)
+}
+
+// waitTopology waits until every probe connects, lockstep not yet in
+// force: the links may still be coming up.
+func waitTopology(t *testing.T, tn *trafficNode, from []string, addrs ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		up := true
+		for _, f := range from {
+			for _, a := range addrs {
+				up = up && connects(tn.from(f), a)
+			}
 		}
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(700 * time.Millisecond))
-		buf := make([]byte, 2)
-		_, err = c.Read(buf)
-		ok = err == nil && string(buf) == "ok"
-		return nil
-	})
-	return ok
+		if up {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the topology does not pass traffic without policy")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // trafficState: client a (identity 300) and server b (identity 400). The
@@ -149,7 +239,7 @@ func connects(n ns.NetNS, addr string) bool {
 // only as replies. The client's egress allows TCP 8080 and 9090 to b.
 func trafficState(world bool) *policy.Desired {
 	server := &policy.EndpointPolicy{
-		IPv4: addr(trafficServer), IngressIsolated: true, EgressIsolated: true,
+		IPv4: addr(trafficServer), IPv6: addr(trafficServer6), IngressIsolated: true, EgressIsolated: true,
 		Rules: map[policy.RuleKey][]policy.PortRange{{Peer: 300, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(8080, 8080)},
 	}
 	if world {
@@ -157,12 +247,14 @@ func trafficState(world bool) *policy.Desired {
 	}
 	return &policy.Desired{
 		Addrs: map[netip.Addr]policy.AddrEntry{
-			addr(trafficClient): {Identity: 300, CIDRClass: policy.NoCIDRClass},
-			addr(trafficServer): {Identity: 400, CIDRClass: policy.NoCIDRClass},
+			addr(trafficClient):  {Identity: 300, CIDRClass: policy.NoCIDRClass},
+			addr(trafficClient6): {Identity: 300, CIDRClass: policy.NoCIDRClass},
+			addr(trafficServer):  {Identity: 400, CIDRClass: policy.NoCIDRClass},
+			addr(trafficServer6): {Identity: 400, CIDRClass: policy.NoCIDRClass},
 		},
 		CIDRs: map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
 		Endpoints: map[string]*policy.EndpointPolicy{
-			"lsipt-a": {IPv4: addr(trafficClient), EgressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
+			"lsipt-a": {IPv4: addr(trafficClient), IPv6: addr(trafficClient6), EgressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
 				{Peer: 400, Dir: policy.Egress, Proto: policy.ProtoTCP}: ports(8080, 8080, 9090, 9090),
 			}},
 			"lsipt-b": server,
@@ -171,10 +263,11 @@ func trafficState(world bool) *policy.Desired {
 }
 
 // TestPrivilegedTrafficAllowedAndDenied sends real TCP connections
-// through the node's FORWARD and OUTPUT chains with each mode's rules in
-// force: what the policy allows connects (and its replies come back
-// through an isolated egress), what it does not is dropped, node-to-pod
-// traffic is the world, and Purge lifts everything.
+// through the node's FORWARD chain with each mode's rules in force: what
+// the policy allows connects (and its replies come back through an
+// isolated egress), what it does not is dropped, a remote host behind
+// the node is the world, the node itself is never blocked (OUTPUT is not
+// lockstep's), and Purge lifts everything.
 func TestPrivilegedTrafficAllowedAndDenied(t *testing.T) {
 	requireTools(t)
 	for _, m := range bothModes {
@@ -183,20 +276,14 @@ func TestPrivilegedTrafficAllowedAndDenied(t *testing.T) {
 			listen(t, tn.server, trafficServer+":8080")
 			listen(t, tn.server, trafficServer+":9090")
 			allowed, denied := trafficServer+":8080", trafficServer+":9090"
-			deadline := time.Now().Add(10 * time.Second)
-			for !connects(tn.client, allowed) || !connects(tn.client, denied) || !connects(tn.node, denied) {
-				if time.Now().After(deadline) {
-					t.Fatal("the topology does not pass traffic without policy")
-				}
-				time.Sleep(100 * time.Millisecond) // links still coming up
-			}
+			waitTopology(t, tn, []string{"client", "node", "remote"}, allowed, denied)
 			r := nsRunner{tn.node}
 			d, err := New(Options{Mode: m, Runner: r})
 			if err != nil {
 				t.Fatal(err)
 			}
 			type probe struct {
-				from    string // "client" or "node"
+				from    string // "client", "node" or "remote"
 				dst     string
 				connect bool
 			}
@@ -204,20 +291,16 @@ func TestPrivilegedTrafficAllowedAndDenied(t *testing.T) {
 				world  bool
 				probes []probe
 			}{
-				{false, []probe{{"client", allowed, true}, {"client", denied, false}, {"node", allowed, false}}},
-				{true, []probe{{"client", allowed, true}, {"client", denied, false}, {"node", allowed, true}, {"node", denied, false}}},
+				{false, []probe{{"client", allowed, true}, {"client", denied, false}, {"remote", allowed, false}, {"node", allowed, true}, {"node", denied, true}}},
+				{true, []probe{{"client", allowed, true}, {"client", denied, false}, {"remote", allowed, true}, {"remote", denied, false}, {"node", denied, true}}},
 			} {
 				want := trafficState(step.world)
 				attachAll(t, d, want)
 				mustApply(t, d, want)
 				for _, p := range step.probes {
-					from := tn.client
-					if p.from == "node" {
-						from = tn.node
-					}
-					got := connects(from, p.dst)
+					got := connects(tn.from(p.from), p.dst)
 					for try := 0; !got && p.connect && try < 3; try++ {
-						got = connects(from, p.dst) // a loaded machine, not the policy
+						got = connects(tn.from(p.from), p.dst) // a loaded machine, not the policy
 					}
 					if got != p.connect {
 						t.Errorf("world=%v: %s to %s connects=%v, want %v", step.world, p.from, p.dst, got, p.connect)
@@ -229,6 +312,41 @@ func TestPrivilegedTrafficAllowedAndDenied(t *testing.T) {
 			}
 			if !connects(tn.client, denied) {
 				t.Error("traffic still blocked after Purge")
+			}
+		})
+	}
+}
+
+// TestPrivilegedNodeToPodTraffic: under default-deny ingress, and an
+// egress isolated with no rule, a TCP connection from the node itself to
+// the pod completes in both families (the pod's replies pass its egress
+// chain as ESTABLISHED), and the same connection from a remote host the
+// node routes is dropped: the eBPF dataplane's answers.
+func TestPrivilegedNodeToPodTraffic(t *testing.T) {
+	requireTools(t)
+	for _, m := range bothModes {
+		t.Run(m.String(), func(t *testing.T) {
+			tn := newTrafficNode(t)
+			servers := []string{trafficServer + ":8080", "[" + trafficServer6 + "]:8080"}
+			for _, a := range servers {
+				listen(t, tn.server, a)
+			}
+			waitTopology(t, tn, []string{"node", "remote"}, servers...)
+			d, err := New(Options{Mode: m, Runner: nsRunner{tn.node}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := trafficState(false)
+			want.Endpoints["lsipt-b"].Rules = nil // default deny
+			attachAll(t, d, want)
+			mustApply(t, d, want)
+			for _, a := range servers {
+				if !connects(tn.node, a) && !connects(tn.node, a) {
+					t.Errorf("node to %s: no connection, want one (a pod never blocks its node)", a)
+				}
+				if connects(tn.remote, a) {
+					t.Errorf("remote to %s: connected through default-deny ingress", a)
+				}
 			}
 		})
 	}

@@ -42,6 +42,7 @@ enum reason {
 	REASON_SPOOFED = 3,
 	REASON_NO_ENDPOINT = 4,
 	REASON_UNPARSEABLE = 5,
+	REASON_ALLOWED_NODE = 6,  /* allowed, new: the node's own packet to its pod */
 	REASON_MAX = 8,
 };
 

@@ -18,8 +18,10 @@ func newMonitorCmd() *cobra.Command {
 		Use:   "monitor",
 		Short: "Stream policy verdicts (drops and newly allowed connections) until Ctrl-C",
 		Long: `Stream the dataplane's verdict events, one line each: every dropped packet
-and every connection policy allowed. Events are only produced while a monitor
-runs; run one at a time (the first to exit turns events off).`,
+and every connection policy allowed (reason allowed-new), or that the node
+itself opened to a pod whose ingress is isolated (allowed-node: a pod never
+blocks its own node). Events are only produced while a monitor runs; run one
+at a time (the first to exit turns events off).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
