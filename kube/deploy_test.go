@@ -536,3 +536,38 @@ func TestExamplePools(t *testing.T) {
 		}
 	}
 }
+
+// TestUninstallDaemonSet checks deploy/uninstall/uninstall.yaml against the
+// code: it runs lockstep uninstall with every host path the agent and
+// install-cni write mounted where their defaults say, in the host network
+// namespace, on every node.
+func TestUninstallDaemonSet(t *testing.T) {
+	m := &manifests{}
+	m.load(t, filepath.Join(deployDir, "uninstall", "uninstall.yaml"))
+	if len(m.daemonSets) != 1 {
+		t.Fatalf("%d DaemonSets in uninstall.yaml, want one", len(m.daemonSets))
+	}
+	spec := m.daemonSets[0].Spec.Template.Spec
+	if !spec.HostNetwork {
+		t.Error("uninstall is not in the host network namespace: it would not see the node's filters, chains and routes")
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool { return t.Key == "" && t.Operator == corev1.TolerationOpExists }) {
+		t.Error("uninstall does not tolerate every taint: a tainted node would keep lockstep's leftovers")
+	}
+	if len(spec.InitContainers) != 1 {
+		t.Fatalf("%d init containers, want the uninstall", len(spec.InitContainers))
+	}
+	c := spec.InitContainers[0]
+	if !slices.Equal(c.Command, []string{"lockstep"}) || len(c.Args) == 0 || c.Args[0] != "uninstall" {
+		t.Errorf("init container runs %v %v, want lockstep uninstall", c.Command, c.Args)
+	}
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Error("uninstall is not privileged: it could not remove filters, chains and pins")
+	}
+	mounts := mountedHostPaths(spec, c)
+	for _, dir := range []string{install.DefaultBinDir, install.DefaultConfDir, agent.DefaultStateDir, filepath.Dir(api.DefaultSocket), filepath.Dir(agent.DefaultBPFRoot)} {
+		if mounts[dir] != dir {
+			t.Errorf("uninstall mounts host %q at %s, want the host's %s", mounts[dir], dir, dir)
+		}
+	}
+}

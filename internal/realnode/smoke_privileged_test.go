@@ -26,8 +26,12 @@ const (
 // Service, and the world outside the cluster (masqueraded to the node's
 // address).
 func TestPrivilegedRealNodePodNetwork(t *testing.T) {
-	c := cluster(t)
-	const ns = "smoke-net"
+	checkPodNetwork(t, cluster(t), "smoke-net")
+}
+
+// checkPodNetwork is TestPrivilegedRealNodePodNetwork in namespace ns, for
+// whichever dataplane runs.
+func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 	namespace(t, c, ns, nil)
 	apply(t, c, strings.Join([]string{
 		agnhostPod(ns, "a1", node1, map[string]string{"app": "server"}),
@@ -131,8 +135,12 @@ func TestPrivilegedRealNodePodNetwork(t *testing.T) {
 // is never restarted by its liveness probe, a pod created under the policy
 // becomes Ready, while another pod's connection is dropped.
 func TestPrivilegedRealNodeProbesPassDefaultDeny(t *testing.T) {
-	c := cluster(t)
-	const ns = "smoke-probes"
+	checkProbesPass(t, cluster(t), "smoke-probes")
+}
+
+// checkProbesPass is TestPrivilegedRealNodeProbesPassDefaultDeny in
+// namespace ns, for whichever dataplane runs.
+func checkProbesPass(t *testing.T, c *realnode.Cluster, ns string) {
 	namespace(t, c, ns, nil)
 	apply(t, c, strings.Join([]string{
 		probedPod(ns, "web-before", node1),
@@ -297,23 +305,11 @@ func endpointIPs(tb testing.TB, c *realnode.Cluster, ns, svc string) []string {
 }
 
 // poolsUsed returns how many addresses a node's agent has allocated, from
-// `lockstep status` run on the node as an operator would.
+// `lockstep status` run on the node.
 func poolsUsed(tb testing.TB, c *realnode.Cluster, h realnode.Host) int {
 	tb.Helper()
-	out, err := c.Exec(tb.Context(), h, "/opt/cni/bin/lockstep", "status", "-o", "json")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var st struct {
-		Pools []struct {
-			Used int `json:"used"`
-		} `json:"pools"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		tb.Fatalf("decode lockstep status: %v\n%s", err, out)
-	}
 	n := 0
-	for _, p := range st.Pools {
+	for _, p := range agentStatus(tb, c, h).Pools {
 		n += p.Used
 	}
 	return n
