@@ -80,11 +80,12 @@ e2e-down:
 demo: build
 	$(GO) run ./tools/demo -bin $(BIN)
 
-## bench: CNI latency vs the reference plugins, the policy dataplanes, then Kubernetes IPAM, written to BENCHMARKS.md
+## bench: CNI latency vs the reference plugins, the policy dataplanes, Kubernetes IPAM, then pod start on the real node vs bridge, written to BENCHMARKS.md
 bench: deps build kube-testenv
 	$(GO) run ./tools/cnibench -bin $(BIN) -out BENCHMARKS.md
 	$(GO) run ./tools/policybench -bin $(BIN) -out BENCHMARKS.md
 	$(GO) run ./tools/kubebench -bin $(BIN) -out BENCHMARKS.md
+	$(GO) run ./tools/podstartbench -bin $(BIN) -out BENCHMARKS.md
 
 clean:
 	rm -rf $(BIN)
