@@ -4,6 +4,7 @@ package realnode
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,11 @@ import (
 
 	"lockstep.dev/lockstep/internal/nodesim"
 )
+
+// corednsManifest deploys the cluster DNS.
+//
+//go:embed coredns.yaml
+var corednsManifest string
 
 // DefaultDir is where a cluster lives unless Options.Dir says otherwise.
 var DefaultDir = filepath.Join(os.TempDir(), "lockstep-e2e")
@@ -167,6 +173,11 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	}
 	if err := c.waitNodesRegistered(ctx); err != nil {
 		return nil, err
+	}
+	// The cluster DNS, as kubeadm installs it; its pods start once a CNI
+	// is installed.
+	if _, err := c.KubectlIn(ctx, corednsManifest, "apply", "-f", "-"); err != nil {
+		return nil, fmt.Errorf("deploy CoreDNS: %w", err)
 	}
 	o.Logf("realnode: %d nodes registered in %s", len(l.Nodes), time.Since(t0).Round(time.Millisecond))
 	return c, nil

@@ -19,6 +19,8 @@ const (
 	BusyboxImage = "registry.k8s.io/e2e-test-images/busybox:1.36.1-1"
 	// LockstepImage is what deploy/ runs.
 	LockstepImage = "lockstep:dev"
+	// CoreDNSImage is the cluster DNS (coredns.yaml).
+	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.12.4"
 )
 
 // ImageOptions configure BuildImages.
@@ -33,8 +35,8 @@ type ImageOptions struct {
 
 // BuildImages builds the image archives every node imports, into the
 // repository's bin/: lockstep's own (`make image`), the pause image, the
-// upstream test server agnhost and a busybox (Debian's busybox-static with
-// a link per applet).
+// upstream test server agnhost, CoreDNS, and a busybox (Debian's
+// busybox-static with a link per applet).
 func BuildImages(ctx context.Context, o ImageOptions) ([]string, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -52,7 +54,7 @@ func BuildImages(ctx context.Context, o ImageOptions) ([]string, error) {
 		}
 		return nil
 	}
-	o.Logf("realnode: building images (make image, pause, agnhost, busybox)")
+	o.Logf("realnode: building images (make image, pause, agnhost, coredns, busybox)")
 	if err := run("make", "image"); err != nil {
 		return nil, err
 	}
@@ -71,6 +73,12 @@ func BuildImages(ctx context.Context, o ImageOptions) ([]string, error) {
 		"-path", "/agnhost", "-out", agnhost); err != nil {
 		return nil, err
 	}
+	coredns := filepath.Join(dir, "coredns.tar")
+	name, tag, _ = strings.Cut(CoreDNSImage, ":")
+	if err := run(tool, "binary", "-bin", filepath.Join(o.KubeBinDir, "coredns"), "-name", name, "-tag", tag,
+		"-path", "/coredns", "-out", coredns); err != nil {
+		return nil, err
+	}
 	busybox := filepath.Join(dir, "busybox.tar")
 	name, tag, _ = strings.Cut(BusyboxImage, ":")
 	args := []string{"binary", "-bin", "/bin/busybox", "-name", name, "-tag", tag, "-path", "/bin/busybox",
@@ -85,7 +93,7 @@ func BuildImages(ctx context.Context, o ImageOptions) ([]string, error) {
 	if err := run(tool, args...); err != nil {
 		return nil, err
 	}
-	return []string{filepath.Join(o.Repo, "bin", "lockstep-image.tar"), pause, agnhost, busybox}, nil
+	return []string{filepath.Join(o.Repo, "bin", "lockstep-image.tar"), pause, agnhost, coredns, busybox}, nil
 }
 
 // busyboxApplets lists the applets of the machine's busybox.

@@ -36,7 +36,8 @@ func RepoRoot() (string, error) {
 // `kubectl apply -k deploy`, then the example IPPools; with the iptables
 // dataplane it then sets it in the lockstep-config ConfigMap and restarts
 // the agents, as a user switching dataplanes does. It returns once every
-// node is Ready and lockstep's agents and operator are.
+// node is Ready, lockstep's agents and operator are, and the cluster DNS
+// (the first pods to need the pod network) is.
 func (c *Cluster) InstallLockstep(ctx context.Context, repo, dataplane string) error {
 	t0 := time.Now()
 	if _, err := c.Kubectl(ctx, "apply", "-k", filepath.Join(repo, "deploy")); err != nil {
@@ -53,7 +54,11 @@ func (c *Cluster) InstallLockstep(ctx context.Context, repo, dataplane string) e
 	if err := c.WaitLockstep(ctx, 5*time.Minute); err != nil {
 		return err
 	}
-	c.logf("realnode: lockstep installed and every node Ready in %s", time.Since(t0).Round(time.Millisecond))
+	// The first pods of the pod network: the cluster DNS.
+	if _, err := c.Kubectl(ctx, "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=3m"); err != nil {
+		return err
+	}
+	c.logf("realnode: lockstep installed, every node Ready and the cluster DNS up in %s", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 

@@ -23,8 +23,8 @@ const (
 // node with lockstep installed from deploy/: an address from its node's
 // block in each family, pod to pod on one node and across nodes, a
 // ClusterIP Service (kube-proxy's DNAT), the endpoints of a headless
-// Service, and the world outside the cluster (masqueraded to the node's
-// address).
+// Service, both by name through the cluster DNS, and the world outside the
+// cluster (masqueraded to the node's address).
 func TestPrivilegedRealNodePodNetwork(t *testing.T) {
 	checkPodNetwork(t, cluster(t), "smoke-net")
 }
@@ -100,6 +100,19 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		for _, ip := range ips {
 			if !connect(t, c, ns, "a2", net.JoinHostPort(ip, "8080"), "tcp") {
 				t.Errorf("a2 cannot reach headless endpoint %s", ip)
+			}
+		}
+	})
+
+	t.Run("names through the cluster DNS", func(t *testing.T) {
+		for _, addr := range []string{
+			"server." + ns + ".svc.cluster.local:80", // the ClusterIP
+			"server-headless." + ns + ":8080",        // a server pod, by the search path
+		} {
+			for _, from := range []string{"a2", "b1"} {
+				if !connect(t, c, ns, from, addr, "tcp") {
+					t.Errorf("%s cannot reach %s", from, addr)
+				}
 			}
 		}
 	})

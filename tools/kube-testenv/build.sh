@@ -3,15 +3,15 @@
 # release pinned in go.mod beside this script, and prints the directory that
 # holds them: kube-apiserver and kubectl (internal/kubetest), and the rest of
 # a real node and its control plane (internal/realnode): kubelet, kube-proxy,
-# kube-controller-manager, kube-scheduler and the upstream test server
-# agnhost.
+# kube-controller-manager, kube-scheduler, the upstream test server
+# agnhost, and the cluster DNS CoreDNS (from the module tools/coredns).
 #
 # The binaries live outside the repository, in
 #   ${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/<version>-<hash>}
-# (the hash is of go.mod, go.sum and this script) and are built only when
-# missing: a build takes about ten minutes on two
-# cores with a cold Go build cache (seconds with a warm one), a call that
-# finds them built returns at once. Concurrent callers (parallel test
+# (the hash is of both modules' go.mod and go.sum and this script) and are
+# built only when missing: a build takes about fifteen minutes on two cores
+# with a cold Go build cache (seconds with a warm one), a call that finds
+# them built returns at once. Concurrent callers (parallel test
 # packages) wait on one lock and build once. Progress goes to stderr; stdout
 # is only the directory.
 #
@@ -29,16 +29,18 @@ main() {
 		echo "kube-testenv: no k8s.io/kubernetes requirement in $here/go.mod" >&2
 		exit 1
 	fi
-	stamp=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -d' ' -f1)
+	dns="$here/../coredns"
+	stamp=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" "$dns/go.mod" "$dns/go.sum" | sha256sum | cut -d' ' -f1)
 	# One directory per content of this module: checkouts of different
 	# commits (worktrees, CI beside a developer) never rebuild each
 	# other's binaries.
 	cache=${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/$version-${stamp:0:12}}
-	bins=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy agnhost)
+	bins=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy agnhost coredns)
 	pkgs=()
 	for b in "${bins[@]}"; do
 		case $b in
 		agnhost) pkgs+=(k8s.io/kubernetes/test/images/agnhost) ;;
+		coredns) ;; # its own module, below
 		*) pkgs+=("k8s.io/kubernetes/cmd/$b") ;;
 		esac
 	done
@@ -89,6 +91,10 @@ main() {
 	(
 		cd "$here"
 		GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
+	)
+	(
+		cd "$dns"
+		GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/coredns" github.com/coredns/coredns
 	)
 	kill "$ticker" 2>/dev/null || true
 	ticker=
