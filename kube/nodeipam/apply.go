@@ -293,11 +293,11 @@ func (ap *applier) assign(b assigned, row *store.Block) error {
 		if err != nil {
 			return err
 		}
-		fresh := old != store.BlockQuarantined || row.Owner != ap.a.uid
+		newly := old != store.BlockQuarantined || row.Owner != ap.a.uid // not quarantined for this NodeIPAM yet
 		switch {
 		case used == 0:
 			next.State = store.BlockQuarantined
-			if fresh {
+			if newly {
 				ap.logf(slog.LevelInfo, "block marked for release is empty: quarantined, answering ready-for-release",
 					"block", b.name, "drain", ap.a.drain[b.name], "generation", ap.a.generation)
 			}
@@ -307,7 +307,7 @@ func (ap *applier) assign(b assigned, row *store.Block) error {
 			// Outside its IPPool: allocate nothing more from it, and
 			// let its pods keep their addresses until they go.
 			next.State = store.BlockQuarantined
-			if fresh {
+			if newly {
 				ap.logf(slog.LevelInfo, "block is outside its IPPool and drains: quarantined, allocating nothing more from it; "+
 					"its pods keep their addresses, and it is answered ready-for-release once the last of them is deleted",
 					"block", b.name, "ippool", b.ipPool, "allocated", used, "generation", ap.a.generation)

@@ -529,7 +529,7 @@ func (s *Syncer) report(ctx context.Context, obj *v1alpha1.NodeIPAM) time.Time {
 			s.log.Debug("answered NodeIPAM", "generation", obj.Generation, "releases", want.Releases)
 			for _, a := range want.Releases {
 				if was := obj.Status.Answer(a.CIDR); a.State == v1alpha1.ReadyForRelease && obj.Spec.Draining(a.CIDR) &&
-					(was == nil || was.State != v1alpha1.ReadyForRelease || !obj.StatusCurrent()) {
+					(was == nil || was.State != v1alpha1.ReadyForRelease) {
 					s.log.Info("drained block is empty: answered ready-for-release", "block", a.CIDR, "generation", obj.Generation)
 				}
 			}
