@@ -24,10 +24,12 @@ const (
 	// BlockActive: assigned to this node; ADD allocates from it.
 	BlockActive BlockState = iota + 1
 	// BlockQuarantined: the operator marked the block for release and the
-	// agent found it empty in the same transaction that quarantined it.
-	// This is the promise behind a ready-for-release answer: nothing is
-	// allocated from the block until the mark is withdrawn or the block
-	// is released.
+	// agent found it empty in the same transaction that quarantined it,
+	// or the mark is a drain (the block left its IPPool) and the block
+	// was quarantined with its endpoints' addresses still in it. This is
+	// the promise behind a ready-for-release answer, given once the block
+	// is also empty: nothing is allocated from the block until the mark
+	// is withdrawn or the block is released.
 	BlockQuarantined
 	// BlockOverlapping: assigned, but it overlaps another block or pool
 	// this node still holds addresses in. An address is never taken over

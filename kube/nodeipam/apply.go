@@ -23,8 +23,9 @@ type assignment struct {
 	generation int64
 	// blocks are spec.blocks in spec order, without the invalid ones.
 	blocks []assigned
-	// marked are the blocks with a marked-for-release mark.
-	marked map[string]bool
+	// marked are the blocks with a marked-for-release mark; drain are
+	// those of them whose mark is a drain mark (ReleaseMark.Drain).
+	marked, drain map[string]bool
 	// released are the blocks with a released mark.
 	released map[string]bool
 }
@@ -48,7 +49,7 @@ type event struct {
 // left out and reported (the API server validates CIDRs, so this means a
 // CRD older than the agent).
 func assignmentOf(n *v1alpha1.NodeIPAM) (*assignment, []event) {
-	a := &assignment{uid: string(n.UID), generation: n.Generation, marked: map[string]bool{}, released: map[string]bool{}}
+	a := &assignment{uid: string(n.UID), generation: n.Generation, marked: map[string]bool{}, drain: map[string]bool{}, released: map[string]bool{}}
 	var events []event
 	seen := map[string]bool{}
 	for _, b := range n.Spec.Blocks {
@@ -68,6 +69,7 @@ func assignmentOf(n *v1alpha1.NodeIPAM) (*assignment, []event) {
 		switch m.State {
 		case v1alpha1.MarkedForRelease:
 			a.marked[string(m.CIDR)] = true
+			a.drain[string(m.CIDR)] = m.Drain
 		case v1alpha1.Released:
 			a.released[string(m.CIDR)] = true
 		}
@@ -107,6 +109,12 @@ type applier struct {
 //     ready-for-release answer the status written after the commit
 //     carries. A block holding allocations stays as it is, and the answer
 //     is do-not-release.
+//   - An assigned block under a drain mark (it left its IPPool) is
+//     quarantined in this transaction whatever it holds: nothing more is
+//     allocated from it, and its endpoints keep their addresses. The
+//     answer is do-not-release until the last of them is released, and
+//     ready-for-release in the first status computed after that (statusOf
+//     counts the block's allocations again each time).
 //   - An assigned block that overlaps another block or pool the node
 //     holds is never merged into it: it is kept unused (overlapping) and
 //     reported, until the other one is gone.
@@ -285,15 +293,25 @@ func (ap *applier) assign(b assigned, row *store.Block) error {
 		if err != nil {
 			return err
 		}
+		newly := old != store.BlockQuarantined || row.Owner != ap.a.uid // not quarantined for this NodeIPAM yet
 		switch {
 		case used == 0:
 			next.State = store.BlockQuarantined
-			if old != store.BlockQuarantined || row.Owner != ap.a.uid {
+			if newly {
 				ap.logf(slog.LevelInfo, "block marked for release is empty: quarantined, answering ready-for-release",
-					"block", b.name, "generation", ap.a.generation)
+					"block", b.name, "drain", ap.a.drain[b.name], "generation", ap.a.generation)
 			}
 		case overlap != "":
 			next.State = store.BlockOverlapping
+		case ap.a.drain[b.name]:
+			// Outside its IPPool: allocate nothing more from it, and
+			// let its pods keep their addresses until they go.
+			next.State = store.BlockQuarantined
+			if newly {
+				ap.logf(slog.LevelInfo, "block is outside its IPPool and drains: quarantined, allocating nothing more from it; "+
+					"its pods keep their addresses, and it is answered ready-for-release once the last of them is deleted",
+					"block", b.name, "ippool", b.ipPool, "allocated", used, "generation", ap.a.generation)
+			}
 		default:
 			ap.logf(slog.LevelDebug, "block marked for release holds addresses: answering do-not-release",
 				"block", b.name, "allocated", used, "generation", ap.a.generation)

@@ -2,6 +2,7 @@ package nodeipam
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -382,5 +383,193 @@ func TestMarkWithdrawnLiftsQuarantine(t *testing.T) {
 	n.apply(t, again, nil, nil)
 	if got := n.answer(t, again, b1); got != v1alpha1.DoNotRelease {
 		t.Fatalf("answer to the new mark: %q", got)
+	}
+}
+
+// drainSpec is spec with drain marks (the blocks left their IPPool) on
+// drained.
+func drainSpec(uid string, gen int64, blocks []string, drained ...string) *v1alpha1.NodeIPAM {
+	n := spec(uid, gen, blocks, drained...)
+	for i := range n.Spec.Releases {
+		n.Spec.Releases[i].Drain = true
+	}
+	return n
+}
+
+// TestDrainMarkQuarantinesBusyBlock: the pool was shrunk under b0, which
+// holds six pods. The drain mark quarantines b0 at once and durably; the
+// pods keep their addresses, new ADDs go to b1, and the answer is
+// do-not-release until the last address of b0 is released (by DEL, CNI GC
+// and the orphan reconcile here), then ready-for-release, to the same
+// spec: no new apply is needed.
+func TestDrainMarkQuarantinesBusyBlock(t *testing.T) {
+	dir := t.TempDir()
+	n := openNode(t, dir)
+	n.apply(t, spec("ipam-1", 1, []string{b0, b1}), nil, nil)
+	n.fill(t)
+	before := n.allocated(t)
+
+	drained := drainSpec("ipam-1", 2, []string{b0, b1}, b0)
+	events := n.apply(t, drained, nil, nil)
+	if b := n.block(t, b0); b.State != store.BlockQuarantined || !n.pool(t, b0).Draining {
+		t.Fatalf("drained block %s: %+v, pool %+v; want quarantined and draining", b0, b, n.pool(t, b0))
+	}
+	if !hasEvent(events, slog.LevelInfo, "outside its IPPool") {
+		t.Errorf("the drain was not logged: %v", events)
+	}
+	if got := n.answer(t, drained, b0); got != v1alpha1.DoNotRelease {
+		t.Fatalf("answer with six pods in %s: %q, want do-not-release", b0, got)
+	}
+	for addr, uid := range before {
+		if n.allocated(t)[addr] != uid {
+			t.Fatalf("the drain took %s from %s", addr, uid)
+		}
+	}
+	web := pod{"default", "web-0", "uid-web-0"}
+	webAddr := n.mustAdd(t, "web0", web)
+	if !netip.MustParsePrefix(b1).Contains(webAddr) {
+		t.Fatalf("ADD after the drain got %s, want an address of %s", webAddr, b1)
+	}
+
+	// The quarantine is on disk: an agent restarted now keeps it.
+	n.close()
+	n = openNode(t, dir)
+	if err := loadBlocks(n.st, mustLoad(t, n)); err != nil {
+		t.Fatal(err)
+	}
+	n.apply(t, drained, nil, nil)
+	if b := n.block(t, b0); b.State != store.BlockQuarantined || !n.pool(t, b0).Draining {
+		t.Fatalf("drained block %s after a restart: %+v", b0, b)
+	}
+
+	// The pods go, by every release path. The answer is recomputed from
+	// the store each time, under the same spec.
+	for _, c := range []string{"fillera", "fillerb", "fillerc", "fillerd"} {
+		n.del(t, c)
+		if got := n.answer(t, drained, b0); got != v1alpha1.DoNotRelease {
+			t.Fatalf("answer after DEL %s, with %d addresses left in %s: %q", c, n.countIn(t, b0), b0, got)
+		}
+	}
+	valid := []api.Attachment{{ContainerID: "fillerf", IfName: "eth0"}, {ContainerID: "web0", IfName: "eth0"}}
+	if _, err := n.svc.GC(t.Context(), api.GCRequest{Valid: valid}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.answer(t, drained, b0); got != v1alpha1.DoNotRelease || n.countIn(t, b0) != 1 {
+		t.Fatalf("after CNI GC: answer %q with %d left in %s", got, n.countIn(t, b0), b0)
+	}
+	live := endpoints.PodList{Revision: n.svc.Revision(), Pods: []endpoints.Pod{{Namespace: "default", Name: "web-0", UID: web.uid, IPs: []netip.Addr{webAddr}}}}
+	if _, err := n.svc.ReleaseOrphans(t.Context(), live); err != nil {
+		t.Fatal(err)
+	}
+	if used := n.countIn(t, b0); used != 0 {
+		t.Fatalf("%d addresses left in %s after the orphan reconcile", used, b0)
+	}
+	if got := n.answer(t, drained, b0); got != v1alpha1.ReadyForRelease {
+		t.Fatalf("answer once %s is empty: %q, want ready-for-release", b0, got)
+	}
+	if n.allocated(t)[webAddr] != web.uid {
+		t.Fatalf("web-0 lost %s", webAddr)
+	}
+}
+
+// TestDrainMarkRacesAdd: an ADD racing the drain mark of b0, which holds
+// one pod, either commits first (and keeps its address in b0) or comes
+// after the quarantine and lands in b1. Once the drain has committed, no
+// ADD gets an address of b0, and with b1 full the refusal names b0.
+func TestDrainMarkRacesAdd(t *testing.T) {
+	tests := []struct {
+		name string
+		race func(t *testing.T, n *node, drained *v1alpha1.NodeIPAM) netip.Addr
+		// inB0 is whether the racing ADD may land in b0.
+		inB0 bool
+	}{{
+		name: "ADD commits before the drain",
+		race: func(t *testing.T, n *node, drained *v1alpha1.NodeIPAM) netip.Addr {
+			a := n.mustAdd(t, "racer", pod{"default", "racer", "uid-racer"})
+			n.apply(t, drained, nil, nil)
+			return a
+		},
+		inB0: true,
+	}, {
+		name: "ADD arrives while the drain transaction is open",
+		race: func(t *testing.T, n *node, drained *v1alpha1.NodeIPAM) netip.Addr {
+			done := make(chan netip.Addr, 1)
+			n.apply(t, drained, nil, func() {
+				go func() {
+					a, err := n.add(t, "racer", pod{"default", "racer", "uid-racer"})
+					if err != nil {
+						t.Errorf("racing ADD: %v", err)
+					}
+					done <- a
+				}()
+			})
+			return <-done
+		},
+	}, {
+		name: "ADD after the drain",
+		race: func(t *testing.T, n *node, drained *v1alpha1.NodeIPAM) netip.Addr {
+			n.apply(t, drained, nil, nil)
+			return n.mustAdd(t, "racer", pod{"default", "racer", "uid-racer"})
+		},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := openNode(t, t.TempDir())
+			n.apply(t, spec("ipam-1", 1, []string{b0, b1}), nil, nil)
+			first := n.mustAdd(t, "first", pod{"default", "first", "uid-first"})
+			if !netip.MustParsePrefix(b0).Contains(first) {
+				t.Fatalf("setup: first pod got %s, outside %s", first, b0)
+			}
+			drained := drainSpec("ipam-1", 2, []string{b0, b1}, b0)
+
+			addr := tc.race(t, n, drained)
+			if inB0 := netip.MustParsePrefix(b0).Contains(addr); inB0 && !tc.inB0 {
+				t.Fatalf("racing ADD got %s of the draining %s", addr, b0)
+			}
+			if got := n.answer(t, drained, b0); got != v1alpha1.DoNotRelease {
+				t.Fatalf("answer with pods in %s: %q", b0, got)
+			}
+			// Every later ADD goes to b1 until it is full, then fails
+			// naming the draining b0.
+			for i := 0; ; i++ {
+				a, err := n.add(t, fmt.Sprintf("later%d", i), pod{"default", "later", fmt.Sprintf("uid-later-%d", i)})
+				if err != nil {
+					if api.CodeOf(err) != api.CodePoolExhausted || !strings.Contains(err.Error(), b0) {
+						t.Fatalf("ADD with b1 full: %v; want pool exhausted naming the draining %s", err, b0)
+					}
+					break
+				}
+				if !netip.MustParsePrefix(b1).Contains(a) {
+					t.Fatalf("ADD %d after the drain got %s, outside %s", i, a, b1)
+				}
+			}
+			if n.allocated(t)[first] != "uid-first" {
+				t.Fatalf("the first pod lost %s", first)
+			}
+		})
+	}
+}
+
+// TestExcessMarkOnBusyBlockUnchanged: an excess mark (no drain) on a block
+// holding a pod leaves it allocated from, and the answer stays
+// do-not-release under that spec even once the block empties: the
+// operator withdraws an excess mark the agent refuses, and only a new
+// mark is answered afresh.
+func TestExcessMarkOnBusyBlockUnchanged(t *testing.T) {
+	n := openNode(t, t.TempDir())
+	n.apply(t, spec("ipam-1", 1, []string{b0, b1}), nil, nil)
+	n.mustAdd(t, "first", pod{"default", "first", "uid-first"})
+	marked := spec("ipam-1", 2, []string{b0, b1}, b0)
+	n.apply(t, marked, nil, nil)
+	if b := n.block(t, b0); b.State != store.BlockActive || n.pool(t, b0).Draining {
+		t.Fatalf("block %s under an excess mark with a pod: %+v, want active", b0, b)
+	}
+	if a := n.mustAdd(t, "second", pod{"default", "second", "uid-second"}); !netip.MustParsePrefix(b0).Contains(a) {
+		t.Fatalf("ADD got %s, want %s, still allocated from", a, b0)
+	}
+	n.del(t, "first")
+	n.del(t, "second")
+	if got := n.answer(t, marked, b0); got != v1alpha1.DoNotRelease {
+		t.Fatalf("answer to the excess mark once %s emptied: %q, want do-not-release until a new mark", b0, got)
 	}
 }

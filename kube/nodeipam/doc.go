@@ -81,6 +81,17 @@
 // spec.blocks, drops it from the store (and the answer from status); a mark
 // withdrawn lifts the quarantine.
 //
+// A drain mark (ReleaseMark.Drain: the block is outside its IPPool, which
+// an administrator shrank or deleted) is quarantined in the same apply
+// transaction whatever the block holds: from its commit on, no ADD gets an
+// address of the block, and the pods that have one keep it. The answer is
+// do-not-release while any address inside the block is allocated; the
+// Syncer recomputes its answers on every allocation change, so the first
+// status written after the last of them is released (CNI DEL, CNI GC, or
+// the orphan reconcile) says ready-for-release, to the same generation,
+// without waiting for a new spec. The operator never withdraws a drain
+// mark; it gives the node another block if it needs one.
+//
 // Answers go into status together with observedGeneration, the generation
 // of the spec they answer, with UpdateStatus on the resourceVersion the
 // Syncer read: on a Conflict it reads the object again, applies what

@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
@@ -17,14 +18,19 @@ import (
 //     outside spec.blocks;
 //   - releases: an answer to each marked-for-release mark: ready-for-release
 //     only for a block the store holds quarantined, for this very NodeIPAM,
-//     and empty; do-not-release otherwise. An answer keeps its since time
-//     while its state does not change. Released marks get no answer, which
-//     removes the agent's entry once the operator has taken the block.
+//     with no allocation inside its CIDR in any pool; do-not-release
+//     otherwise. An answer keeps its since time while its state does not
+//     change. Released marks get no answer, which removes the agent's
+//     entry once the operator has taken the block.
 //
 // Quarantine happens in the apply transaction that also checked the block,
 // and nothing lifts it but a later spec without the mark, so an answer
 // computed here stays true for as long as observedGeneration names this
-// spec.
+// spec. A block under an excess mark is quarantined only once found empty;
+// one under a drain mark is quarantined with its pods' addresses in it,
+// and its answer turns ready-for-release here, under the same spec, once
+// the last of them is released: no allocation can arrive in a quarantined
+// block meanwhile.
 func statusOf(txn *store.Txn, n *v1alpha1.NodeIPAM, now metav1.Time) (v1alpha1.NodeIPAMStatus, error) {
 	out := v1alpha1.NodeIPAMStatus{ObservedGeneration: n.Generation}
 	rows, err := store.Blocks(txn, nil)
@@ -53,7 +59,13 @@ func statusOf(txn *store.Txn, n *v1alpha1.NodeIPAM, now metav1.Time) (v1alpha1.N
 		}
 		state := v1alpha1.DoNotRelease
 		if b := held[string(m.CIDR)]; b != nil && b.State == store.BlockQuarantined && b.Owner == string(n.UID) && used[b.Name] == 0 {
-			state = v1alpha1.ReadyForRelease
+			in, err := endpoints.CountIn(txn, b.CIDR)
+			if err != nil {
+				return out, err
+			}
+			if in == 0 {
+				state = v1alpha1.ReadyForRelease
+			}
 		}
 		since := now
 		if old := n.Status.Answer(m.CIDR); old != nil && old.State == state {

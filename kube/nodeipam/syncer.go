@@ -527,6 +527,12 @@ func (s *Syncer) report(ctx context.Context, obj *v1alpha1.NodeIPAM) time.Time {
 		s.fresh, s.lastWrite, s.retryAt = res, now, time.Time{}
 		if urgent {
 			s.log.Debug("answered NodeIPAM", "generation", obj.Generation, "releases", want.Releases)
+			for _, a := range want.Releases {
+				if was := obj.Status.Answer(a.CIDR); a.State == v1alpha1.ReadyForRelease && obj.Spec.Draining(a.CIDR) &&
+					(was == nil || was.State != v1alpha1.ReadyForRelease) {
+					s.log.Info("drained block is empty: answered ready-for-release", "block", a.CIDR, "generation", obj.Generation)
+				}
+			}
 		}
 		return time.Time{}
 	case apierrors.IsConflict(err):

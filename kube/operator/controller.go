@@ -259,47 +259,61 @@ func (c *controller) create(ctx context.Context, n *v1alpha1.NodeIPAM) error {
 
 // updateSpec writes a handshake step. On a conflict it reads the object
 // again and decides again: the agent may have answered, or another
-// replica acted, in between.
+// replica acted, in between. A step that drains a block is confirmed
+// against the API server's IPPools first (confirmDrains).
 func (c *controller) updateSpec(ctx context.Context, u specUpdate, in *input) error {
 	ipams := c.c.lockstep.NodeIPAMs()
-	old, next, changes := u.old, u.new, u.changes
+	next := &u
 	for attempt := 1; ; attempt++ {
-		out, err := ipams.Update(ctx, next, metav1.UpdateOptions{})
+		var err error
+		if next, in, err = c.confirmDrains(ctx, *next, in); err != nil || next == nil {
+			return err
+		}
+		out, err := ipams.Update(ctx, next.new, metav1.UpdateOptions{})
 		if err == nil {
-			for _, ch := range changes {
+			for _, ch := range next.changes {
 				c.log.Info(string(ch.action)+" block", "nodeipam", out.Name, "block", ch.cidr, "generation", out.Generation, "why", ch.why)
 			}
-			c.ops.specWritten(old, changes)
+			c.ops.specWritten(next.old, next.changes)
 			return nil
 		}
+		name := next.old.Name
 		if !apierrors.IsConflict(err) || attempt >= maxAttempts {
-			return fmt.Errorf("update nodeipam %s: %w", old.Name, err)
+			return fmt.Errorf("update nodeipam %s: %w", name, err)
 		}
-		fresh, err := ipams.Get(ctx, old.Name, metav1.GetOptions{})
+		fresh, err := ipams.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("update nodeipam %s: %w", old.Name, err)
+			return fmt.Errorf("update nodeipam %s: %w", name, err)
 		}
-		if fresh.UID != old.UID {
+		if fresh.UID != next.old.UID {
 			return nil // replaced: the next pass plans for the new one
 		}
-		c.log.Debug("conflict; re-reading and deciding again", "nodeipam", old.Name, "attempt", attempt)
-		again := *in
-		again.timers = c.timers
-		d := decideOne(fresh, &again)
-		maps.DeleteFunc(c.timers, func(k timerKey, _ time.Time) bool { return k.uid == fresh.UID })
-		for cidr, t := range d.timers {
-			c.timers[timerKey{fresh.UID, cidr}] = t
-		}
+		c.log.Debug("conflict; re-reading and deciding again", "nodeipam", name, "attempt", attempt)
+		d := c.redecide(fresh, in)
 		if d.spec == nil {
 			return nil
 		}
-		next = fresh.DeepCopy()
-		next.Spec = *d.spec
-		changes = d.changes
+		nn := fresh.DeepCopy()
+		nn.Spec = *d.spec
+		next = &specUpdate{old: fresh, new: nn, changes: d.changes}
 	}
+}
+
+// redecide decides again for n, read fresh, with the input of the plan it
+// replaces and this replica's current timers, and keeps the timers it
+// returns.
+func (c *controller) redecide(n *v1alpha1.NodeIPAM, in *input) nodeDecision {
+	again := *in
+	again.timers = c.timers
+	d := decideOne(n, &again)
+	maps.DeleteFunc(c.timers, func(k timerKey, _ time.Time) bool { return k.uid == n.UID })
+	for cidr, t := range d.timers {
+		c.timers[timerKey{n.UID, cidr}] = t
+	}
+	return d
 }
 
 // updatePoolStatus writes an IPPool's status, re-reading and re-planning

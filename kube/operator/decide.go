@@ -32,7 +32,8 @@ type timers map[timerKey]time.Time
 type action string
 
 const (
-	actionMark     action = "mark"     // add a marked-for-release mark
+	actionMark     action = "mark"     // add a marked-for-release mark: an excess block
+	actionDrain    action = "drain"    // add a drain mark, or make a mark one: a block outside its pool
 	actionWithdraw action = "withdraw" // delete a marked-for-release mark
 	actionRelease  action = "release"  // take the block back: out of spec.blocks, mark released
 	actionForget   action = "forget"   // delete a released mark the agent has caught up with
@@ -40,10 +41,12 @@ const (
 )
 
 // change is one decision about one block, and why; the controller logs it.
+// drain is set on the release of a drained block.
 type change struct {
 	cidr   v1alpha1.CIDR
 	action action
 	why    string
+	drain  bool
 }
 
 // nodeDecision is what decideNode wants done to one current NodeIPAM.
@@ -70,19 +73,24 @@ type block struct {
 	capacity int64
 	used     int64 // from the agent's usage report; 0 when not reported
 	reported bool
+	// outside says why the block drains: it is not inside its pool's
+	// ranges. Empty for a block inside, even one under a drain mark.
+	outside string
 }
 
 func (b block) free() int64 { return b.capacity - min(b.used, b.capacity) }
 
 // decideNode runs the release handshake and the free-address target for
 // one NodeIPAM that belongs to its current Node. families are the address
-// families some Ready pool can give blocks of. It is pure: everything it
-// knows is in its arguments.
+// families some Ready pool can give blocks of; pools are the pools parsed,
+// by name. It is pure: everything it knows is in its arguments.
 //
-// The order of the steps is the order of precedence: an agent's refusal
-// first, then the node's own need (a mark is withdrawn before a new block
-// is cut), then releases, then new marks.
-func decideNode(n *v1alpha1.NodeIPAM, families []family, in *input) nodeDecision {
+// Blocks outside their pool come first and apart (drain.go): they are
+// marked at once, never withdrawn, and count as no free address. For the
+// others the order of the steps is the order of precedence: an agent's
+// refusal first, then the node's own need (a mark is withdrawn before a
+// new block is cut), then releases, then new marks.
+func decideNode(n *v1alpha1.NodeIPAM, families []family, pools map[string]*poolInfo, in *input) nodeDecision {
 	d := nodeDecision{short: map[family]int64{}, timers: map[v1alpha1.CIDR]time.Time{}}
 	spec := n.Spec.DeepCopy()
 	changed := false
@@ -117,9 +125,9 @@ func decideNode(n *v1alpha1.NodeIPAM, families []family, in *input) nodeDecision
 	spec.Releases = kept
 
 	// Free addresses per family count only blocks the agent may allocate
-	// from: a marked block is not one.
+	// from: a marked or draining block is not one.
 	free := map[family]int64{}
-	var marked, unmarked []block
+	var marked, unmarked, draining []block
 	for _, b := range spec.Blocks {
 		p, err := b.CIDR.Prefix()
 		if err != nil {
@@ -127,6 +135,11 @@ func decideNode(n *v1alpha1.NodeIPAM, families []family, in *input) nodeDecision
 		}
 		used, reported := usage[b.CIDR]
 		x := block{cidr: b.CIDR, prefix: p, family: familyOf(p), capacity: capacity(p), used: used, reported: reported}
+		x.outside = outsideOf(b, p, pools)
+		if x.outside != "" || spec.Draining(b.CIDR) {
+			draining = append(draining, x)
+			continue
+		}
 		if m := spec.Mark(b.CIDR); m != nil && m.State == v1alpha1.MarkedForRelease {
 			marked = append(marked, x)
 			continue
@@ -145,6 +158,22 @@ func decideNode(n *v1alpha1.NodeIPAM, families []family, in *input) nodeDecision
 		free[x.family] += x.free()
 		changed = true
 		note(&d.changes, x.cidr, actionWithdraw, format, args...)
+	}
+	// release takes x back: out of spec.blocks, its mark released.
+	release := func(x block) {
+		spec.Blocks = slices.DeleteFunc(spec.Blocks, func(b v1alpha1.Block) bool { return b.CIDR == x.cidr })
+		for i := range spec.Releases {
+			if spec.Releases[i].CIDR == x.cidr {
+				spec.Releases[i].State = v1alpha1.Released
+				spec.Releases[i].Since = metav1.NewTime(in.now)
+			}
+		}
+		changed = true
+	}
+
+	if drained := drainBlocks(n, spec, draining, in.now, release); len(drained) > 0 {
+		d.changes = append(d.changes, drained...)
+		changed = true
 	}
 
 	// An agent that refuses is answered at once, timer or not.
@@ -167,14 +196,7 @@ func decideNode(n *v1alpha1.NodeIPAM, families []family, in *input) nodeDecision
 			note(&d.notes, x.cidr, actionWait, "marked for release before this replica led; release timer restarted, %s to go", in.delay)
 		}
 		if in.now.Sub(since) >= in.delay && n.MayRelease(x.cidr) {
-			spec.Blocks = slices.DeleteFunc(spec.Blocks, func(b v1alpha1.Block) bool { return b.CIDR == x.cidr })
-			for i := range spec.Releases {
-				if spec.Releases[i].CIDR == x.cidr {
-					spec.Releases[i].State = v1alpha1.Released
-					spec.Releases[i].Since = metav1.NewTime(in.now)
-				}
-			}
-			changed = true
+			release(x)
 			note(&d.changes, x.cidr, actionRelease, "the agent answered ready-for-release for generation %d and the block has been excess for %s",
 				n.Generation, in.now.Sub(since).Round(time.Second))
 			continue

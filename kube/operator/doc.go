@@ -1,8 +1,9 @@
 // Package operator is lockstep's cluster IPAM operator (`lockstep
 // operator`): it gives every Node a NodeIPAM, cuts blocks out of IPPools so
-// that each node stays a few addresses ahead of demand, and takes excess
-// blocks back through the release handshake of kube/apis/v1alpha1, whose
-// package documentation says who writes which field. The agent's half is
+// that each node stays a few addresses ahead of demand, and takes back
+// excess blocks, and blocks left outside a shrunk or deleted pool, through
+// the release handshake of kube/apis/v1alpha1, whose package documentation
+// says who writes which field. The agent's half is
 // kube/nodeipam; the two meet only in the NodeIPAM object.
 //
 // # One judgement, pure
@@ -18,7 +19,16 @@
 // kube-apiserver from internal/kubetest) prove the reads and writes around
 // it.
 //
-// For one node, in order of precedence:
+// For one node, blocks outside the CIDRs of the pool their spec.blocks
+// entry names (or whose pool is gone), and blocks already under a drain
+// mark, drain (drain.go): each is marked at once with drain: true (an
+// excess mark on it becomes one), counts as no free address, is released
+// as soon as NodeIPAM.MayRelease holds, with no delay, and its mark is
+// never withdrawn. Because a drain mark is never withdrawn, a pool the
+// cache shows shrunk is read again from the API server before any is
+// written: a range added to a pool and a block cut from it can reach the
+// informers in either order. For every other block, in order of
+// precedence:
 //
 //  1. A released mark the agent has caught up with (status current, no
 //     answer and no usage for the block) is deleted: handshake step 5.
@@ -93,7 +103,9 @@
 //  2. List the NodeIPAMs from the API server, not the cache, and plan.
 //  3. Write the blocks to cut into the annotation, conditional on the
 //     pool's resourceVersion from step 1.
-//  4. Add each to its NodeIPAM, then clear the annotation.
+//  4. Add each to its NodeIPAM, then clear the annotation. A block the
+//     pool, read again just before, no longer contains (it was shrunk
+//     meanwhile) is left out.
 //
 // A writer can pass step 3 only on a pool without pending blocks, so its
 // list in step 2 follows every earlier assignment's step 4. Completing

@@ -192,17 +192,22 @@ func (c *controller) complete(ctx context.Context, poolName string, pend *pendin
 			// Read the object first, then check the set is still
 			// pending: a set cleared after this check was completed by
 			// someone whose write changed the object, so ours conflicts.
-			still, err := c.stillPending(ctx, poolName, pend.ID)
+			pool, err := c.stillPending(ctx, poolName, pend.ID)
 			if err != nil {
 				return err
 			}
-			if !still {
+			if pool == nil {
 				return nil
 			}
 			next := n.DeepCopy()
 			var added []v1alpha1.CIDR
 			for _, b := range want {
 				if next.Spec.Block(b.CIDR) != nil {
+					continue
+				}
+				if !inPool(pool, b.CIDR) {
+					// The pool was shrunk since the set was planned.
+					c.log.Info("not assigning block: it is no longer inside its pool's CIDRs", "nodeipam", name, "block", b.CIDR, "pool", poolName)
 					continue
 				}
 				next.Spec.Blocks = append(next.Spec.Blocks, v1alpha1.Block{CIDR: b.CIDR, Pool: poolName})
@@ -229,21 +234,21 @@ func (c *controller) complete(ctx context.Context, poolName string, pend *pendin
 	return nil
 }
 
-// stillPending reports whether pool poolName still carries the pending
-// set id.
-func (c *controller) stillPending(ctx context.Context, poolName, id string) (bool, error) {
+// stillPending returns pool poolName as read now if it still carries the
+// pending set id, and nil if it does not.
+func (c *controller) stillPending(ctx context.Context, poolName, id string) (*v1alpha1.IPPool, error) {
 	pool, err := c.c.lockstep.IPPools().Get(ctx, poolName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("assign blocks of pool %s: %w", poolName, err)
+		return nil, fmt.Errorf("assign blocks of pool %s: %w", poolName, err)
 	}
 	pend, err := readPending(pool)
-	if err != nil {
-		return false, err
+	if err != nil || pend == nil || pend.ID != id {
+		return nil, err
 	}
-	return pend != nil && pend.ID == id, nil
+	return pool, nil
 }
 
 // clearPending removes the pending set id from pool, re-reading on

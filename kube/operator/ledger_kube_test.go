@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
 
 // TestKubeUnfinishedAssignmentIsCompleted leaves on the pool what a
@@ -49,6 +52,50 @@ func TestKubeUnfinishedAssignmentIsCompleted(t *testing.T) {
 	})
 	if got := blockNames(cl.nodeIPAM("b")); slices.Contains(got, "10.0.0.16/28") {
 		t.Errorf("node b got the block promised to node a: %v", got)
+	}
+	inv.check(t)
+}
+
+// TestKubeUnfinishedAssignmentLeavesOutShrunkRange: a replica died after
+// promising node a the block 10.0.0.128/28, and an administrator then
+// shrank the pool to 10.0.0.0/25. The next writer completes the
+// assignment without that block: no block is ever assigned outside its
+// pool's CIDRs as read just before the write.
+func TestKubeUnfinishedAssignmentLeavesOutShrunkRange(t *testing.T) {
+	cl := startCluster(t)
+	inv := cl.watchInvariants()
+	cl.createPool("v4", 28, "10.0.0.0/24")
+	cl.createNode("a")
+	o := opts{leaderElect: true, minFree: 16, delay: time.Minute}
+	first := cl.startReplica("first", o)
+	cl.eventually(30*time.Second, "node a has a block", cl.hasBlock("a"))
+	first.stop(t)
+
+	const outside = "10.0.0.128/28"
+	pend := pendingBlocks{ID: "dead", Holder: "dead-replica", Blocks: []pendingBlock{
+		{CIDR: outside, NodeIPAM: "a", UID: cl.nodeIPAM("a").UID},
+	}}
+	raw, _ := json.Marshal(pend)
+	p := cl.getPool("v4")
+	p.Annotations = map[string]string{PendingBlocksAnnotation: string(raw)}
+	p.Spec.CIDRs = []v1alpha1.CIDR{"10.0.0.0/25"}
+	if _, err := cl.c.lockstep.IPPools().Update(t.Context(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cl.createNode("b")
+
+	second := cl.startReplica("second", o)
+	cl.eventually(30*time.Second, "node b has a block and the pool is clear", func() (bool, string) {
+		_, pending := cl.getPool("v4").Annotations[PendingBlocksAnnotation]
+		return !pending && len(blockNames(cl.nodeIPAM("b"))) > 0, fmt.Sprintf("pending %v, node b %v", pending, blockNames(cl.nodeIPAM("b")))
+	})
+	for _, name := range []string{"a", "b"} {
+		if got := blockNames(cl.nodeIPAM(name)); slices.Contains(got, outside) {
+			t.Errorf("node %s got %s, outside the shrunk pool: %v", name, outside, got)
+		}
+	}
+	if !strings.Contains(second.logs.String(), "no longer inside its pool") {
+		t.Errorf("the replica did not say why it left %s out:\n%s", outside, second.logs.String())
 	}
 	inv.check(t)
 }

@@ -38,6 +38,7 @@ type opsState struct {
 
 	reg                *promtext.Registry
 	assigned, released *promtext.Counter
+	drained            *promtext.Counter
 	handshake          *promtext.Counter
 	passes             *promtext.Counter
 	passDur, planDur   *promtext.Histogram
@@ -54,8 +55,10 @@ func newOpsState(cfg *Config) *opsState {
 			"Blocks this replica added to NodeIPAMs, by IPPool.", "pool"),
 		released: reg.NewCounter("lockstep_operator_blocks_released_total",
 			"Blocks this replica took back from NodeIPAMs through the release handshake, by IPPool.", "pool"),
+		drained: reg.NewCounter("lockstep_operator_blocks_drained_total",
+			"Of the blocks released, those drained: taken back because they were outside their IPPool's CIDRs (the pool was shrunk or deleted), by IPPool.", "pool"),
 		handshake: reg.NewCounter("lockstep_operator_handshake_steps_total",
-			"Release handshake steps this replica wrote: mark (marked for release), withdraw (mark withdrawn), release (block taken back), forget (released mark cleared).", "step"),
+			"Release handshake steps this replica wrote: mark (an excess block marked for release), drain (a block outside its IPPool marked, or its mark made a drain mark), withdraw (mark withdrawn), release (block taken back), forget (released mark cleared).", "step"),
 		passes: reg.NewCounter("lockstep_operator_passes_total",
 			"Reconcile passes (plan, then write the plan), by result: ok, or error when a write failed and the pass is retried.", "result"),
 		passDur: reg.NewHistogram("lockstep_operator_pass_duration_seconds",
@@ -67,7 +70,7 @@ func newOpsState(cfg *Config) *opsState {
 	for _, result := range []string{"ok", "error"} {
 		o.passes.Add(0, result)
 	}
-	for _, a := range []action{actionMark, actionWithdraw, actionRelease, actionForget} {
+	for _, a := range []action{actionMark, actionDrain, actionWithdraw, actionRelease, actionForget} {
 		o.handshake.Add(0, string(a))
 	}
 	reg.RegisterWriter(func(w io.Writer) {
@@ -181,5 +184,8 @@ func (o *opsState) specWritten(old *v1alpha1.NodeIPAM, changes []change) {
 			pool = b.Pool
 		}
 		o.released.Inc(pool)
+		if ch.drain {
+			o.drained.Inc(pool)
+		}
 	}
 }

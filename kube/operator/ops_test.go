@@ -124,6 +124,8 @@ func TestOpsEndpoint(t *testing.T) {
 	o.blocksAssigned("v4", 2)
 	o.specWritten(old, []change{{cidr: "10.0.0.16/28", action: actionMark}})
 	o.specWritten(old, []change{{cidr: "10.0.0.16/28", action: actionRelease}})
+	o.specWritten(old, []change{{cidr: "10.0.0.0/28", action: actionDrain}})
+	o.specWritten(old, []change{{cidr: "10.0.0.0/28", action: actionRelease, drain: true}})
 	o.observePass(20*time.Millisecond, time.Millisecond, nil)
 	o.observePass(time.Second, time.Millisecond, errors.New("conflict"))
 
@@ -131,9 +133,11 @@ func TestOpsEndpoint(t *testing.T) {
 	for series, want := range map[string]float64{
 		"lockstep_operator_leader":                                1,
 		`lockstep_operator_blocks_assigned_total{pool="v4"}`:      2,
-		`lockstep_operator_blocks_released_total{pool="v4"}`:      1,
+		`lockstep_operator_blocks_released_total{pool="v4"}`:      2,
+		`lockstep_operator_blocks_drained_total{pool="v4"}`:       1,
 		`lockstep_operator_handshake_steps_total{step="mark"}`:    1,
-		`lockstep_operator_handshake_steps_total{step="release"}`: 1,
+		`lockstep_operator_handshake_steps_total{step="drain"}`:   1,
+		`lockstep_operator_handshake_steps_total{step="release"}`: 2,
 		`lockstep_operator_handshake_steps_total{step="forget"}`:  0,
 		`lockstep_operator_passes_total{result="ok"}`:             1,
 		`lockstep_operator_passes_total{result="error"}`:          1,

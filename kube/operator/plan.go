@@ -98,6 +98,7 @@ type plan struct {
 func planFor(in *input) plan {
 	out := plan{timers: timers{}, reserved: map[string]reservation{}}
 	pools := parsePools(in.pools)
+	byPool := poolsByName(pools)
 	families := map[family]bool{}
 	for _, p := range pools {
 		if p.ready() {
@@ -166,7 +167,7 @@ func planFor(in *input) plan {
 			}
 			continue
 		}
-		d := decideNode(n, fams, in)
+		d := decideNode(n, fams, byPool, in)
 		for cidr, t := range d.timers {
 			out.timers[timerKey{n.UID, cidr}] = t
 		}
@@ -293,11 +294,12 @@ func poolStatus(p *poolInfo, allocated int32, exhausted bool, now time.Time) *v1
 // decideOne re-runs the node decision for one NodeIPAM read fresh after a
 // conflict, with the same pools, time and timers as the plan it replaces.
 func decideOne(n *v1alpha1.NodeIPAM, in *input) nodeDecision {
+	pools := parsePools(in.pools)
 	families := map[family]bool{}
-	for _, p := range parsePools(in.pools) {
+	for _, p := range pools {
 		if p.ready() {
 			families[p.family] = true
 		}
 	}
-	return decideNode(n, sortFamilies(families), in)
+	return decideNode(n, sortFamilies(families), poolsByName(pools), in)
 }

@@ -37,9 +37,10 @@
 // the two halves live on the two sides of the object instead, so neither side
 // ever overwrites the other and a conflict is only ever a stale read:
 //
-//   - spec.releases (operator): {cidr, state, since} with state
+//   - spec.releases (operator): {cidr, state, since, drain} with state
 //     marked-for-release ("I want this block back") or released ("it is
-//     gone from spec.blocks and back in the pool").
+//     gone from spec.blocks and back in the pool"); drain is true when the
+//     block is wanted back because it left its pool (see Draining below).
 //   - status.releases (agent): {cidr, state, since} with state
 //     ready-for-release ("nothing is allocated from it and I have stopped
 //     allocating from it") or do-not-release ("it holds pods").
@@ -81,6 +82,36 @@
 // (kube/client refuses an Update without one), never a blind overwrite: a
 // 409 Conflict means re-read and decide again, which is what makes each
 // step's check-then-write atomic with respect to the other side.
+//
+// # Draining a block outside its pool
+//
+// The marks above are excess marks: the node has the block to spare. An
+// administrator who shrinks an IPPool (drops ranges from spec.cidrs, to give
+// them back to the network) or deletes it wants back every block no longer
+// inside the spec.cidrs of the pool its spec.blocks entry names, empty or
+// not. The operator marks each such block at once, with drain: true on the
+// mark, and the same handshake runs with three differences:
+//
+//   - In step 2 the agent quarantines the block whatever it holds: no new
+//     pod gets an address from it from that transaction on, while the pods
+//     that have one keep it until they are deleted. It answers
+//     do-not-release while any address of the block is allocated, and
+//     ready-for-release in the first status it writes after the last one
+//     is freed (a CNI DEL, CNI GC or its orphan reconcile), with no new
+//     spec needed: the mark it answers is the same.
+//   - The operator never withdraws a drain mark, not on do-not-release and
+//     not when the node runs short: the drained block counts as no free
+//     address, so a node that needs more gets a new block from the pool's
+//     remaining ranges. It releases the block as soon as MayRelease holds,
+//     with no excess delay.
+//   - An excess mark on a block found outside its pool becomes a drain mark
+//     (or is released at once, if MayRelease already holds). A drain mark
+//     stays a drain mark even if the range is added back: the block is
+//     released once empty and may then be cut again.
+//
+// The operator never cuts a block outside its pool's current spec.cidrs,
+// and confirms a pool's spec with the API server, not its cache, before it
+// writes a drain mark.
 //
 // # Stale objects after a node is replaced
 //

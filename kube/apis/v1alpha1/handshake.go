@@ -20,7 +20,8 @@ const (
 	// stopped allocating from it.
 	ReadyForRelease ReleaseState = "ready-for-release"
 	// DoNotRelease: the block holds allocations; the operator should
-	// withdraw its mark.
+	// withdraw its mark, unless the mark is a drain (ReleaseMark.Drain):
+	// then it waits for ready-for-release.
 	DoNotRelease ReleaseState = "do-not-release"
 	// Released: the operator removed the block from spec.blocks and put it
 	// back in its pool; the agent drops it.
@@ -86,6 +87,14 @@ func (s *NodeIPAMSpec) Mark(cidr CIDR) *ReleaseMark {
 		}
 	}
 	return nil
+}
+
+// Draining reports whether block cidr is marked for release with a drain
+// mark: it is outside its IPPool, the agent allocates nothing more from
+// it, and it goes back once its last address is freed.
+func (s *NodeIPAMSpec) Draining(cidr CIDR) bool {
+	m := s.Mark(cidr)
+	return m != nil && m.State == MarkedForRelease && m.Drain
 }
 
 // Answer returns the agent's answer for cidr, or nil.

@@ -94,6 +94,39 @@ func TestExcessReleaseRace(t *testing.T) {
 	}
 }
 
+// TestDraining: a block drains only under a marked-for-release mark with
+// drain set; an excess mark, a released drain mark or no mark at all is
+// not a drain.
+func TestDraining(t *testing.T) {
+	drain := func(n *v1alpha1.NodeIPAM) *v1alpha1.NodeIPAM {
+		n.Spec.Releases[0].Drain = true
+		return n
+	}
+	tests := []struct {
+		name string
+		n    *v1alpha1.NodeIPAM
+		want bool
+	}{
+		{"no mark", node(3, 3), false},
+		{"excess mark", mark(node(3, 3), v1alpha1.MarkedForRelease), false},
+		{"drain mark", drain(mark(node(3, 3), v1alpha1.MarkedForRelease)), true},
+		{"released drain mark", drain(mark(node(3, 3), v1alpha1.Released)), false},
+	}
+	for _, tt := range tests {
+		if got := tt.n.Spec.Draining(block); got != tt.want {
+			t.Errorf("%s: Draining(%s) = %v, want %v", tt.name, block, got, tt.want)
+		}
+	}
+	// A drain mark is released on the same answer as any mark.
+	n := answer(drain(mark(node(4, 4), v1alpha1.MarkedForRelease)), v1alpha1.ReadyForRelease)
+	if !n.MayRelease(block) {
+		t.Error("a drained block answered ready-for-release may not be released")
+	}
+	if n := answer(drain(mark(node(4, 4), v1alpha1.MarkedForRelease)), v1alpha1.DoNotRelease); n.MayRelease(block) {
+		t.Error("a drained block answered do-not-release may be released")
+	}
+}
+
 // TestStaleNodeIPAMAfterNodeReplaced is the seed 003 race: a Node deleted
 // and re-created under the same name finds its predecessor's NodeIPAM
 // still there. Only the UID tells them apart.

@@ -35,8 +35,12 @@ type IPPoolSpec struct {
 	// CIDRs are the ranges blocks are cut from, all of one address family,
 	// in canonical form. They must not overlap each other or another
 	// pool's (the operator reports overlap between pools in the Ready
-	// condition). Adding a range grows the pool; the operator refuses to
-	// drop a range while nodes still hold blocks from it.
+	// condition). Adding a range grows the pool. Dropping one drains it:
+	// the operator marks every assigned block outside the remaining
+	// ranges for release with drain: true, nodes allocate nothing more
+	// from those blocks, and each goes back once its pods are deleted
+	// (see the package documentation). Deleting the pool drains all of
+	// its blocks.
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:XValidation:rule="self.all(a, self.all(b, a == b || !isCIDR(a) || !isCIDR(b) || !cidr(a).containsCIDR(b)))",message="CIDRs of a pool must not overlap"

@@ -15,6 +15,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Blocks",type=string,JSONPath=`.spec.blocks[*].cidr`
 // +kubebuilder:printcolumn:name="Releasing",type=string,JSONPath=`.spec.releases[?(@.state=="marked-for-release")].cidr`
+// +kubebuilder:printcolumn:name="Draining",type=string,JSONPath=`.spec.releases[?(@.drain==true)].cidr`,priority=1,description="Blocks outside their IPPool, released once empty"
 // +kubebuilder:printcolumn:name="Generation",type=integer,JSONPath=`.metadata.generation`,priority=1
 // +kubebuilder:printcolumn:name="Observed",type=integer,JSONPath=`.status.observedGeneration`,priority=1,description="Spec generation the agent last answered"
 // +kubebuilder:printcolumn:name="Reported",type=date,JSONPath=`.status.lastReportTime`,description="When the agent last wrote status"
@@ -37,9 +38,9 @@ type NodeIPAM struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.releases) || self.releases.all(r, r.state != 'marked-for-release' || (has(self.blocks) && self.blocks.exists(b, b.cidr == r.cidr)))",message="a block marked-for-release must still be in spec.blocks"
 // +kubebuilder:validation:XValidation:rule="!has(self.releases) || self.releases.all(r, r.state != 'released' || !has(self.blocks) || !self.blocks.exists(b, b.cidr == r.cidr))",message="a released block must be gone from spec.blocks"
 type NodeIPAMSpec struct {
-	// Blocks are the address blocks assigned to the node. The agent
-	// allocates pod addresses from these only, and not from one marked for
-	// release.
+	// Blocks are the address blocks assigned to the node, each inside
+	// its pool's spec.cidrs when assigned. The agent allocates pod
+	// addresses from these only, and not from one marked for release.
 	// +listType=map
 	// +listMapKey=cidr
 	// +kubebuilder:validation:MaxItems=256
@@ -77,6 +78,17 @@ type ReleaseMark struct {
 	State ReleaseState `json:"state"`
 	// Since is when the operator set State.
 	Since metav1.Time `json:"since"`
+	// Drain marks a block the operator wants back because it is no
+	// longer inside its IPPool's spec.cidrs (an administrator shrank the
+	// pool, or deleted it), rather than because the node has it to spare.
+	// The agent stops allocating from a drained block at once, whether or
+	// not it holds addresses; the addresses it holds stay with their pods
+	// until the pods are deleted. It answers do-not-release while any
+	// remain and ready-for-release once the last is freed. The operator
+	// never withdraws a drain mark: it waits for that answer, however
+	// long, and gives the node another block meanwhile if it needs one.
+	// +optional
+	Drain bool `json:"drain,omitempty"`
 }
 
 // NodeIPAMStatus is the agent's half: how full its blocks are and its
