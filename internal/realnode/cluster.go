@@ -25,13 +25,13 @@ import (
 //go:embed coredns.yaml
 var corednsManifest string
 
-// DefaultDir is where a cluster lives unless Options.Dir says otherwise.
-var DefaultDir = filepath.Join(os.TempDir(), "lockstep-e2e")
-
 // Options configure Up.
 type Options struct {
-	// Dir is the cluster directory (DefaultDir when empty). Up removes a
-	// previous cluster first, whatever state it is in.
+	// Name names the cluster (DefaultName when empty): a machine runs one
+	// cluster per name. Up removes a previous cluster of the name first,
+	// whatever state it is in.
+	Name string
+	// Dir is the cluster directory (DefaultDir(Name) when empty).
 	Dir string
 	// Nodes is the number of worker nodes (2 when zero).
 	Nodes int
@@ -62,6 +62,7 @@ type Cluster struct {
 
 // state is what cluster.json records for Open.
 type state struct {
+	Name       string `json:"name"`
 	Nodes      int    `json:"nodes"`
 	Kubeconfig string `json:"kubeconfig"`
 	Kubectl    string `json:"kubectl"`
@@ -73,8 +74,14 @@ type state struct {
 // objects exist. The nodes stay NotReady until a CNI is installed. On error
 // Up takes down what it brought up.
 func Up(ctx context.Context, o Options) (c *Cluster, err error) {
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
+	if !validName.MatchString(o.Name) {
+		return nil, fmt.Errorf("bring up cluster: name %q: want 1 to 8 lower-case letters and digits", o.Name)
+	}
 	if o.Dir == "" {
-		o.Dir = DefaultDir
+		o.Dir = DefaultDir(o.Name)
 	}
 	if o.Nodes == 0 {
 		o.Nodes = 2
@@ -89,17 +96,17 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Down(o.Dir, o.Logf); err != nil {
+	if err := Down(o.Name, o.Dir, o.Logf); err != nil {
 		return nil, fmt.Errorf("remove previous cluster: %w", err)
 	}
-	l := NewLayout(o.Dir, o.Nodes)
+	l := NewLayout(o.Name, o.Dir, o.Nodes)
 	cl := &Cluster{Layout: l, Kubeconfig: l.kubeconfig(), KubectlPath: bin.kubeBin("kubectl"), logf: o.Logf}
 	c = cl
 	defer func() {
 		if err != nil {
 			o.Logf("realnode: bring-up failed; taking the cluster down")
 			cl.dumpLogs(o.Logf)
-			_ = Down(o.Dir, o.Logf)
+			_ = Down(o.Name, o.Dir, o.Logf)
 		}
 	}()
 	t0 := time.Now()
@@ -166,7 +173,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
-	st := state{Nodes: o.Nodes, Kubeconfig: c.Kubeconfig, Kubectl: c.KubectlPath, RelayPort: relayPort}
+	st := state{Name: o.Name, Nodes: o.Nodes, Kubeconfig: c.Kubeconfig, Kubectl: c.KubectlPath, RelayPort: relayPort}
 	b, _ := json.MarshalIndent(st, "", "  ")
 	if err := os.WriteFile(l.statePath(), b, 0o644); err != nil {
 		return nil, fmt.Errorf("write cluster state: %w", err)
@@ -183,15 +190,16 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	return c, nil
 }
 
-// Open returns the cluster Up left running in dir.
-func Open(dir string, logf func(string, ...any)) (*Cluster, error) {
+// Open returns the cluster called name that Up left running in dir (the
+// default directory when empty).
+func Open(name, dir string, logf func(string, ...any)) (*Cluster, error) {
 	if dir == "" {
-		dir = DefaultDir
+		dir = DefaultDir(name)
 	}
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	b, err := os.ReadFile(NewLayout(dir, 0).statePath())
+	b, err := os.ReadFile(NewLayout(name, dir, 0).statePath())
 	if err != nil {
 		return nil, fmt.Errorf("open cluster in %s: %w (bring one up with make e2e-up)", dir, err)
 	}
@@ -199,7 +207,7 @@ func Open(dir string, logf func(string, ...any)) (*Cluster, error) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("open cluster in %s: %w", dir, err)
 	}
-	return &Cluster{Layout: NewLayout(dir, st.Nodes), Kubeconfig: st.Kubeconfig, KubectlPath: st.Kubectl, logf: logf}, nil
+	return &Cluster{Layout: NewLayout(st.Name, dir, st.Nodes), Kubeconfig: st.Kubeconfig, KubectlPath: st.Kubectl, logf: logf}, nil
 }
 
 // findBinaries finds every program the cluster runs, before anything

@@ -17,9 +17,10 @@
 // Each host (the control plane, every node) is an init process (RunInit, run
 // by `go run ./tools/e2e init`) started in namespaces of its own:
 //
-//   - a network namespace (lse2e-node-1, ...) with eth0 on a shared link: the
-//     namespace lse2e-lan holds the bridge every host's eth0 is plugged into
-//     and routes to lse2e-ext, a host outside the cluster (masquerade tests);
+//   - a network namespace (lse2e-node-1, ... for the cluster named e2e) with
+//     eth0 on a shared link: the namespace lse2e-lan holds the bridge every
+//     host's eth0 is plugged into and routes to lse2e-ext, a host outside
+//     the cluster (masquerade tests);
 //   - a PID namespace, so that the init is the host's PID 1: stopping it stops
 //     everything the host ran (containerd's shims and every container
 //     included), and /proc/1/ns/mnt in the host's /proc is the host's mount
@@ -33,8 +34,8 @@
 //     written; /var/lib/containerd is a plain directory (overlayfs cannot be
 //     stacked on overlayfs);
 //   - a UTS namespace with the node's name as host name;
-//   - cgroups under /lse2e-<host> in every hierarchy (the kubelet's
-//     cgroupRoot).
+//   - cgroups under /lse2e-node-1 and so on in every hierarchy (the
+//     kubelet's cgroupRoot).
 //
 // The init mounts, starts the host's services in order (waiting for each
 // one's readiness file or socket), restarts a service that exits, and on
@@ -47,4 +48,8 @@
 // directories, and a relay on 127.0.0.1 that forwards kubectl's connections
 // to the API server. Down removes all of them, also after a failed Up or a
 // killed harness: it finds what to remove by name, not from memory.
+//
+// Clusters have names (LOCKSTEP_E2E_NAME, default e2e) that prefix
+// everything they put on the machine: clusters of different names run side
+// by side (a developer's and a CI run's), one of a name replaces another.
 package realnode

@@ -19,20 +19,22 @@ import (
 // anything else.
 const markerFile = ".lockstep-e2e"
 
-// Down takes down the cluster whose directory is dir, and everything any
-// earlier cluster left on the machine: the hosts' inits (and with them every
-// process of their PID namespaces), the network namespaces named Prefix-*,
-// the cgroups named Prefix-*, and the directory. It is safe to run at any
-// time, as often as wanted, also when nothing is up.
-func Down(dir string, logf func(string, ...any)) error {
+// Down takes down the cluster called name whose directory is dir (the
+// default directory when empty), and everything any earlier cluster of
+// that name left on the machine: the hosts' inits (and with them every
+// process of their PID namespaces), the network namespaces and cgroups
+// named after it, and the directory. It is safe to run at any time, as
+// often as wanted, also when nothing is up.
+func Down(name, dir string, logf func(string, ...any)) error {
 	if dir == "" {
-		dir = DefaultDir
+		dir = DefaultDir(name)
 	}
+	p := prefix(name)
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
 	var errs []error
-	inits := clusterInits()
+	inits := clusterInits(p)
 	if len(inits) > 0 {
 		logf("realnode: stopping %d hosts", len(inits))
 	}
@@ -53,7 +55,7 @@ func Down(dir string, logf func(string, ...any)) error {
 	// Anything else still in a cluster namespace (a command run by
 	// Exec, a host started without its init).
 	for i := 0; i < 50; i++ {
-		rest := processesInClusterNetns()
+		rest := processesInClusterNetns(p)
 		if len(rest) == 0 {
 			break
 		}
@@ -62,13 +64,13 @@ func Down(dir string, logf func(string, ...any)) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if rest := processesInClusterNetns(); len(rest) > 0 {
+	if rest := processesInClusterNetns(p); len(rest) > 0 {
 		errs = append(errs, fmt.Errorf("processes %v are still in the cluster's network namespaces", rest))
 	}
-	if err := deleteNetworks(); err != nil {
+	if err := deleteNetworks(p); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeCgroups(); err != nil {
+	if err := removeCgroups(p); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, markerFile)); err == nil {
@@ -95,9 +97,9 @@ func netnsInode(path string) (uint64, bool) {
 
 // clusterInodes returns the inodes of the cluster's network namespaces, by
 // name.
-func clusterInodes() map[uint64]string {
+func clusterInodes(prefix string) map[uint64]string {
 	out := map[uint64]string{}
-	for _, name := range clusterNetns() {
+	for _, name := range clusterNetns(prefix) {
 		if ino, ok := netnsInode("/run/netns/" + name); ok {
 			out[ino] = name
 		}
@@ -126,8 +128,8 @@ func processes() map[int]uint64 {
 // network namespaces, but this one: creating a namespace can leave this
 // process's main thread in it (see nodesim.Create), and /proc reports the
 // main thread's.
-func processesInClusterNetns() []int {
-	inodes := clusterInodes()
+func processesInClusterNetns(prefix string) []int {
+	inodes := clusterInodes(prefix)
 	var out []int
 	for pid, ino := range processes() {
 		if _, ok := inodes[ino]; ok && pid != os.Getpid() {
@@ -157,9 +159,9 @@ func isInit(pid int) bool {
 }
 
 // clusterInits lists the inits of the cluster's hosts.
-func clusterInits() []int {
+func clusterInits(prefix string) []int {
 	var out []int
-	for _, pid := range processesInClusterNetns() {
+	for _, pid := range processesInClusterNetns(prefix) {
 		if isInit(pid) {
 			out = append(out, pid)
 		}
@@ -232,15 +234,15 @@ func makeCgroups(h Host) error {
 	return nil
 }
 
-// removeCgroups removes every cgroup named Prefix-* (and what the kubelet
+// removeCgroups removes every cgroup named prefix-* (and what the kubelet
 // made under it), deepest first. Cgroups whose tasks are still exiting are
 // retried for a few seconds.
-func removeCgroups() error {
+func removeCgroups(prefix string) error {
 	var last error
 	for attempt := 0; attempt < 50; attempt++ {
 		last = nil
 		for _, hier := range hierarchies() {
-			tops, _ := filepath.Glob(filepath.Join(hier, Prefix+"-*"))
+			tops, _ := filepath.Glob(filepath.Join(hier, prefix+"-*"))
 			for _, top := range tops {
 				if err := removeCgroupTree(top); err != nil {
 					last = err
@@ -276,22 +278,24 @@ func removeCgroupTree(dir string) error {
 	return nil
 }
 
-// Leftovers lists what a cluster in dir, or any earlier one, still has on
-// the machine: network namespaces and cgroups named Prefix-*, processes in
-// those namespaces, mounts under dir, and dir itself. Empty after Down.
-func Leftovers(dir string) []string {
+// Leftovers lists what the cluster called name in dir, or any earlier one
+// of that name, still has on the machine: network namespaces and cgroups
+// named after it, processes in those namespaces, mounts under dir, and dir
+// itself. Empty after Down.
+func Leftovers(name, dir string) []string {
 	if dir == "" {
-		dir = DefaultDir
+		dir = DefaultDir(name)
 	}
+	p := prefix(name)
 	var out []string
-	for _, name := range clusterNetns() {
-		out = append(out, "network namespace "+name)
+	for _, n := range clusterNetns(p) {
+		out = append(out, "network namespace "+n)
 	}
-	for _, pid := range processesInClusterNetns() {
+	for _, pid := range processesInClusterNetns(p) {
 		out = append(out, fmt.Sprintf("process %d in a cluster network namespace", pid))
 	}
 	for _, hier := range hierarchies() {
-		tops, _ := filepath.Glob(filepath.Join(hier, Prefix+"-*"))
+		tops, _ := filepath.Glob(filepath.Join(hier, p+"-*"))
 		for _, t := range tops {
 			out = append(out, "cgroup "+t)
 		}

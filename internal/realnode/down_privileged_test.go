@@ -40,9 +40,10 @@ func TestPrivilegedRealNodeDownAfterFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "cluster")
+	name := realnode.NameFromEnv()
 
 	t.Run("harness killed while bringing the cluster up", func(t *testing.T) {
-		cmd := exec.CommandContext(ctx, e2e, "up", "--no-lockstep", "--dir", dir)
+		cmd := exec.CommandContext(ctx, e2e, "up", "--no-lockstep", "--name", name, "--dir", dir)
 		cmd.Dir = repo
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -57,13 +58,13 @@ func TestPrivilegedRealNodeDownAfterFailure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if left := realnode.Leftovers(dir); len(left) == 0 {
+		if left := realnode.Leftovers(name, dir); len(left) == 0 {
 			t.Fatal("nothing was up when the harness was killed: the test proves nothing")
 		}
-		if err := realnode.Down(dir, t.Logf); err != nil {
+		if err := realnode.Down(name, dir, t.Logf); err != nil {
 			t.Fatal(err)
 		}
-		if left := realnode.Leftovers(dir); len(left) > 0 {
+		if left := realnode.Leftovers(name, dir); len(left) > 0 {
 			t.Fatalf("Down left:\n%s", strings.Join(left, "\n"))
 		}
 	})
@@ -73,11 +74,11 @@ func TestPrivilegedRealNodeDownAfterFailure(t *testing.T) {
 		if err := os.WriteFile(bad, []byte("not a tar"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := realnode.Up(ctx, realnode.Options{Dir: dir, KubeBinDir: kubeBin, InitBinary: e2e, Images: []string{bad}, Logf: t.Logf})
+		_, err := realnode.Up(ctx, realnode.Options{Name: name, Dir: dir, KubeBinDir: kubeBin, InitBinary: e2e, Images: []string{bad}, Logf: t.Logf})
 		if err == nil || !strings.Contains(err.Error(), "import not-an-image.tar") {
 			t.Fatalf("Up with an archive no node can import: %v, want the import's error", err)
 		}
-		if left := realnode.Leftovers(dir); len(left) > 0 {
+		if left := realnode.Leftovers(name, dir); len(left) > 0 {
 			t.Fatalf("a failed Up left:\n%s", strings.Join(left, "\n"))
 		}
 	})

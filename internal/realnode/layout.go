@@ -5,12 +5,38 @@ package realnode
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"regexp"
 )
 
-// Prefix starts the name of everything a cluster puts on the machine:
-// network namespaces, cgroups, and the link names inside lse2e-lan.
-const Prefix = "lse2e"
+// DefaultName is the name of the cluster `make e2e-up` and the tests bring
+// up unless LOCKSTEP_E2E_NAME names another: one per name can run on a
+// machine at a time.
+const DefaultName = "e2e"
+
+// NameEnv names the environment variable that picks the cluster's name.
+const NameEnv = "LOCKSTEP_E2E_NAME"
+
+// validName is what a cluster name may be: it becomes part of network
+// namespace and cgroup names.
+var validName = regexp.MustCompile(`^[a-z0-9]{1,8}$`)
+
+// NameFromEnv returns the cluster name LOCKSTEP_E2E_NAME sets, or
+// DefaultName.
+func NameFromEnv() string {
+	if n := os.Getenv(NameEnv); n != "" {
+		return n
+	}
+	return DefaultName
+}
+
+// prefix starts the name of everything a cluster called name puts on the
+// machine: network namespaces and cgroups.
+func prefix(name string) string { return "ls" + name }
+
+// DefaultDir is where a cluster called name lives unless told otherwise.
+func DefaultDir(name string) string { return filepath.Join(os.TempDir(), "lockstep-"+name) }
 
 // The link every host is plugged into, and the network behind it that
 // stands for the world outside the cluster.
@@ -65,9 +91,12 @@ func (h Host) CgroupName() string { return h.Netns }
 func (h Host) LogDir() string { return filepath.Join(h.Dir, "logs") }
 
 // Layout is where a cluster's pieces live; it is a pure function of the
-// cluster directory and the number of nodes, so Down can find everything
-// without the harness that brought it up.
+// cluster's name, its directory and the number of nodes, so Down can find
+// everything without the harness that brought it up.
 type Layout struct {
+	// Name is the cluster's name; Prefix starts its namespaces' and
+	// cgroups' names.
+	Name, Prefix string
 	Dir          string
 	ControlPlane Host
 	Nodes        []Host
@@ -77,26 +106,29 @@ type Layout struct {
 	OutsideV4, OutsideV6 netip.Addr
 }
 
-// NewLayout returns the layout of a cluster of n nodes in dir.
-func NewLayout(dir string, n int) Layout {
+// NewLayout returns the layout of a cluster called name of n nodes in dir.
+func NewLayout(name, dir string, n int) Layout {
+	p := prefix(name)
 	l := Layout{
+		Name:         name,
+		Prefix:       p,
 		Dir:          dir,
-		LanNetns:     Prefix + "-lan",
-		OutsideNetns: Prefix + "-ext",
+		LanNetns:     p + "-lan",
+		OutsideNetns: p + "-ext",
 		OutsideV4:    hostAddr(outsideV4, outsideHost),
 		OutsideV6:    hostAddr(outsideV6, outsideHost),
 		ControlPlane: Host{
-			Name: "control-plane", Netns: Prefix + "-cp",
+			Name: "control-plane", Netns: p + "-cp",
 			IPv4: hostAddr(lanV4, cpHost), IPv6: hostAddr(lanV6, cpHost),
 			Dir: filepath.Join(dir, "control-plane"),
 		},
 	}
 	for i := 1; i <= n; i++ {
-		name := fmt.Sprintf("e2e-node-%d", i)
+		node := fmt.Sprintf("e2e-node-%d", i)
 		l.Nodes = append(l.Nodes, Host{
-			Name: name, Netns: fmt.Sprintf("%s-node-%d", Prefix, i),
+			Name: node, Netns: fmt.Sprintf("%s-node-%d", p, i),
 			IPv4: hostAddr(lanV4, nodeHost0+i), IPv6: hostAddr(lanV6, nodeHost0+i),
-			Dir: filepath.Join(dir, name),
+			Dir: filepath.Join(dir, node),
 		})
 	}
 	return l

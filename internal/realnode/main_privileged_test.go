@@ -39,11 +39,11 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared.c != nil {
 		dir := shared.c.Dir
-		if err := realnode.Down(dir, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }); err != nil {
+		if err := realnode.Down(shared.c.Name, dir, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }); err != nil {
 			fmt.Fprintln(os.Stderr, "take the test cluster down:", err)
 			code = 1
 		}
-		if left := realnode.Leftovers(dir); len(left) > 0 {
+		if left := realnode.Leftovers(shared.c.Name, dir); len(left) > 0 {
 			fmt.Fprintf(os.Stderr, "the test cluster left on the machine:\n%s\n", strings.Join(left, "\n"))
 			code = 1
 		}
@@ -90,7 +90,7 @@ func cluster(tb testing.TB) *realnode.Cluster {
 			shared.err = err
 			return
 		}
-		c, err := realnode.Up(ctx, realnode.Options{KubeBinDir: kubeBin, InitBinary: initBin, Images: images, Logf: logf})
+		c, err := realnode.Up(ctx, realnode.Options{Name: realnode.NameFromEnv(), KubeBinDir: kubeBin, InitBinary: initBin, Images: images, Logf: logf})
 		if err != nil {
 			shared.err = err
 			return

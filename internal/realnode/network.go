@@ -171,9 +171,9 @@ func defaultRoutes(l netlink.Link, gw4, gw6 netip.Addr) error {
 	return nil
 }
 
-// deleteNetworks removes every namespace whose name starts with Prefix:
+// deleteNetworks removes every namespace whose name starts with prefix-:
 // they are all the cluster's, whoever made them.
-func deleteNetworks() error {
+func deleteNetworks(prefix string) error {
 	entries, err := os.ReadDir(nodesim.RunDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -183,7 +183,7 @@ func deleteNetworks() error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), Prefix+"-") {
+		if !strings.HasPrefix(e.Name(), prefix+"-") {
 			continue
 		}
 		n, err := ns.GetNS(nodesim.Path(e.Name()))
@@ -202,11 +202,11 @@ func deleteNetworks() error {
 }
 
 // clusterNetns lists the names of the cluster's namespaces that exist.
-func clusterNetns() []string {
+func clusterNetns(prefix string) []string {
 	entries, _ := os.ReadDir(nodesim.RunDir)
 	var out []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), Prefix+"-") {
+		if strings.HasPrefix(e.Name(), prefix+"-") {
 			out = append(out, e.Name())
 		}
 	}

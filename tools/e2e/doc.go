@@ -1,10 +1,13 @@
 // Command e2e brings lockstep's real-node test cluster up and down
 // (internal/realnode): `make e2e-up` and `make e2e-down`.
 //
-//	go run ./tools/e2e up [--nodes 2] [--dir DIR] [--dataplane ebpf|iptables] [--no-lockstep]
-//	go run ./tools/e2e down [--dir DIR]
-//	go run ./tools/e2e status [--dir DIR]
+//	go run ./tools/e2e up [--name e2e] [--nodes 2] [--dataplane ebpf|iptables] [--no-lockstep]
+//	go run ./tools/e2e down [--name e2e]
+//	go run ./tools/e2e status [--name e2e]
 //	go run ./tools/e2e exec NODE -- COMMAND...
+//
+// --name (default $LOCKSTEP_E2E_NAME, else e2e) picks the cluster: one per
+// name runs on a machine.
 //
 // up builds what it needs (the Kubernetes binaries once, the images every
 // time), brings up a control plane and two nodes in network namespaces,

@@ -44,10 +44,10 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, `usage: e2e up [--nodes N] [--dir DIR] [--dataplane ebpf|iptables] [--no-lockstep]
-       e2e down [--dir DIR]
-       e2e status [--dir DIR]
-       e2e exec [--dir DIR] NODE -- COMMAND...`)
+	fmt.Fprintln(os.Stderr, `usage: e2e up [--name NAME] [--nodes N] [--dir DIR] [--dataplane ebpf|iptables] [--no-lockstep] [--image FILE]...
+       e2e down [--name NAME] [--dir DIR]
+       e2e status [--name NAME] [--dir DIR]
+       e2e exec [--name NAME] [--dir DIR] NODE -- COMMAND...`)
 	os.Exit(2)
 }
 
@@ -67,7 +67,8 @@ func runInit(args []string) error {
 
 func up(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
-	dir := fs.String("dir", realnode.DefaultDir, "cluster directory")
+	name := fs.String("name", realnode.NameFromEnv(), "cluster name ($"+realnode.NameEnv+"): one cluster per name runs on a machine")
+	dir := fs.String("dir", "", "cluster directory (default: one per name in the temporary directory)")
 	nodes := fs.Int("nodes", 2, "number of nodes")
 	dataplane := fs.String("dataplane", "ebpf", "lockstep's dataplane: ebpf or iptables")
 	noLockstep := fs.Bool("no-lockstep", false, "bring up the cluster without installing lockstep")
@@ -94,7 +95,7 @@ func up(ctx context.Context, args []string) error {
 	}
 	images = append(images, extra...)
 	c, err := realnode.Up(ctx, realnode.Options{
-		Dir: *dir, Nodes: *nodes, KubeBinDir: kubeBin, InitBinary: self, Images: images, Logf: logf,
+		Name: *name, Dir: *dir, Nodes: *nodes, KubeBinDir: kubeBin, InitBinary: self, Images: images, Logf: logf,
 	})
 	if err != nil {
 		return err
@@ -118,10 +119,11 @@ func (l *imageList) Set(v string) error { *l = append(*l, v); return nil }
 
 func down(args []string) error {
 	fs := flag.NewFlagSet("down", flag.ExitOnError)
-	dir := fs.String("dir", realnode.DefaultDir, "cluster directory")
+	name := fs.String("name", realnode.NameFromEnv(), "cluster name ($"+realnode.NameEnv+")")
+	dir := fs.String("dir", "", "cluster directory (default: the name's)")
 	_ = fs.Parse(args)
 	t0 := time.Now()
-	if err := realnode.Down(*dir, logf); err != nil {
+	if err := realnode.Down(*name, *dir, logf); err != nil {
 		return err
 	}
 	logf("cluster down in %s: nothing of it is left", time.Since(t0).Round(time.Second))
@@ -130,9 +132,10 @@ func down(args []string) error {
 
 func status(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ExitOnError)
-	dir := fs.String("dir", realnode.DefaultDir, "cluster directory")
+	name := fs.String("name", realnode.NameFromEnv(), "cluster name ($"+realnode.NameEnv+")")
+	dir := fs.String("dir", "", "cluster directory (default: the name's)")
 	_ = fs.Parse(args)
-	c, err := realnode.Open(*dir, logf)
+	c, err := realnode.Open(*name, *dir, logf)
 	if err != nil {
 		return err
 	}
@@ -143,13 +146,14 @@ func status(ctx context.Context, args []string) error {
 
 func execOn(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("exec", flag.ExitOnError)
-	dir := fs.String("dir", realnode.DefaultDir, "cluster directory")
+	name := fs.String("name", realnode.NameFromEnv(), "cluster name ($"+realnode.NameEnv+")")
+	dir := fs.String("dir", "", "cluster directory (default: the name's)")
 	_ = fs.Parse(args)
 	rest := fs.Args()
 	if len(rest) < 2 {
 		usage()
 	}
-	c, err := realnode.Open(*dir, logf)
+	c, err := realnode.Open(*name, *dir, logf)
 	if err != nil {
 		return err
 	}

@@ -124,12 +124,12 @@ func measure(ctx context.Context, cfg config) ([]round, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := realnode.Up(ctx, realnode.Options{KubeBinDir: kubeBin, InitBinary: initBin, Images: images, Logf: logf})
+	c, err := realnode.Up(ctx, realnode.Options{Name: realnode.NameFromEnv(), KubeBinDir: kubeBin, InitBinary: initBin, Images: images, Logf: logf})
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if err := realnode.Down(c.Dir, logf); err != nil {
+		if err := realnode.Down(c.Name, c.Dir, logf); err != nil {
 			logf("take the cluster down: %v", err)
 		}
 	}()
