@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,8 +68,17 @@ func mountNS(t *testing.T, pid string) string {
 
 // bpfMounts counts the bpffs mounts at dir in the mount namespace of
 // process pid, from its mountinfo.
+//
+// pid "thread-self" is the calling thread's view: /proc/self is the main
+// thread's, and a goroutine that entered another mount namespace and
+// exited locked to the main thread leaves that thread there (the runtime
+// cannot end the main thread, it parks it).
 func bpfMounts(t *testing.T, pid, dir string) int {
 	t.Helper()
+	if pid == "thread-self" {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	f, err := os.Open("/proc/" + pid + "/mountinfo")
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +176,7 @@ func TestPrivilegedEnsureRoot(t *testing.T) {
 			root := tt.setup(base)
 			before := map[string]int{}
 			for _, dir := range []string{root, filepath.Dir(root)} {
-				before[dir] = bpfMounts(t, "self", dir)
+				before[dir] = bpfMounts(t, "thread-self", dir)
 			}
 			for attempt := 1; attempt <= 2; attempt++ {
 				got, err := EnsureRoot(root)
@@ -189,7 +199,7 @@ func TestPrivilegedEnsureRoot(t *testing.T) {
 				if tt.wantMount != "" && dir == filepath.Join(base, tt.wantMount) {
 					want++
 				}
-				if got := bpfMounts(t, "self", dir); got != want {
+				if got := bpfMounts(t, "thread-self", dir); got != want {
 					t.Errorf("%d bpffs mounts at %s after two calls, want %d", got, dir, want)
 				}
 			}
@@ -248,7 +258,7 @@ func TestPrivilegedMountInNamespace(t *testing.T) {
 	if n := bpfMounts(t, pid, dir); n != 1 {
 		t.Errorf("%d bpffs mounts at %s in the target namespace, want 1", n, dir)
 	}
-	if n := bpfMounts(t, "self", dir); n != 0 {
+	if n := bpfMounts(t, "thread-self", dir); n != 0 {
 		t.Fatalf("%d bpffs mounts at %s in the test's own namespace, want none", n, dir)
 	}
 	if on, _ := On(dir); on {
@@ -263,7 +273,7 @@ func TestPrivilegedMountInNamespace(t *testing.T) {
 	}
 	// The calling thread left the process's namespace and died with its
 	// goroutine: this goroutine still sees the test's own file system.
-	if n := bpfMounts(t, "self", dir); n != 0 {
+	if n := bpfMounts(t, "thread-self", dir); n != 0 {
 		t.Error("after MountInNamespace the process sees the target namespace's mount")
 	}
 
