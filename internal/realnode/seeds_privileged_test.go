@@ -4,6 +4,7 @@ package realnode_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -286,4 +287,236 @@ func statefulSet(ns, name, node string, replicas int) string {
 		},
 	})
 	return string(b)
+}
+
+// TestPrivilegedRealNodeSeed004PoolShrunk replays Cilium's excess-IP release
+// race (seed 004) on the real nodes: an administrator shrinks the IPv4
+// IPPool under running pods, so the operator marks every block outside it
+// for release (a drain) while the kubelet keeps starting pods on the node.
+// At every moment, every running pod's address must lie in a block its
+// node still holds (the operator never takes back a block in use), no
+// address may be held twice, the pods of the drained blocks keep their
+// addresses, pods started after the drain get addresses in the pool's new
+// range, and a drained block goes back once its pods are deleted.
+func TestPrivilegedRealNodeSeed004PoolShrunk(t *testing.T) {
+	c := cluster(t)
+	const ns = "seed004"
+	namespace(t, c, ns, nil)
+	old := []string{"old-0", "old-1", "old-2"}
+	for _, name := range old {
+		apply(t, c, agnhostPod(ns, name, node2, map[string]string{"gen": "old"}))
+	}
+	before := waitReady(t, c, ns, old...)
+	drained := map[string]bool{}
+	for _, b := range nodeBlocks(t, c, node2) {
+		if !strings.Contains(b, ":") {
+			drained[b] = true
+		}
+	}
+
+	// The watcher: every second, every running pod's address must be in a
+	// block of its node.
+	stop := make(chan struct{})
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+			checkPodsInTheirBlocks(t, c)
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-watcherDone
+	}()
+
+	shrunk := "10.244.128.0/17"
+	setPool := func(ctx context.Context, cidr string) error {
+		patch := fmt.Sprintf(`{"spec":{"cidrs":[%q]}}`, cidr)
+		_, err := c.Kubectl(ctx, "patch", "ippool", "default-ipv4", "--type", "merge", "-p", patch)
+		return err
+	}
+	if err := setPool(t.Context(), shrunk); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := setPool(context.Background(), "10.244.0.0/16"); err != nil {
+			t.Errorf("restore the pool: %v", err)
+		}
+	})
+	// Pods started while the operator and the agent do the handshake.
+	var during []string
+	for i := range 3 {
+		during = append(during, fmt.Sprintf("during-%d", i))
+		apply(t, c, agnhostPod(ns, during[i], node2, map[string]string{"gen": "during"}))
+	}
+	err := realnode.Poll(t.Context(), 2*time.Minute, time.Second, "the drain marks and a block in the new range", func() (bool, string, error) {
+		var ipam nodeIPAM
+		if err := c.GetJSON(t.Context(), &ipam, "nodeipam", node2); err != nil {
+			return false, err.Error(), nil
+		}
+		marked := 0
+		for _, m := range ipam.Spec.Releases {
+			if drained[m.CIDR] && m.Drain && m.State == "marked-for-release" {
+				marked++
+			}
+		}
+		fresh := false
+		for _, b := range ipam.Spec.Blocks {
+			block, err := netip.ParsePrefix(b.CIDR)
+			fresh = fresh || err == nil && inPrefix(block.Addr().String(), shrunk)
+		}
+		return marked == len(drained) && fresh, fmt.Sprintf("%d of %d blocks drain-marked, a block in %s: %v", marked, len(drained), shrunk, fresh), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, ns, during...)
+	var after []string
+	for i := range 3 {
+		after = append(after, fmt.Sprintf("after-%d", i))
+		apply(t, c, agnhostPod(ns, after[i], node2, map[string]string{"gen": "after"}))
+	}
+	for name, p := range waitReady(t, c, ns, after...) {
+		if !inPrefix(p.ip("4"), shrunk) {
+			t.Errorf("%s started after the drain and got %s, outside the shrunk pool %s", name, p.ip("4"), shrunk)
+		}
+	}
+	checkUniqueAddresses(t, c)
+	h, err := c.Node(node2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range before {
+		if got, err := hostnameAt(c, h, p.ip("4")); err != nil || got != name {
+			t.Errorf("%s at %s answers %q (%v) while its block drains, want its own name", name, p.ip("4"), got, err)
+		}
+	}
+
+	// The pods of the drained blocks go, the cluster DNS's too (rolled
+	// as an administrator moves workloads off a drained range): so do the
+	// blocks.
+	if _, err := c.Kubectl(t.Context(), "delete", "pods", "-n", ns, "-l", "gen in (old,during)", "--wait=true"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kubectl(t.Context(), "-n", "kube-system", "rollout", "restart", "deployment/coredns"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kubectl(t.Context(), "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=3m"); err != nil {
+		t.Fatal(err)
+	}
+	err = realnode.Poll(t.Context(), 3*time.Minute, time.Second, "the drained blocks to be released", func() (bool, string, error) {
+		var left []string
+		for _, b := range nodeBlocks(t, c, node2) {
+			if drained[b] {
+				left = append(left, b)
+			}
+		}
+		return len(left) == 0, fmt.Sprintf("still assigned: %v, holding %v", left, podsIn(t, c, left)), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nodeIPAM is what the tests read of a NodeIPAM.
+type nodeIPAM struct {
+	Spec struct {
+		Blocks []struct {
+			CIDR string `json:"cidr"`
+		} `json:"blocks"`
+		Releases []struct {
+			CIDR  string `json:"cidr"`
+			State string `json:"state"`
+			Drain bool   `json:"drain"`
+		} `json:"releases"`
+	} `json:"spec"`
+}
+
+// nodeBlocks lists the blocks of a node's NodeIPAM spec.
+func nodeBlocks(tb testing.TB, c *realnode.Cluster, node string) []string {
+	tb.Helper()
+	var ipam nodeIPAM
+	if err := c.GetJSON(tb.Context(), &ipam, "nodeipam", node); err != nil {
+		tb.Fatal(err)
+	}
+	var out []string
+	for _, b := range ipam.Spec.Blocks {
+		out = append(out, b.CIDR)
+	}
+	return out
+}
+
+// checkPodsInTheirBlocks fails tb when a running pod's address is in no
+// block of its node's NodeIPAM: the operator took a block in use back.
+func checkPodsInTheirBlocks(tb testing.TB, c *realnode.Cluster) {
+	var list struct {
+		Items []pod `json:"items"`
+	}
+	if err := c.GetJSON(context.Background(), &list, "pods", "-A"); err != nil {
+		return // the API server is busy; the next turn checks
+	}
+	blocks := map[string][]string{}
+	for _, p := range list.Items {
+		if p.Status.Phase != "Running" || p.Spec.NodeName == "" {
+			continue
+		}
+		if _, ok := blocks[p.Spec.NodeName]; !ok {
+			var ipam nodeIPAM
+			if err := c.GetJSON(context.Background(), &ipam, "nodeipam", p.Spec.NodeName); err != nil {
+				return
+			}
+			for _, b := range ipam.Spec.Blocks {
+				blocks[p.Spec.NodeName] = append(blocks[p.Spec.NodeName], b.CIDR)
+			}
+		}
+		for _, a := range p.Status.PodIPs {
+			if !inPool(a.IP) {
+				continue
+			}
+			in := false
+			for _, b := range blocks[p.Spec.NodeName] {
+				in = in || inPrefix(a.IP, b)
+			}
+			if !in {
+				tb.Errorf("pod %s/%s holds %s, in no block of %s %v: a block in use was taken back",
+					p.Metadata.Namespace, p.Metadata.Name, a.IP, p.Spec.NodeName, blocks[p.Spec.NodeName])
+			}
+		}
+	}
+}
+
+// podsIn lists the pods with an address in one of blocks.
+func podsIn(tb testing.TB, c *realnode.Cluster, blocks []string) []string {
+	tb.Helper()
+	var list struct {
+		Items []pod `json:"items"`
+	}
+	if err := c.GetJSON(tb.Context(), &list, "pods", "-A"); err != nil {
+		tb.Fatal(err)
+	}
+	var out []string
+	for _, p := range list.Items {
+		for _, a := range p.Status.PodIPs {
+			for _, b := range blocks {
+				if inPrefix(a.IP, b) {
+					out = append(out, p.Metadata.Namespace+"/"+p.Metadata.Name)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func inPrefix(ip, prefix string) bool {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	p, err := netip.ParsePrefix(prefix)
+	return err == nil && p.Contains(a)
 }
