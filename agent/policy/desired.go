@@ -134,4 +134,11 @@ type Desired struct {
 	// Endpoints maps the host-side interface name of every local endpoint
 	// the dataplane enforces to its policy.
 	Endpoints map[string]*EndpointPolicy
+	// Services maps every Service frontend the dataplane translates for
+	// pods to its backends. It changes with the policy in one Apply, so a
+	// packet never meets new backends with the old policy or the reverse.
+	// Like Endpoints, an entry whose content did not change keeps its
+	// pointer in successive results of one [Incremental]. Nil means no
+	// Service.
+	Services map[ServiceFrontend]*ServiceEntry
 }

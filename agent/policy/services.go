@@ -1,0 +1,46 @@
+package policy
+
+import (
+	"net/netip"
+	"time"
+)
+
+// ServiceFrontend is one address, port and protocol of a Service that a
+// dataplane translates for pods: a ClusterIP and one of the Service's
+// ports. Kubernetes judges NetworkPolicy on the pod that receives a
+// connection, after this translation.
+type ServiceFrontend struct {
+	// Addr is a ClusterIP, unmapped (IPv4 as 4 bytes).
+	Addr netip.Addr
+	// Port is the Service port.
+	Port uint16
+	// Proto is ProtoTCP, ProtoUDP or ProtoSCTP.
+	Proto uint8
+}
+
+// ServiceBackend is one ready endpoint of a frontend: a pod address of the
+// frontend's family and the port it listens on (a named targetPort already
+// resolved, as the EndpointSlice carries it).
+type ServiceBackend struct {
+	Addr netip.Addr
+	Port uint16
+}
+
+// ServiceEntry is what one frontend translates to.
+type ServiceEntry struct {
+	// Service is the Service's namespace/name, for status and events.
+	Service string
+	// Backends are the ready endpoints, sorted by address then port, each
+	// once. Empty means the Service has no ready endpoint: new connections
+	// are refused as kube-proxy refuses them (TCP reset or ICMP port
+	// unreachable), never dropped in silence.
+	Backends []ServiceBackend
+	// AffinityTimeout is sessionAffinity ClientIP's timeout: a client's new
+	// connections go to the backend its last one went to, for this long
+	// after that one's last packet. Zero means no affinity.
+	AffinityTimeout time.Duration
+}
+
+// DefaultAffinityTimeout is Kubernetes' default
+// sessionAffinityConfig.clientIP.timeoutSeconds.
+const DefaultAffinityTimeout = 10800 * time.Second
