@@ -169,6 +169,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}
 	cleanup = append(cleanup, openListeners(pods))
+	warmNeighbours(node, pods, progress)
 
 	// No settling: the agent answers a CNI ADD only once the whole
 	// committed state, every pod created so far included, is in force.
@@ -363,6 +364,26 @@ func openListeners(pods []*pod) func() error {
 		}
 		return nil
 	}
+}
+
+// warmNeighbours has the node resolve every pod's link-layer address
+// before any probe starts. The first packet to a pod waits for it (ARP, or
+// IPv6 neighbour discovery, whose solicitation is retransmitted after a
+// second), which a loaded machine can stretch past a probe's timeout and
+// report as a drop. The node's own packets to its pods pass any policy, so
+// one ping each does it.
+func warmNeighbours(node *nodesim.Node, pods []*pod, progress func(string, ...any)) {
+	var wg sync.WaitGroup
+	for _, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := nodesim.Ping(node.NS, p.addr, 3*time.Second); err != nil {
+				progress("warning: the node cannot ping pod %s at %s: %v", p.Key(), p.addr, err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // job is one probe to make.
