@@ -114,13 +114,17 @@ func buildInit(ctx context.Context, repo string) (string, error) {
 	return out, nil
 }
 
-// podIPs is what the tests read of a Pod.
+// pod is what the tests read of a Pod.
 type pod struct {
 	Metadata struct {
 		Name      string            `json:"name"`
 		Namespace string            `json:"namespace"`
 		UID       string            `json:"uid"`
 		Labels    map[string]string `json:"labels"`
+		// DeletionTimestamp is set once the pod is terminating: its
+		// status keeps its addresses while the kubelet tears its
+		// network down.
+		DeletionTimestamp *string `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Spec struct {
 		NodeName string `json:"nodeName"`

@@ -184,8 +184,8 @@ func checkUniqueAddresses(tb testing.TB, c *realnode.Cluster) {
 	}
 	holder := map[string]string{}
 	for _, p := range list.Items {
-		if p.Status.Phase != "Running" && p.Status.Phase != "Pending" {
-			continue
+		if p.Status.Phase != "Running" && p.Status.Phase != "Pending" || p.Metadata.DeletionTimestamp != nil {
+			continue // a terminating pod's address may already be free
 		}
 		for _, a := range p.Status.PodIPs {
 			if !inPool(a.IP) {
@@ -452,7 +452,10 @@ func nodeBlocks(tb testing.TB, c *realnode.Cluster, node string) []string {
 }
 
 // checkPodsInTheirBlocks fails tb when a running pod's address is in no
-// block of its node's NodeIPAM: the operator took a block in use back.
+// block its node holds (assigned in its NodeIPAM's spec, or reported by its
+// agent in status as still in use: a predecessor's block after the Node was
+// re-created), or in a block assigned to another node: the operator took a
+// block in use back.
 func checkPodsInTheirBlocks(tb testing.TB, c *realnode.Cluster) {
 	var list struct {
 		Items []pod `json:"items"`
@@ -460,31 +463,59 @@ func checkPodsInTheirBlocks(tb testing.TB, c *realnode.Cluster) {
 	if err := c.GetJSON(context.Background(), &list, "pods", "-A"); err != nil {
 		return // the API server is busy; the next turn checks
 	}
-	blocks := map[string][]string{}
-	for _, p := range list.Items {
-		if p.Status.Phase != "Running" || p.Spec.NodeName == "" {
-			continue
+	var ipams struct {
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			nodeIPAM
+			Status struct {
+				Blocks []struct {
+					CIDR string `json:"cidr"`
+				} `json:"blocks"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	if err := c.GetJSON(context.Background(), &ipams, "nodeipams"); err != nil {
+		return
+	}
+	held := map[string][]string{}     // node → blocks it holds
+	assigned := map[string][]string{} // node → blocks of its spec
+	for _, n := range ipams.Items {
+		for _, b := range n.Spec.Blocks {
+			held[n.Metadata.Name] = append(held[n.Metadata.Name], b.CIDR)
+			assigned[n.Metadata.Name] = append(assigned[n.Metadata.Name], b.CIDR)
 		}
-		if _, ok := blocks[p.Spec.NodeName]; !ok {
-			var ipam nodeIPAM
-			if err := c.GetJSON(context.Background(), &ipam, "nodeipam", p.Spec.NodeName); err != nil {
-				return
+		for _, b := range n.Status.Blocks {
+			held[n.Metadata.Name] = append(held[n.Metadata.Name], b.CIDR)
+		}
+	}
+	in := func(ip string, blocks []string) bool {
+		for _, b := range blocks {
+			if block, err := netip.ParsePrefix(b); err == nil {
+				if a, err := netip.ParseAddr(ip); err == nil && block.Contains(a) {
+					return true
+				}
 			}
-			for _, b := range ipam.Spec.Blocks {
-				blocks[p.Spec.NodeName] = append(blocks[p.Spec.NodeName], b.CIDR)
-			}
+		}
+		return false
+	}
+	for _, p := range list.Items {
+		if p.Status.Phase != "Running" || p.Spec.NodeName == "" || p.Metadata.DeletionTimestamp != nil {
+			continue // a terminating pod may have lost its network already
 		}
 		for _, a := range p.Status.PodIPs {
 			if !inPool(a.IP) {
 				continue
 			}
-			in := false
-			for _, b := range blocks[p.Spec.NodeName] {
-				in = in || inPrefix(a.IP, b)
+			who := p.Metadata.Namespace + "/" + p.Metadata.Name
+			if !in(a.IP, held[p.Spec.NodeName]) {
+				tb.Errorf("pod %s holds %s, in no block %s holds %v: a block in use was taken back", who, a.IP, p.Spec.NodeName, held[p.Spec.NodeName])
 			}
-			if !in {
-				tb.Errorf("pod %s/%s holds %s, in no block of %s %v: a block in use was taken back",
-					p.Metadata.Namespace, p.Metadata.Name, a.IP, p.Spec.NodeName, blocks[p.Spec.NodeName])
+			for node, blocks := range assigned {
+				if node != p.Spec.NodeName && in(a.IP, blocks) {
+					tb.Errorf("pod %s on %s holds %s, in a block assigned to %s %v", who, p.Spec.NodeName, a.IP, node, blocks)
+				}
 			}
 		}
 	}
