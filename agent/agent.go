@@ -16,6 +16,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/endpoints"
+	"lockstep.dev/lockstep/agent/endpointslice"
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/manifests"
 	"lockstep.dev/lockstep/agent/persist"
@@ -189,7 +190,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if kube, err = startKube(runCtx, cfg, kubeConfig, st, ops, masq.setPeers, log); err != nil {
 			return err
 		}
-		err := waitStep(ctx, gate, log, "the API server at "+kubeConfig.Host+" to list pods, namespaces, network policies and nodes", kube.source.WaitSynced)
+		err := waitStep(ctx, gate, log, "the API server at "+kubeConfig.Host+" to list pods, namespaces, network policies, services, endpoint slices and nodes", kube.source.WaitSynced)
 		if err != nil {
 			return startCancelled(ctx, err)
 		}
@@ -244,6 +245,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if manifestsWatcher != nil {
 		manifestsWatcher.SetHeartbeat(ops.loop("manifests"))
 		go watchManifests(runCtx, st, manifestsWatcher, log)
+	}
+	if kube == nil {
+		// Standalone: the agent is the endpoint-slice controller of the
+		// manifests' Services (in Kubernetes mode the API server's is).
+		slices := endpointslice.New(st, log.With("component", "endpointslice"))
+		slices.SetHeartbeat(ops.loop("endpointslice"))
+		go slices.Run(runCtx)
 	}
 	svc.OnWrite(metrics.ObserveWrite)
 	var lastApply atomic.Int64
