@@ -259,7 +259,7 @@ func Run(ctx context.Context, cfg Config) error {
 		metrics.ObservePolicyApply(d)
 		lastApply.Store(time.Now().UnixNano())
 	})
-	metrics.AddWriter(dataplaneMetrics(be, cleanups, st))
+	metrics.AddWriter(dataplaneMetrics(be, cleanups, st, enf))
 	if kube != nil {
 		// Policy for the pods already running is enforced from here on;
 		// new pods wait for the node's blocks.
