@@ -228,6 +228,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	var slices *endpointslice.Controller
+	if kube == nil {
+		// Standalone: the agent is the endpoint-slice controller of the
+		// manifests' Services (in Kubernetes mode the API server's is).
+		// The restored pods are backends in the first apply, as they were
+		// in the dataplane state a restart inherits.
+		slices = endpointslice.New(st, log.With("component", "endpointslice"))
+		if err := slices.Sync(); err != nil {
+			return err
+		}
+	}
 	// Restored endpoints are enforced before the first new one is served.
 	if err := enf.Sync(ctx); err != nil {
 		return err
@@ -246,10 +257,7 @@ func Run(ctx context.Context, cfg Config) error {
 		manifestsWatcher.SetHeartbeat(ops.loop("manifests"))
 		go watchManifests(runCtx, st, manifestsWatcher, log)
 	}
-	if kube == nil {
-		// Standalone: the agent is the endpoint-slice controller of the
-		// manifests' Services (in Kubernetes mode the API server's is).
-		slices := endpointslice.New(st, log.With("component", "endpointslice"))
+	if slices != nil {
 		slices.SetHeartbeat(ops.loop("endpointslice"))
 		go slices.Run(runCtx)
 	}

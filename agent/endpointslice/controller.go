@@ -124,7 +124,7 @@ func (c *Controller) Run(ctx context.Context) {
 		turn, done := context.WithCancel(ctx)
 		changed := ws.WatchCh(turn)
 		var retry <-chan time.Time
-		if err := c.sync(); err != nil {
+		if err := c.Sync(); err != nil {
 			c.log.Error("compute the EndpointSlices of the Services; retrying", "err", err, "in", retryDelay)
 			changed, retry = nil, time.After(retryDelay)
 		}
@@ -141,7 +141,9 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 }
 
-func (c *Controller) sync() error {
+// Sync makes the store's slices those of its Services and pods now, in a
+// write transaction committed only when a slice changed.
+func (c *Controller) Sync() error {
 	txn := c.store.WriteTxn()
 	defer txn.Abort()
 	changed, err := SyncTxn(txn)
