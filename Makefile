@@ -66,6 +66,7 @@ fuzz:
 	$(GO) test ./cni/config -run '^$$' -fuzz '^FuzzParseNetConf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cni/config -run '^$$' -fuzz '^FuzzParseArgs$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./agent/manifests -run '^$$' -fuzz '^FuzzLoadDocument$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./agent/manifests -run '^$$' -fuzz '^FuzzJSONListMatchesWholeDocument$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./agent/endpoints -run '^$$' -fuzz '^FuzzParsePins$$' -fuzztime $(FUZZTIME)
 
 ## e2e-up: a real two-node cluster in network namespaces, lockstep installed from deploy/ (E2E_FLAGS="--dataplane iptables" to choose)

@@ -16,6 +16,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/endpoints"
+	"lockstep.dev/lockstep/agent/endpointslice"
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/manifests"
 	"lockstep.dev/lockstep/agent/persist"
@@ -189,7 +190,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if kube, err = startKube(runCtx, cfg, kubeConfig, st, ops, masq.setPeers, log); err != nil {
 			return err
 		}
-		err := waitStep(ctx, gate, log, "the API server at "+kubeConfig.Host+" to list pods, namespaces, network policies and nodes", kube.source.WaitSynced)
+		err := waitStep(ctx, gate, log, "the API server at "+kubeConfig.Host+" to list pods, namespaces, network policies, services, endpoint slices and nodes", kube.source.WaitSynced)
 		if err != nil {
 			return startCancelled(ctx, err)
 		}
@@ -227,6 +228,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	var slices *endpointslice.Controller
+	if kube == nil {
+		// Standalone: the agent is the endpoint-slice controller of the
+		// manifests' Services (in Kubernetes mode the API server's is).
+		// The restored pods are backends in the first apply, as they were
+		// in the dataplane state a restart inherits.
+		slices = endpointslice.New(st, log.With("component", "endpointslice"))
+		if err := slices.Sync(); err != nil {
+			return err
+		}
+	}
 	// Restored endpoints are enforced before the first new one is served.
 	if err := enf.Sync(ctx); err != nil {
 		return err
@@ -245,13 +257,17 @@ func Run(ctx context.Context, cfg Config) error {
 		manifestsWatcher.SetHeartbeat(ops.loop("manifests"))
 		go watchManifests(runCtx, st, manifestsWatcher, log)
 	}
+	if slices != nil {
+		slices.SetHeartbeat(ops.loop("endpointslice"))
+		go slices.Run(runCtx)
+	}
 	svc.OnWrite(metrics.ObserveWrite)
 	var lastApply atomic.Int64
 	enf.OnApply(func(d time.Duration) {
 		metrics.ObservePolicyApply(d)
 		lastApply.Store(time.Now().UnixNano())
 	})
-	metrics.AddWriter(dataplaneMetrics(be, cleanups, st))
+	metrics.AddWriter(dataplaneMetrics(be, cleanups, st, enf))
 	if kube != nil {
 		// Policy for the pods already running is enforced from here on;
 		// new pods wait for the node's blocks.

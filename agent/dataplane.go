@@ -224,6 +224,8 @@ func dataplaneStatus(be *backend, enf *enforcer.Enforcer, cleanups *cleanup.Mana
 	if be.counts != nil {
 		out.Counts = be.counts()
 	}
+	svcs := enf.Services()
+	out.Services = &api.ServicesStatus{Frontends: svcs.Frontends, Backends: svcs.Backends, WithoutBackends: svcs.NoBackends}
 	for _, c := range cleanups.Pending() {
 		out.PendingCleanups = append(out.PendingCleanups, api.CleanupStatus{
 			Backend: c.Backend, Reason: c.Reason, Since: c.Since, Attempts: c.Attempts,

@@ -6,6 +6,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/cleanup"
 	"lockstep.dev/lockstep/agent/datapath"
+	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/promtext"
 )
@@ -44,9 +45,10 @@ func ebpfCounts(dp *datapath.Datapath) func() map[string]int {
 }
 
 // dataplaneMetrics writes, at scrape time, the backend's own samples, the
-// backend in use, pending clean-ups and their attempts, and gauges of the
-// committed policy state (endpoints, identities, selectors, policies).
-func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store) func(io.Writer) {
+// backend in use, pending clean-ups and their attempts, gauges of the
+// committed policy state (endpoints, identities, selectors, policies,
+// Services, EndpointSlices) and of the Service translation last applied.
+func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store, enf *enforcer.Enforcer) func(io.Writer) {
 	return func(w io.Writer) {
 		if be.metrics != nil {
 			be.metrics(w)
@@ -78,6 +80,9 @@ func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store) f
 		sels, _ := store.Selectors(txn, nil)
 		pols, _ := store.Policies(txn, nil)
 		pods, _ := store.Pods(txn, nil)
+		svcs, _ := store.Services(txn, nil)
+		slices, _ := store.EndpointSlices(txn, nil)
+		applied := enf.Services()
 		for _, g := range []struct {
 			name, help string
 			n          int
@@ -86,6 +91,11 @@ func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store) f
 			{"lockstep_selectors", "Label selectors committed policies refer to.", len(sels)},
 			{"lockstep_network_policies", "NetworkPolicies in the committed state.", len(pols)},
 			{"lockstep_pods", "Pods known to the agent, local and remote.", len(pods)},
+			{"lockstep_services", "Services in the committed state.", len(svcs)},
+			{"lockstep_endpoint_slices", "EndpointSlices in the committed state.", len(slices)},
+			{"lockstep_service_frontends", "Service frontends (ClusterIP, port, protocol) the dataplane translates, as of the last apply.", applied.Frontends},
+			{"lockstep_service_backends", "Backends of the Service frontends, summed over frontends, as of the last apply.", applied.Backends},
+			{"lockstep_service_frontends_without_backends", "Service frontends with no ready endpoint (connections refused), as of the last apply.", applied.NoBackends},
 		} {
 			promtext.WriteHeader(w, g.name, g.help, "gauge")
 			promtext.WriteSample(w, g.name, float64(g.n))

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"lockstep.dev/lockstep/agent/endpointslice"
 	"lockstep.dev/lockstep/agent/manifests"
 	"lockstep.dev/lockstep/agent/store"
 )
@@ -41,22 +42,29 @@ func watchManifests(ctx context.Context, st *store.Store, w *manifests.Watcher, 
 		if changed, err := commitObjects(st, objs, log); err != nil {
 			log.Error("apply manifests", "dir", w.Dir(), "err", err)
 		} else if changed {
-			log.Info("manifests changed", "dir", w.Dir(), "namespaces", len(objs.Namespaces), "pods", len(objs.Pods), "policies", len(objs.Policies))
+			log.Info("manifests changed", "dir", w.Dir(), "namespaces", len(objs.Namespaces), "pods", len(objs.Pods), "policies", len(objs.Policies), "services", len(objs.Services))
 		}
 	})
 }
 
-// commitObjects replaces the store's objects with objs in one transaction.
+// commitObjects replaces the store's objects with objs in one transaction,
+// with the EndpointSlices their Services and pods give: an edit of a
+// Service's selector, of a pod's labels and of a policy reaches the
+// dataplane in one apply.
 func commitObjects(st *store.Store, objs *manifests.Objects, log *slog.Logger) (bool, error) {
 	for _, w := range objs.Warnings {
 		log.Warn("manifests", "warning", w)
 	}
 	txn := st.WriteTxn()
 	defer txn.Abort()
-	changed, err := store.ReplaceObjects(txn, store.Objects{Namespaces: objs.Namespaces, Pods: objs.Pods, Policies: objs.Policies})
+	changed, err := store.ReplaceObjects(txn, store.Objects{Namespaces: objs.Namespaces, Pods: objs.Pods, Policies: objs.Policies, Services: objs.Services})
+	if err != nil {
+		return false, err
+	}
+	slicesChanged, err := endpointslice.SyncTxn(txn)
 	if err != nil {
 		return false, err
 	}
 	txn.Commit()
-	return changed, nil
+	return changed || slicesChanged, nil
 }

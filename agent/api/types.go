@@ -154,9 +154,22 @@ type DataplaneStatus struct {
 	LastApplyError string `json:"lastApplyError,omitempty"`
 	// Counts are the backend's sizes: sets, rules, chains, map entries.
 	Counts map[string]int `json:"counts,omitempty"`
+	// Services is the Service translation of the last apply.
+	Services *ServicesStatus `json:"services,omitempty"`
 	// PendingCleanups are backends lockstep stopped using and has not
 	// finished cleaning yet.
 	PendingCleanups []CleanupStatus `json:"pendingCleanups"`
+}
+
+// ServicesStatus counts the Service translation a dataplane applied.
+type ServicesStatus struct {
+	// Frontends are the ClusterIP, port and protocol triples translated.
+	Frontends int `json:"frontends"`
+	// Backends are the endpoints they translate to, summed over frontends.
+	Backends int `json:"backends"`
+	// WithoutBackends are the frontends with no ready endpoint, whose
+	// connections are refused.
+	WithoutBackends int `json:"withoutBackends"`
 }
 
 // CleanupStatus is one pending clean-up of a backend.

@@ -3,7 +3,9 @@
 // It is the only writer of the dataplane. Every apply starts from one read
 // transaction of the store, so it sees a committed state whole: the pods,
 // their addresses and identities, the policies and the selectors they
-// reference, as one transaction left them. It compiles that state and hands
+// reference, the Services and their EndpointSlices, as one transaction left
+// them. A backend that changed with a policy in one transaction reaches the
+// dataplane with it, in one Apply. It compiles that state and hands
 // the result to the [Dataplane] in one call, under one lock. A background
 // pass (the periodic resync that repairs drift) goes through the same lock
 // and the same kind of snapshot, so it can never remove something an apply

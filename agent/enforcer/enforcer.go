@@ -8,6 +8,7 @@ import (
 	"maps"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-memdb"
@@ -60,6 +61,9 @@ type Enforcer struct {
 	// the dataplane even if the compiled state is last (a resync).
 	last  *policy.Desired
 	force bool
+	// services counts the Service frontends and backends of the state
+	// applied last, readable without waiting for an apply in progress.
+	services atomic.Pointer[ServiceCounts]
 
 	// observe, when set, receives the duration of every apply, and
 	// observePhases its parts.
@@ -257,6 +261,7 @@ func (e *Enforcer) apply(txn *store.Txn) error {
 			return fmt.Errorf("apply dataplane state: %w", err)
 		}
 		e.last, e.force = desired, false
+		e.services.Store(countServices(desired))
 	}
 	for hostIf := range e.attached {
 		if _, ok := desired.Endpoints[hostIf]; ok {
@@ -270,10 +275,43 @@ func (e *Enforcer) apply(txn *store.Txn) error {
 	return nil
 }
 
+// ServiceCounts is the size of the Service translation last applied.
+type ServiceCounts struct {
+	// Frontends are the ClusterIP, port and protocol triples translated.
+	Frontends int
+	// Backends are the endpoints of all of them; a backend of two
+	// frontends counts twice.
+	Backends int
+	// NoBackends are the frontends without a ready endpoint, whose new
+	// connections are refused.
+	NoBackends int
+}
+
+// Services reports the Service translation of the state last applied; zero
+// before the first apply. It does not wait for an apply in progress.
+func (e *Enforcer) Services() ServiceCounts {
+	if c := e.services.Load(); c != nil {
+		return *c
+	}
+	return ServiceCounts{}
+}
+
+func countServices(d *policy.Desired) *ServiceCounts {
+	c := &ServiceCounts{Frontends: len(d.Services)}
+	for _, ent := range d.Services {
+		c.Backends += len(ent.Backends)
+		if len(ent.Backends) == 0 {
+			c.NoBackends++
+		}
+	}
+	return c
+}
+
 // sameDesired reports whether a and b are made of the same maps, which an
 // incremental compiler returns when nothing in them changed.
 func sameDesired(a, b *policy.Desired) bool {
-	return a != nil && b != nil && sameMap(a.Addrs, b.Addrs) && sameMap(a.CIDRs, b.CIDRs) && sameMap(a.Endpoints, b.Endpoints)
+	return a != nil && b != nil && sameMap(a.Addrs, b.Addrs) && sameMap(a.CIDRs, b.CIDRs) && sameMap(a.Endpoints, b.Endpoints) &&
+		sameMap(a.Services, b.Services)
 }
 
 // sameMap reports whether a and b are the same map object.
@@ -319,6 +357,12 @@ func Snapshot(txn *store.Txn) (*policy.Snapshot, error) {
 			p = withAddrs(p, addrs)
 		}
 		snap.Pods = append(snap.Pods, p)
+	}
+	if snap.Services, err = store.Services(txn, nil); err != nil {
+		return nil, err
+	}
+	if snap.EndpointSlices, err = store.EndpointSlices(txn, nil); err != nil {
+		return nil, err
 	}
 	return snap, nil
 }

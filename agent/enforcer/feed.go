@@ -100,6 +100,20 @@ func (f *feeder) feedChange(c store.Change) {
 		} else {
 			f.comp.SetIdentity(id.Key, id.ID)
 		}
+	case store.TableServices:
+		svc := obj.(*store.Service).Object
+		if deleted {
+			f.comp.DeleteService(svc.Namespace, svc.Name)
+		} else {
+			f.comp.SetService(svc)
+		}
+	case store.TableEndpointSlices:
+		sl := obj.(*store.EndpointSlice).Object
+		if deleted {
+			f.comp.DeleteEndpointSlice(sl.Namespace, sl.Name)
+		} else {
+			f.comp.SetEndpointSlice(sl)
+		}
 	default:
 		// Endpoints were read whole by feed; the rest is not policy input.
 	}
@@ -187,6 +201,20 @@ func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
 	}
 	for _, p := range pods {
 		f.setPod(p)
+	}
+	svcs, err := store.Services(txn, nil)
+	if err != nil {
+		return err
+	}
+	for _, svc := range svcs {
+		f.comp.SetService(svc)
+	}
+	sls, err := store.EndpointSlices(txn, nil)
+	if err != nil {
+		return err
+	}
+	for _, sl := range sls {
+		f.comp.SetEndpointSlice(sl)
 	}
 	f.rev = rev
 	return nil

@@ -95,6 +95,35 @@ func (w *storeWorld) policy() *policy.NetworkPolicy {
 	return np
 }
 
+func (w *storeWorld) service() *policy.Service {
+	svc := &policy.Service{ObjectMeta: policy.ObjectMeta{Namespace: w.pick("a", "b"), Name: w.pick("s0", "s1")}}
+	svc.Spec.ClusterIP = w.pick("10.96.0.1", "10.96.0.2")
+	svc.Spec.Ports = []policy.ServicePort{{Name: "http", Port: 80}, {Name: "dns", Port: 53, Protocol: policy.UDP}}
+	if w.rng.IntN(3) == 0 {
+		svc.Spec.SessionAffinity = policy.ServiceAffinityClientIP
+	}
+	return svc
+}
+
+func (w *storeWorld) slice() *policy.EndpointSlice {
+	svc := w.pick("s0", "s1")
+	sl := &policy.EndpointSlice{
+		ObjectMeta:  policy.ObjectMeta{Namespace: w.pick("a", "b"), Name: svc + "-" + w.pick("0", "1"), Labels: map[string]string{policy.ServiceNameLabel: svc}},
+		AddressType: policy.AddressTypeIPv4,
+	}
+	name, port := w.pick("http", "dns"), int32(8080+w.rng.IntN(2))
+	proto := policy.TCP
+	if name == "dns" {
+		proto = policy.UDP
+	}
+	sl.Ports = []policy.EndpointSlicePort{{Name: &name, Protocol: &proto, Port: &port}}
+	for range w.rng.IntN(3) {
+		ready := w.rng.IntN(4) != 0
+		sl.Endpoints = append(sl.Endpoints, policy.SliceEndpoint{Addresses: []string{w.addr().String()}, Conditions: policy.EndpointConditions{Ready: &ready}})
+	}
+	return sl
+}
+
 // write makes one random write in txn.
 func (w *storeWorld) write(txn *store.Txn) error {
 	switch n := w.rng.IntN(100); {
@@ -110,6 +139,14 @@ func (w *storeWorld) write(txn *store.Txn) error {
 		return store.UpsertPolicy(txn, w.policy())
 	case n < 70:
 		return store.DeletePolicy(txn, w.pick("a", "b", "c"), w.pick("n0", "n1", "n2"))
+	case n < 74:
+		return store.UpsertService(txn, w.service())
+	case n < 75:
+		return store.DeleteService(txn, w.pick("a", "b"), w.pick("s0", "s1"))
+	case n < 80:
+		return store.UpsertEndpointSlice(txn, w.slice())
+	case n < 81:
+		return store.DeleteEndpointSlice(txn, w.pick("a", "b"), w.pick("s0-0", "s0-1", "s1-0"))
 	}
 	// A local endpoint: attached (Pending), made Ready, or released.
 	i := w.rng.IntN(4)
@@ -158,7 +195,7 @@ func TestEnforcerIncrementalMatchesSnapshot(t *testing.T) {
 		w := &storeWorld{rng: rand.New(rand.NewPCG(seed, 7)), st: st}
 		dp := &recordingDataplane{}
 		e := New(st, dp, nil)
-		compared := 0
+		compared, frontends := 0, 0
 		for step := range steps {
 			for range 1 + w.rng.IntN(3) { // transactions between two syncs
 				txn := st.WriteTxn()
@@ -194,9 +231,10 @@ func TestEnforcerIncrementalMatchesSnapshot(t *testing.T) {
 				t.Fatalf("seed %d step %d: the dataplane holds\n%+v\nwant\n%+v", seed, step, dp.last, want)
 			}
 			compared++
+			frontends += len(want.Services)
 		}
-		if compared < steps/2 || dp.applies >= compared {
-			t.Errorf("seed %d: %d states compared, %d applies: the world is too tame, or no apply was ever skipped", seed, compared, dp.applies)
+		if compared < steps/2 || dp.applies >= compared || frontends < compared {
+			t.Errorf("seed %d: %d states compared, %d applies, %d service frontends: the world is too tame, or no apply was ever skipped", seed, compared, dp.applies, frontends)
 		}
 	}
 }

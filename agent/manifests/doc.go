@@ -1,7 +1,7 @@
-// Package manifests reads Kubernetes objects — Namespaces, Pods and
-// NetworkPolicies — from a directory of YAML or JSON files, so a node can
-// enforce policy without an API server (the standalone mode and the demo)
-// and tests can describe a cluster as files.
+// Package manifests reads Kubernetes objects — Namespaces, Pods,
+// NetworkPolicies and Services — from a directory of YAML or JSON files, so
+// a node can enforce policy without an API server (the standalone mode and
+// the demo) and tests can describe a cluster as files.
 //
 // A directory is read whole: every *.yaml, *.yml and *.json file in it (not
 // in subdirectories; names starting with '.' are skipped, so editor swap
@@ -13,6 +13,14 @@
 // server would reject fails the load with an error naming the file and
 // the document. Kinds lockstep does not use are skipped and reported in
 // [Objects.Warnings].
+//
+// A Service must name its ClusterIP (spec.clusterIP, and spec.clusterIPs
+// for a dual-stack one), or "None" for a headless Service: without an API
+// server there is no service range to allocate from, so lockstep refuses a
+// ClusterIP, NodePort or LoadBalancer Service without one
+// ([ErrNoClusterIP]) rather than pick an address that may be another's. Its
+// endpoints are not read from manifests: the agent computes them from the
+// Service's selector and the pods it runs (agent/endpointslice).
 //
 // Objects without a metadata.uid get one derived from kind, namespace and
 // name, so a reload of unchanged files yields the same UIDs.

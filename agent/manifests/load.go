@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,9 +20,10 @@ import (
 type Objects struct {
 	// Namespaces, sorted by name.
 	Namespaces []*policy.Namespace
-	// Pods and Policies, sorted by namespace and name.
+	// Pods, Policies and Services, sorted by namespace and name.
 	Pods     []*policy.Pod
 	Policies []*policy.NetworkPolicy
+	Services []*policy.Service
 	// Warnings lists what was read but not used, such as documents of
 	// other kinds, one line each, naming the file and document.
 	Warnings []string
@@ -136,6 +138,7 @@ func (l *loader) finish() *Objects {
 	slices.SortFunc(l.objs.Namespaces, func(a, b *policy.Namespace) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(l.objs.Pods, func(a, b *policy.Pod) int { return byName(a.ObjectMeta, b.ObjectMeta) })
 	slices.SortFunc(l.objs.Policies, func(a, b *policy.NetworkPolicy) int { return byName(a.ObjectMeta, b.ObjectMeta) })
+	slices.SortFunc(l.objs.Services, func(a, b *policy.Service) int { return byName(a.ObjectMeta, b.ObjectMeta) })
 	return l.objs
 }
 
@@ -224,6 +227,7 @@ func (l *loader) object(where string, j []byte, listOK bool) error {
 		"Namespace":     "v1",
 		"Pod":           "v1",
 		"NetworkPolicy": "networking.k8s.io/v1",
+		"Service":       "v1",
 		"List":          "v1",
 	}[tm.Kind]
 	switch {
@@ -283,9 +287,31 @@ func (l *loader) object(where string, j []byte, listOK bool) error {
 			return err
 		}
 		l.objs.Policies = append(l.objs.Policies, &np)
+	case "Service":
+		var svc policy.Service
+		if err := decode(where, j, &svc); err != nil {
+			return err
+		}
+		svc.Default()
+		validate := func() error {
+			if svc.NeedsClusterIP() {
+				return fmt.Errorf("service %s/%s: %w", svc.Namespace, svc.Name, ErrNoClusterIP)
+			}
+			return svc.Validate()
+		}
+		if err := l.add(where, &svc.TypeMeta, &svc.ObjectMeta, validate); err != nil {
+			return err
+		}
+		l.objs.Services = append(l.objs.Services, &svc)
 	}
 	return nil
 }
+
+// ErrNoClusterIP: a manifest's Service of a type pods reach by ClusterIP
+// names none. The API server allocates ClusterIPs from its service range;
+// without one lockstep has no range to allocate from, so a manifest gives
+// the address.
+var ErrNoClusterIP = errors.New(`spec.clusterIP is required in a manifest: lockstep allocates no ClusterIPs without an API server; give the Service an address of your service range (and spec.clusterIPs for a second family), or "None" for a headless Service`)
 
 func decode(where string, j []byte, v any) error {
 	if err := json.Unmarshal(j, v); err != nil {

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -65,7 +66,7 @@ status:
 ---
 ---
 apiVersion: v1
-kind: Service
+kind: ConfigMap
 metadata: {name: db}
 `
 
@@ -145,8 +146,8 @@ func TestLoad(t *testing.T) {
 	if ex == nil || ex.CIDR != "172.17.0.0/16" || !reflect.DeepEqual(ex.Except, []string{"172.17.1.0/24"}) {
 		t.Errorf("ipBlock = %+v", ex)
 	}
-	if len(objs.Warnings) != 1 || !strings.Contains(objs.Warnings[0], "policy.yaml document 4: skipped v1 Service") {
-		t.Errorf("warnings = %q, want the Service in document 4 (after an empty one)", objs.Warnings)
+	if len(objs.Warnings) != 1 || !strings.Contains(objs.Warnings[0], "policy.yaml document 4: skipped v1 ConfigMap") {
+		t.Errorf("warnings = %q, want the ConfigMap in document 4 (after an empty one)", objs.Warnings)
 	}
 
 	again, err := Load(dir)
@@ -241,5 +242,101 @@ func TestSplitDocuments(t *testing.T) {
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("splitDocuments(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+func TestLoadServices(t *testing.T) {
+	tests := []struct {
+		name    string
+		doc     string
+		check   func(*testing.T, *policy.Service)
+		wantErr string
+	}{
+		{
+			name: "ClusterIP Service, defaulted as the API server does",
+			doc: `apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: web}
+  sessionAffinity: ClientIP
+  ports:
+  - {name: http, port: 80, targetPort: http}
+  - {name: dns, port: 53, protocol: UDP}
+`,
+			check: func(t *testing.T, s *policy.Service) {
+				sp := s.Spec
+				if s.Namespace != "default" || sp.Type != policy.ServiceTypeClusterIP || !reflect.DeepEqual(sp.ClusterIPs, []string{"10.96.0.10"}) {
+					t.Errorf("service %s/%s type %q clusterIPs %v", s.Namespace, s.Name, sp.Type, sp.ClusterIPs)
+				}
+				if sp.Ports[0].Protocol != policy.TCP || *sp.Ports[0].TargetPort != *policy.FromString("http") || *sp.Ports[1].TargetPort != *policy.FromInt(53) {
+					t.Errorf("ports %+v %+v", sp.Ports[0], sp.Ports[1])
+				}
+				if c := sp.SessionAffinityConfig; c == nil || *c.ClientIP.TimeoutSeconds != 10800 {
+					t.Errorf("affinity config %+v, want the default timeout", c)
+				}
+			},
+		},
+		{
+			name: "dual stack",
+			doc:  "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: prod}\nspec: {clusterIP: 10.96.0.10, clusterIPs: [10.96.0.10, 'fd00:96::10'], ports: [{port: 80}]}\n",
+			check: func(t *testing.T, s *policy.Service) {
+				if s.Namespace != "prod" || len(s.Spec.ClusterIPs) != 2 {
+					t.Errorf("service %+v", s)
+				}
+			},
+		},
+		{
+			name:  "headless",
+			doc:   "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: None, ports: [{port: 80}]}\n",
+			check: func(t *testing.T, s *policy.Service) {},
+		},
+		{
+			name:  "ExternalName needs no ClusterIP",
+			doc:   "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {type: ExternalName, externalName: web.example}\n",
+			check: func(t *testing.T, s *policy.Service) {},
+		},
+		{
+			name:    "no ClusterIP: refused, there is no allocator",
+			doc:     "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {selector: {app: web}, ports: [{port: 80}]}\n",
+			wantErr: "svc.yaml document 1: service default/web: spec.clusterIP is required in a manifest",
+		},
+		{
+			name:    "no ClusterIP on a NodePort Service either",
+			doc:     "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {type: NodePort, ports: [{port: 80}]}\n",
+			wantErr: "spec.clusterIP is required",
+		},
+		{
+			name:    "invalid: two unnamed ports",
+			doc:     "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.10, ports: [{port: 80}, {port: 81}]}\n",
+			wantErr: "svc.yaml document 1: service default/web: spec.ports[0].name: required",
+		},
+		{
+			name:    "wrong apiVersion",
+			doc:     "apiVersion: v2\nkind: Service\nmetadata: {name: web}\n",
+			wantErr: `Service has apiVersion "v2", want "v1"`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Parse("svc.yaml", []byte(tc.doc))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(objs.Services) != 1 || len(objs.Warnings) != 0 {
+				t.Fatalf("services %+v, warnings %q; want one Service", objs.Services, objs.Warnings)
+			}
+			tc.check(t, objs.Services[0])
+		})
+	}
+	if _, err := Parse("svc.yaml", []byte("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{port: 80}]}\n")); !errors.Is(err, ErrNoClusterIP) {
+		t.Errorf("a Service without a ClusterIP: %v, want ErrNoClusterIP", err)
 	}
 }

@@ -33,7 +33,7 @@ func TestJSONListReadsAsWholeDocument(t *testing.T) {
 		{"items first, as kubectl writes it", "{\n  \"apiVersion\": \"v1\",\n  \"items\": [\n    " + ns + ",\n    " + pod + "\n  ],\n  \"kind\": \"List\",\n  \"metadata\": {\"resourceVersion\": \"\"}\n}\n", ""},
 		{"no items", `{"apiVersion":"v1","kind":"List","items":[]}`, ""},
 		{"null items", `{"apiVersion":"v1","kind":"List","items":null}`, ""},
-		{"other kinds warned", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"s"}}]}`, ""},
+		{"other kinds warned", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"s"}}]}`, ""},
 		{"a single object", pod, ""},
 		{"repeated key in an item", `{"apiVersion":"v1","kind":"List","items":[` + ns + `,{"apiVersion":"v1","kind":"Pod","kind":"Pod","metadata":{"name":"x"}}]}`, "document 1 item 2: yaml: unmarshal errors:\n  line 1: mapping key \"kind\" already defined at line 1"},
 		{"repeated items", `{"apiVersion":"v1","kind":"List","items":[],"items":[]}`, "already defined"},

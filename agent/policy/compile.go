@@ -37,6 +37,12 @@ type Snapshot struct {
 	Identities map[string]Peer
 	// Local is the endpoints of this node.
 	Local []LocalEndpoint
+	// Services and EndpointSlices are every Service and EndpointSlice;
+	// they give Desired.Services. A Service is validated (and defaulted)
+	// by Compile, an invalid one fails the compilation; what a slice holds
+	// that cannot be used (an address that does not parse) is left out.
+	Services       []*Service
+	EndpointSlices []*EndpointSlice
 }
 
 // Compile computes the desired dataplane state of s. It does not modify s.
@@ -55,6 +61,13 @@ type Snapshot struct {
 // addresses have no Addrs entry and so count as non-pod addresses (only
 // ipBlock peers match them). It still gets its anti-spoofing addresses.
 // Once the pod object arrives the next compilation isolates it.
+//
+// Services: every ClusterIP (of both families; not a headless Service's
+// "None", not an ExternalName Service) and port is a frontend, whose
+// backends the Service's EndpointSlices give (see compiledService.entries).
+// A Service without a ready endpoint still has its frontends, with no
+// backend. Services depend on nothing else in the snapshot: pods reach
+// them through their slices, which is what kube-proxy reads too.
 func Compile(s *Snapshot) (*Desired, error) {
 	c := &compiler{
 		s:        s,
@@ -113,6 +126,11 @@ func Compile(s *Snapshot) (*Desired, error) {
 		}
 		d.Endpoints[le.HostIfName] = ep
 	}
+	svcs, err := compileServices(s.Services, s.EndpointSlices)
+	if err != nil {
+		return nil, err
+	}
+	d.Services = svcs
 	return d, nil
 }
 

@@ -50,4 +50,18 @@
 // published as longest-prefix entries; each pod address carries its class
 // too. A namespace without an object has the labels the API server would
 // give it, {kubernetes.io/metadata.name: name}.
+//
+// # Services
+//
+// Kubernetes judges NetworkPolicy after Service translation: a pod whose
+// egress allows app=server reaches the server through its ClusterIP. The
+// compiler therefore also produces [Desired.Services], which the dataplane
+// applies with the policy in one step: each ClusterIP (both families) and
+// port of a Service is a frontend, whose backends are the endpoints its
+// EndpointSlices list for that port (matched by the Service port's name and
+// protocol), the ready ones or, when none is, the serving and terminating
+// ones, as kube-proxy chooses them. [Service] and [EndpointSlice] keep only
+// what that needs. Where the slices come from is the sources' business: the
+// API server's endpoint-slice controller in Kubernetes mode, the agent's
+// own (agent/endpointslice) in standalone mode.
 package policy

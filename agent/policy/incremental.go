@@ -44,6 +44,7 @@ type inputs struct {
 	policies   map[objKey]*NetworkPolicy
 	identities map[string]Peer
 	local      []LocalEndpoint
+	svc        serviceInputs
 
 	dirtyNS       map[string]struct{}
 	dirtyPods     map[objKey]struct{} // by podNamespace and name
@@ -63,6 +64,7 @@ func NewIncremental() *Incremental {
 		dirtyPods:     map[objKey]struct{}{},
 		dirtyPolicies: map[objKey]struct{}{},
 		dirtyIDs:      map[string]struct{}{},
+		svc:           newServiceInputs(),
 	}}
 }
 
@@ -188,6 +190,7 @@ func (in *inputs) markAllDirty() {
 		in.dirtyPolicies[k] = struct{}{}
 	}
 	in.dirtyLocal = true
+	in.svc.markAllDirty()
 }
 
 func (in *inputs) clearDirty() {
@@ -195,6 +198,7 @@ func (in *inputs) clearDirty() {
 	reset(&in.dirtyPods)
 	reset(&in.dirtyPolicies)
 	reset(&in.dirtyIDs)
+	reset(&in.svc.dirty)
 	in.dirtyLocal = false
 }
 
@@ -272,6 +276,9 @@ type state struct {
 	// from their cache and those it resolved (tests).
 	ruleHits, ruleMisses int
 
+	// svc is the Services' part (see incremental_services.go).
+	svc serviceState
+
 	// out is the last result; prev, the result of the state this one
 	// replaced (a rebuild reuses its unchanged parts).
 	out, prev *Desired
@@ -307,6 +314,7 @@ func newState(prev *Desired, pods int) *state {
 		classChanged:  map[*identState]struct{}{},
 		touchedPols:   map[*policyState]struct{}{},
 		dirtyAddrs:    make(map[netip.Addr]struct{}, pods),
+		svc:           newServiceState(),
 		prev:          prev,
 	}
 }
@@ -314,8 +322,9 @@ func newState(prev *Desired, pods int) *state {
 // update brings the state up to date with the changed inputs and returns
 // the new result. The order follows the dependencies: policies (and the
 // CIDR classes of their ipBlocks), then what changes pods' identities or
-// addresses, then the pods, then the identities' effect on selectors, and
-// last the endpoints' rules.
+// addresses, then the pods, then the identities' effect on selectors, then
+// the endpoints' rules, and last the Services, which depend on nothing
+// else.
 func (st *state) update(in *inputs) (*Desired, error) {
 	blockSeen := map[string]bool{} // ipBlock key -> in use before
 	for _, k := range sortedKeys(in.dirtyPolicies, compareObjKey) {
@@ -355,13 +364,16 @@ func (st *state) update(in *inputs) (*Desired, error) {
 	if err := st.updateEndpoints(); err != nil {
 		return nil, err
 	}
+	if err := st.updateServices(&in.svc); err != nil {
+		return nil, err
+	}
 	return st.publish(), nil
 }
 
 // publish assembles the result, sharing what did not change with the last
 // one (or, after a rebuild, with the result of the state it replaced).
 func (st *state) publish() *Desired {
-	d := &Desired{CIDRs: st.classes.lpm}
+	d := &Desired{CIDRs: st.classes.lpm, Services: st.publishServices(st.out == nil)}
 	if st.out != nil {
 		d.Addrs, d.Endpoints = st.out.Addrs, st.out.Endpoints
 	}

@@ -20,6 +20,8 @@ type world struct {
 	namespaces map[string]*Namespace
 	pods       map[objKey]*Pod
 	policies   map[objKey]*NetworkPolicy
+	services   map[objKey]*Service
+	slices     map[objKey]*EndpointSlice
 	identities map[string]Peer // as the compilers get them
 	clean      map[string]Peer // as the store would number them
 	local      []LocalEndpoint
@@ -53,6 +55,8 @@ func newWorld(seed uint64) *world {
 		namespaces: map[string]*Namespace{},
 		pods:       map[objKey]*Pod{},
 		policies:   map[objKey]*NetworkPolicy{},
+		services:   map[objKey]*Service{},
+		slices:     map[objKey]*EndpointSlice{},
 		identities: map[string]Peer{},
 		clean:      map[string]Peer{},
 		inc:        NewIncremental(),
@@ -277,6 +281,11 @@ func (w *world) edit() {
 	if w.failed && w.chance(0.3) {
 		w.heal()
 	}
+	if w.chance(0.25) {
+		w.editService()
+		w.assignIdentities()
+		return
+	}
 	switch n := w.rng.IntN(100); {
 	case n < 8:
 		ns := w.namespace()
@@ -392,6 +401,16 @@ func (w *world) snapshot() *Snapshot {
 	for _, np := range w.policies {
 		s.Policies = append(s.Policies, np)
 	}
+	for _, svc := range w.services {
+		s.Services = append(s.Services, svc)
+	}
+	for _, sl := range w.slices {
+		s.EndpointSlices = append(s.EndpointSlices, sl)
+	}
+	w.rng.Shuffle(len(s.Services), func(i, j int) { s.Services[i], s.Services[j] = s.Services[j], s.Services[i] })
+	w.rng.Shuffle(len(s.EndpointSlices), func(i, j int) {
+		s.EndpointSlices[i], s.EndpointSlices[j] = s.EndpointSlices[j], s.EndpointSlices[i]
+	})
 	w.rng.Shuffle(len(s.Pods), func(i, j int) { s.Pods[i], s.Pods[j] = s.Pods[j], s.Pods[i] })
 	w.rng.Shuffle(len(s.Policies), func(i, j int) { s.Policies[i], s.Policies[j] = s.Policies[j], s.Policies[i] })
 	return s
@@ -407,6 +426,14 @@ func deepCopy(d *Desired) *Desired {
 			e.Rules[k] = slices.Clone(v)
 		}
 		c.Endpoints[name] = &e
+	}
+	if d.Services != nil {
+		c.Services = map[ServiceFrontend]*ServiceEntry{}
+		for fe, e := range d.Services {
+			ce := *e
+			ce.Backends = slices.Clone(e.Backends)
+			c.Services[fe] = &ce
+		}
 	}
 	return c
 }
@@ -441,6 +468,22 @@ func diffDesired(got, want *Desired) string {
 	for name := range got.Endpoints {
 		if want.Endpoints[name] == nil {
 			out = append(out, "endpoint "+name+" not wanted")
+		}
+	}
+	if (got.Services == nil) != (want.Services == nil) {
+		out = append(out, fmt.Sprintf("services: got nil %v, want nil %v", got.Services == nil, want.Services == nil))
+	}
+	for fe, we := range want.Services {
+		switch ge := got.Services[fe]; {
+		case ge == nil:
+			out = append(out, fmt.Sprintf("service frontend %+v missing", fe))
+		case !reflect.DeepEqual(*ge, *we):
+			out = append(out, fmt.Sprintf("service frontend %+v: got %+v, want %+v", fe, *ge, *we))
+		}
+	}
+	for fe := range got.Services {
+		if want.Services[fe] == nil {
+			out = append(out, fmt.Sprintf("service frontend %+v not wanted", fe))
 		}
 	}
 	slices.Sort(out)

@@ -18,6 +18,7 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 		seeds, steps = 3, 500
 	}
 	var compiled, failed, rules, reused, ruleHits, ruleMisses int
+	var frontends, backends, svcReused int
 	for seed := range seeds {
 		w := newWorld(uint64(seed) + 1)
 		var prev, prevCopy *Desired
@@ -59,15 +60,32 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 					reused++
 				}
 			}
+			for fe, e := range got.Services {
+				frontends++
+				backends += len(e.Backends)
+				if prev == nil {
+					continue
+				}
+				switch old := prev.Services[fe]; {
+				case old == e:
+					svcReused++
+				case old != nil && sameEntry(old, e):
+					t.Fatalf("seed %d step %d: frontend %+v's entry is equal to the last one but a new object", seed, step, fe)
+				}
+			}
 			prev, prevCopy = got, deepCopy(got)
 		}
 	}
 	t.Logf("%d compilations, %d failed as the full compiler did, %d rules compared, %d endpoint policies reused; full recomputes took %d rules from their caches and resolved %d",
 		compiled, failed, rules, reused, ruleHits, ruleMisses)
+	t.Logf("%d service frontends compared, %d backends, %d entries reused", frontends, backends, svcReused)
 	// The world must exercise both outcomes, real rules and the rule
 	// caches, or the comparison proves little.
 	if compiled < seeds*steps/3 || failed == 0 || rules < compiled || reused == 0 || ruleHits < ruleMisses/10 {
 		t.Errorf("the random world is too tame: %d compiled, %d failed, %d rules, %d reused, %d cached rules, %d resolved", compiled, failed, rules, reused, ruleHits, ruleMisses)
+	}
+	if frontends < compiled || backends < compiled || svcReused < frontends/2 {
+		t.Errorf("the random world's Services are too tame: %d frontends, %d backends, %d reused", frontends, backends, svcReused)
 	}
 }
 

@@ -1,6 +1,8 @@
 // Package store is the agent's single source of node state: one
-// go-memdb database holding IP pools, address allocations and endpoints
-// (and, as lockstep grows, labels, selectors, identities and policies).
+// go-memdb database holding IP pools, address allocations and endpoints,
+// the node's address blocks and pending clean-ups, and the Kubernetes
+// objects the dataplane is compiled from: namespaces, pods with their
+// identities, policies with their selectors, Services and EndpointSlices.
 //
 // Everything that must change together changes in one write transaction.
 // Write helpers are small functions named fooTxn-style (InsertEndpoint,

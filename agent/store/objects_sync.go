@@ -7,16 +7,21 @@ import (
 )
 
 // Objects is a complete set of Kubernetes objects from one source (a
-// manifests directory, later the API server's informers).
+// manifests directory, or the API server's informers). EndpointSlices are
+// not among them: in standalone mode the agent computes them from the
+// store (agent/endpointslice), so they have a replace of their own,
+// ReplaceEndpointSlices.
 type Objects struct {
 	Namespaces []*policy.Namespace
 	Pods       []*policy.Pod
 	Policies   []*policy.NetworkPolicy
+	Services   []*policy.Service
 }
 
-// ReplaceObjects makes the store's namespaces, pods and policies exactly
-// objs, inside txn: objects that are equal are left alone (no identity or
-// selector churn), new and changed ones are upserted, missing ones deleted.
+// ReplaceObjects makes the store's namespaces, pods, policies and Services
+// exactly objs, inside txn: objects that are equal are left alone (no
+// identity or selector churn), new and changed ones are upserted, missing
+// ones deleted.
 // Namespaces are written first and deleted last, so every pod is
 // identified with its namespace's final labels. It reports whether
 // anything changed.
@@ -92,6 +97,34 @@ func ReplaceObjects(txn *Txn, objs Objects) (bool, error) {
 	for _, np := range oldPolicies {
 		if !keepPolicies[[2]string{np.Namespace, np.Name}] {
 			if err := DeletePolicy(txn, np.Namespace, np.Name); err != nil {
+				return false, err
+			}
+			changed = true
+		}
+	}
+
+	oldServices, err := Services(txn, nil)
+	if err != nil {
+		return false, err
+	}
+	keepServices := map[[2]string]bool{}
+	for _, svc := range objs.Services {
+		keepServices[[2]string{svc.Namespace, svc.Name}] = true
+		old, err := ServiceByName(txn, nil, svc.Namespace, svc.Name)
+		if err != nil {
+			return false, err
+		}
+		if old != nil && reflect.DeepEqual(old.Object, svc) {
+			continue
+		}
+		if err := UpsertService(txn, svc); err != nil {
+			return false, err
+		}
+		changed = true
+	}
+	for _, svc := range oldServices {
+		if !keepServices[[2]string{svc.Namespace, svc.Name}] {
+			if err := DeleteService(txn, svc.Namespace, svc.Name); err != nil {
 				return false, err
 			}
 			changed = true

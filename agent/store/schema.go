@@ -18,6 +18,10 @@ const (
 	TablePolicies    = "policies"
 	TableIdentities  = "identities"
 	TableSelectors   = "selectors"
+	// TableServices and TableEndpointSlices hold what a dataplane needs to
+	// translate Services for pods; not durable, like pods and policies.
+	TableServices       = "services"
+	TableEndpointSlices = "endpointslices"
 )
 
 // Index names. Every table has IndexID, the unique primary key.
@@ -29,6 +33,8 @@ const (
 	IndexState      = "state"
 	IndexIdentity   = "identity"
 	IndexKey        = "key"
+	// IndexService finds EndpointSlices by the Service they name.
+	IndexService = "service"
 )
 
 // storeRevisionKey is the TableRevisions row holding the whole store's
@@ -49,6 +55,9 @@ func schema() *memdb.DBSchema {
 		TableCleanups:    cleanupsTableSchema(),
 		TableChanges:     changesTableSchema(),
 		TableBlocks:      blocksTableSchema(),
+
+		TableServices:       servicesTableSchema(),
+		TableEndpointSlices: endpointSlicesTableSchema(),
 	}}
 }
 

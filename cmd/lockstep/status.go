@@ -17,7 +17,7 @@ func newStatusCmd() *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the agent's dataplane, pools, last apply error and pending clean-ups",
+		Short: "Show the agent's dataplane, Service translation, pools, last apply error and pending clean-ups",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "json" {
@@ -62,6 +62,13 @@ func writeStatus(out io.Writer, st *api.StatusResponse, now time.Time) error {
 		sort.Strings(keys)
 		for _, k := range keys {
 			fmt.Fprintf(w, "  %s:\t%d\n", k, dp.Counts[k])
+		}
+		if s := dp.Services; s != nil {
+			fmt.Fprintf(w, "Services:\t%d frontends, %d backends", s.Frontends, s.Backends)
+			if s.WithoutBackends > 0 {
+				fmt.Fprintf(w, ", %d without a ready endpoint", s.WithoutBackends)
+			}
+			fmt.Fprintln(w)
 		}
 		if len(dp.PendingCleanups) == 0 {
 			fmt.Fprintf(w, "Pending clean-ups:\tnone\n")

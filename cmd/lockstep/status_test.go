@@ -20,11 +20,13 @@ func TestWriteStatus(t *testing.T) {
 			name: "clean-up pending after a failed attempt",
 			st: api.StatusResponse{Dataplane: &api.DataplaneStatus{
 				Name: "iptables-nft", LastApply: now.Add(-2 * time.Second),
-				Counts: map[string]int{"sets": 4, "rules": 40},
+				Counts:   map[string]int{"sets": 4, "rules": 40},
+				Services: &api.ServicesStatus{Frontends: 6, Backends: 9, WithoutBackends: 1},
 				PendingCleanups: []api.CleanupStatus{{Backend: "iptables-legacy", Reason: "dataplane changed",
 					Since: now.Add(-time.Hour), Attempts: 3, LastError: "exit status 4"}},
 			}},
-			want: []string{"iptables-nft", "ok, 2s ago", "rules:", "40", "Pending clean-ups:  1", "iptables-legacy:", "3 attempts", "last error: exit status 4"},
+			want: []string{"iptables-nft", "ok, 2s ago", "rules:", "40", "6 frontends, 9 backends, 1 without a ready endpoint",
+				"Pending clean-ups:  1", "iptables-legacy:", "3 attempts", "last error: exit status 4"},
 		},
 		{
 			name: "apply failed",

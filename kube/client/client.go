@@ -6,6 +6,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,7 +22,8 @@ type Client struct {
 }
 
 // codecs serialises every API group lockstep talks to: lockstep.dev/v1alpha1
-// and the built-in core/v1, networking.k8s.io/v1 and coordination.k8s.io/v1.
+// and the built-in core/v1, networking.k8s.io/v1, discovery.k8s.io/v1 and
+// coordination.k8s.io/v1.
 // It is built on first use rather than taken from
 // k8s.io/client-go/kubernetes/scheme, whose initialiser registers every API
 // group of Kubernetes: lockstep is one binary, and the CNI plugin it also is
@@ -30,7 +32,7 @@ type Client struct {
 var codecs = sync.OnceValue(func() serializer.CodecFactory {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		v1alpha1.AddToScheme, corev1.AddToScheme, networkingv1.AddToScheme, coordinationv1.AddToScheme,
+		v1alpha1.AddToScheme, corev1.AddToScheme, networkingv1.AddToScheme, discoveryv1.AddToScheme, coordinationv1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			// AddToScheme only registers types: failing is a programming

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"lockstep.dev/lockstep/agent/policy"
@@ -17,7 +18,7 @@ import (
 )
 
 // batch is the keys of the objects that changed since the last commit, by
-// kind: namespaces by name, pods and policies by namespace/name.
+// kind: namespaces by name, the namespaced kinds by namespace/name.
 type batch struct {
 	keys [numKinds][]string
 }
@@ -69,6 +70,32 @@ func (c converter) pod(obj any) *policy.Pod {
 	return out
 }
 
+func (c converter) service(obj any) *policy.Service {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return nil
+	}
+	out, err := ConvertService(svc)
+	if err != nil {
+		c.log.Error("service cannot be translated and is left out", "service", svc.Namespace+"/"+svc.Name, "err", err)
+		return nil
+	}
+	return out
+}
+
+func (c converter) endpointSlice(obj any) *policy.EndpointSlice {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil
+	}
+	out, err := ConvertEndpointSlice(s)
+	if err != nil {
+		c.log.Error("endpoint slice cannot be read and is left out", "endpointslice", s.Namespace+"/"+s.Name, "err", err)
+		return nil
+	}
+	return out
+}
+
 func (c converter) policy(obj any) *policy.NetworkPolicy {
 	np, ok := obj.(*networkingv1.NetworkPolicy)
 	if !ok {
@@ -84,8 +111,9 @@ func (c converter) policy(obj any) *policy.NetworkPolicy {
 
 // apply writes the current state of b's objects into txn: namespaces
 // first (so pods are identified with their namespace's final labels), then
-// pods and policies, then namespace deletions. Objects equal to what the
-// store holds are not rewritten. It reports whether anything changed.
+// pods, policies, Services and EndpointSlices, then namespace deletions.
+// Objects equal to what the store holds are not rewritten. It reports
+// whether anything changed.
 func (b *batch) apply(txn *store.Txn, lookup lookupFunc, conv converter) (bool, error) {
 	changed := false
 	var goneNS []string
@@ -165,6 +193,11 @@ func (b *batch) apply(txn *store.Txn, lookup lookupFunc, conv converter) (bool, 
 			changed = true
 		}
 	}
+	svcChanged, err := b.applyServices(txn, lookup, conv)
+	if err != nil {
+		return false, err
+	}
+	changed = changed || svcChanged
 	for _, name := range goneNS {
 		old, err := store.NamespaceByName(txn, nil, name)
 		if err != nil {
@@ -181,8 +214,70 @@ func (b *batch) apply(txn *store.Txn, lookup lookupFunc, conv converter) (bool, 
 	return changed, nil
 }
 
-// objects converts everything the informers hold.
-func (s *Source) objects() store.Objects {
+// applyServices writes the current state of b's Services and
+// EndpointSlices into txn, as apply does the other kinds.
+func (b *batch) applyServices(txn *store.Txn, lookup lookupFunc, conv converter) (bool, error) {
+	changed := false
+	for _, key := range b.keys[kindService] {
+		namespace, name, err := client.SplitKey(key)
+		if err != nil {
+			return false, err
+		}
+		old, err := store.ServiceByName(txn, nil, namespace, name)
+		if err != nil {
+			return false, err
+		}
+		var svc *policy.Service
+		if obj, ok := lookup(kindService, key); ok {
+			svc = conv.service(obj)
+		}
+		switch {
+		case svc == nil && old == nil:
+		case svc == nil:
+			if err := store.DeleteService(txn, namespace, name); err != nil {
+				return false, err
+			}
+			changed = true
+		case old == nil || !reflect.DeepEqual(old.Object, svc):
+			if err := store.UpsertService(txn, svc); err != nil {
+				return false, err
+			}
+			changed = true
+		}
+	}
+	for _, key := range b.keys[kindEndpointSlice] {
+		namespace, name, err := client.SplitKey(key)
+		if err != nil {
+			return false, err
+		}
+		old, err := store.EndpointSliceByName(txn, nil, namespace, name)
+		if err != nil {
+			return false, err
+		}
+		var sl *policy.EndpointSlice
+		if obj, ok := lookup(kindEndpointSlice, key); ok {
+			sl = conv.endpointSlice(obj)
+		}
+		switch {
+		case sl == nil && old == nil:
+		case sl == nil:
+			if err := store.DeleteEndpointSlice(txn, namespace, name); err != nil {
+				return false, err
+			}
+			changed = true
+		case old == nil || !reflect.DeepEqual(old.Object, sl):
+			if err := store.UpsertEndpointSlice(txn, sl); err != nil {
+				return false, err
+			}
+			changed = true
+		}
+	}
+	return changed, nil
+}
+
+// objects converts everything the informers hold: the objects
+// ReplaceObjects takes, and the EndpointSlices.
+func (s *Source) objects() (store.Objects, []*policy.EndpointSlice) {
 	conv := s.converter()
 	var out store.Objects
 	for _, obj := range s.informers[kindNamespace].List() {
@@ -200,7 +295,18 @@ func (s *Source) objects() store.Objects {
 			out.Policies = append(out.Policies, np)
 		}
 	}
-	return out
+	for _, obj := range s.informers[kindService].List() {
+		if svc := conv.service(obj); svc != nil {
+			out.Services = append(out.Services, svc)
+		}
+	}
+	var slices []*policy.EndpointSlice
+	for _, obj := range s.informers[kindEndpointSlice].List() {
+		if sl := conv.endpointSlice(obj); sl != nil {
+			slices = append(slices, sl)
+		}
+	}
+	return out, slices
 }
 
 func (s *Source) converter() converter { return converter{node: s.opts.NodeName, log: s.log} }

@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -161,4 +163,89 @@ func TestBatchIsOneTransaction(t *testing.T) {
 			t.Error("deleting what is gone changed the store")
 		}
 	})
+}
+
+// TestBatchServices: Services and EndpointSlices commit in the batches of
+// the other kinds: a policy and the slice of the Service it allows land in
+// one revision; a slice's status noise (a new resourceVersion, a node name)
+// writes nothing; an invalid Service is left out; deletions land.
+func TestBatchServices(t *testing.T) {
+	st, err := store.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newFakeCache()
+	yes := true
+	name, port := "", int32(8080)
+	slice := func(addrs ...string) *discoveryv1.EndpointSlice {
+		s := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: "server-x1", Namespace: "prod", Labels: map[string]string{policy.ServiceNameLabel: "server"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
+		}
+		for _, a := range addrs {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: &yes}})
+		}
+		return s
+	}
+	c[kindService]["prod/server"] = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: "prod"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.20", ClusterIPs: []string{"10.96.0.20"}, Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	c[kindEndpointSlice]["prod/server-x1"] = slice()
+	keys := func(policies, services, slices []string) [numKinds][]string {
+		var k [numKinds][]string
+		k[kindPolicy], k[kindService], k[kindEndpointSlice] = policies, services, slices
+		return k
+	}
+	if changed, before, after := commit(t, st, c, keys(nil, []string{"prod/server"}, []string{"prod/server-x1"})); !changed || after != before+1 {
+		t.Fatalf("first batch: changed=%v, revision %d -> %d", changed, before, after)
+	}
+
+	// The server becomes ready as a policy allowing it appears: one batch,
+	// one revision with both.
+	c[kindEndpointSlice]["prod/server-x1"] = slice("10.244.1.7")
+	c[kindPolicy]["prod/allow"] = &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "allow", Namespace: "prod"}}
+	changed, before, after := commit(t, st, c, keys([]string{"prod/allow"}, nil, []string{"prod/server-x1"}))
+	if !changed || after != before+1 {
+		t.Fatalf("policy and slice: changed=%v, revision %d -> %d; want one revision", changed, before, after)
+	}
+	cs, err := store.ChangesSince(st.ReadTxn(), before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := map[string]bool{}
+	for _, ch := range cs {
+		tables[ch.Table] = true
+	}
+	if !tables[store.TablePolicies] || !tables[store.TableEndpointSlices] {
+		t.Errorf("revision %d changed %v, want the policy and the slice", after, tables)
+	}
+
+	// Noise the dataplane does not read writes nothing.
+	noisy := slice("10.244.1.7")
+	noisy.ResourceVersion, noisy.Endpoints[0].NodeName = "77", ptr("node-b")
+	c[kindEndpointSlice]["prod/server-x1"] = noisy
+	if changed, _, _ := commit(t, st, c, keys(nil, nil, []string{"prod/server-x1"})); changed {
+		t.Error("a slice change the dataplane does not read wrote the store")
+	}
+
+	// A Service that turns invalid leaves the store, as policies do.
+	c[kindService]["prod/server"] = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "server", Namespace: "prod"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.20", Ports: []corev1.ServicePort{{Port: 80}, {Port: 81}}}}
+	if changed, _, _ := commit(t, st, c, keys(nil, []string{"prod/server"}, nil)); !changed {
+		t.Fatal("invalid service: nothing changed")
+	}
+	if svc, _ := store.ServiceByName(st.ReadTxn(), nil, "prod", "server"); svc != nil {
+		t.Error("invalid service still stored")
+	}
+
+	delete(c[kindEndpointSlice], "prod/server-x1")
+	if changed, _, _ := commit(t, st, c, keys(nil, []string{"prod/server"}, []string{"prod/server-x1"})); !changed {
+		t.Fatal("deleting the slice changed nothing")
+	}
+	txn := st.ReadTxn()
+	svcs, _ := store.Services(txn, nil)
+	sls, _ := store.EndpointSlices(txn, nil)
+	if len(svcs)+len(sls) != 0 {
+		t.Errorf("left: %d services, %d slices", len(svcs), len(sls))
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -206,4 +207,100 @@ func copyMap(m map[string]string) map[string]string {
 		return nil
 	}
 	return maps.Clone(m)
+}
+
+// ConvertService returns the policy form of svc: what a dataplane needs to
+// translate it (type, ClusterIPs, ports with their target ports, session
+// affinity) and the selector, defaulted and validated as the compiler will
+// read it. An error means the compiler would refuse the Service; the
+// caller leaves it out.
+func ConvertService(svc *corev1.Service) (*policy.Service, error) {
+	out := &policy.Service{
+		TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: policy.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: string(svc.UID)},
+		Spec: policy.ServiceSpec{
+			Type:            policy.ServiceType(svc.Spec.Type),
+			ClusterIP:       svc.Spec.ClusterIP,
+			ClusterIPs:      append([]string(nil), svc.Spec.ClusterIPs...),
+			Selector:        copyMap(svc.Spec.Selector),
+			SessionAffinity: policy.ServiceAffinity(svc.Spec.SessionAffinity),
+		},
+	}
+	if len(out.Spec.ClusterIPs) == 0 {
+		out.Spec.ClusterIPs = nil
+	}
+	for _, p := range svc.Spec.Ports {
+		sp := policy.ServicePort{Name: p.Name, Protocol: policy.Protocol(p.Protocol), Port: p.Port}
+		switch {
+		case p.TargetPort.Type == intstr.String:
+			sp.TargetPort = policy.FromString(p.TargetPort.StrVal)
+		case p.TargetPort.IntVal != 0:
+			sp.TargetPort = policy.FromInt(p.TargetPort.IntVal)
+		}
+		out.Spec.Ports = append(out.Spec.Ports, sp)
+	}
+	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		out.Spec.SessionAffinityConfig = &policy.SessionAffinityConfig{ClientIP: &policy.ClientIPConfig{}}
+		if t := c.ClientIP.TimeoutSeconds; t != nil {
+			v := *t
+			out.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds = &v
+		}
+	}
+	out.Default()
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("convert service: %w", err)
+	}
+	return out, nil
+}
+
+// ConvertEndpointSlice returns the policy form of s: its Service (the
+// kubernetes.io/service-name label, the only label kept), address type,
+// endpoints with their addresses and ready, serving and terminating
+// conditions, and ports. Node names, zones, hints and target references
+// are dropped: the dataplane translates to every endpoint of the cluster.
+func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*policy.EndpointSlice, error) {
+	out := &policy.EndpointSlice{
+		TypeMeta:    policy.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta:  policy.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: string(s.UID), Labels: serviceNameLabel(s.Labels)},
+		AddressType: policy.AddressType(s.AddressType),
+	}
+	for _, e := range s.Endpoints {
+		out.Endpoints = append(out.Endpoints, policy.SliceEndpoint{
+			Addresses: append([]string(nil), e.Addresses...),
+			Conditions: policy.EndpointConditions{
+				Ready: copyPtr(e.Conditions.Ready), Serving: copyPtr(e.Conditions.Serving), Terminating: copyPtr(e.Conditions.Terminating),
+			},
+		})
+	}
+	for _, p := range s.Ports {
+		ep := policy.EndpointSlicePort{Name: copyPtr(p.Name), Port: copyPtr(p.Port)}
+		if p.Protocol != nil {
+			proto := policy.Protocol(*p.Protocol)
+			ep.Protocol = &proto
+		}
+		out.Ports = append(out.Ports, ep)
+	}
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("convert endpointslice: %w", err)
+	}
+	return out, nil
+}
+
+// serviceNameLabel returns the kubernetes.io/service-name label of labels
+// alone, or nil.
+func serviceNameLabel(labels map[string]string) map[string]string {
+	name, ok := labels[policy.ServiceNameLabel]
+	if !ok {
+		return nil
+	}
+	return map[string]string{policy.ServiceNameLabel: name}
+}
+
+// copyPtr returns a pointer to a copy of *p, or nil.
+func copyPtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }

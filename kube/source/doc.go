@@ -1,9 +1,11 @@
 // Package source is the agent's Kubernetes source: it follows the API
 // server's Pods (of every namespace and node), Namespaces, NetworkPolicies,
-// Nodes and lockstep's NodeIPAMs with informers (kube/client.Informer),
-// and feeds the agent's store the same Namespace, Pod and NetworkPolicy
-// objects (package agent/policy) that the standalone source reads from
-// manifests. The enforcer cannot tell the two sources apart.
+// Services, EndpointSlices, Nodes and lockstep's NodeIPAMs with informers
+// (kube/client.Informer), and feeds the agent's store the same Namespace,
+// Pod, NetworkPolicy and Service objects (package agent/policy) that the
+// standalone source reads from manifests, and the EndpointSlices that the
+// standalone agent computes itself (agent/endpointslice). The enforcer
+// cannot tell the two sources apart.
 //
 // # One event, one transaction
 //
@@ -38,12 +40,22 @@
 //
 // # Read-only, and light to link
 //
-// The source never writes to the API server. It reads core/v1 and
-// networking.k8s.io/v1 through REST clients on a scheme of just those two
-// groups, built on first use, instead of client-go's generated clientset,
-// whose scheme package registers every Kubernetes API group in an
-// initialiser that every lockstep-cni exec would run (cmd/lockstep/deps_test.go
-// measures what is left). The informers drop what policy and routing do
-// not read before caching (see trim): an agent caches every pod of the
-// cluster.
+// The source never writes to the API server. It reads core/v1,
+// networking.k8s.io/v1 and discovery.k8s.io/v1 through REST clients on a
+// scheme of just the groups lockstep uses, built on first use, instead of
+// client-go's generated clientset, whose scheme package registers every
+// Kubernetes API group in an initialiser that every lockstep-cni exec
+// would run (cmd/lockstep/deps_test.go measures what is left). The
+// informers drop what policy, routing and Service translation do not read
+// before caching (see trim): an agent caches every pod and every
+// EndpointSlice of the cluster.
+//
+// # Services
+//
+// Services and EndpointSlices are stored as the API has them, in the same
+// transactions as pods and policies: a batch that changes a policy and the
+// endpoints of a Service it allows reaches the dataplane in one apply. The
+// endpoints are the API server's endpoint-slice controller's; the agent
+// computes none in this mode. Readiness waits for their first list like
+// the other kinds.
 package source

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/client-go/rest"
 
@@ -40,7 +41,8 @@ type Options struct {
 	// NodeName is the node this agent runs on: its pods' addresses come
 	// from the agent's CNI endpoints, not from the API.
 	NodeName string
-	// Store receives namespaces, pods and network policies.
+	// Store receives namespaces, pods, network policies, Services and
+	// EndpointSlices.
 	Store *store.Store
 	// OnNodes, when set, is called with the nodes' view after the first
 	// sync and after every change of a Node or NodeIPAM, from one
@@ -63,14 +65,17 @@ const (
 	kindNamespace kind = iota
 	kindPod
 	kindPolicy
+	kindService
+	kindEndpointSlice
 	numKinds
 )
 
-var kindNames = [numKinds]string{"namespaces", "pods", "networkpolicies"}
+var kindNames = [numKinds]string{"namespaces", "pods", "networkpolicies", "services", "endpointslices"}
 
 // Source follows the API server's Pods, Namespaces, NetworkPolicies,
-// Nodes and NodeIPAMs and commits the policy objects to the store. It
-// never writes to the API server.
+// Services, EndpointSlices, Nodes and NodeIPAMs and commits the objects
+// the dataplane is compiled from to the store. It never writes to the API
+// server.
 type Source struct {
 	opts      Options
 	log       *slog.Logger
@@ -105,6 +110,10 @@ func New(opts Options) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	discovery, err := client.ForGroup(opts.Config, discoveryv1.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
+	}
 	lockstep, err := client.NewForConfig(opts.Config)
 	if err != nil {
 		return nil, err
@@ -113,6 +122,8 @@ func New(opts Options) (*Source, error) {
 	s.informers[kindNamespace] = s.newInformer(listWatch(core, "namespaces"))
 	s.informers[kindPod] = s.newInformer(listWatch(core, "pods"))
 	s.informers[kindPolicy] = s.newInformer(listWatch(networking, "networkpolicies"))
+	s.informers[kindService] = s.newInformer(listWatch(core, "services"))
+	s.informers[kindEndpointSlice] = s.newInformer(listWatch(discovery, "endpointslices"))
 	s.nodes = s.newInformer(listWatch(core, "nodes"))
 	s.ipams = s.newInformer(lockstep.NodeIPAMs().ListWatch(nil))
 	for k := range numKinds {
@@ -252,10 +263,13 @@ func (s *Source) commitAll() error {
 		s.dirty[k] = map[string]bool{}
 	}
 	s.mu.Unlock()
-	objs := s.objects()
+	objs, slices := s.objects()
 	txn := s.opts.Store.WriteTxn()
 	defer txn.Abort()
 	if _, err := store.ReplaceObjects(txn, objs); err != nil {
+		return err
+	}
+	if _, err := store.ReplaceEndpointSlices(txn, slices); err != nil {
 		return err
 	}
 	txn.Commit()

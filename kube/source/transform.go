@@ -2,6 +2,7 @@ package source
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,6 +23,13 @@ func trim(obj client.Object) client.Object {
 		return &corev1.Namespace{ObjectMeta: trimMeta(&o.ObjectMeta, o.Labels, nil)}
 	case *networkingv1.NetworkPolicy:
 		return &networkingv1.NetworkPolicy{ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil), Spec: o.Spec}
+	case *corev1.Service:
+		return &corev1.Service{ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil), Spec: corev1.ServiceSpec{
+			Type: o.Spec.Type, ClusterIP: o.Spec.ClusterIP, ClusterIPs: o.Spec.ClusterIPs, Ports: o.Spec.Ports,
+			Selector: o.Spec.Selector, SessionAffinity: o.Spec.SessionAffinity, SessionAffinityConfig: o.Spec.SessionAffinityConfig,
+		}}
+	case *discoveryv1.EndpointSlice:
+		return trimEndpointSlice(o)
 	case *corev1.Node:
 		return &corev1.Node{
 			ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil),
@@ -47,6 +55,21 @@ func trimMeta(m *metav1.ObjectMeta, labels, annotations map[string]string) metav
 		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
 		Labels: labels, Annotations: annotations,
 	}
+}
+
+// trimEndpointSlice keeps the Service a slice belongs to, its address
+// type, ports and each endpoint's addresses and conditions.
+func trimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	out := &discoveryv1.EndpointSlice{
+		ObjectMeta:  trimMeta(&s.ObjectMeta, serviceNameLabel(s.Labels), nil),
+		AddressType: s.AddressType,
+		Ports:       s.Ports,
+		Endpoints:   make([]discoveryv1.Endpoint, len(s.Endpoints)),
+	}
+	for i, e := range s.Endpoints {
+		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions}
+	}
+	return out
 }
 
 func trimPod(p *corev1.Pod) *corev1.Pod {

@@ -1,0 +1,136 @@
+package endpointslice
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/agent/store"
+)
+
+// TestControllerFollowsTheStore: a pod of the manifests becomes an
+// endpoint once its CNI ADD commits (its endpoint Ready), with the address
+// CNI gave it; a relabel and a DEL take it out again; a Service edit moves
+// the slices. Each is a commit the controller follows on its own.
+func TestControllerFollowsTheStore(t *testing.T) {
+	st, err := store.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(fn func(*store.Txn) error) {
+		t.Helper()
+		txn := st.WriteTxn()
+		defer txn.Abort()
+		if err := fn(txn); err != nil {
+			t.Fatal(err)
+		}
+		txn.Commit()
+	}
+	web := func(labels map[string]string) *policy.Pod {
+		return &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "web-1", Labels: labels},
+			Spec: policy.PodSpec{Containers: []policy.Container{{Name: "c", Ports: []policy.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: policy.TCP}}}}}}
+	}
+	service := func(target string) *policy.Service {
+		return &policy.Service{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "web"}, Spec: policy.ServiceSpec{
+			ClusterIP: "10.96.0.10", Selector: map[string]string{"app": "web"},
+			Ports: []policy.ServicePort{{Port: 80, Protocol: policy.TCP, TargetPort: policy.FromString(target)}}}}
+	}
+	att := store.Attachment{ContainerID: "c1", IfName: "eth0"}
+	write(func(txn *store.Txn) error {
+		if err := store.UpsertPod(txn, web(map[string]string{"app": "web"})); err != nil {
+			return err
+		}
+		if err := store.UpsertService(txn, service("http")); err != nil {
+			return err
+		}
+		// The ADD in flight: addresses reserved, not confirmed.
+		return store.AttachEndpoint(txn, &store.Endpoint{Attachment: att, HostIfName: "lsweb", State: store.EndpointPending,
+			Pod: store.PodRef{Namespace: "prod", Name: "web-1"}, Addresses: []store.AddressRef{{Pool: "v4", Addr: netip.MustParseAddr("10.244.0.7"), Bits: 24}}})
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	c := New(st, nil)
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// backends waits until the compiled Service has want as its backends.
+	backends := func(what string, want ...string) {
+		t.Helper()
+		var got []policy.ServiceBackend
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			txn := st.ReadTxn()
+			svcs, _ := store.Services(txn, nil)
+			sls, _ := store.EndpointSlices(txn, nil)
+			d, err := policy.Compile(&policy.Snapshot{Services: svcs, EndpointSlices: sls})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = nil
+			for _, e := range d.Services {
+				got = append(got, e.Backends...)
+			}
+			if len(got) == len(want) && (len(want) == 0 || netip.AddrPortFrom(got[0].Addr, got[0].Port).String() == want[0]) {
+				return
+			}
+		}
+		t.Fatalf("%s: backends %v, want %v", what, got, want)
+	}
+	backends("ADD in flight")
+	write(func(txn *store.Txn) error {
+		ep, err := store.EndpointByAttachment(txn, nil, att)
+		if err != nil {
+			return err
+		}
+		ready := ep.Copy()
+		ready.State = store.EndpointReady
+		return store.UpsertEndpoint(txn, ready)
+	})
+	backends("ADD confirmed", "10.244.0.7:8080")
+	write(func(txn *store.Txn) error { return store.UpsertService(txn, service("nope")) })
+	backends("targetPort names a port the pod does not declare")
+	write(func(txn *store.Txn) error { return store.UpsertService(txn, service("http")) })
+	backends("targetPort fixed", "10.244.0.7:8080")
+	write(func(txn *store.Txn) error { return store.UpsertPod(txn, web(map[string]string{"app": "other"})) })
+	backends("pod relabelled")
+	write(func(txn *store.Txn) error { return store.UpsertPod(txn, web(map[string]string{"app": "web"})) })
+	backends("pod labelled back", "10.244.0.7:8080")
+	write(func(txn *store.Txn) error { _, err := store.ReleaseEndpoint(txn, att); return err })
+	backends("CNI DEL")
+}
+
+// TestSyncTxnInTheManifestsTransaction: SyncTxn sees what its transaction
+// wrote before it, so a Service and its slices commit together, and a
+// second sync of the same state writes nothing.
+func TestSyncTxnInTheManifestsTransaction(t *testing.T) {
+	st, err := store.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn := st.WriteTxn()
+	objs := store.Objects{
+		Pods: []*policy.Pod{{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "remote", Labels: map[string]string{"app": "web"}},
+			Status: policy.PodStatus{PodIPs: []policy.PodIP{{IP: "10.244.1.5"}}}}},
+		Services: []*policy.Service{{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "web"},
+			Spec: policy.ServiceSpec{ClusterIP: "10.96.0.10", Selector: map[string]string{"app": "web"}, Ports: []policy.ServicePort{{Port: 80}}}}},
+	}
+	if _, err := store.ReplaceObjects(txn, objs); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := SyncTxn(txn); err != nil || !changed {
+		t.Fatalf("SyncTxn = %v, %v; want a new slice", changed, err)
+	}
+	txn.Commit()
+	read := st.ReadTxn()
+	sls, _ := store.EndpointSlicesOfService(read, nil, "prod", "web")
+	if len(sls) != 1 || sls[0].Object.Endpoints[0].Addresses[0] != "10.244.1.5" || sls[0].CreateRevision != 1 {
+		t.Fatalf("slices after one commit: %+v", sls)
+	}
+	txn = st.WriteTxn()
+	defer txn.Abort()
+	if changed, err := SyncTxn(txn); err != nil || changed {
+		t.Errorf("second SyncTxn of the same state = %v, %v; want no change", changed, err)
+	}
+}

@@ -1,0 +1,147 @@
+package enforcer
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/agent/store"
+)
+
+// historyDataplane keeps every state applied.
+type historyDataplane struct {
+	mu      sync.Mutex
+	applied []*policy.Desired
+}
+
+func (d *historyDataplane) Attach(string) error { return nil }
+func (d *historyDataplane) Detach(string) error { return nil }
+func (d *historyDataplane) Apply(want *policy.Desired) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.applied = append(d.applied, want)
+	return nil
+}
+
+func (d *historyDataplane) states() []*policy.Desired {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*policy.Desired(nil), d.applied...)
+}
+
+// TestBackendAndPolicyInOneApply: a client pod's egress policy to app=server
+// and the server's EndpointSlice, committed in one store transaction, reach
+// the dataplane in one Apply. No applied state has the new backend with
+// the old policy, or the reverse: a packet to the ClusterIP is translated
+// to the server and judged by the policy that allows it, together.
+func TestBackendAndPolicyInOneApply(t *testing.T) {
+	st, err := store.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(fn func(*store.Txn) error) {
+		t.Helper()
+		txn := st.WriteTxn()
+		defer txn.Abort()
+		if err := fn(txn); err != nil {
+			t.Fatal(err)
+		}
+		txn.Commit()
+	}
+	client := netip.MustParseAddr("10.244.0.5")
+	server := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "server", Labels: map[string]string{"app": "server"}},
+		Status: policy.PodStatus{PodIPs: []policy.PodIP{{IP: "10.244.1.7"}}}}
+	write(func(txn *store.Txn) error {
+		if err := store.AttachEndpoint(txn, &store.Endpoint{
+			Attachment: store.Attachment{ContainerID: "c1", IfName: "eth0"}, HostIfName: "lsclient", State: store.EndpointReady,
+			Pod:       store.PodRef{Namespace: "prod", Name: "client"},
+			Addresses: []store.AddressRef{{Pool: "v4", Addr: client, Bits: 24}},
+		}); err != nil {
+			return err
+		}
+		if err := store.UpsertPod(txn, &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "client", Labels: map[string]string{"app": "client"}}}); err != nil {
+			return err
+		}
+		if err := store.UpsertPod(txn, server); err != nil {
+			return err
+		}
+		return store.UpsertService(txn, &policy.Service{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "server"},
+			Spec: policy.ServiceSpec{ClusterIP: "10.96.0.20", Ports: []policy.ServicePort{{Port: 80, TargetPort: policy.FromInt(8080)}}}})
+	})
+
+	dp := &historyDataplane{}
+	e := New(st, dp, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx, 0) }()
+	defer func() { cancel(); <-done }()
+
+	frontend := policy.ServiceFrontend{Addr: netip.MustParseAddr("10.96.0.20"), Port: 80, Proto: policy.ProtoTCP}
+	backend := policy.ServiceBackend{Addr: netip.MustParseAddr("10.244.1.7"), Port: 8080}
+	// What one applied state says: whether the client's egress is
+	// isolated with a rule to the server, and whether the frontend has
+	// the server as its backend.
+	look := func(d *policy.Desired) (policyNew, backendNew bool) {
+		if ep := d.Endpoints["lsclient"]; ep != nil && ep.EgressIsolated {
+			for k := range ep.Rules {
+				policyNew = policyNew || (k.Dir == policy.Egress && k.Peer >= policy.FirstPodIdentity)
+			}
+		}
+		if ent := d.Services[frontend]; ent != nil {
+			backendNew = len(ent.Backends) == 1 && ent.Backends[0] == backend
+		}
+		return
+	}
+	waitFor := func(what string, cond func(*policy.Desired) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if s := dp.states(); len(s) > 0 && cond(s[len(s)-1]) {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatalf("the dataplane never got %s", what)
+	}
+	waitFor("the Service without backends", func(d *policy.Desired) bool { ent := d.Services[frontend]; return ent != nil && ent.Backends == nil })
+	before := len(dp.states())
+
+	ready := true
+	name, proto, port := "", policy.TCP, int32(8080)
+	write(func(txn *store.Txn) error {
+		if err := store.UpsertPolicy(txn, &policy.NetworkPolicy{
+			ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "client-egress"},
+			Spec: policy.NetworkPolicySpec{
+				PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
+				PolicyTypes: []policy.PolicyType{policy.PolicyTypeEgress},
+				Egress: []policy.EgressRule{{To: []policy.NetworkPolicyPeer{{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"app": "server"}}}},
+					Ports: []policy.NetworkPolicyPort{{Port: policy.FromInt(8080)}}}},
+			},
+		}); err != nil {
+			return err
+		}
+		return store.UpsertEndpointSlice(txn, &policy.EndpointSlice{
+			ObjectMeta:  policy.ObjectMeta{Namespace: "prod", Name: "server-abc", Labels: map[string]string{policy.ServiceNameLabel: "server"}},
+			AddressType: policy.AddressTypeIPv4,
+			Endpoints:   []policy.SliceEndpoint{{Addresses: []string{"10.244.1.7"}, Conditions: policy.EndpointConditions{Ready: &ready}}},
+			Ports:       []policy.EndpointSlicePort{{Name: &name, Protocol: &proto, Port: &port}},
+		})
+	})
+	waitFor("the policy and the backend", func(d *policy.Desired) bool { p, b := look(d); return p && b })
+	after := dp.states()[before:]
+	for i, d := range after {
+		if p, b := look(d); p != b {
+			t.Errorf("apply %d after the commit: new policy %v, new backend %v; want both or neither", i, p, b)
+		}
+	}
+	if len(after) != 1 {
+		t.Errorf("%d applies for one transaction, want 1", len(after))
+	}
+	if c := e.Services(); c.Frontends != 1 || c.Backends != 1 || c.NoBackends != 0 {
+		t.Errorf("Services() = %+v, want one frontend with one backend", c)
+	}
+}

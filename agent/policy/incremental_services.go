@@ -1,0 +1,241 @@
+package policy
+
+import (
+	"maps"
+	"slices"
+)
+
+// Services depend on nothing but Services and EndpointSlices, so the
+// incremental compiler keeps them apart from the policy state: a change
+// recomputes the frontends of the Services it names, and an entry whose
+// content did not change keeps its pointer.
+
+// serviceInputs are the Services and EndpointSlices as last set, keyed by
+// namespace and name as given (sources always set the namespace).
+type serviceInputs struct {
+	services map[objKey]*Service
+	slices   map[objKey]*EndpointSlice
+	// bySvc are the slices by the Service they name: their namespace and
+	// ServiceNameLabel.
+	bySvc map[objKey]map[objKey]*EndpointSlice
+	// dirty are the Services whose frontends must be recomputed.
+	dirty map[objKey]struct{}
+}
+
+func newServiceInputs() serviceInputs {
+	return serviceInputs{
+		services: map[objKey]*Service{},
+		slices:   map[objKey]*EndpointSlice{},
+		bySvc:    map[objKey]map[objKey]*EndpointSlice{},
+		dirty:    map[objKey]struct{}{},
+	}
+}
+
+// SetService adds s, or replaces the Service of its namespace and name.
+func (c *Incremental) SetService(s *Service) {
+	k := objKey{s.Namespace, s.Name}
+	if c.in.svc.services[k] == s {
+		return
+	}
+	c.in.svc.services[k] = s
+	c.in.svc.dirty[k] = struct{}{}
+}
+
+// DeleteService removes the Service namespace/name; its EndpointSlices
+// stay, and count again if it comes back.
+func (c *Incremental) DeleteService(namespace, name string) {
+	k := objKey{namespace, name}
+	if _, ok := c.in.svc.services[k]; !ok {
+		return
+	}
+	delete(c.in.svc.services, k)
+	c.in.svc.dirty[k] = struct{}{}
+}
+
+// SetEndpointSlice adds s, or replaces the slice of its namespace and
+// name.
+func (c *Incremental) SetEndpointSlice(s *EndpointSlice) {
+	k := objKey{s.Namespace, s.Name}
+	old := c.in.svc.slices[k]
+	if old == s {
+		return
+	}
+	if old != nil {
+		c.in.svc.unindex(k, old)
+	}
+	c.in.svc.slices[k] = s
+	c.in.svc.index(k, s)
+}
+
+// DeleteEndpointSlice removes the slice namespace/name.
+func (c *Incremental) DeleteEndpointSlice(namespace, name string) {
+	k := objKey{namespace, name}
+	old, ok := c.in.svc.slices[k]
+	if !ok {
+		return
+	}
+	delete(c.in.svc.slices, k)
+	c.in.svc.unindex(k, old)
+}
+
+// index files slice k under its Service and marks that Service dirty.
+func (in *serviceInputs) index(k objKey, s *EndpointSlice) {
+	name := s.ServiceName()
+	if name == "" {
+		return
+	}
+	sk := objKey{s.Namespace, name}
+	m := in.bySvc[sk]
+	if m == nil {
+		m = map[objKey]*EndpointSlice{}
+		in.bySvc[sk] = m
+	}
+	m[k] = s
+	in.dirty[sk] = struct{}{}
+}
+
+// unindex removes slice k, as s filed it, and marks its Service dirty.
+func (in *serviceInputs) unindex(k objKey, s *EndpointSlice) {
+	name := s.ServiceName()
+	if name == "" {
+		return
+	}
+	sk := objKey{s.Namespace, name}
+	delete(in.bySvc[sk], k)
+	if len(in.bySvc[sk]) == 0 {
+		delete(in.bySvc, sk)
+	}
+	in.dirty[sk] = struct{}{}
+}
+
+func (in *serviceInputs) markAllDirty() {
+	for k := range in.services {
+		in.dirty[k] = struct{}{}
+	}
+}
+
+// serviceState is what the compiler derived from the Services: each
+// Service's entries, which Services claim each frontend, and the
+// published map.
+type serviceState struct {
+	entries map[objKey]map[ServiceFrontend]*ServiceEntry
+	claims  map[ServiceFrontend]map[objKey]struct{}
+	// out is the last published Services (nil when empty); dirty, the
+	// frontends whose claims or entries changed since.
+	out   map[ServiceFrontend]*ServiceEntry
+	dirty map[ServiceFrontend]struct{}
+}
+
+func newServiceState() serviceState {
+	return serviceState{
+		entries: map[objKey]map[ServiceFrontend]*ServiceEntry{},
+		claims:  map[ServiceFrontend]map[objKey]struct{}{},
+		dirty:   map[ServiceFrontend]struct{}{},
+	}
+}
+
+// updateServices recomputes the entries of the dirty Services. An entry
+// equal to the one its frontend had keeps that one's pointer: the
+// Service's previous entry, or after a rebuild the previous result's.
+func (st *state) updateServices(in *serviceInputs) error {
+	ss := &st.svc
+	var prev map[ServiceFrontend]*ServiceEntry
+	if st.prev != nil {
+		prev = st.prev.Services
+	}
+	for _, k := range sortedKeys(in.dirty, compareObjKey) {
+		var next map[ServiceFrontend]*ServiceEntry
+		if s := in.services[k]; s != nil {
+			cs, err := compileService(s)
+			if err != nil {
+				return err
+			}
+			next = cs.entries(slices.Collect(maps.Values(in.bySvc[k])))
+		}
+		old := ss.entries[k]
+		for fe, e := range next {
+			o := old[fe]
+			if o == nil {
+				o = prev[fe]
+			}
+			if o != nil && sameEntry(o, e) {
+				next[fe] = o
+				if old[fe] == o {
+					continue
+				}
+			}
+			claims := ss.claims[fe]
+			if claims == nil {
+				claims = map[objKey]struct{}{}
+				ss.claims[fe] = claims
+			}
+			claims[k] = struct{}{}
+			ss.dirty[fe] = struct{}{}
+		}
+		for fe := range old {
+			if _, ok := next[fe]; ok {
+				continue
+			}
+			delete(ss.claims[fe], k)
+			if len(ss.claims[fe]) == 0 {
+				delete(ss.claims, fe)
+			}
+			ss.dirty[fe] = struct{}{}
+		}
+		if len(next) == 0 {
+			delete(ss.entries, k)
+		} else {
+			ss.entries[k] = next
+		}
+	}
+	return nil
+}
+
+// publishServices returns the Services of the result: the last map when
+// no frontend changed, else a copy with the changes (nil when empty). A
+// frontend two Services claim goes to the first by namespace/name, as in
+// Compile.
+func (st *state) publishServices(first bool) map[ServiceFrontend]*ServiceEntry {
+	ss := &st.svc
+	if !first && len(ss.dirty) == 0 {
+		return ss.out
+	}
+	type change struct {
+		fe  ServiceFrontend
+		ent *ServiceEntry // nil: no Service claims fe any more
+	}
+	var changes []change
+	for fe := range ss.dirty {
+		var ent *ServiceEntry
+		if claims := ss.claims[fe]; len(claims) > 0 {
+			owner := slices.MinFunc(slices.Collect(maps.Keys(claims)), compareObjKey)
+			ent = ss.entries[owner][fe]
+		}
+		if cur, ok := ss.out[fe]; ok == (ent != nil) && cur == ent {
+			continue
+		}
+		changes = append(changes, change{fe, ent})
+	}
+	reset(&ss.dirty)
+	if len(changes) > 0 {
+		m := maps.Clone(ss.out)
+		if m == nil {
+			m = make(map[ServiceFrontend]*ServiceEntry, len(changes))
+		}
+		for _, c := range changes {
+			if c.ent == nil {
+				delete(m, c.fe)
+			} else {
+				m[c.fe] = c.ent
+			}
+		}
+		if len(m) == 0 {
+			m = nil
+		}
+		ss.out = m
+	}
+	if first && st.prev != nil && maps.Equal(ss.out, st.prev.Services) {
+		ss.out = st.prev.Services
+	}
+	return ss.out
+}

@@ -1,0 +1,137 @@
+package policy
+
+// Service is the part of a Kubernetes v1 Service that a dataplane needs to
+// translate it for pods: its ClusterIPs, ports, type, session affinity and
+// selector. Like the other object types it mirrors the API's field names,
+// so a manifest written for Kubernetes parses unchanged; other fields are
+// ignored.
+type Service struct {
+	TypeMeta   `json:",inline"`
+	ObjectMeta `json:"metadata"`
+	Spec       ServiceSpec `json:"spec"`
+}
+
+// ServiceType is how a Service is exposed. Every type but ExternalName has
+// ClusterIPs that pods reach it by.
+type ServiceType string
+
+// Service types.
+const (
+	ServiceTypeClusterIP    ServiceType = "ClusterIP"
+	ServiceTypeNodePort     ServiceType = "NodePort"
+	ServiceTypeLoadBalancer ServiceType = "LoadBalancer"
+	ServiceTypeExternalName ServiceType = "ExternalName"
+)
+
+// ClusterIPNone is the ClusterIP of a headless Service: it has no address
+// to translate, its clients reach the endpoints directly.
+const ClusterIPNone = "None"
+
+// ServiceAffinity is a Service's session affinity.
+type ServiceAffinity string
+
+// Session affinities.
+const (
+	ServiceAffinityNone     ServiceAffinity = "None"
+	ServiceAffinityClientIP ServiceAffinity = "ClientIP"
+)
+
+// ServiceSpec is the part of a Service's spec a dataplane needs.
+type ServiceSpec struct {
+	// Type is ClusterIP when empty.
+	Type ServiceType `json:"type,omitempty"`
+	// ClusterIP is the primary address; ClusterIPs, when set, lists every
+	// address (one per family, ClusterIPs[0] == ClusterIP). "None" makes
+	// the Service headless.
+	ClusterIP  string        `json:"clusterIP,omitempty"`
+	ClusterIPs []string      `json:"clusterIPs,omitempty"`
+	Ports      []ServicePort `json:"ports,omitempty"`
+	// Selector picks the pods of the Service's namespace that are its
+	// endpoints. Empty means the endpoints are managed by someone else
+	// (EndpointSlices written by hand or by another controller).
+	Selector              map[string]string      `json:"selector,omitempty"`
+	SessionAffinity       ServiceAffinity        `json:"sessionAffinity,omitempty"`
+	SessionAffinityConfig *SessionAffinityConfig `json:"sessionAffinityConfig,omitempty"`
+}
+
+// ServicePort is one port of a Service.
+type ServicePort struct {
+	// Name must be set when a Service has more than one port; its
+	// EndpointSlices carry the same name for the port's endpoints.
+	Name string `json:"name,omitempty"`
+	// Protocol is TCP when empty.
+	Protocol Protocol `json:"protocol,omitempty"`
+	// Port is the port of the ClusterIPs.
+	Port int32 `json:"port"`
+	// TargetPort is the endpoints' port: a number, or the name of a
+	// container port resolved on each pod. Nil means Port.
+	TargetPort *IntOrString `json:"targetPort,omitempty"`
+}
+
+// SessionAffinityConfig configures session affinity.
+type SessionAffinityConfig struct {
+	ClientIP *ClientIPConfig `json:"clientIP,omitempty"`
+}
+
+// ClientIPConfig configures ClientIP session affinity.
+type ClientIPConfig struct {
+	// TimeoutSeconds is 10800 (DefaultAffinityTimeout) when nil; the API
+	// allows 1 to 86400.
+	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// ServiceNameLabel is the label of an EndpointSlice that names its Service
+// (in the slice's namespace).
+const ServiceNameLabel = "kubernetes.io/service-name"
+
+// AddressType is the kind of address an EndpointSlice holds.
+type AddressType string
+
+// Address types. FQDN slices have nothing to translate to and are ignored.
+const (
+	AddressTypeIPv4 AddressType = "IPv4"
+	AddressTypeIPv6 AddressType = "IPv6"
+	AddressTypeFQDN AddressType = "FQDN"
+)
+
+// EndpointSlice is the part of a Kubernetes discovery.k8s.io/v1
+// EndpointSlice a dataplane needs: the Service it belongs to (the
+// ServiceNameLabel label), its address family, its endpoints with their
+// addresses and conditions, and its ports.
+type EndpointSlice struct {
+	TypeMeta    `json:",inline"`
+	ObjectMeta  `json:"metadata"`
+	AddressType AddressType         `json:"addressType"`
+	Endpoints   []SliceEndpoint     `json:"endpoints"`
+	Ports       []EndpointSlicePort `json:"ports,omitempty"`
+}
+
+// SliceEndpoint is one endpoint of an EndpointSlice (discovery.k8s.io/v1
+// Endpoint): a pod, usually, with its address. Only Addresses[0] is used,
+// as kube-proxy does: the API holds every address of an endpoint
+// equivalent.
+type SliceEndpoint struct {
+	Addresses  []string           `json:"addresses"`
+	Conditions EndpointConditions `json:"conditions,omitzero"`
+}
+
+// EndpointConditions are an endpoint's conditions. Nil Ready and Serving
+// mean true, nil Terminating false, as kube-proxy reads them.
+type EndpointConditions struct {
+	Ready       *bool `json:"ready,omitempty"`
+	Serving     *bool `json:"serving,omitempty"`
+	Terminating *bool `json:"terminating,omitempty"`
+}
+
+// EndpointSlicePort is a port every endpoint of a slice listens on, named
+// as the Service port it serves. Nil Name means "", nil Protocol TCP, as
+// the API server defaults them; a nil Port is ignored.
+type EndpointSlicePort struct {
+	Name     *string   `json:"name,omitempty"`
+	Protocol *Protocol `json:"protocol,omitempty"`
+	Port     *int32    `json:"port,omitempty"`
+}
+
+// ServiceName returns the name of the Service the slice belongs to, "" when
+// it has no ServiceNameLabel.
+func (s *EndpointSlice) ServiceName() string { return s.Labels[ServiceNameLabel] }

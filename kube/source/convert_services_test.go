@@ -1,0 +1,164 @@
+package source
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+func TestConvertService(t *testing.T) {
+	meta := metav1.ObjectMeta{Name: "web", Namespace: "prod", UID: "svc-uid", ResourceVersion: "9",
+		Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"}}
+	tests := []struct {
+		name string
+		spec corev1.ServiceSpec
+		want policy.ServiceSpec
+	}{
+		{
+			name: "ClusterIP, ports with number and name targets, selector",
+			spec: corev1.ServiceSpec{
+				Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+				Selector: map[string]string{"app": "web"}, SessionAffinity: corev1.ServiceAffinityNone,
+				Ports: []corev1.ServicePort{
+					{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromString("http"), NodePort: 30080},
+					{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(5353)},
+				},
+				ExternalIPs: []string{"192.0.2.1"}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			},
+			want: policy.ServiceSpec{
+				Type: policy.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+				Selector: map[string]string{"app": "web"}, SessionAffinity: policy.ServiceAffinityNone,
+				Ports: []policy.ServicePort{
+					{Name: "http", Protocol: policy.TCP, Port: 80, TargetPort: policy.FromString("http")},
+					{Name: "dns", Protocol: policy.UDP, Port: 53, TargetPort: policy.FromInt(5353)},
+				},
+			},
+		},
+		{
+			name: "dual stack, ClientIP affinity with its timeout; a missing targetPort is the port",
+			spec: corev1.ServiceSpec{
+				Type: corev1.ServiceTypeNodePort, ClusterIP: "fd00:96::10", ClusterIPs: []string{"fd00:96::10", "10.96.0.10"},
+				SessionAffinity:       corev1.ServiceAffinityClientIP,
+				SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr[int32](60)}},
+				Ports:                 []corev1.ServicePort{{Protocol: corev1.ProtocolSCTP, Port: 9000}},
+			},
+			want: policy.ServiceSpec{
+				Type: policy.ServiceTypeNodePort, ClusterIP: "fd00:96::10", ClusterIPs: []string{"fd00:96::10", "10.96.0.10"},
+				SessionAffinity:       policy.ServiceAffinityClientIP,
+				SessionAffinityConfig: &policy.SessionAffinityConfig{ClientIP: &policy.ClientIPConfig{TimeoutSeconds: ptr[int32](60)}},
+				Ports:                 []policy.ServicePort{{Protocol: policy.SCTP, Port: 9000, TargetPort: policy.FromInt(9000)}},
+			},
+		},
+		{
+			name: "ClientIP affinity without a config gets the default timeout",
+			spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", SessionAffinity: corev1.ServiceAffinityClientIP, Ports: []corev1.ServicePort{{Port: 80}}},
+			want: policy.ServiceSpec{
+				Type: policy.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+				SessionAffinity:       policy.ServiceAffinityClientIP,
+				SessionAffinityConfig: &policy.SessionAffinityConfig{ClientIP: &policy.ClientIPConfig{TimeoutSeconds: ptr[int32](10800)}},
+				Ports:                 []policy.ServicePort{{Protocol: policy.TCP, Port: 80, TargetPort: policy.FromInt(80)}},
+			},
+		},
+		{
+			name: "headless keeps None",
+			spec: corev1.ServiceSpec{ClusterIP: "None", ClusterIPs: []string{"None"}, Selector: map[string]string{"app": "db"}},
+			want: policy.ServiceSpec{Type: policy.ServiceTypeClusterIP, ClusterIP: "None", ClusterIPs: []string{"None"},
+				Selector: map[string]string{"app": "db"}, SessionAffinity: policy.ServiceAffinityNone},
+		},
+		{
+			name: "ExternalName",
+			spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "db.example", Ports: []corev1.ServicePort{{Port: 5432}}},
+			want: policy.ServiceSpec{Type: policy.ServiceTypeExternalName, SessionAffinity: policy.ServiceAffinityNone,
+				Ports: []policy.ServicePort{{Protocol: policy.TCP, Port: 5432, TargetPort: policy.FromInt(5432)}}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := &corev1.Service{ObjectMeta: meta, Spec: tc.spec}
+			before := in.DeepCopy()
+			got, err := ConvertService(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := &policy.Service{
+				TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Service"},
+				ObjectMeta: policy.ObjectMeta{Name: "web", Namespace: "prod", UID: "svc-uid"},
+				Spec:       tc.want,
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got\n%s\nwant\n%s", show(got), show(want))
+			}
+			if !reflect.DeepEqual(in, before) {
+				t.Error("ConvertService modified its input")
+			}
+			// What the informer caches converts the same.
+			if trimmed, err := ConvertService(trim(before.DeepCopy()).(*corev1.Service)); err != nil || !reflect.DeepEqual(trimmed, want) {
+				t.Errorf("trimmed service converts to %s, %v", show(trimmed), err)
+			}
+		})
+	}
+	bad := &corev1.Service{ObjectMeta: meta, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10",
+		Ports: []corev1.ServicePort{{Port: 80}, {Port: 81}}}}
+	if _, err := ConvertService(bad); err == nil || !strings.Contains(err.Error(), "name: required") {
+		t.Errorf("two unnamed ports: %v, want an error", err)
+	}
+}
+
+func TestConvertEndpointSlice(t *testing.T) {
+	yes, no := true, false
+	http, tcp, port := "http", corev1.ProtocolTCP, int32(8080)
+	node, zone := "node-a", "z1"
+	in := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-abcde", Namespace: "prod", UID: "slice-uid", ResourceVersion: "4",
+			Labels: map[string]string{policy.ServiceNameLabel: "web", "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.244.1.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
+				NodeName: &node, Zone: &zone, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}},
+			{Addresses: []string{"10.244.2.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
+			{Addresses: []string{"10.244.3.9"}},
+		},
+		Ports: []discoveryv1.EndpointPort{{Name: &http, Protocol: &tcp, Port: &port}, {}},
+	}
+	before := in.DeepCopy()
+	pTCP := policy.TCP
+	want := &policy.EndpointSlice{
+		TypeMeta:    policy.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta:  policy.ObjectMeta{Name: "web-abcde", Namespace: "prod", UID: "slice-uid", Labels: map[string]string{policy.ServiceNameLabel: "web"}},
+		AddressType: policy.AddressTypeIPv4,
+		Endpoints: []policy.SliceEndpoint{
+			{Addresses: []string{"10.244.1.5"}, Conditions: policy.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}},
+			{Addresses: []string{"10.244.2.7"}, Conditions: policy.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
+			{Addresses: []string{"10.244.3.9"}},
+		},
+		Ports: []policy.EndpointSlicePort{{Name: &http, Protocol: &pTCP, Port: &port}, {}},
+	}
+	for name, obj := range map[string]*discoveryv1.EndpointSlice{"as listed": in, "as cached": trim(before.DeepCopy()).(*discoveryv1.EndpointSlice)} {
+		got, err := ConvertEndpointSlice(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: got\n%s\nwant\n%s", name, show(got), show(want))
+		}
+	}
+	if !reflect.DeepEqual(in, before) {
+		t.Error("ConvertEndpointSlice modified its input")
+	}
+	cached := trim(before.DeepCopy()).(*discoveryv1.EndpointSlice)
+	if cached.Endpoints[0].NodeName != nil || cached.Endpoints[0].TargetRef != nil || len(cached.Labels) != 1 {
+		t.Errorf("trim kept what nothing reads: %s", show(cached))
+	}
+	bad := before.DeepCopy()
+	bad.AddressType = "IPv5"
+	if _, err := ConvertEndpointSlice(bad); err == nil {
+		t.Error("an unknown address type converted")
+	}
+}
