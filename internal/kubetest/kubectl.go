@@ -16,28 +16,36 @@ import (
 // writeKubeconfig writes Kubeconfig: one cluster (Host, the CA inline so
 // the file stands alone), one user (Token), one current context.
 func (e *Env) writeKubeconfig() error {
+	e.Kubeconfig = filepath.Join(e.Dir, "kubeconfig")
+	return WriteKubeconfig(e.Kubeconfig, "kubetest", e.Host, e.caPEM, adminUser, e.Token)
+}
+
+// WriteKubeconfig writes a kubeconfig to path, readable by its owner only:
+// one cluster called name at server (its CA inline, so the file stands
+// alone), one user authenticating with a bearer token, one current
+// context.
+func WriteKubeconfig(path, name, server string, caPEM []byte, user, token string) error {
 	const tmpl = `apiVersion: v1
 kind: Config
 clusters:
-- name: kubetest
+- name: %[1]s
   cluster:
-    server: %s
-    certificate-authority-data: %s
+    server: %[2]s
+    certificate-authority-data: %[3]s
 users:
-- name: %s
+- name: %[4]s
   user:
-    token: %s
+    token: %[5]s
 contexts:
-- name: kubetest
+- name: %[1]s
   context:
-    cluster: kubetest
-    user: %s
-current-context: kubetest
+    cluster: %[1]s
+    user: %[4]s
+current-context: %[1]s
 `
-	cfg := fmt.Sprintf(tmpl, e.Host, base64.StdEncoding.EncodeToString(e.caPEM), adminUser, e.Token, adminUser)
-	e.Kubeconfig = filepath.Join(e.Dir, "kubeconfig")
-	if err := os.WriteFile(e.Kubeconfig, []byte(cfg), 0o600); err != nil {
-		return fmt.Errorf("write kubeconfig: %w", err)
+	cfg := fmt.Sprintf(tmpl, name, server, base64.StdEncoding.EncodeToString(caPEM), user, token)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return fmt.Errorf("write kubeconfig %s: %w", path, err)
 	}
 	return nil
 }

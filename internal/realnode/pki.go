@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"lockstep.dev/lockstep/internal/kubetest"
 )
 
 // identity is a user of the API server, authenticated by a static token.
@@ -140,28 +141,7 @@ func (p *pki) writeKubeconfig(path, name, server string) error {
 	if !ok {
 		return fmt.Errorf("write kubeconfig: no identity %q", name)
 	}
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: lockstep-e2e
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: %s
-  user:
-    token: %s
-contexts:
-- name: lockstep-e2e
-  context:
-    cluster: lockstep-e2e
-    user: %s
-current-context: lockstep-e2e
-`, server, base64.StdEncoding.EncodeToString(p.caPEM), id.user, id.token, id.user)
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		return fmt.Errorf("write kubeconfig %s: %w", path, err)
-	}
-	return nil
+	return kubetest.WriteKubeconfig(path, "lockstep-e2e", server, p.caPEM, id.user, id.token)
 }
 
 func writeECKey(path string, k *ecdsa.PrivateKey) error {
