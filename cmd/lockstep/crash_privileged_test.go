@@ -30,7 +30,12 @@ func TestPrivilegedAgentCrashDuringBurst(t *testing.T) {
 		id    string
 		netns ns.NetNS
 		live  bool // the runtime believes the pod has its network
-		addr  netip.Addr
+		// delPending: a DEL failed. The plugin unwires the pod before it
+		// asks the agent to release its address, so the pod may have lost
+		// its interface already; the runtime retries DEL before anything
+		// else, as the CNI spec asks.
+		delPending bool
+		addr       netip.Addr
 	}
 	pods := make([][]*pod, workers)
 	for w := range pods {
@@ -47,7 +52,8 @@ func TestPrivilegedAgentCrashDuringBurst(t *testing.T) {
 		failures atomic.Int64
 	)
 	// Each worker behaves like a runtime: ADD; on failure DEL (as the CNI
-	// spec asks); DEL a pod the next time round, so ADDs and DELs interleave.
+	// spec asks); DEL a pod the next time round, so ADDs and DELs
+	// interleave; a pod whose DEL failed gets DEL again, never ADD.
 	for w := range workers {
 		wg.Add(1)
 		go func() {
@@ -55,11 +61,13 @@ func TestPrivilegedAgentCrashDuringBurst(t *testing.T) {
 			for round := 0; !stop.Load(); round++ {
 				p := pods[w][round%podsPerWorker]
 				rt := podRuntime(p.id, p.netns)
-				if p.live {
+				if p.live || p.delPending {
+					p.live = false
 					if err := node.Del(ctx, rt); err == nil {
-						p.live, p.addr = false, netip.Addr{}
+						p.delPending, p.addr = false, netip.Addr{}
 						delsOK.Add(1)
 					} else {
+						p.delPending = true
 						failures.Add(1)
 					}
 					continue
@@ -67,7 +75,9 @@ func TestPrivilegedAgentCrashDuringBurst(t *testing.T) {
 				res, err := node.Add(ctx, rt)
 				if err != nil {
 					failures.Add(1)
-					_ = node.Del(ctx, rt) // may fail too while the agent is down; GC covers it
+					// May fail too while the agent is down: then it is
+					// retried, and GC covers what is left at the end.
+					p.delPending = node.Del(ctx, rt) != nil
 					continue
 				}
 				addsOK.Add(1)
@@ -125,8 +135,9 @@ func TestPrivilegedAgentCrashDuringBurst(t *testing.T) {
 		}
 	}
 
-	// After GC with the runtime's view, the agent holds exactly the live
-	// pods' addresses and the node exactly their links.
+	// After GC with the runtime's view (pods whose DEL is still pending are
+	// not valid), the agent holds exactly the live pods' addresses and the
+	// node exactly their links.
 	if err := node.GC(ctx, valid); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
