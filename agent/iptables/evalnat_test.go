@@ -68,10 +68,14 @@ func parseNATRule(r string) (natRule, error) {
 // natOutcomes walks p through the nat chain hook (PREROUTING or
 // POSTROUTING) of mode m, branching on every statistic match, and returns
 // where the packet may go. A recent test matches when the fake's recent
-// lists hold p's source (timeouts are not modelled). Called without n.mu.
+// lists hold p's source (timeouts are not modelled).
 func (n *fakeNode) natOutcomes(m Mode, hook string, p testPacket) ([]natOutcome, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return n.natOutcomesLocked(m, hook, p)
+}
+
+func (n *fakeNode) natOutcomesLocked(m Mode, hook string, p testPacket) ([]natOutcome, error) {
 	t := n.tables[tableKey{m, familyOf(p.src), "nat"}]
 	var out []natOutcome
 	rest := 1.0
@@ -171,15 +175,16 @@ func routeTo(d *policy.Desired) func(netip.Addr) string {
 // evalPaths runs p, a connection's first packet arriving on p.in, through
 // the fake as the kernel does: nat PREROUTING, routing (route), filter
 // FORWARD, nat POSTROUTING. A packet at another hook meets only the filter
-// table.
+// table. The tables are read at one instant: the packet's way through the
+// hooks does not span a commit (see doc.go, "Services").
 func (n *fakeNode) evalPaths(m Mode, p testPacket, route func(netip.Addr) string) ([]pathVerdict, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if p.hook != "FORWARD" {
-		n.mu.Lock()
-		defer n.mu.Unlock()
 		v, err := n.filterVerdict(m, p)
 		return []pathVerdict{{prob: 1, verdict: v}}, err
 	}
-	pre, err := n.natOutcomes(m, "PREROUTING", p)
+	pre, err := n.natOutcomesLocked(m, "PREROUTING", p)
 	if err != nil {
 		return nil, err
 	}
@@ -190,15 +195,13 @@ func (n *fakeNode) evalPaths(m Mode, p testPacket, route func(netip.Addr) string
 			q.dst, q.dport, q.dnat = o.to.Addr(), o.to.Port(), true
 			q.out = route(q.dst)
 		}
-		n.mu.Lock()
 		v, err := n.filterVerdict(m, q)
-		n.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
 		pv := pathVerdict{prob: o.prob, to: o.to, verdict: v}
 		if v == "ACCEPT" {
-			post, err := n.natOutcomes(m, "POSTROUTING", q)
+			post, err := n.natOutcomesLocked(m, "POSTROUTING", q)
 			if err != nil {
 				return nil, err
 			}
