@@ -23,11 +23,12 @@ func openIptables(ctx context.Context, cfg Config, log *slog.Logger) (*backend, 
 	if err != nil {
 		return nil, fmt.Errorf("run agent with --dataplane iptables: %w", err)
 	}
-	dp, err := iptables.New(iptables.Options{Mode: mode, Runner: r, TranslateServices: cfg.Standalone})
+	o := iptablesOptions(cfg, mode, r)
+	dp, err := iptables.New(o)
 	if err != nil {
 		return nil, fmt.Errorf("run agent with --dataplane iptables: %w", err)
 	}
-	log.Info("iptables dataplane", "mode", mode.String(), "translate_services", cfg.Standalone)
+	log.Info("iptables dataplane", "mode", mode.String(), "translate_services", o.TranslateServices)
 	return &backend{
 		name:    mode.String(),
 		dp:      dp,
@@ -40,6 +41,13 @@ func openIptables(ctx context.Context, cfg Config, log *slog.Logger) (*backend, 
 		compact: func(context.Context) error { return dp.Compact() },
 		close:   func() error { return nil },
 	}, nil
+}
+
+// iptablesOptions are the iptables dataplane's options for cfg: it
+// translates Services exactly when the agent runs standalone, the mode of
+// a node without kube-proxy.
+func iptablesOptions(cfg Config, mode iptables.Mode, r iptables.Runner) iptables.Options {
+	return iptables.Options{Mode: mode, Runner: r, TranslateServices: cfg.Standalone}
 }
 
 func iptablesCounts(s iptables.Stats) map[string]int {
