@@ -139,9 +139,12 @@ func (d *Dataplane) Invalidate() {
 //
 //  1. create the sets want references and update their members;
 //  2. rewrite the chains and jumps that changed, in one iptables-restore
-//     --noflush commit per family: rules now reference only sets that
-//     exist;
-//  3. destroy the sets no rule references any more.
+//     --noflush per family: rules now reference only sets that exist. A
+//     family whose nat and filter tables both change gets three commits,
+//     nat, filter, nat (see doc.go, "Services: the order of commits");
+//  3. destroy the sets no rule references any more, and take out of the
+//     sets of frontends without backends those that have some now (they
+//     join those sets in step 1).
 //
 // A set is therefore destroyed only once the commit that removed its last
 // reference is in force (seed 000). Apply diffs against the state it last
