@@ -253,6 +253,9 @@ func natChains(f Family, want *policy.Desired, names []string, translated []*svc
 
 // checkService refuses a frontend or backend no rule can express.
 func checkService(fr policy.ServiceFrontend, e *policy.ServiceEntry) error {
+	if e == nil {
+		return fmt.Errorf("render services: frontend %s has no entry", frontendText(fr))
+	}
 	if _, ok := protoName[fr.Proto]; !ok {
 		return fmt.Errorf("render service %s: frontend %s port %d has protocol %d (want 6, 17 or 132)", e.Service, fr.Addr, fr.Port, fr.Proto)
 	}
