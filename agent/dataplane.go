@@ -99,7 +99,7 @@ func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, e
 		}
 		return &backend{name: backendEBPF, dp: dp, counts: ebpfCounts(dp), metrics: ebpfMetrics(dp), close: dp.Close}, nil
 	case DataplaneIptables:
-		return openIptables(ctx, log)
+		return openIptables(ctx, cfg, log)
 	case DataplaneHNS:
 		return openHNS(ctx, cfg, log)
 	}

@@ -13,18 +13,22 @@ import (
 )
 
 // openIptables loads the iptables/ipset dataplane in the mode the node
-// uses (kube-proxy's heuristic: see iptables.Detect).
-func openIptables(ctx context.Context, log *slog.Logger) (*backend, error) {
+// uses (kube-proxy's heuristic: see iptables.Detect). A standalone agent
+// runs on a node without kube-proxy, so the dataplane translates Services
+// itself; in Kubernetes mode kube-proxy translates them, and the
+// dataplane only refuses connections to Services without endpoints.
+func openIptables(ctx context.Context, cfg Config, log *slog.Logger) (*backend, error) {
 	r := iptables.ExecRunner{}
 	mode, err := iptables.Detect(ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("run agent with --dataplane iptables: %w", err)
 	}
-	dp, err := iptables.New(iptables.Options{Mode: mode, Runner: r})
+	o := iptablesOptions(cfg, mode, r)
+	dp, err := iptables.New(o)
 	if err != nil {
 		return nil, fmt.Errorf("run agent with --dataplane iptables: %w", err)
 	}
-	log.Info("iptables dataplane", "mode", mode.String())
+	log.Info("iptables dataplane", "mode", mode.String(), "translate_services", o.TranslateServices)
 	return &backend{
 		name:    mode.String(),
 		dp:      dp,
@@ -37,6 +41,13 @@ func openIptables(ctx context.Context, log *slog.Logger) (*backend, error) {
 		compact: func(context.Context) error { return dp.Compact() },
 		close:   func() error { return nil },
 	}, nil
+}
+
+// iptablesOptions are the iptables dataplane's options for cfg: it
+// translates Services exactly when the agent runs standalone, the mode of
+// a node without kube-proxy.
+func iptablesOptions(cfg Config, mode iptables.Mode, r iptables.Runner) iptables.Options {
+	return iptables.Options{Mode: mode, Runner: r, TranslateServices: cfg.Standalone}
 }
 
 func iptablesCounts(s iptables.Stats) map[string]int {

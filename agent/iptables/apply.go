@@ -22,6 +22,11 @@ type Options struct {
 	// DisableIPv6 leaves ip6tables and IPv6 sets alone, for nodes without
 	// IPv6. IPv6 traffic of pods is then not filtered at all.
 	DisableIPv6 bool
+	// TranslateServices makes the dataplane translate Desired.Services
+	// itself, in the nat table, for a node without kube-proxy (lockstep's
+	// standalone mode). Otherwise kube-proxy translates and the dataplane
+	// only refuses connections to frontends without backends.
+	TranslateServices bool
 	// Timeout bounds each command; 0 means DefaultTimeout.
 	Timeout time.Duration
 }
@@ -57,14 +62,17 @@ type Dataplane struct {
 type state struct {
 	sets   map[string]*ipSet
 	chains [2]map[string][]string
+	// nat holds the Service chains of the nat table, by family.
+	nat [2]map[string][]string
 	// dead counts, per chain, the unreachable rules at its end that
 	// prepending new content left (see chainUpdates).
 	dead [2]map[string]int
 	// read is set for a state read from the tools: chains hold the
 	// lockstep chains present (their rules as saved, never compared), and
 	// foreign the rules of other chains that jump into them.
-	read    bool
-	foreign [2][]string
+	read       bool
+	foreign    [2][]string
+	natForeign [2][]string
 }
 
 // New returns a Dataplane for o. It runs nothing: the first Apply reads
@@ -87,7 +95,7 @@ func New(o Options) (*Dataplane, error) {
 		mode:     o.Mode,
 		run:      o.Runner,
 		timeout:  o.Timeout,
-		r:        renderer{mode: o.Mode, fams: fams},
+		r:        renderer{mode: o.Mode, fams: fams, translate: o.TranslateServices},
 		attached: map[string]bool{},
 		stats:    Stats{Mode: o.Mode},
 	}, nil
@@ -131,9 +139,12 @@ func (d *Dataplane) Invalidate() {
 //
 //  1. create the sets want references and update their members;
 //  2. rewrite the chains and jumps that changed, in one iptables-restore
-//     --noflush commit per family: rules now reference only sets that
-//     exist;
-//  3. destroy the sets no rule references any more.
+//     --noflush per family: rules now reference only sets that exist. A
+//     family whose nat and filter tables both change gets three commits,
+//     nat, filter, nat (see doc.go, "Services: the order of commits");
+//  3. destroy the sets no rule references any more, and take out of the
+//     sets of frontends without backends those that have some now (they
+//     join those sets in step 1).
 //
 // A set is therefore destroyed only once the commit that removed its last
 // reference is in force (seed 000). Apply diffs against the state it last
@@ -188,7 +199,7 @@ func (d *Dataplane) Compact() error {
 		return nil
 	}
 	d.applied = nil
-	next := &state{sets: cur.sets}
+	next := &state{sets: cur.sets, nat: cur.nat}
 	var payloads [2][]byte
 	for _, f := range d.r.fams {
 		payloads[f.index()], next.chains[f.index()], next.dead[f.index()] = chainUpdates(cur, p, f, false)
@@ -228,7 +239,41 @@ func (d *Dataplane) apply(want *policy.Desired) error {
 	// From here on an error leaves the tables in a state only a fresh read
 	// can tell.
 	d.applied = nil
-	if batch := setUpdates(cur.sets, p.sets); len(batch) > 0 {
+	var prev map[policy.ServiceFrontend]*policy.ServiceEntry
+	if !cur.read && d.plan != nil {
+		prev = d.plan.services
+	}
+	next := &state{}
+	var payloads [2][]byte
+	var refuse []policy.ServiceFrontend
+	for _, f := range d.r.fams {
+		i := f.index()
+		var filter []byte
+		filter, next.chains[i], next.dead[i] = chainUpdates(cur, p, f, d.mode == ModeNFT)
+		var natLines [2][]string // before and after the filter commit
+		switch {
+		case cur.read:
+			natLines[1], next.nat[i] = natUpdates(cur.nat[i], p.nat[i], true, cur.natForeign[i])
+		case filter != nil && d.r.translate:
+			mid, empty := d.r.shrinkNAT(f, cur.nat[i], p.nat[i], prev, want.Services)
+			refuse = append(refuse, empty...)
+			var between map[string][]string
+			natLines[0], between = natUpdates(cur.nat[i], mid, false, nil)
+			natLines[1], next.nat[i] = natUpdates(between, p.nat[i], false, nil)
+		default:
+			natLines[1], next.nat[i] = natUpdates(cur.nat[i], p.nat[i], false, nil)
+		}
+		payloads[i] = slices.Concat(natBlock(natLines[0]), filter, natBlock(natLines[1]))
+		if len(payloads[i]) == 0 {
+			payloads[i] = nil
+		}
+	}
+	// Frontends without backends are added to their set before the
+	// commits and deleted after them: the set holds every frontend that
+	// the old state, the new one or any commit in between leaves without
+	// translation.
+	step1 := refusing(d.mode, cur.sets, p.sets, refuse)
+	if batch := setUpdates(cur.sets, step1); len(batch) > 0 {
 		if err := d.ipsetRestore(batch); err != nil {
 			return fmt.Errorf("create and update ipsets: %w", err)
 		}
@@ -236,11 +281,7 @@ func (d *Dataplane) apply(want *policy.Desired) error {
 	if d.beforeRules != nil {
 		d.beforeRules()
 	}
-	next := &state{sets: maps.Clone(p.sets)}
-	var payloads [2][]byte
-	for _, f := range d.r.fams {
-		payloads[f.index()], next.chains[f.index()], next.dead[f.index()] = chainUpdates(cur, p, f, d.mode == ModeNFT)
-	}
+	next.sets = maps.Clone(step1)
 	if err := d.restoreFamilies(payloads); err != nil {
 		return err
 	}
@@ -251,24 +292,73 @@ func (d *Dataplane) apply(want *policy.Desired) error {
 	for name, s := range cur.sets {
 		if _, ok := p.sets[name]; !ok {
 			gone = append(gone, name)
-			next.sets[name] = &ipSet{family: s.family, net: s.net, unknown: true}
+			next.sets[name] = &ipSet{family: s.family, net: s.net, ipPort: s.ipPort, unknown: true}
 		}
 	}
 	d.applied, d.plan = next, p
-	if len(gone) > 0 {
-		slices.Sort(gone)
-		var b strings.Builder
-		for _, name := range gone {
-			b.WriteString("destroy " + name + "\n")
+	var b strings.Builder
+	var shrunk []string
+	for _, name := range sortedKeys(step1) {
+		if s, want := step1[name], p.sets[name]; s.ipPort && want != nil && s != want && len(s.frontends) > len(want.frontends) {
+			writeFrontendUpdates(&b, name, s, want)
+			shrunk = append(shrunk, name)
 		}
+	}
+	slices.Sort(gone)
+	for _, name := range gone {
+		b.WriteString("destroy " + name + "\n")
+	}
+	if b.Len() > 0 {
 		if err := d.ipsetRestore([]byte(b.String())); err != nil {
 			return fmt.Errorf("destroy unreferenced ipsets: %w", err)
 		}
 		for _, name := range gone {
 			delete(next.sets, name)
 		}
+		for _, name := range shrunk {
+			next.sets[name] = p.sets[name]
+		}
 	}
 	return nil
+}
+
+// refusing is want's sets as step 1 of an Apply writes them: each
+// family's set of frontends without backends also keeps what it holds in
+// cur and holds the frontends in refuse; the members want lacks are
+// deleted in step 3, once the commits are in force. A set want drops
+// (its family has no frontend any more) still gets refuse's: the rules in
+// force until the commit use it.
+func refusing(m Mode, cur, want map[string]*ipSet, refuse []policy.ServiceFrontend) map[string]*ipSet {
+	out, cloned := want, false
+	for _, f := range families {
+		name := noepSetName(m, f)
+		w, c := want[name], cur[name]
+		if c != nil && (!c.ipPort || c.unknown) {
+			c = nil
+		}
+		if w == nil && c == nil {
+			continue // no frontend of f before or after: nothing to refuse
+		}
+		grown := newFrontendSet(f)
+		for _, s := range []*ipSet{w, c} {
+			if s != nil {
+				maps.Copy(grown.frontends, s.frontends)
+			}
+		}
+		for _, fr := range refuse {
+			if familyOf(fr.Addr) == f {
+				grown.frontends[fr] = struct{}{}
+			}
+		}
+		if w != nil && len(grown.frontends) == len(w.frontends) || w == nil && len(grown.frontends) == len(c.frontends) {
+			continue
+		}
+		if !cloned {
+			out, cloned = maps.Clone(want), true
+		}
+		out[name] = grown
+	}
+	return out
 }
 
 // setUpdates is the ipset restore batch of step 1: create what is new,
@@ -279,7 +369,7 @@ func setUpdates(cur, want map[string]*ipSet) []byte {
 	var changed []string
 	for name, s := range want {
 		old := cur[name]
-		if old == s || old != nil && !old.unknown && old.family == s.family && old.net == s.net && maps.Equal(old.entries, s.entries) {
+		if old == s || old != nil && !old.unknown && old.sameType(s) && maps.Equal(old.entries, s.entries) && maps.Equal(old.frontends, s.frontends) {
 			continue
 		}
 		changed = append(changed, name)
@@ -288,15 +378,19 @@ func setUpdates(cur, want map[string]*ipSet) []byte {
 	var b strings.Builder
 	for _, name := range changed {
 		s, old := want[name], cur[name]
-		if old != nil && (old.family != s.family || old.net != s.net) {
+		if old != nil && !old.sameType(s) {
 			old = nil // recreate fails loudly: ipset names the conflict
 		}
 		if old == nil || old.unknown {
-			fmt.Fprintf(&b, "create %s %s family %s hashsize %d maxelem %d\n", name, s.typ(), s.family.ipsetFamily(), hashSize(len(s.entries)), maxElem)
+			fmt.Fprintf(&b, "create %s %s family %s hashsize %d maxelem %d\n", name, s.typ(), s.family.ipsetFamily(), hashSize(s.size()), maxElem)
 			if old != nil {
 				b.WriteString("flush " + name + "\n")
 			}
 			old = nil
+		}
+		if s.ipPort {
+			writeFrontendUpdates(&b, name, old, s)
+			continue
 		}
 		for _, e := range sortedPrefixes(s.entries) {
 			nomatch := s.entries[e]
@@ -592,7 +686,8 @@ type Stats struct {
 	// Sets and SetEntries count lockstep's ipsets and their members.
 	Sets, SetEntries int
 	// Chains and Rules count lockstep's chains and their rules, both
-	// families together (the jumps from built-in chains not included).
+	// families and the filter and nat tables together (the jumps from
+	// built-in chains not included).
 	Chains, Rules int
 	// DeadRules counts the unreachable rules that iptables-nft changes
 	// leave behind the live ones (see chainUpdates), both families;
@@ -655,12 +750,18 @@ func (s *state) deadRules() int {
 func (s *state) counts() (sets, entries, chains, rules int) {
 	for _, set := range s.sets {
 		sets++
-		entries += len(set.entries)
+		entries += set.size()
 	}
 	for i, cs := range s.chains {
 		for c, rs := range cs {
 			chains++
 			rules += len(liveRules(rs, s.dead[i][c]))
+		}
+	}
+	for _, cs := range s.nat {
+		for _, rs := range cs {
+			chains++
+			rules += len(rs)
 		}
 	}
 	return sets, entries, chains, rules

@@ -37,7 +37,8 @@
 //
 // LOCKSTEP-E-<if> first drops what the pod sends from an address that is
 // not its own (IPv6: except link-local ICMPv6, via LOCKSTEP-LL6), isolated
-// or not. In an isolated direction the chain then returns replies of
+// or not, then refuses connections to Service frontends without backends
+// (see Services). In an isolated direction the chain then returns replies of
 // accepted connections (conntrack ESTABLISHED,RELATED: an entry exists
 // only for a flow that was accepted), one rule per rule key and port chunk
 // (multiport holds 15 ports), and drops the rest. Rule keys for pod
@@ -113,6 +114,82 @@
 // commit, but set members change just before them: for milliseconds, old
 // rules can see new members.
 //
+// # Services
+//
+// Kubernetes judges NetworkPolicy on the pod that receives a connection,
+// after Service translation. [policy.Desired.Services] maps each frontend
+// (ClusterIP, protocol, port) to its ready backends.
+//
+// On a node with kube-proxy (the agent's Kubernetes mode), kube-proxy
+// translates: its DNAT in nat PREROUTING comes before filter FORWARD, so
+// lockstep's chains already judge the backend, with nothing to add
+// (TestPrivilegedKubeProxyServices proves it with kube-proxy's rules). But
+// kube-proxy refuses a Service without endpoints with a REJECT in its own
+// filter chain, which FORWARD reaches after lockstep's jump: a client whose
+// egress is isolated would have the connection dropped in silence. So
+// lockstep refuses it itself: each family with a frontend has a
+// hash:ip,port set of the frontends without backends
+// (lockstep-nft4-noep: "10.96.0.20,tcp:80"), and every endpoint's egress
+// chain, right after anti-spoofing and before any policy, sends a packet to
+// one of them to LOCKSTEP-REJECT (a TCP reset; for UDP and SCTP an ICMP
+// port unreachable). Like kube-proxy's REJECT, this needs the node to
+// route the Service range (a default route does): the packet must reach
+// FORWARD.
+//
+// Without kube-proxy ([Options].TranslateServices: the agent's standalone
+// mode, the demo, lockstep probe), the dataplane translates as kube-proxy
+// does, for what local endpoints send only (the node's own traffic
+// crosses nat OUTPUT, which lockstep does not hook; a remote host's
+// arrives by another interface), in the nat table of both families:
+//
+//	PREROUTING  -> LOCKSTEP-SVC-PODS:    -i <if> -j LOCKSTEP-SVC-ALL, one per endpoint
+//	LOCKSTEP-SVC-ALL:     -d CLUSTERIP -p tcp --dport 80 -j LOCKSTEP-SVC-<hash>, one per frontend with backends
+//	LOCKSTEP-SVC-<hash>:  the i-th of n backends: -m statistic --probability 1/(n-i) -j DNAT
+//	POSTROUTING -> LOCKSTEP-SVC-HAIRPIN: -s A -d A --ctstate DNAT -j MASQUERADE, per endpoint address that is a backend
+//
+// With ClientIP affinity a frontend's chain first sends a client found in
+// a backend's xt_recent list to that backend (--update), and every choice
+// adds the client to the chosen backend's list (--set). The nat table sees
+// only a connection's first packet, so the timeout runs from the client's
+// last new connection, not its last packet, and a list holds 100 clients
+// (xt_recent's ip_list_tot), as with kube-proxy. A pod reaching itself
+// through its Service is masqueraded after the filter table judged it,
+// with its own address as the source: a pod drops a packet from its own
+// address. Frontends without backends are refused as above. The nat
+// chains change like the rest: the dispatch chains rule by rule, a
+// frontend's chain only when its entry changes.
+//
+// # Services: the order of commits
+//
+// iptables-restore commits each table of its payload atomically, at the
+// table's COMMIT, one after the other: nat and filter are separate
+// tables, and a packet meets nat in PREROUTING and filter in FORWARD, so
+// it can meet one state's translation and the other's policy. An Apply
+// that changes both therefore commits, in one iptables-restore per
+// family:
+//
+//  1. nat: every frontend narrowed to the backends it has in both states,
+//     and no translation for the endpoints that go;
+//  2. filter: the new policy;
+//  3. nat: the new translation.
+//
+// A new connection through a Service thus reaches a backend of the old
+// state judged by the old policy, a backend of both judged by either, or
+// a backend of the new state judged by the new policy: never a backend
+// under a policy whose state does not send it there, and never a new pod
+// before its chains are in force. A frontend the first commit translates
+// to nothing (its backends all change, or it comes or goes) is refused
+// meanwhile rather than left to a policy that would judge its ClusterIP
+// as a plain address: members join the set of frontends without backends
+// in step 1 of the Apply and leave it in step 3, after the commits, so the
+// set always holds every frontend left untranslated. An Apply that
+// changes only one table commits it alone. This holds for a packet whose
+// way from PREROUTING to FORWARD, a few microseconds in one softirq that
+// a kernel without PREEMPT_RT does not preempt, spans at most one of the
+// commits. Two caveats remain: set members change before the rules, as
+// for all traffic (see Apply), and a full reconcile, which starts from a
+// state it only read, commits filter then nat without the narrowing.
+//
 // # Modes and clean-up (seed 002)
 //
 // iptables-legacy and iptables-nft keep separate rules that only their own
@@ -124,13 +201,19 @@
 // [DestroySets] then removes the mode's sets, [ListLeftovers] says what is
 // left, and [Purge] does all of it. They take the chains a caller still
 // uses in that mode (the masquerade chain of agent/masquerade, which lives
-// in the nat table under every dataplane) as chains to keep. Retrying and
-// remembering pending clean-ups is agent/cleanup's job.
+// in the nat table under every dataplane) as chains to keep. The Service
+// chains, their jumps from PREROUTING and POSTROUTING and the sets of
+// frontends without backends are lockstep's like the rest, and go with
+// them; an affinity list goes with the last rule that names it. A full
+// reconcile reads the nat table back too and repairs the Service chains
+// (LOCKSTEP-SVC-*) and their jumps, never another chain there. Retrying
+// and remembering pending clean-ups is agent/cleanup's job.
 //
 // # Requirements
 //
 // iptables 1.8.4 or later (legacy and nft variants), ipset 7, and the
-// kernel's xt_set, xt_conntrack, xt_multiport and ip_set_hash_{ip,net}
-// modules; CAP_NET_ADMIN. All commands go through a [Runner], so the
+// kernel's xt_set, xt_conntrack, xt_multiport, REJECT and
+// ip_set_hash_{ip,net,ipport} modules; to translate Services also the nat
+// table, xt_nat, MASQUERADE, xt_statistic and xt_recent; CAP_NET_ADMIN. All commands go through a [Runner], so the
 // package builds on every platform and tests run it against a fake.
 package iptables

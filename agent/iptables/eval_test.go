@@ -19,6 +19,7 @@ type testPacket struct {
 	dport       uint16
 	icmpType    uint8
 	established bool // conntrack says ESTABLISHED
+	dnat        bool // conntrack says DNAT (the nat table translated it)
 }
 
 const (
@@ -36,18 +37,28 @@ func (p testPacket) String() string {
 func (n *fakeNode) evalFake(m Mode, p testPacket) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	v, err := n.filterVerdict(m, p)
+	return v == "ACCEPT", err
+}
+
+// filterVerdict is what the filter table of mode m does with p: ACCEPT,
+// DROP or REJECT. Called with n.mu held.
+func (n *fakeNode) filterVerdict(m Mode, p testPacket) (string, error) {
 	t := n.tables[tableKey{m, familyOf(p.src), "filter"}]
 	if t == nil {
-		return true, nil
+		return "ACCEPT", nil
 	}
 	v, err := n.evalChain(t, p.hook, p, 0)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	if v == "" || v == "RETURN" {
-		return t.policy[p.hook] != "DROP", nil
+		if t.policy[p.hook] == "DROP" {
+			return "DROP", nil
+		}
+		return "ACCEPT", nil
 	}
-	return v == "ACCEPT", nil
+	return v, nil
 }
 
 // evalChain returns the terminal verdict (ACCEPT, DROP), "RETURN" for an
@@ -65,14 +76,14 @@ func (n *fakeNode) evalChain(t *fakeTable, chain string, p testPacket, depth int
 			continue
 		}
 		switch target {
-		case "ACCEPT", "DROP", "RETURN":
+		case "ACCEPT", "DROP", "RETURN", "REJECT":
 			return target, nil
 		}
 		v, err := n.evalChain(t, target, p, depth+1)
 		if err != nil {
 			return "", err
 		}
-		if v == "ACCEPT" || v == "DROP" {
+		if v == "ACCEPT" || v == "DROP" || v == "REJECT" {
 			return v, nil
 		}
 	}
@@ -136,7 +147,7 @@ func (n *fakeNode) matchRule(r string, p testPacket) (bool, string, error) {
 			check(protoNumbers[arg()] == p.proto)
 		case "-m":
 			switch arg() {
-			case "tcp", "udp", "sctp", "multiport", "set", "conntrack", "icmp6", "comment":
+			case "tcp", "udp", "sctp", "multiport", "set", "conntrack", "icmp6", "comment", "statistic", "recent":
 			default:
 				return false, "", fmt.Errorf("unknown match %s", tok[i])
 			}
@@ -152,17 +163,33 @@ func (n *fakeNode) matchRule(r string, p testPacket) (bool, string, error) {
 			check(in)
 		case "--match-set":
 			name, dir := arg(), arg()
-			a := p.src
-			if dir == "dst" {
-				a = p.dst
-			}
 			s := n.sets[name]
 			if s == nil {
 				return false, "", fmt.Errorf("set %s missing", name)
 			}
-			check(setContains(s, a))
+			switch dir {
+			case "src":
+				check(setContains(s, p.src))
+			case "dst":
+				check(setContains(s, p.dst))
+			case "dst,dst":
+				if !s.ipPort {
+					return false, "", fmt.Errorf("set %s matched by address and port", name)
+				}
+				_, in := s.frontends[policy.ServiceFrontend{Addr: p.dst, Port: p.dport, Proto: p.proto}]
+				check(in)
+			default:
+				return false, "", fmt.Errorf("set %s matched by %s", name, dir)
+			}
 		case "--ctstate":
-			check(strings.Contains(arg(), "ESTABLISHED") && p.established)
+			states := arg()
+			check(strings.Contains(states, "ESTABLISHED") && p.established || strings.Contains(states, "DNAT") && p.dnat)
+		case "--mode", "--probability", "--seconds", "--name", "--mask":
+			// statistic and recent: evalNAT decides them (see natRule).
+			arg()
+		case "--update", "--rcheck", "--set", "--reap", "--rsource":
+		case "--to-destination", "--reject-with":
+			arg()
 		case "--icmpv6-type":
 			v, _ := strconv.Atoi(arg())
 			check(p.proto == protoICMPv6 && int(p.icmpType) == v)

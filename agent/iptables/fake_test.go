@@ -27,6 +27,11 @@ type fakeNode struct {
 
 	// faults, when set, picks a fault for each call.
 	faults func(c fakeCall) fault
+	// afterCommit, when set, runs (with mu held) after each table an
+	// iptables-restore commits.
+	afterCommit func(tableKey)
+	// recent are the xt_recent lists: the sources each holds.
+	recent map[string]map[netip.Addr]bool
 }
 
 type tableKey struct {
@@ -54,7 +59,7 @@ type fault int
 const (
 	faultNone    fault = iota
 	faultBefore        // fails before doing anything (the xtables lock is taken)
-	faultPartial       // ipset restore: a prefix of the batch is applied
+	faultPartial       // a prefix of the batch is applied (iptables-restore: its first table)
 	faultAfter         // does everything, then reports failure (killed)
 )
 
@@ -136,7 +141,14 @@ func (n *fakeNode) Run(_ context.Context, name string, args []string, stdin []by
 	case name == ipsetTool:
 		out, err = n.ipset(args, string(stdin), fl == faultPartial)
 	case ok && verb == "restore":
-		err = n.restore(m, f, args, string(stdin))
+		payload := string(stdin)
+		if fl == faultPartial {
+			// Killed after its first table's commit.
+			if i := strings.Index(payload, "\nCOMMIT\n"); i >= 0 {
+				payload = payload[:i+len("\nCOMMIT\n")]
+			}
+		}
+		err = n.restore(m, f, args, payload)
 	case ok && verb == "save":
 		out, err = n.save(m, f, args)
 	default:
@@ -207,6 +219,9 @@ func (n *fakeNode) ipset(args []string, stdin string, partial bool) ([]byte, err
 		for _, name := range sortedKeys(n.sets) {
 			s := n.sets[name]
 			fmt.Fprintf(&b, "create %s %s family %s hashsize 1024 maxelem %d bucketsize 12 initval 0x1\n", name, s.typ(), s.family.ipsetFamily(), maxElem)
+			for _, fr := range sortedFrontends(s.frontends) {
+				b.WriteString("add " + name + " " + frontendText(fr) + "\n")
+			}
 			for _, e := range sortedPrefixes(s.entries) {
 				text := e.String()
 				if e.IsSingleIP() {
@@ -245,13 +260,23 @@ func (n *fakeNode) ipsetCmd(f []string, exist bool) error {
 			}
 			return fmt.Errorf("Set cannot be created: set with the same name already exists")
 		}
-		n.sets[name] = newSet(fam, f[2] == "hash:net")
+		switch f[2] {
+		case "hash:ip", "hash:net":
+			n.sets[name] = newSet(fam, f[2] == "hash:net")
+		case "hash:ip,port":
+			n.sets[name] = newFrontendSet(fam)
+		default:
+			return fmt.Errorf("fake node: set type %s", f[2])
+		}
 	case "add", "del":
 		if s == nil {
 			return fmt.Errorf("The set with the given name does not exist")
 		}
 		if len(f) < 3 {
 			return fmt.Errorf("syntax error: %v", f)
+		}
+		if s.ipPort {
+			return frontendCmd(s, f[0], f[2], exist)
 		}
 		e, err := parseEntry(f[2])
 		if err != nil || familyOf(e.Addr()) != s.family || (!s.net && !e.IsSingleIP()) {
@@ -274,6 +299,7 @@ func (n *fakeNode) ipsetCmd(f []string, exist bool) error {
 			return fmt.Errorf("The set with the given name does not exist")
 		}
 		clear(s.entries)
+		clear(s.frontends)
 	case "destroy":
 		if s == nil {
 			if exist {
@@ -291,13 +317,34 @@ func (n *fakeNode) ipsetCmd(f []string, exist bool) error {
 	return nil
 }
 
-// restore applies an iptables-restore --noflush payload atomically.
+// frontendCmd adds (op "add") or deletes a member of a hash:ip,port set.
+func frontendCmd(s *ipSet, op, text string, exist bool) error {
+	fr, err := parseFrontend(text)
+	if err != nil || familyOf(fr.Addr) != s.family {
+		return fmt.Errorf("Syntax error: cannot parse %s", text)
+	}
+	_, have := s.frontends[fr]
+	switch {
+	case op == "del" && !have && !exist:
+		return fmt.Errorf("Element cannot be deleted from the set: it's not added")
+	case op == "del":
+		delete(s.frontends, fr)
+	case have && !exist:
+		return fmt.Errorf("Element cannot be added to the set: it's already added")
+	default:
+		s.frontends[fr] = struct{}{}
+	}
+	return nil
+}
+
+// restore applies an iptables-restore --noflush payload as the tool does:
+// each table block atomically, at its COMMIT, in order; a failing line
+// leaves its block uncommitted and stops the restore, the blocks before it
+// staying in force. afterCommit, when set, runs after each commit.
 func (n *fakeNode) restore(m Mode, fam Family, args []string, payload string) error {
 	if !slices.Contains(args, "--noflush") {
 		return fmt.Errorf("fake node: restore without --noflush would flush every table")
 	}
-	// Work on copies; commit only if every line applies.
-	work := map[tableKey]*fakeTable{}
 	var cur *fakeTable
 	var key tableKey
 	for i, line := range strings.Split(payload, "\n") {
@@ -309,15 +356,16 @@ func (n *fakeNode) restore(m Mode, fam Family, args []string, payload string) er
 		case line == "" || line[0] == '#':
 		case line[0] == '*':
 			key = tableKey{m, fam, line[1:]}
-			if work[key] == nil {
-				orig := n.table(key)
-				work[key] = &fakeTable{policy: maps.Clone(orig.policy), chains: maps.Clone(orig.chains)}
-			}
-			cur = work[key]
+			orig := n.table(key)
+			cur = &fakeTable{policy: maps.Clone(orig.policy), chains: maps.Clone(orig.chains)}
 		case cur == nil:
 			return fail("outside a table")
 		case line == "COMMIT":
+			n.tables[key] = cur
 			cur = nil
+			if n.afterCommit != nil {
+				n.afterCommit(key)
+			}
 		case line[0] == ':':
 			fields := strings.Fields(line[1:])
 			if _, builtin := cur.policy[fields[0]]; builtin {
@@ -333,8 +381,8 @@ func (n *fakeNode) restore(m Mode, fam Family, args []string, payload string) er
 			}
 		}
 	}
-	for k, t := range work {
-		n.tables[k] = t
+	if cur != nil {
+		return fmt.Errorf("%s: COMMIT expected at the end of table %s", m.RestoreTool(fam), key.table)
 	}
 	return nil
 }
@@ -448,42 +496,67 @@ func (n *fakeNode) save(m Mode, fam Family, args []string) ([]byte, error) {
 }
 
 // lockstepView is the part of a node that is lockstep's in one mode:
-// chains by family, the jumps into them, and the mode's sets.
+// chains by family, the jumps into them, the Service chains of the nat
+// table and the jumps into them, and the mode's sets with their members
+// as ipset writes them (and whether nomatch).
 type lockstepView struct {
-	chains [2]map[string][]string
-	jumps  [2][]string
-	sets   map[string]map[netip.Prefix]bool
+	chains   [2]map[string][]string
+	jumps    [2][]string
+	nat      [2]map[string][]string
+	natJumps [2][]string
+	sets     map[string]map[string]bool
 }
 
 func (n *fakeNode) view(m Mode) lockstepView {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	v := lockstepView{sets: map[string]map[netip.Prefix]bool{}}
+	v := lockstepView{sets: map[string]map[string]bool{}}
 	for _, f := range families {
-		v.chains[f.index()] = map[string][]string{}
-		t := n.tables[tableKey{m, f, "filter"}]
-		if t == nil {
-			continue
-		}
-		for c, rules := range t.chains {
-			if isLockstepChain(c) {
-				v.chains[f.index()][c] = slices.Clone(rules)
-				continue
-			}
-			for _, r := range rules {
-				if isLockstepChain(ruleTarget(strings.Fields(r))) {
-					v.jumps[f.index()] = append(v.jumps[f.index()], c+" "+r)
-				}
-			}
-		}
-		slices.Sort(v.jumps[f.index()])
+		v.chains[f.index()], v.jumps[f.index()] = tableView(n.tables[tableKey{m, f, "filter"}], isLockstepChain)
+		v.nat[f.index()], v.natJumps[f.index()] = tableView(n.tables[tableKey{m, f, "nat"}], isServiceChain)
 	}
 	for name, s := range n.sets {
 		if isModeSet(m, name) {
-			v.sets[name] = maps.Clone(s.entries)
+			v.sets[name] = setMembers(s)
 		}
 	}
 	return v
+}
+
+// tableView is the chains of t that ours reports, and the rules of other
+// chains jumping into them ("CHAIN RULE"), sorted.
+func tableView(t *fakeTable, ours func(string) bool) (map[string][]string, []string) {
+	chains := map[string][]string{}
+	var jumps []string
+	if t == nil {
+		return chains, nil
+	}
+	for c, rules := range t.chains {
+		if ours(c) {
+			chains[c] = slices.Clone(rules)
+			continue
+		}
+		for _, r := range rules {
+			if ours(ruleTarget(strings.Fields(r))) {
+				jumps = append(jumps, c+" "+r)
+			}
+		}
+	}
+	slices.Sort(jumps)
+	return chains, jumps
+}
+
+// setMembers is a set's members as ipset restore writes them, each with
+// its nomatch flag.
+func setMembers(s *ipSet) map[string]bool {
+	out := make(map[string]bool, s.size())
+	for e, nomatch := range s.entries {
+		out[entryText(s, e)] = nomatch
+	}
+	for fr := range s.frontends {
+		out[frontendText(fr)] = false
+	}
+	return out
 }
 
 func (n *fakeNode) takeCalls() []fakeCall {

@@ -4,7 +4,6 @@ package iptables
 
 import (
 	"context"
-	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
@@ -76,7 +75,7 @@ func realView(tb testing.TB, r Runner, m Mode) lockstepView {
 	ctx := context.Background()
 	v := lockstepView{}
 	for _, f := range families {
-		out, err := r.Run(ctx, m.SaveTool(f), []string{"-t", "filter"}, nil)
+		out, err := r.Run(ctx, m.SaveTool(f), nil, nil)
 		if err != nil {
 			tb.Fatalf("read %s rules: %v", f, err)
 		}
@@ -84,7 +83,7 @@ func realView(tb testing.TB, r Runner, m Mode) lockstepView {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		v.chains[f.index()] = map[string][]string{}
+		v.chains[f.index()], v.nat[f.index()] = map[string][]string{}, map[string][]string{}
 		if t := tables["filter"]; t != nil {
 			chains, foreign := lockstepIn(t)
 			v.chains[f.index()] = chains
@@ -92,6 +91,14 @@ func realView(tb testing.TB, r Runner, m Mode) lockstepView {
 				v.jumps[f.index()] = append(v.jumps[f.index()], strings.TrimPrefix(line, "-A "))
 			}
 			slices.Sort(v.jumps[f.index()])
+		}
+		if t := tables["nat"]; t != nil {
+			chains, foreign := lockstepInExcept(t, func(c string) bool { return !isServiceChain(c) })
+			v.nat[f.index()] = chains
+			for _, line := range foreign {
+				v.natJumps[f.index()] = append(v.natJumps[f.index()], strings.TrimPrefix(line, "-A "))
+			}
+			slices.Sort(v.natJumps[f.index()])
 		}
 	}
 	out, err := r.Run(ctx, ipsetTool, []string{"save"}, nil)
@@ -102,10 +109,10 @@ func realView(tb testing.TB, r Runner, m Mode) lockstepView {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	v.sets = map[string]map[netip.Prefix]bool{}
+	v.sets = map[string]map[string]bool{}
 	for name, s := range sets {
 		if isModeSet(m, name) {
-			v.sets[name] = s.entries
+			v.sets[name] = setMembers(s)
 		}
 	}
 	return v

@@ -71,24 +71,13 @@ func reachable(rules []string) []string {
 func diffViews(got, want lockstepView) string {
 	var b strings.Builder
 	for i, f := range families {
-		for _, c := range sortedKeys(want.chains[i]) {
-			g, w := reachable(got.chains[i][c]), reachable(want.chains[i][c])
-			if isDispatch(c) {
-				g, w = slices.Sorted(slices.Values(g)), slices.Sorted(slices.Values(w))
-			}
-			if _, ok := got.chains[i][c]; !ok {
-				fmt.Fprintf(&b, "%s chain %s missing\n", f, c)
-			} else if !slices.Equal(g, w) {
-				fmt.Fprintf(&b, "%s chain %s:\n  got  %q\n  want %q\n", f, c, g, w)
-			}
-		}
-		for c := range got.chains[i] {
-			if _, ok := want.chains[i][c]; !ok {
-				fmt.Fprintf(&b, "%s chain %s should not exist\n", f, c)
-			}
-		}
+		diffChains(&b, f.String(), got.chains[i], want.chains[i], isDispatch)
 		if !slices.Equal(got.jumps[i], want.jumps[i]) {
 			fmt.Fprintf(&b, "%s jumps:\n  got  %q\n  want %q\n", f, got.jumps[i], want.jumps[i])
+		}
+		diffChains(&b, f.String()+" nat", got.nat[i], want.nat[i], isNATDispatch)
+		if !slices.Equal(got.natJumps[i], want.natJumps[i]) {
+			fmt.Fprintf(&b, "%s nat jumps:\n  got  %q\n  want %q\n", f, got.natJumps[i], want.natJumps[i])
 		}
 	}
 	for _, name := range sortedKeys(want.sets) {
@@ -104,6 +93,27 @@ func diffViews(got, want lockstepView) string {
 		}
 	}
 	return b.String()
+}
+
+// diffChains describes how the chains got differ from want; the rules of
+// the chains unordered reports are compared as sets.
+func diffChains(b *strings.Builder, what string, got, want map[string][]string, unordered func(string) bool) {
+	for _, c := range sortedKeys(want) {
+		g, w := reachable(got[c]), reachable(want[c])
+		if unordered(c) {
+			g, w = slices.Sorted(slices.Values(g)), slices.Sorted(slices.Values(w))
+		}
+		if _, ok := got[c]; !ok {
+			fmt.Fprintf(b, "%s chain %s missing\n", what, c)
+		} else if !slices.Equal(g, w) {
+			fmt.Fprintf(b, "%s chain %s:\n  got  %q\n  want %q\n", what, c, g, w)
+		}
+	}
+	for c := range got {
+		if _, ok := want[c]; !ok {
+			fmt.Fprintf(b, "%s chain %s should not exist\n", what, c)
+		}
+	}
 }
 
 func assertView(tb testing.TB, n *fakeNode, m Mode, want *policy.Desired) {

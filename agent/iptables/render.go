@@ -17,6 +17,12 @@ import (
 type ipSet struct {
 	family Family
 	net    bool // hash:net (a CIDR class); otherwise hash:ip
+	// ipPort makes the set a hash:ip,port of Service frontends (address,
+	// protocol and port): its members are in frontends, and entries is
+	// empty. The only one is each family's set of frontends without a
+	// backend (see services.go).
+	ipPort    bool
+	frontends map[policy.ServiceFrontend]struct{}
 	// entries maps each member to its nomatch flag (hash:net only): the
 	// most specific entry containing an address decides, and a nomatch one
 	// says "not in the set".
@@ -30,12 +36,28 @@ func newSet(f Family, net bool) *ipSet {
 	return &ipSet{family: f, net: net, entries: map[netip.Prefix]bool{}}
 }
 
+func newFrontendSet(f Family) *ipSet {
+	return &ipSet{family: f, ipPort: true, frontends: map[policy.ServiceFrontend]struct{}{}, entries: map[netip.Prefix]bool{}}
+}
+
 func (s *ipSet) typ() string {
-	if s.net {
+	switch {
+	case s.ipPort:
+		return "hash:ip,port"
+	case s.net:
 		return "hash:net"
 	}
 	return "hash:ip"
 }
+
+// sameType reports whether a and b are sets of the same type and family:
+// one can be turned into the other by adding and deleting members.
+func (s *ipSet) sameType(o *ipSet) bool {
+	return s.family == o.family && s.net == o.net && s.ipPort == o.ipPort
+}
+
+// size is the number of members.
+func (s *ipSet) size() int { return len(s.entries) + len(s.frontends) }
 
 // maxElem bounds each set. The pods set holds every pod address of the
 // cluster, so it is well above ipset's default of 65536.
@@ -57,11 +79,16 @@ func hashSize(n int) int {
 }
 
 // plan is the complete desired state of one Apply: every set and, per
-// family, every lockstep chain with its rules (the text after "-A CHAIN ",
+// family, every lockstep chain of the filter table and every Service
+// chain of the nat table with its rules (the text after "-A CHAIN ",
 // exactly as iptables-save prints it).
 type plan struct {
 	sets   map[string]*ipSet
 	chains [2]map[string][]string
+	nat    [2]map[string][]string
+	// services are the frontends the plan was rendered from, for the
+	// next Apply's order of commits (see shrinkNAT).
+	services map[policy.ServiceFrontend]*policy.ServiceEntry
 }
 
 // epRender is one endpoint's rendered chains, kept between applies so an
@@ -89,6 +116,13 @@ type epRender struct {
 type renderer struct {
 	mode Mode
 	fams []Family
+	// translate: the dataplane translates Services itself (nat chains).
+	translate bool
+	// svcs are the frontends' renders of the last plan.
+	svcs map[policy.ServiceFrontend]*svcRender
+	// lastNoep is, per family, the set of frontends without backends the
+	// egress chains of the last render refused ("" for none).
+	lastNoep [2]string
 	// The sets of the last plan and what they were built from: reused
 	// while the addresses, CIDRs and referenced sets stay the same.
 	lastAddrs map[netip.Addr]policy.AddrEntry
@@ -135,16 +169,28 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 	if err := r.hashUnions(refs); err != nil {
 		return nil, nil, err
 	}
-	p := &plan{sets: r.sets(want, refs)}
+	svc, err := r.services(want, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &plan{sets: r.sets(want, refs), nat: svc.nat, services: want.Services}
+	if svc.noep[0] != nil || svc.noep[1] != nil {
+		p.sets = maps.Clone(p.sets) // the cached sets are shared with the applied state
+	}
 	for _, f := range r.fams {
+		noep := ""
+		if s := svc.noep[f.index()]; s != nil {
+			noep = noepSetName(r.mode, f)
+			p.sets[noep] = s
+		}
 		has := make(map[ref]bool, len(refs))
 		for rf := range refs {
 			name, _ := r.refSetName(f, rf)
 			has[rf] = p.sets[name] != nil
 		}
 		nonEmpty := func(rf ref) bool { return has[rf] }
-		sameHas := r.lastHas[f.index()] != nil && maps.Equal(has, r.lastHas[f.index()])
-		r.lastHas[f.index()] = has
+		sameHas := r.lastHas[f.index()] != nil && maps.Equal(has, r.lastHas[f.index()]) && r.lastNoep[f.index()] == noep
+		r.lastHas[f.index()], r.lastNoep[f.index()] = has, noep
 		chains := map[string][]string{}
 		fwd, in := ndRules(f), ndRules(f)
 		for _, name := range names {
@@ -159,20 +205,23 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 				chains[i] = er.chains[f.index()][1]
 				continue
 			}
-			sig := signature(er.refs, nonEmpty)
+			sig := noep + ":" + signature(er.refs, nonEmpty)
 			if er.chains[f.index()][0] == nil || er.sig[f.index()] != sig {
 				if er == cache[name] {
 					c := *er // cached renders are shared with the applied state
 					er = &c
 					next[name] = er
 				}
-				er.chains[f.index()] = r.renderEndpoint(f, er, nonEmpty)
+				er.chains[f.index()] = r.renderEndpoint(f, er, nonEmpty, noep)
 				er.sig[f.index()] = sig
 			}
 			chains[e] = er.chains[f.index()][0]
 			chains[i] = er.chains[f.index()][1]
 		}
 		chains[chainForward], chains[chainInput] = fwd, in
+		if noep != "" {
+			chains[chainReject] = rejectRules(f)
+		}
 		if f == IPv6 {
 			chains[chainLL6] = []string{"-s fe80::/10 -p ipv6-icmp -j RETURN", "-s ::/128 -p ipv6-icmp -j RETURN", "-j DROP"}
 		}
@@ -268,13 +317,15 @@ func newEPRender(name string, ep *policy.EndpointPolicy) (*epRender, error) {
 
 // renderEndpoint renders the two chains of one endpoint in family f:
 //
-//	LOCKSTEP-E-<if>  anti-spoofing, then (egress isolated) the egress policy
+//	LOCKSTEP-E-<if>  anti-spoofing, the refusal of frontends without
+//	                 backends, then (egress isolated) the egress policy
 //	LOCKSTEP-I-<if>  (ingress isolated) the ingress policy; else empty
 //
 // An allowed packet RETURNs (lockstep only ever drops: what it allows
 // continues through the node's other rules, as after the eBPF programs); a
-// denied one is dropped. nonEmpty says which refs have a set in f.
-func (r *renderer) renderEndpoint(f Family, er *epRender, nonEmpty func(ref) bool) [2][]string {
+// denied one is dropped, and a connection to a frontend in the set noep
+// (when not "") refused. nonEmpty says which refs have a set in f.
+func (r *renderer) renderEndpoint(f Family, er *epRender, nonEmpty func(ref) bool, noep string) [2][]string {
 	ep := er.ep
 	var egress []string
 	if f == IPv4 {
@@ -289,6 +340,9 @@ func (r *renderer) renderEndpoint(f Family, er *epRender, nonEmpty func(ref) boo
 		} else {
 			egress = append(egress, "-j "+chainLL6)
 		}
+	}
+	if noep != "" {
+		egress = append(egress, "-m set --match-set "+noep+" dst,dst -j "+chainReject)
 	}
 	if ep.EgressIsolated {
 		egress = append(egress, r.policyRules(f, policy.Egress, er, nonEmpty)...)

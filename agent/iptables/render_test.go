@@ -33,6 +33,7 @@ func TestRenderEndpoint(t *testing.T) {
 		egress   []string
 		ingress  []string
 		wantRefs []ref
+		noep     string // the set of frontends without backends
 	}{{
 		name:   "not isolated: anti-spoofing only",
 		ep:     policy.EndpointPolicy{IPv4: addr("10.0.0.5")},
@@ -134,7 +135,7 @@ func TestRenderEndpoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := r.renderEndpoint(tt.fam, er, func(ref) bool { return true })
+			got := r.renderEndpoint(tt.fam, er, func(ref) bool { return true }, tt.noep)
 			if !slices.Equal(got[0], tt.egress) {
 				t.Errorf("egress chain:\n got %q\nwant %q", got[0], tt.egress)
 			}

@@ -98,15 +98,27 @@ func parseIPSetSave(out []byte) (map[string]*ipSet, error) {
 		}
 		switch fields[0] {
 		case "create":
-			s := newSet(IPv4, fields[2] == "hash:net")
+			fam := IPv4
 			if i := slices.Index(fields, "family"); i > 0 && i+1 < len(fields) && fields[i+1] == "inet6" {
-				s.family = IPv6
+				fam = IPv6
+			}
+			s := newSet(fam, fields[2] == "hash:net")
+			if fields[2] == "hash:ip,port" {
+				s = newFrontendSet(fam)
 			}
 			sets[fields[1]] = s
 		case "add":
 			s := sets[fields[1]]
 			if s == nil {
 				return nil, fmt.Errorf("parse ipset save output: member of undeclared set %s", fields[1])
+			}
+			if s.ipPort {
+				fr, err := parseFrontend(fields[2])
+				if err != nil {
+					return nil, fmt.Errorf("parse ipset save output: set %s: %w", fields[1], err)
+				}
+				s.frontends[fr] = struct{}{}
+				continue
 			}
 			pfx, err := parseEntry(fields[2])
 			if err != nil {
@@ -159,7 +171,11 @@ func sortedPrefixes(m map[netip.Prefix]bool) []netip.Prefix {
 }
 
 // read reads back the lockstep sets and chains of the dataplane's mode and
-// families, for a full reconcile.
+// families, for a full reconcile: every lockstep chain of the filter
+// table, and the Service chains of the nat table (not the masquerade
+// chain of agent/masquerade, which lives there too). It reads all tables
+// at once: naming the nat table would create it in legacy mode on a node
+// that has none.
 func (d *Dataplane) read() (*state, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
 	defer cancel()
@@ -180,7 +196,7 @@ func (d *Dataplane) read() (*state, error) {
 		}
 	}
 	for _, f := range d.r.fams {
-		out, err := d.run.Run(ctx, d.mode.SaveTool(f), []string{"-t", "filter"}, nil)
+		out, err := d.run.Run(ctx, d.mode.SaveTool(f), nil, nil)
 		if err != nil {
 			return nil, fmt.Errorf("read %s rules: %w", f, err)
 		}
@@ -188,9 +204,12 @@ func (d *Dataplane) read() (*state, error) {
 		if err != nil {
 			return nil, err
 		}
-		st.chains[f.index()] = map[string][]string{}
+		st.chains[f.index()], st.nat[f.index()] = map[string][]string{}, map[string][]string{}
 		if t := tables["filter"]; t != nil {
 			st.chains[f.index()], st.foreign[f.index()] = lockstepIn(t)
+		}
+		if t := tables["nat"]; t != nil {
+			st.nat[f.index()], st.natForeign[f.index()] = lockstepInExcept(t, func(c string) bool { return !isServiceChain(c) })
 		}
 	}
 	return st, nil

@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -24,6 +25,8 @@ var (
 	}
 	semClasses = []policy.Peer{policy.NoCIDRClass, policy.CIDRClassBit | 1, policy.CIDRClassBit | 2, policy.CIDRClassBit | 3}
 	semIfs     = []string{"ep0", "ep1", "ep2"}
+	// semFrontends are the ClusterIPs, outside every prefix above.
+	semFrontends = []string{"10.96.0.1", "10.96.0.2", "fd96::1"}
 )
 
 // randomDesired builds a random but well-formed Desired.
@@ -84,7 +87,44 @@ func randomDesired(rng *rand.Rand) *policy.Desired {
 		}
 		d.Endpoints[name] = ep
 	}
+	d.Services = randomServices(rng, d)
 	return d
+}
+
+// randomServices gives some states up to four frontends of random
+// protocols and ports, with none to three backends among the pods of
+// their family (the endpoints' own addresses included: hairpin), some
+// with ClientIP affinity.
+func randomServices(rng *rand.Rand, d *policy.Desired) map[policy.ServiceFrontend]*policy.ServiceEntry {
+	if rng.IntN(4) == 0 {
+		return nil
+	}
+	out := map[policy.ServiceFrontend]*policy.ServiceEntry{}
+	for i := range 1 + rng.IntN(4) {
+		fr := policy.ServiceFrontend{Addr: addr(semFrontends[rng.IntN(len(semFrontends))]), Port: uint16(1 + rng.IntN(200)), Proto: []uint8{6, 17, 132}[rng.IntN(3)]}
+		var pods []netip.Addr
+		for a := range d.Addrs {
+			if a.Is4() == fr.Addr.Is4() {
+				pods = append(pods, a)
+			}
+		}
+		slices.SortFunc(pods, netip.Addr.Compare)
+		e := &policy.ServiceEntry{Service: fmt.Sprintf("ns/svc-%d", i)}
+		for range rng.IntN(4) {
+			b := policy.ServiceBackend{Addr: pods[rng.IntN(len(pods))], Port: uint16(1 + rng.IntN(200))}
+			if !slices.Contains(e.Backends, b) {
+				e.Backends = append(e.Backends, b)
+			}
+		}
+		slices.SortFunc(e.Backends, func(a, b policy.ServiceBackend) int {
+			return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
+		})
+		if rng.IntN(3) == 0 {
+			e.AffinityTimeout = policy.DefaultAffinityTimeout
+		}
+		out[fr] = e
+	}
+	return out
 }
 
 // randomRanges returns sorted, disjoint, non-adjacent ranges in 1..200,
@@ -132,6 +172,31 @@ func randomPacket(rng *rand.Rand, d *policy.Desired) testPacket {
 		}
 		return name, own
 	}
+	var frontends []policy.ServiceFrontend
+	for fr := range d.Services {
+		if fr.Addr.Is6() == v6 {
+			frontends = append(frontends, fr)
+		}
+	}
+	if len(frontends) > 0 && rng.IntN(3) == 0 {
+		// A pod's new connection to a frontend, or to its address on
+		// another port; now and then from a remote host or the node.
+		slices.SortFunc(frontends, compareFrontends)
+		fr := frontends[rng.IntN(len(frontends))]
+		p.hook, p.out, p.established = "FORWARD", "eth0", false
+		p.in, p.src = ep()
+		switch rng.IntN(8) {
+		case 0:
+			p.in = "eth0"
+		case 1:
+			p.hook, p.in = "OUTPUT", ""
+		}
+		p.dst, p.dport, p.proto = fr.Addr, fr.Port, fr.Proto
+		if rng.IntN(6) == 0 {
+			p.dport++
+		}
+		return p
+	}
 	switch rng.IntN(5) {
 	case 0: // pod to pod
 		p.hook = "FORWARD"
@@ -165,7 +230,10 @@ func randomPacket(rng *rand.Rand, d *policy.Desired) testPacket {
 // incremental path is what runs) and checks, packet by packet, that the
 // rules and sets decide what the eBPF dataplane decides for the same
 // state: anti-spoofing, isolation, identities, world, CIDR classes with
-// excepts, protocols and port ranges.
+// excepts, protocols and port ranges, and Services translated by the
+// dataplane (standalone mode): each backend a pod's new connection may
+// reach, with its probability and the verdict there, connections to a
+// frontend without backends refused, a pod reaching itself masqueraded.
 func TestSemanticsMatchEBPF(t *testing.T) {
 	states, packets := 300, 400
 	if testing.Short() {
@@ -175,7 +243,7 @@ func TestSemanticsMatchEBPF(t *testing.T) {
 		t.Run(m.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(m), 2))
 			n := newFakeNode()
-			d, err := New(Options{Mode: m, Runner: n})
+			d, err := New(Options{Mode: m, Runner: n, TranslateServices: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,28 +253,54 @@ func TestSemanticsMatchEBPF(t *testing.T) {
 				}
 			}
 			checked := map[bool]int{}
+			kinds := map[string]int{}
 			for s := range states {
 				want := randomDesired(rng)
 				mustApply(t, d, want)
 				assertNoViolations(t, n)
+				route := routeTo(want)
 				for range packets {
 					p := randomPacket(rng, want)
-					got, err := n.evalFake(m, p)
+					got, err := n.evalPaths(m, p, route)
 					if err != nil {
 						t.Fatalf("state %d: evaluate %v: %v", s, p, err)
 					}
-					if ref := refAllowed(want, p); got != ref {
-						t.Fatalf("state %d: %v: iptables allows=%v, eBPF allows=%v\nendpoints: %s\naddrs: %v\ncidrs: %v",
-							s, p, got, ref, dumpEndpoints(want), want.Addrs, want.CIDRs)
+					if ref := refPaths(want, p, route); !samePaths(got, ref) {
+						t.Fatalf("state %d: %v:\niptables %v\neBPF     %v\nendpoints: %s\naddrs: %v\ncidrs: %v\nservices: %s",
+							s, p, got, ref, dumpEndpoints(want), want.Addrs, want.CIDRs, dumpServices(want))
 					}
-					checked[got]++
+					for _, v := range got {
+						checked[v.verdict == "ACCEPT"]++
+						switch {
+						case v.verdict == "REJECT":
+							kinds["refused"]++
+						case v.to.IsValid() && v.masq:
+							kinds["hairpin "+v.verdict]++
+						case v.to.IsValid():
+							kinds["translated "+v.verdict]++
+						}
+					}
 				}
 			}
 			if checked[true] < states*packets/10 || checked[false] < states*packets/10 {
 				t.Fatalf("verdicts allow/deny = %d/%d: too lopsided to test anything", checked[true], checked[false])
 			}
+			t.Logf("paths checked: %v", kinds)
+			for _, k := range []string{"refused", "hairpin ACCEPT", "translated ACCEPT", "translated DROP"} {
+				if kinds[k] < states/10 {
+					t.Errorf("only %d packets %s: the random states test too little of it (%v)", kinds[k], k, kinds)
+				}
+			}
 		})
 	}
+}
+
+func dumpServices(d *policy.Desired) string {
+	s := ""
+	for _, fr := range sortedFrontends(d.Services) {
+		s += fmt.Sprintf("\n  %s: %+v", frontendText(fr), *d.Services[fr])
+	}
+	return s
 }
 
 func dumpEndpoints(d *policy.Desired) string {

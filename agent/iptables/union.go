@@ -45,11 +45,14 @@ var unionEncoding = base32.HexEncoding.WithPadding(base32.NoPadding)
 
 // unionSetName is the name of the union set of the identities in union.
 func unionSetName(m Mode, f Family, union string) string {
-	return setPrefix(m, f) + unionTag + unionHash(union)
+	return setPrefix(m, f) + unionTag + shortHash(union)
 }
 
-func unionHash(union string) string {
-	sum := sha256.Sum256([]byte(union))
+// shortHash is unionHashLen base32 digits (lower case) of the SHA-256 of
+// s: the part of a union set's name, a Service chain's and an affinity
+// list's that tells them apart.
+func shortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
 	return strings.ToLower(unionEncoding.EncodeToString(sum[:unionHashLen*5/8+1]))[:unionHashLen]
 }
 
@@ -61,7 +64,7 @@ func (r *renderer) refSetName(f Family, rf ref) (string, bool) {
 	}
 	h, ok := r.unionHashes[rf.union]
 	if !ok {
-		h = unionHash(rf.union)
+		h = shortHash(rf.union)
 	}
 	return setPrefix(r.mode, f) + unionTag + h, true
 }
@@ -161,7 +164,7 @@ func (r *renderer) hashUnions(refs map[ref]bool) error {
 		}
 		h, ok := old[rf.union]
 		if !ok {
-			h = unionHash(rf.union)
+			h = shortHash(rf.union)
 		}
 		if other, ok := seen[h]; ok {
 			return fmt.Errorf("render union sets: identities %s and %s hash to the same set name %s", other, rf.union, unionTag+h)
