@@ -19,11 +19,14 @@ import (
 
 // Apply makes want the enforced state, make-before-break: it writes the
 // idle parity's copy of every entry that differs, flips lockstep_state.gen
-// with one update, then deletes the entries want no longer has.
+// with one update, then deletes the entries want no longer has. The
+// Service frontends and backends are part of the same generation.
 //
 // Every endpoint of want must have been attached (Attach) by this Datapath;
 // otherwise Apply changes nothing and returns an error wrapping
-// ErrNotAttached that names them. An error before the flip leaves the
+// ErrNotAttached that names them. A state with more Service frontends or
+// backends than the maps hold changes nothing either: the error wraps
+// ErrServiceCapacity. An error before the flip leaves the
 // enforced state as it was; the next Apply repairs the idle copies.
 //
 // Apply keeps references to want and the maps in it: the caller must not
@@ -53,6 +56,10 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	if err != nil {
 		return err
 	}
+	svcs, err := d.wantServices(want.Services)
+	if err != nil {
+		return err
+	}
 	m := &d.mirror
 	m.mark++
 	d.stats = applyStats{}
@@ -77,6 +84,9 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 		return err
 	}
 	if err := d.writeEndpoints(want.Endpoints, ifindexes, p, q); err != nil {
+		return err
+	}
+	if err := d.writeServices(svcs, p, q); err != nil {
 		return err
 	}
 	if d.beforeFlip != nil {

@@ -206,6 +206,10 @@ type packet struct {
 	// program with ingress_ifindex 0. Every other test packet was
 	// forwarded by the node (see skbContext).
 	fromNode bool
+	// TCP: flags (SYN when zero), sequence and acknowledgment numbers.
+	tcpFlags    uint8
+	seq, ackSeq uint32
+	payload     []byte // after the L4 header
 }
 
 const (
@@ -260,20 +264,27 @@ func l4Header(p packet) []byte {
 		h := make([]byte, 20)
 		binary.BigEndian.PutUint16(h[0:], p.sport)
 		binary.BigEndian.PutUint16(h[2:], p.dport)
+		binary.BigEndian.PutUint32(h[4:], p.seq)
+		binary.BigEndian.PutUint32(h[8:], p.ackSeq)
 		h[12] = 5 << 4
 		h[13] = 0x02 // SYN
-		return h
+		if p.tcpFlags != 0 {
+			h[13] = p.tcpFlags
+		}
+		binary.BigEndian.PutUint16(h[14:], 65535)
+		return append(h, p.payload...)
 	case policy.ProtoUDP:
 		h := make([]byte, 8)
 		binary.BigEndian.PutUint16(h[0:], p.sport)
 		binary.BigEndian.PutUint16(h[2:], p.dport)
-		binary.BigEndian.PutUint16(h[4:], 8)
-		return h
+		binary.BigEndian.PutUint16(h[4:], uint16(8+len(p.payload)))
+		return append(h, p.payload...)
 	case policy.ProtoSCTP:
 		h := make([]byte, 12)
 		binary.BigEndian.PutUint16(h[0:], p.sport)
 		binary.BigEndian.PutUint16(h[2:], p.dport)
-		return h
+		binary.BigEndian.PutUint32(h[4:], 0x5c7a9e01) // verification tag
+		return append(h, p.payload...)
 	case protoICMP, protoICMPv6:
 		h := make([]byte, 8)
 		h[0] = p.icmpType
