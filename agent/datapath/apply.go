@@ -124,6 +124,9 @@ type applyStats struct {
 	outer int
 	// innerMaps is how many inner policy maps were created.
 	innerMaps int
+	// svc is how many lockstep_services and lockstep_backends entries
+	// were written or deleted (also counted in entries).
+	svc int
 }
 
 // resolve maps every endpoint of want to the ifindex Attach recorded.

@@ -68,7 +68,8 @@ func (d *Datapath) fakeAttach(ifname string, ifindex int) {
 }
 
 // waitSettled waits until the settler has brought the idle parity's
-// inner maps up to the live rules (it has nothing left it could do).
+// inner maps and Service backends up to the live ones, and deleted the
+// frontends the live parity lacks (it has nothing left it could do).
 func (d *Datapath) waitSettled(tb testing.TB) {
 	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -79,6 +80,11 @@ func (d *Datapath) waitSettled(tb testing.TB) {
 		for _, e := range d.mirror.eps {
 			im := e.inner[live^1]
 			if ep := e.src[live]; ep != nil && e.src[live^1] != ep && im != nil && im.known && fits(im.capacity, len(ep.Rules)) {
+				pending++
+			}
+		}
+		for _, e := range d.mirror.svcs {
+			if e.v.Count[live] == maps.SvcAbsent || e.src[live^1] != e.src[live] || e.v.Count[live] != e.v.Count[live^1] {
 				pending++
 			}
 		}

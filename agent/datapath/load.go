@@ -76,7 +76,10 @@ type Datapath struct {
 	attached map[string]int // host veth name → ifindex
 	mirror   mirror         // what the maps hold, for incremental Apply
 	stats    applyStats     // what the last Apply wrote
-	settler  settler        // brings the idle parity up to date after a flip
+	// svcStats counts the Service map writes: &stats, or the settler's
+	// own count while it settles.
+	svcStats *applyStats
+	settler  settler // brings the idle parity up to date after a flip
 	// readBack makes the next Apply read the maps back into the mirror
 	// first (Invalidate).
 	readBack bool
@@ -151,6 +154,7 @@ func Load(opts Options) (*Datapath, error) {
 		innerSpec: spec.Maps[maps.PolicyMap].InnerMap.Copy(),
 		attached:  make(map[string]int),
 	}
+	d.svcStats = &d.stats
 	// The programs hold the maps Go never reads or writes: the monitor
 	// flag (`lockstep monitor` opens its pin), the flow cache, the
 	// affinity entries and the refusals' scratch buffer.

@@ -234,7 +234,8 @@ func (d *Datapath) deleteService(e *svcEntry) error {
 			return err
 		}
 	}
-	d.stats.entries++
+	d.svcStats.entries++
+	d.svcStats.svc++
 	if err := d.services.Delete(e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		e.vKnown = [2]bool{}
 		return fmt.Errorf("delete %s from %s: %w", svcKeyString(e.key), bpfmaps.ServicesMap, err)
@@ -248,7 +249,8 @@ func (d *Datapath) putService(e *svcEntry, v bpfmaps.SvcValue, q int) error {
 	if v == e.v && e.vKnown[q] {
 		return nil
 	}
-	d.stats.entries++
+	d.svcStats.entries++
+	d.svcStats.svc++
 	if err := d.services.Put(e.key, v); err != nil {
 		// The entry holds e.v or v: parity p's copy is the same in both.
 		e.vKnown[q] = false
@@ -290,7 +292,8 @@ func (d *Datapath) writeSlots(e *svcEntry, parity int, layout []policy.ServiceBa
 			next[i] = cur[i]
 		}
 	}
-	d.stats.entries += len(keys) + len(del)
+	d.svcStats.entries += len(keys) + len(del)
+	d.svcStats.svc += len(keys) + len(del)
 	fail := func(err error) error {
 		e.src[parity] = nil
 		for i := range next {
@@ -365,6 +368,12 @@ func planSlots(live []backendSlot, want []policy.ServiceBackend) []policy.Servic
 // one, and deletes the frontends the live parity no longer has. Called
 // with d.mu held, when no packet uses the idle parity.
 func (d *Datapath) settleServices(live, idle int) error {
+	var st applyStats
+	d.svcStats = &st
+	defer func() {
+		d.settler.entries += st.entries
+		d.svcStats = &d.stats
+	}()
 	var errs []error
 	for _, e := range d.mirror.svcs {
 		if !e.vKnown[live] {
@@ -410,7 +419,8 @@ func (d *Datapath) deleteOrphanBackends() error {
 	if len(m.orphanSlots) == 0 {
 		return nil
 	}
-	d.stats.entries += len(m.orphanSlots)
+	d.svcStats.entries += len(m.orphanSlots)
+	d.svcStats.svc += len(m.orphanSlots)
 	if err := deleteAll(d.backends, m.orphanSlots); err != nil {
 		return fmt.Errorf("delete backends of no frontend from %s: %w", bpfmaps.BackendsMap, err)
 	}
