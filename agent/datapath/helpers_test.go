@@ -112,21 +112,38 @@ func (d *Datapath) flushCT(tb testing.TB) {
 	}
 }
 
-// deleteCTEntries empties lockstep_ct and leaves the flow caches alone.
+// deleteCTEntries empties lockstep_ct and lockstep_svc_ct and leaves the
+// flow caches alone.
 func deleteCTEntries(tb testing.TB, d *Datapath) {
 	tb.Helper()
-	var keys []maps.CTKey
-	var k maps.CTKey
-	var v maps.CTEntry
-	it := d.ct.Iterate()
-	for it.Next(&k, &v) {
-		keys = append(keys, k)
-	}
-	for _, k := range keys {
-		if err := d.ct.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			tb.Fatalf("delete conntrack entries: %v", err)
+	for _, table := range []*ebpf.Map{d.ct, d.svcCT} {
+		var keys []maps.CTKey
+		var k maps.CTKey
+		for {
+			err := table.NextKey(keys2prev(keys), &k)
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				break
+			}
+			if err != nil {
+				tb.Fatalf("list conntrack entries: %v", err)
+			}
+			keys = append(keys, k)
+		}
+		for _, k := range keys {
+			if err := table.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				tb.Fatalf("delete conntrack entries: %v", err)
+			}
 		}
 	}
+}
+
+// keys2prev is the key NextKey continues after: the last of keys, or nil
+// for the first.
+func keys2prev(keys []maps.CTKey) any {
+	if len(keys) == 0 {
+		return nil
+	}
+	return keys[len(keys)-1]
 }
 
 // onOneCPU keeps the calling goroutine on one CPU until the test ends, so

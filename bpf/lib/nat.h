@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Address and port rewriting for Service translation, with the checksums
- * kept right by the kernel's helpers: bpf_l3_csum_replace for the IPv4
- * header, bpf_l4_csum_replace for TCP and UDP (the addresses through the
- * pseudo header, so a checksum the pod left to offload, CHECKSUM_PARTIAL,
- * stays right too). A UDP checksum of zero (IPv4: none) stays zero.
+/* Address and port rewriting for Service translation. The TCP and UDP
+ * checksums are kept right by the kernel's helper, bpf_l4_csum_replace
+ * (the addresses through the pseudo header): only the kernel knows whether
+ * a checksum is complete or left to offload (CHECKSUM_PARTIAL: the pod's
+ * own packets, usually), and the two are updated differently. A UDP
+ * checksum of zero (IPv4: none) stays zero. The IPv4 header checksum, which
+ * is always complete, is updated in place (RFC 1624), and the fields are
+ * written straight into the packet: every helper call costs a few
+ * nanoseconds of every translated packet.
  *
  * SCTP's CRC32c covers the ports but not the addresses (it has no pseudo
  * header), and no helper updates it: lockstep rewrites the addresses of
@@ -50,6 +54,63 @@ static __always_inline void nat_l4_of(const struct pkt *p, struct nat_l4 *l4)
 	}
 }
 
+/* One's complement arithmetic on 32-bit partial sums, as the kernel's
+ * csum_add and csum_fold. Fields are summed as they lie in memory: the
+ * sum is the same in either byte order.
+ */
+static __always_inline __u32 csum_add32(__u32 a, __u32 b)
+{
+	a += b;
+	return a + (a < b);
+}
+
+static __always_inline __u16 csum_fold32(__u32 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+/* addr_diff is the checksum difference of replacing from by to (16 bytes). */
+static __always_inline __u32 addr_diff(const struct v6addr *from, const struct v6addr *to)
+{
+	const __u32 *f = (const __u32 *)from->addr, *t = (const __u32 *)to->addr;
+	__u32 d = 0;
+	int i;
+
+	for (i = 0; i < 4; i++)
+		d = csum_add32(csum_add32(d, ~f[i]), t[i]);
+	return d;
+}
+
+/* store writes len bytes (a constant) at offset off of the frame: straight
+ * into the linear data when it holds them, else with the helper.
+ */
+static __always_inline int store(struct __sk_buff *skb, __u32 off, const void *src, __u32 len)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+
+	if (off < 0x4000 && data + off + len <= data_end) {
+		__builtin_memcpy(data + off, src, len);
+		return 0;
+	}
+	return bpf_skb_store_bytes(skb, off, src, len, 0);
+}
+
+/* ip4_csum_update adds diff to the IPv4 header checksum. The header's
+ * checksum is never left to offload: it is always complete.
+ */
+static __always_inline int ip4_csum_update(struct __sk_buff *skb, __u32 diff)
+{
+	__u16 c;
+
+	if (load(skb, IP4_CSUM_OFF, &c, sizeof(c)))
+		return -1;
+	c = csum_fold32(csum_add32(diff, (__u16)~c));
+	return store(skb, IP4_CSUM_OFF, &c, sizeof(c));
+}
+
 /* nat_addr writes the address at off (from → to) and updates the checksums. */
 static __always_inline int nat_addr(struct __sk_buff *skb, const struct pkt *p, const struct nat_l4 *l4,
 				    __u32 off, const struct v6addr *from, const struct v6addr *to)
@@ -58,20 +119,28 @@ static __always_inline int nat_addr(struct __sk_buff *skb, const struct pkt *p, 
 		__be32 f = *(const __be32 *)&from->addr[12];
 		__be32 t = *(const __be32 *)&to->addr[12];
 
-		if (bpf_l3_csum_replace(skb, IP4_CSUM_OFF, f, t, 4))
+		if (ip4_csum_update(skb, csum_add32(~f, t)))
 			return -1;
+		/* The pseudo header: the kernel knows whether the L4 checksum
+		 * is complete or left to offload (CHECKSUM_PARTIAL), which
+		 * updates differently. */
 		if (l4->csum_off &&
 		    bpf_l4_csum_replace(skb, l4->csum_off, f, t, BPF_F_PSEUDO_HDR | l4->flags | 4))
 			return -1;
-		return bpf_skb_store_bytes(skb, off, &t, 4, BPF_F_INVALIDATE_HASH);
+		return store(skb, off, &t, 4);
 	}
 	if (l4->csum_off) {
-		__s64 d = bpf_csum_diff((__be32 *)from->addr, 16, (__be32 *)to->addr, 16, 0);
+		__u32 d = addr_diff(from, to);
+		/* BPF_F_IPV6 keeps a CHECKSUM_COMPLETE skb->csum right for
+		 * IPv6 (Linux 6.16); older kernels refuse the flag. */
+		long err = bpf_l4_csum_replace(skb, l4->csum_off, 0, d, BPF_F_PSEUDO_HDR | BPF_F_IPV6 | l4->flags);
 
-		if (bpf_l4_csum_replace(skb, l4->csum_off, 0, d, BPF_F_PSEUDO_HDR | l4->flags))
+		if (err == -22 /* EINVAL */)
+			err = bpf_l4_csum_replace(skb, l4->csum_off, 0, d, BPF_F_PSEUDO_HDR | l4->flags);
+		if (err)
 			return -1;
 	}
-	return bpf_skb_store_bytes(skb, off, to->addr, 16, BPF_F_INVALIDATE_HASH);
+	return store(skb, off, to->addr, 16);
 }
 
 /* nat_port writes the port at off (from → to, host byte order) and updates
@@ -84,7 +153,7 @@ static __always_inline int nat_port(struct __sk_buff *skb, const struct nat_l4 *
 
 	if (l4->csum_off && bpf_l4_csum_replace(skb, l4->csum_off, f, t, l4->flags | 2))
 		return -1;
-	return bpf_skb_store_bytes(skb, off, &t, 2, 0);
+	return store(skb, off, &t, 2);
 }
 
 /* nat_rewrite turns the addresses and ports of p, the packet in skb, into
