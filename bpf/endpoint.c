@@ -77,8 +77,13 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	res = parse_packet(skb, &p);
 	if (res == PARSE_OK) {
 		now = ct_now();
-		if (p.icmp_err && ct_related(skb, &p, ifindex, dir, now))
-			return TC_ACT_OK;
+		if (p.icmp_err) {
+			struct svc_scratch *s = svc_scratch();
+			__u32 qo = 0;
+
+			if (s && ct_related(skb, &p, ifindex, dir, now, &s->in, &qo, &h))
+				return svc_related(skb, &p, &s->in, dir, qo, &h);
+		}
 		o = ct_fill_key(&k, ifindex, &p);
 		if (ct_lookup(&k, o, dir, now + ct_timeout(&p), now, &h)) {
 			if (h.flags & CT_SVC)

@@ -187,6 +187,40 @@ type endpointSvcKey struct {
 	Pad   uint8
 }
 
+type endpointSvcScratch struct {
+	_ structs.HostLayout
+	T struct {
+		_        structs.HostLayout
+		Saddr    endpointV6addr
+		Daddr    endpointV6addr
+		Sport    uint16
+		Dport    uint16
+		Proto    uint8
+		IsV6     uint8
+		TcpFlags uint8
+		IcmpErr  uint8
+		L4Off    uint32
+	}
+	In struct {
+		_        structs.HostLayout
+		Saddr    endpointV6addr
+		Daddr    endpointV6addr
+		Sport    uint16
+		Dport    uint16
+		Proto    uint8
+		IsV6     uint8
+		TcpFlags uint8
+		IcmpErr  uint8
+		L4Off    uint32
+	}
+	K  endpointCtKey
+	_  [4]byte
+	N  endpointSvcCtEntry
+	B  endpointBackendValue
+	Ak endpointAffinityKey
+	Av endpointAffinityValue
+}
+
 type endpointSvcValue struct {
 	_        structs.HostLayout
 	Id       uint32
@@ -266,6 +300,7 @@ type endpointMapSpecs struct {
 	LockstepServices      *ebpf.MapSpec `ebpf:"lockstep_services"`
 	LockstepState         *ebpf.MapSpec `ebpf:"lockstep_state"`
 	LockstepSvcCt         *ebpf.MapSpec `ebpf:"lockstep_svc_ct"`
+	LockstepSvcScratch    *ebpf.MapSpec `ebpf:"lockstep_svc_scratch"`
 	PolicyInnerBtf        *ebpf.MapSpec `ebpf:"policy_inner_btf"`
 }
 
@@ -312,6 +347,7 @@ type endpointMaps struct {
 	LockstepServices      *ebpf.Map `ebpf:"lockstep_services"`
 	LockstepState         *ebpf.Map `ebpf:"lockstep_state"`
 	LockstepSvcCt         *ebpf.Map `ebpf:"lockstep_svc_ct"`
+	LockstepSvcScratch    *ebpf.Map `ebpf:"lockstep_svc_scratch"`
 	PolicyInnerBtf        *ebpf.Map `ebpf:"policy_inner_btf"`
 }
 
@@ -334,6 +370,7 @@ func (m *endpointMaps) Close() error {
 		m.LockstepServices,
 		m.LockstepState,
 		m.LockstepSvcCt,
+		m.LockstepSvcScratch,
 		m.PolicyInnerBtf,
 	)
 }

@@ -5,6 +5,7 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
+	"net/netip"
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
@@ -174,5 +175,112 @@ func TestPrivilegedServiceNoBackendSparesConnections(t *testing.T) {
 	other.sport = 41001
 	if ret, _ := runOut(t, d.fromPod, csumFrame(other)); ret != actRedirect {
 		t.Errorf("a new connection: got %s, want a reset (redirect)", actName(ret))
+	}
+}
+
+// icmpErrorFrame is an ICMP (ICMPv6) error of type typ and code from src
+// to dst quoting the IP header and first 8 L4 bytes of quoted, with every
+// checksum right, the quoted packet's own included.
+func icmpErrorFrame(src, dst string, typ, code uint8, quoted packet) []byte {
+	q := csumFrame(quoted)[14:]
+	ihl, proto := 20, uint8(protoICMP)
+	if addr(src).Is6() {
+		ihl, proto = 40, protoICMPv6
+	}
+	raw := frame(packet{src: src, dst: dst, proto: proto, icmpType: typ})
+	l4 := len(raw) - 8
+	raw[l4+1] = code
+	clear(raw[l4+4:])
+	raw = append(raw, q[:ihl+8]...)
+	if proto == protoICMP {
+		binary.BigEndian.PutUint16(raw[16:], uint16(len(raw)-14))
+	} else {
+		binary.BigEndian.PutUint16(raw[18:], uint16(len(raw)-54))
+	}
+	return withChecksums(raw)
+}
+
+// quoteOf parses the packet quoted by the ICMP error w: its addresses and
+// ports, and whether its IPv4 header checksum is right.
+func quoteOf(t *testing.T, w wire) (src, dst netip.AddrPort, headerOK bool) {
+	t.Helper()
+	q := w.l4[8:]
+	if w.src.Is4() {
+		if len(q) < 28 {
+			t.Fatalf("quote of %d bytes", len(q))
+		}
+		ihl := int(q[0]&0xf) * 4
+		src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(q[12:16])), binary.BigEndian.Uint16(q[ihl:]))
+		dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(q[16:20])), binary.BigEndian.Uint16(q[ihl+2:]))
+		return src, dst, fold(sum16(0, q[:ihl])) == 0
+	}
+	if len(q) < 48 {
+		t.Fatalf("quote of %d bytes", len(q))
+	}
+	src = netip.AddrPortFrom(netip.AddrFrom16([16]byte(q[8:24])), binary.BigEndian.Uint16(q[40:]))
+	dst = netip.AddrPortFrom(netip.AddrFrom16([16]byte(q[24:40])), binary.BigEndian.Uint16(q[42:]))
+	return src, dst, true
+}
+
+// ICMP errors about a translated connection are translated as conntrack
+// translates them for kube-proxy, so the kernel that gets one finds its
+// socket: the backend's port unreachable reaches the client from the
+// frontend, quoting the frontend; a router's error keeps the router's
+// address and quotes the frontend; an error the client sends about a
+// reply from the frontend goes to the backend, quoting it.
+func TestPrivilegedServiceICMPErrorsTranslated(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, svcScenario())
+	udp := policy.ProtoUDP
+	for _, fam := range []struct {
+		name, pod, fe, backend, router string
+		typ, code                      uint8
+	}{
+		{"v4", podV4, svcWeb4, "10.0.0.2", "10.0.0.3", 3, 3},
+		{"v6", podV6, svcWeb6, "fd00::2", "fd00::99", 1, 4},
+	} {
+		ap := func(a string, port uint16) netip.AddrPort { return netip.AddrPortFrom(addr(a), port) }
+		sent := packet{src: fam.pod, dst: fam.backend, proto: udp, sport: 41000, dport: 53} // as translated
+		seen := packet{src: fam.fe, dst: fam.pod, proto: udp, sport: 1053, dport: 41000}    // a reply, as the client saw it
+		for _, tc := range []struct {
+			name       string
+			toPod      bool
+			err        []byte
+			from, to   string
+			qsrc, qdst netip.AddrPort
+		}{
+			{"the backend's port unreachable", true, icmpErrorFrame(fam.backend, fam.pod, fam.typ, fam.code, sent), fam.fe, fam.pod, ap(fam.pod, 41000), ap(fam.fe, 1053)},
+			{"a router's error", true, icmpErrorFrame(fam.router, fam.pod, fam.typ, fam.code, sent), fam.router, fam.pod, ap(fam.pod, 41000), ap(fam.fe, 1053)},
+			{"the client's port unreachable", false, icmpErrorFrame(fam.pod, fam.fe, fam.typ, fam.code, seen), fam.pod, fam.backend, ap(fam.backend, 53), ap(fam.pod, 41000)},
+		} {
+			t.Run(fam.name+"/"+tc.name, func(t *testing.T) {
+				d.flushCT(t)
+				open := packet{src: fam.pod, dst: fam.fe, proto: udp, sport: 41000, dport: 1053}
+				if ret, _ := runOut(t, d.fromPod, csumFrame(open)); ret != actOK {
+					t.Fatalf("opening datagram: %s", actName(ret))
+				}
+				prog := d.fromPod
+				if tc.toPod {
+					prog = d.toPod
+				}
+				ret, out := runOut(t, prog, tc.err)
+				if ret != actOK {
+					t.Fatalf("error: got %s, want OK", actName(ret))
+				}
+				w := mustWire(t, "translated error", out)
+				if w.src != addr(tc.from) || w.dst != addr(tc.to) {
+					t.Errorf("error from %s to %s, want from %s to %s", w.src, w.dst, tc.from, tc.to)
+				}
+				qs, qd, ok := quoteOf(t, w)
+				if qs != tc.qsrc || qd != tc.qdst {
+					t.Errorf("quote %s → %s, want %s → %s", qs, qd, tc.qsrc, tc.qdst)
+				}
+				if !ok {
+					t.Errorf("the quoted IPv4 header's checksum is wrong")
+				}
+			})
+		}
 	}
 }

@@ -17,12 +17,13 @@ import (
 
 // The traffic scenario: on one node, client pod C (10.99.0.2, fd99::2,
 // identity 500) and backend pod B (10.99.0.3, fd99::3, identity 501),
-// both isolated both ways. C's egress allows 501 on TCP and UDP 8080, B's
-// ingress allows 500 there, nothing else. Frontends:
+// both isolated both ways. C's egress allows 501 on TCP and UDP 8080 (and
+// UDP 8081), B's ingress allows 500 there, nothing else. Frontends:
 //
 //	web   10.96.0.10 / fd00:96::10, TCP and UDP 80 → B:8080
 //	self  10.96.0.13 / fd00:96::13, TCP and UDP 80 → C:8080 (hairpin)
 //	empty 10.96.0.12 / fd00:96::12, TCP and UDP 80, no backend
+//	closed 10.96.0.15 / fd00:96::15, UDP 80 → B:8081, where nothing listens
 //
 // No kube-proxy runs on the node: a ClusterIP works only as lockstep
 // translates it.
@@ -31,6 +32,7 @@ const (
 	trBackend4, trBackend6 = "10.99.0.3", "fd99::3"
 	trHostC, trHostB       = "lssv-c", "lssv-b"
 	idClient, idBackend    = policy.Peer(500), policy.Peer(501)
+	svcClosed4, svcClosed6 = "10.96.0.15", "fd00:96::15"
 )
 
 func trState(services bool, backendIngress bool) *policy.Desired {
@@ -41,7 +43,7 @@ func trState(services bool, backendIngress bool) *policy.Desired {
 	c := &policy.EndpointPolicy{IPv4: addr(trClient4), IPv6: addr(trClient6), IngressIsolated: true, EgressIsolated: true,
 		Rules: map[policy.RuleKey][]policy.PortRange{
 			rule(idBackend, policy.Egress, tcp): ports(8080, 8080),
-			rule(idBackend, policy.Egress, udp): ports(8080, 8080),
+			rule(idBackend, policy.Egress, udp): ports(8080, 8081),
 			// Hairpin: C reaches itself on 8080.
 			rule(idClient, policy.Egress, tcp):  ports(8080, 8080),
 			rule(idClient, policy.Egress, udp):  ports(8080, 8080),
@@ -52,7 +54,7 @@ func trState(services bool, backendIngress bool) *policy.Desired {
 		Rules: map[policy.RuleKey][]policy.PortRange{}}
 	if backendIngress {
 		b.Rules[rule(idClient, policy.Ingress, tcp)] = ports(8080, 8080)
-		b.Rules[rule(idClient, policy.Ingress, udp)] = ports(8080, 8080)
+		b.Rules[rule(idClient, policy.Ingress, udp)] = ports(8080, 8081)
 	}
 	d := &policy.Desired{
 		Addrs: map[netip.Addr]policy.AddrEntry{
@@ -76,6 +78,8 @@ func trState(services bool, backendIngress bool) *policy.Desired {
 		d.Services[frontend(svcEmpty4, proto, 80)] = &policy.ServiceEntry{Service: "ns/empty"}
 		d.Services[frontend(svcEmpty6, proto, 80)] = &policy.ServiceEntry{Service: "ns/empty"}
 	}
+	d.Services[frontend(svcClosed4, udp, 80)] = &policy.ServiceEntry{Service: "ns/closed", Backends: backends(8081, trBackend4)}
+	d.Services[frontend(svcClosed6, udp, 80)] = &policy.ServiceEntry{Service: "ns/closed", Backends: backends(8081, trBackend6)}
 	return d
 }
 
@@ -203,5 +207,32 @@ func TestPrivilegedServiceNoBackendTraffic(t *testing.T) {
 	}
 	if got := counter(t, n.d, maps.ReasonServiceNoBackend) - before; got < 4 {
 		t.Errorf("service-no-backend grew by %d, want at least 4", got)
+	}
+}
+
+// A datagram through a Service to a backend port where nothing listens:
+// the backend's kernel answers with a port unreachable, translated on its
+// way to the client, whose socket gets ECONNREFUSED as under kube-proxy.
+func TestPrivilegedServiceBackendUnreachableTraffic(t *testing.T) {
+	testenv.Privileged(t)
+	_, c, _ := trSetup(t, trState(true, true))
+	if _, err := waitFor(func() (string, error) { return askUDP(c.ns, hostPort(svcWeb4, "80"), time.Second) }, 5*time.Second); err != nil {
+		t.Fatalf("the scenario does not pass traffic: %v", err)
+	}
+	for _, fe := range []string{svcClosed4, svcClosed6} {
+		_, err := waitFor(func() (string, error) {
+			_, err := askUDP(c.ns, hostPort(fe, "80"), time.Second)
+			if errTimeout(err) {
+				return "", err // a neighbour still resolving: again
+			}
+			return "", nil
+		}, 3*time.Second)
+		if err != nil {
+			t.Errorf("UDP to %s:80: %v, want an answer or a refusal", fe, err)
+			continue
+		}
+		if _, err := askUDP(c.ns, hostPort(fe, "80"), time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("UDP to %s:80, nothing listening on the backend: %v, want ECONNREFUSED", fe, err)
+		}
 	}
 }

@@ -209,23 +209,22 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
  * on the way may send it, so its own addresses say nothing). An error the
  * pod sends must come from the address the quoted packet was sent to: it
  * skips anti-spoofing as a tracked packet does, and pods do not route. It
- * never keeps a connection alive.
+ * never keeps a connection alive. It fills in the quoted packet, *o its
+ * orientation in the connection's key, and h the entry.
  */
 static __always_inline int ct_related(struct __sk_buff *skb, const struct pkt *p, __u32 ifindex,
-				      __u8 dir, __u64 now)
+				      __u8 dir, __u64 now, struct pkt *in, __u32 *o, struct ct_hit *h)
 {
-	struct ct_hit h = {};
-	struct pkt in = {};
 	struct ct_key k;
-	__u32 o;
 
-	if (parse_icmp_quote(skb, p->l4_off, p->is_v6, &in))
+	__builtin_memset(in, 0, sizeof(*in));
+	if (parse_icmp_quote(skb, p->l4_off, p->is_v6, in))
 		return 0;
-	if (dir == DIR_EGRESS && !addr_eq(&p->saddr, &in.daddr))
+	if (dir == DIR_EGRESS && !addr_eq(&p->saddr, &in->daddr))
 		return 0;
-	o = ct_fill_key(&k, ifindex, &in);
+	*o = ct_fill_key(&k, ifindex, in);
 	/* The error is sent by the end the quoted packet went to. */
-	return ct_lookup(&k, o ^ 1, dir, 0, now, &h);
+	return ct_lookup(&k, *o ^ 1, dir, 0, now, h);
 }
 
 /* ct_create records that p, of orientation o in dir, was allowed as a new
@@ -251,20 +250,19 @@ static __always_inline void ct_create(const struct ct_key *k, __u32 o, __u8 dir,
 /* ct_create_svc records, in lockstep_svc_ct, a translated connection's
  * entry of key k: bit is the ct_bit its packet was allowed with, flags its
  * CT_SVC_* flags, and nat the address and port the translation writes.
- * Like ct_create, it never merges with an existing entry.
+ * n is where the entry is built. Like ct_create, it never merges with an
+ * existing entry.
  */
 static __always_inline void ct_create_svc(const struct ct_key *k, __u32 bit, __u32 flags,
 					  const struct v6addr *nat_addr, __u16 nat_port,
-					  const struct pkt *p, __u64 now)
+					  const struct pkt *p, __u64 now, struct svc_ct_entry *n)
 {
-	struct svc_ct_entry n = {
-		.expires = now + ct_timeout(p),
-		.flags = bit | flags,
-		.nat_port = nat_port,
-		.nat_addr = *nat_addr,
-	};
-
-	bpf_map_update_elem(&lockstep_svc_ct, k, &n, BPF_ANY);
+	n->expires = now + ct_timeout(p);
+	n->flags = bit | flags;
+	n->nat_port = nat_port;
+	n->pad = 0;
+	n->nat_addr = *nat_addr;
+	bpf_map_update_elem(&lockstep_svc_ct, k, n, BPF_ANY);
 }
 
 #endif /* LOCKSTEP_CT_H */

@@ -27,6 +27,7 @@
 
 #include "maps.h"
 #include "parse.h"
+#include "ct.h"
 
 #define IP4_CSUM_OFF (ETH_HLEN + offsetof(struct iphdr, check))
 #define IP4_SADDR_OFF (ETH_HLEN + offsetof(struct iphdr, saddr))
@@ -111,6 +112,20 @@ static __always_inline int ip4_csum_update(struct __sk_buff *skb, __u32 diff)
 	return store(skb, IP4_CSUM_OFF, &c, sizeof(c));
 }
 
+/* l4_csum_pseudo6 adds diff, a change of an IPv6 pseudo-header address,
+ * to the L4 checksum at off.
+ */
+static __always_inline int l4_csum_pseudo6(struct __sk_buff *skb, __u32 off, __u32 diff, __u64 flags)
+{
+	/* BPF_F_IPV6 keeps a CHECKSUM_COMPLETE skb->csum right for IPv6
+	 * (Linux 6.16); older kernels refuse the flag. */
+	long err = bpf_l4_csum_replace(skb, off, 0, diff, BPF_F_PSEUDO_HDR | BPF_F_IPV6 | flags);
+
+	if (err == -22 /* EINVAL */)
+		err = bpf_l4_csum_replace(skb, off, 0, diff, BPF_F_PSEUDO_HDR | flags);
+	return err ? -1 : 0;
+}
+
 /* nat_addr writes the address at off (from → to) and updates the checksums. */
 static __always_inline int nat_addr(struct __sk_buff *skb, const struct pkt *p, const struct nat_l4 *l4,
 				    __u32 off, const struct v6addr *from, const struct v6addr *to)
@@ -129,17 +144,8 @@ static __always_inline int nat_addr(struct __sk_buff *skb, const struct pkt *p, 
 			return -1;
 		return store(skb, off, &t, 4);
 	}
-	if (l4->csum_off) {
-		__u32 d = addr_diff(from, to);
-		/* BPF_F_IPV6 keeps a CHECKSUM_COMPLETE skb->csum right for
-		 * IPv6 (Linux 6.16); older kernels refuse the flag. */
-		long err = bpf_l4_csum_replace(skb, l4->csum_off, 0, d, BPF_F_PSEUDO_HDR | BPF_F_IPV6 | l4->flags);
-
-		if (err == -22 /* EINVAL */)
-			err = bpf_l4_csum_replace(skb, l4->csum_off, 0, d, BPF_F_PSEUDO_HDR | l4->flags);
-		if (err)
-			return -1;
-	}
+	if (l4->csum_off && l4_csum_pseudo6(skb, l4->csum_off, addr_diff(from, to), l4->flags))
+		return -1;
 	return store(skb, off, to->addr, 16);
 }
 
@@ -184,6 +190,94 @@ __attribute__((noinline)) int nat_rewrite(struct __sk_buff *skb, const struct pk
 	if (p->dport != t->dport && nat_port(skb, &l4, p->l4_off + 2, p->dport, t->dport))
 		return -1;
 	return 0;
+}
+
+/* nat_icmp_quote translates the packet in that the ICMP error p quotes,
+ * of a connection whose translation h holds: fwd 0, its destination
+ * becomes h's address and port; fwd 1, its source. The quoted IPv4
+ * header's checksum and the ICMP (ICMPv6) checksum are kept right; the
+ * quoted L4 checksum is left as it is (no kernel checks it). A global
+ * function, checked once by the verifier (see nat_rewrite).
+ */
+__attribute__((noinline)) int nat_icmp_quote(struct __sk_buff *skb, const struct pkt *p, const struct pkt *in,
+					     const struct ct_hit *h, __u32 fwd)
+{
+	__u32 inner, l4, diff = 0;
+	const struct v6addr *old;
+
+	if (!skb || !p || !in || !h)
+		return -1;
+	inner = p->l4_off + 8;
+	old = fwd ? &in->saddr : &in->daddr;
+	if (p->is_v6) {
+		l4 = inner + sizeof(struct ipv6hdr);
+		if (!addr_eq(old, &h->nat_addr)) {
+			diff = addr_diff(old, &h->nat_addr);
+			if (store(skb, inner + (fwd ? offsetof(struct ipv6hdr, saddr) : offsetof(struct ipv6hdr, daddr)),
+				  h->nat_addr.addr, 16))
+				return -1;
+		}
+	} else {
+		__u8 vihl;
+
+		if (load(skb, inner, &vihl, sizeof(vihl)))
+			return -1;
+		l4 = inner + (vihl & 0xf) * 4;
+		if (!addr_eq(old, &h->nat_addr)) {
+			__be32 f = *(const __be32 *)&old->addr[12];
+			__be32 t = *(const __be32 *)&h->nat_addr.addr[12];
+			__u16 c;
+
+			/* The quoted header sums to the same with its checksum
+			 * updated: the ICMP checksum does not change. */
+			if (load(skb, inner + offsetof(struct iphdr, check), &c, sizeof(c)))
+				return -1;
+			c = csum_fold32(csum_add32(csum_add32(~f, t), (__u16)~c));
+			if (store(skb, inner + offsetof(struct iphdr, check), &c, sizeof(c)) ||
+			    store(skb, inner + (fwd ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr)), &t, 4))
+				return -1;
+		}
+	}
+	if (in->proto == IPPROTO_TCP || in->proto == IPPROTO_UDP) {
+		__be16 f = bpf_htons(fwd ? in->sport : in->dport), t = bpf_htons(h->nat_port);
+
+		if (f != t) {
+			if (store(skb, l4 + (fwd ? 0 : 2), &t, sizeof(t)))
+				return -1;
+			diff = csum_add32(diff, csum_add32((__u16)~f, t));
+		}
+	}
+	if (diff && bpf_l4_csum_replace(skb, p->l4_off + 2, 0, diff, 0))
+		return -1;
+	return 0;
+}
+
+/* nat_icmp_outer makes h's address the ICMP error p's destination (fwd 1)
+ * or source (fwd 0), with the IPv4 header checksum or the ICMPv6
+ * checksum (which covers the pseudo header) kept right. A global function
+ * (see nat_rewrite).
+ */
+__attribute__((noinline)) int nat_icmp_outer(struct __sk_buff *skb, const struct pkt *p,
+					     const struct ct_hit *h, __u32 fwd)
+{
+	const struct v6addr *outer;
+
+	if (!skb || !p || !h)
+		return -1;
+	outer = fwd ? &p->daddr : &p->saddr;
+	if (p->is_v6) {
+		if (l4_csum_pseudo6(skb, p->l4_off + 2, addr_diff(outer, &h->nat_addr), 0))
+			return -1;
+		return store(skb, fwd ? IP6_DADDR_OFF : IP6_SADDR_OFF, h->nat_addr.addr, 16);
+	}
+	{
+		__be32 f = *(const __be32 *)&outer->addr[12];
+		__be32 t = *(const __be32 *)&h->nat_addr.addr[12];
+
+		if (ip4_csum_update(skb, csum_add32(~f, t)))
+			return -1;
+		return store(skb, fwd ? IP4_DADDR_OFF : IP4_SADDR_OFF, &t, 4);
+	}
 }
 
 /* swap_macs exchanges the frame's Ethernet addresses, so that a frame the

@@ -45,6 +45,7 @@
 #include "nat.h"
 #include "policy.h"
 #include "reject.h"
+#include "scratch.h"
 #include "verdict.h"
 
 /* SVC_PASS: the packet is not translated; the caller goes on as without
@@ -77,10 +78,10 @@ static __always_inline struct svc_value *svc_lookup(const struct pkt *p, __u32 p
 /* svc_pick chooses the backend of a new connection from client p to
  * frontend sv, whose parity has n > 0 backends: the client's affinity
  * backend while it is still one of them and its entry has not timed out,
- * else one at random. It copies it to b and its slot to *slot.
+ * else one at random. It copies it to s->b and its slot to *slot.
  */
 static __always_inline int svc_pick(const struct svc_value *sv, __u32 parity, __u16 n, const struct pkt *p,
-				    __u64 now, struct backend_value *b, __u16 *slot)
+				    __u64 now, struct svc_scratch *s, __u16 *slot)
 {
 	struct backend_key bk = {
 		.id = sv->id,
@@ -90,14 +91,16 @@ static __always_inline int svc_pick(const struct svc_value *sv, __u32 parity, __
 	struct backend_value *v;
 
 	if (timeout) {
-		struct affinity_key ak = {.id = sv->id, .client = p->saddr};
-		struct affinity_value *a = bpf_map_lookup_elem(&lockstep_affinity, &ak);
+		struct affinity_value *a;
 
+		s->ak.id = sv->id;
+		s->ak.client = p->saddr;
+		a = bpf_map_lookup_elem(&lockstep_affinity, &s->ak);
 		if (a && now - a->last < (__u64)timeout * NSEC_PER_SEC && a->slot < n) {
 			bk.slot = a->slot;
 			v = bpf_map_lookup_elem(&lockstep_backends, &bk);
 			if (v && addr_eq(&v->addr, &a->addr) && v->port == a->port) {
-				*b = *v;
+				s->b = *v;
 				*slot = bk.slot;
 				return 0;
 			}
@@ -107,24 +110,23 @@ static __always_inline int svc_pick(const struct svc_value *sv, __u32 parity, __
 	v = bpf_map_lookup_elem(&lockstep_backends, &bk);
 	if (!v)
 		return -1;
-	*b = *v;
+	s->b = *v;
 	*slot = bk.slot;
 	return 0;
 }
 
-/* svc_affinity_set records b (slot) as client p's backend of sv. */
+/* svc_affinity_set records s->b (slot) as client p's backend of sv. */
 static __always_inline void svc_affinity_set(const struct svc_value *sv, const struct pkt *p,
-					     const struct backend_value *b, __u16 slot, __u64 now)
+					     struct svc_scratch *s, __u16 slot, __u64 now)
 {
-	struct affinity_key ak = {.id = sv->id, .client = p->saddr};
-	struct affinity_value av = {
-		.last = now,
-		.addr = b->addr,
-		.port = b->port,
-		.slot = slot,
-	};
-
-	bpf_map_update_elem(&lockstep_affinity, &ak, &av, BPF_ANY);
+	s->ak.id = sv->id;
+	s->ak.client = p->saddr;
+	s->av.last = now;
+	s->av.addr = s->b.addr;
+	s->av.port = s->b.port;
+	s->av.slot = slot;
+	s->av.pad = 0;
+	bpf_map_update_elem(&lockstep_affinity, &s->ak, &s->av, BPF_ANY);
 }
 
 /* svc_affinity_touch keeps the affinity entry of a busy connection fresh:
@@ -190,6 +192,40 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *
 	return TC_ACT_OK;
 }
 
+/* svc_related translates an ICMP error p in dir about a connection
+ * lockstep translates (h, found for the quoted packet in, of orientation
+ * o), as conntrack translates it for kube-proxy, so that the client's
+ * kernel finds the socket it is about: an error travelling to the client
+ * about a translated packet (the backend's port unreachable, a router's
+ * packet too big) quotes the frontend and comes from it when the backend
+ * sent it; one the client sends about a reply it saw from the frontend
+ * goes to the backend, quoting it. Hairpin connections' errors stay
+ * untranslated. Returns the tc action.
+ */
+static __always_inline int svc_related(struct __sk_buff *skb, const struct pkt *p, const struct pkt *in,
+				       __u8 dir, __u32 o, const struct ct_hit *h)
+{
+	__u32 fwd;
+
+	if (!(h->flags & CT_SVC) || (h->flags & CT_SVC_HAIRPIN))
+		return TC_ACT_OK;
+	if ((h->flags & CT_SVC_REV) && (h->flags & ct_bit(dir ^ 1, o)))
+		fwd = 0;
+	else if ((h->flags & CT_SVC_FWD) && (h->flags & ct_bit(dir, o ^ 1)))
+		fwd = 1;
+	else
+		return TC_ACT_OK;
+	if (nat_icmp_quote(skb, p, in, h, fwd))
+		return TC_ACT_SHOT;
+	/* The error's own address, when the quoted packet's translated end
+	 * (the backend, or for the client's errors the frontend) sent it or
+	 * is to get it; a router's address stays. */
+	if (addr_eq(fwd ? &p->daddr : &p->saddr, fwd ? &in->saddr : &in->daddr) &&
+	    nat_icmp_outer(skb, p, h, fwd))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
 /* svc_connect handles the first packet p of a connection the pod of
  * ifindex (endpoint flags of the packet's parity) opens to frontend sv,
  * which has n backends in parity. It returns the tc action, or SVC_PASS
@@ -199,10 +235,9 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 				       const struct svc_value *sv, __u16 n, __u32 parity, __u8 flags,
 				       __u64 now)
 {
-	struct backend_value b;
+	struct svc_scratch *s;
 	struct remote r = {};
-	struct ct_key k;
-	struct pkt t;
+	struct pkt *t;
 	__u16 slot;
 	__u32 o, hairpin;
 
@@ -212,45 +247,49 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 			return TC_ACT_SHOT;
 		return svc_to_pod(skb);
 	}
-	if (svc_pick(sv, parity, n, p, now, &b, &slot))
+	s = svc_scratch();
+	if (!s)
 		return SVC_PASS;
-	if (p->proto == IPPROTO_SCTP && b.port != p->dport)
+	if (svc_pick(sv, parity, n, p, now, s, &slot))
+		return SVC_PASS;
+	if (p->proto == IPPROTO_SCTP && s->b.port != p->dport)
 		return SVC_PASS;
 
-	t = *p;
-	t.daddr = b.addr;
-	t.dport = b.port;
-	hairpin = addr_eq(&b.addr, &p->saddr);
+	t = &s->t;
+	*t = *p;
+	t->daddr = s->b.addr;
+	t->dport = s->b.port;
+	hairpin = addr_eq(&s->b.addr, &p->saddr);
 	if (hairpin)
-		t.saddr = p->daddr;
+		t->saddr = p->daddr;
 
 	if (flags & EP_EGRESS_ISOLATED) {
-		remote_lookup(&t.daddr, parity, &r);
-		if (!policy_allows(ifindex, parity, DIR_EGRESS, &t, &r, flags & EP_EGRESS_NO_ANY))
-			return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_POLICY_EGRESS, &t, r.identity);
+		remote_lookup(&t->daddr, parity, &r);
+		if (!policy_allows(ifindex, parity, DIR_EGRESS, t, &r, flags & EP_EGRESS_NO_ANY))
+			return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_POLICY_EGRESS, t, r.identity);
 	}
 	if (hairpin && (flags & EP_INGRESS_ISOLATED)) {
 		struct remote self = {};
 
 		remote_lookup(&p->saddr, parity, &self);
-		if (!policy_allows(ifindex, parity, DIR_INGRESS, &t, &self, flags & EP_INGRESS_NO_ANY))
-			return verdict(skb, DIR_INGRESS, VERDICT_DROP, REASON_POLICY_INGRESS, &t, self.identity);
+		if (!policy_allows(ifindex, parity, DIR_INGRESS, t, &self, flags & EP_INGRESS_NO_ANY))
+			return verdict(skb, DIR_INGRESS, VERDICT_DROP, REASON_POLICY_INGRESS, t, self.identity);
 	}
 
-	o = ct_fill_key(&k, ifindex, p);
-	ct_create_svc(&k, ct_bit(DIR_EGRESS, o), CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0),
-		      &b.addr, b.port, p, now);
-	o = ct_fill_key(&k, ifindex, &t);
+	o = ct_fill_key(&s->k, ifindex, p);
+	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o), CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0),
+		      &s->b.addr, s->b.port, p, now, &s->n);
+	o = ct_fill_key(&s->k, ifindex, t);
 	/* Hairpin: the translated packet reaches the pod from the frontend's
 	 * address, as if it came in; its replies go out through from_pod. */
-	ct_create_svc(&k, hairpin ? ct_bit(DIR_INGRESS, o) : ct_bit(DIR_EGRESS, o),
-		      CT_SVC_REV | (hairpin ? CT_SVC_HAIRPIN : 0), &p->daddr, p->dport, p, now);
+	ct_create_svc(&s->k, hairpin ? ct_bit(DIR_INGRESS, o) : ct_bit(DIR_EGRESS, o),
+		      CT_SVC_REV | (hairpin ? CT_SVC_HAIRPIN : 0), &p->daddr, p->dport, p, now, &s->n);
 	if (sv->affinity[parity & 1])
-		svc_affinity_set(sv, p, &b, slot, now);
+		svc_affinity_set(sv, p, s, slot, now);
 
-	if (nat_rewrite(skb, p, &t))
-		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_UNPARSEABLE, &t, r.identity);
-	verdict(skb, DIR_EGRESS, VERDICT_ALLOW, REASON_ALLOWED_NEW, &t, r.identity);
+	if (nat_rewrite(skb, p, t))
+		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_UNPARSEABLE, t, r.identity);
+	verdict(skb, DIR_EGRESS, VERDICT_ALLOW, REASON_ALLOWED_NEW, t, r.identity);
 	if (hairpin)
 		return svc_to_pod(skb);
 	return TC_ACT_OK;
