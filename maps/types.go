@@ -227,6 +227,14 @@ type SvcKey struct {
 	Pad   uint8  `json:"-"`
 }
 
+// String formats k as PROTO ADDR:PORT, e.g. "tcp 10.96.0.10:80".
+func (k SvcKey) String() string {
+	return fmt.Sprintf("%s %s", ProtoString(k.Proto), netip.AddrPortFrom(k.Addr.Netip(), k.Port))
+}
+
+// MarshalText makes SvcKey a JSON string (String).
+func (k SvcKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
 // SvcValue mirrors struct svc_value: a frontend's ID (which names its
 // backends and affinity entries) and, per parity, its backend count (or
 // SvcAbsent) and sessionAffinity ClientIP timeout in seconds (0: none).

@@ -5,7 +5,6 @@ package datapath
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"time"
 
@@ -238,7 +237,7 @@ func (d *Datapath) deleteService(e *svcEntry) error {
 	d.svcStats.svc++
 	if err := d.services.Delete(e.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		e.vKnown = [2]bool{}
-		return fmt.Errorf("delete %s from %s: %w", svcKeyString(e.key), bpfmaps.ServicesMap, err)
+		return fmt.Errorf("delete %s from %s: %w", e.key.String(), bpfmaps.ServicesMap, err)
 	}
 	delete(d.mirror.svcs, e.key)
 	return nil
@@ -254,7 +253,7 @@ func (d *Datapath) putService(e *svcEntry, v bpfmaps.SvcValue, q int) error {
 	if err := d.services.Put(e.key, v); err != nil {
 		// The entry holds e.v or v: parity p's copy is the same in both.
 		e.vKnown[q] = false
-		return fmt.Errorf("write %s to %s: %w", svcKeyString(e.key), bpfmaps.ServicesMap, err)
+		return fmt.Errorf("write %s to %s: %w", e.key.String(), bpfmaps.ServicesMap, err)
 	}
 	e.v = v
 	e.vKnown[q] = true
@@ -302,7 +301,7 @@ func (d *Datapath) writeSlots(e *svcEntry, parity int, layout []policy.ServiceBa
 			}
 		}
 		e.slots[parity] = next
-		return fmt.Errorf("write backends of %s: %w", svcKeyString(e.key), err)
+		return fmt.Errorf("write backends of %s: %w", e.key.String(), err)
 	}
 	if err := putAll(d.backends, keys, vals); err != nil {
 		return fail(err)
@@ -465,8 +464,4 @@ func (d *Datapath) adoptServices() error {
 		return fmt.Errorf("read %s: %w", bpfmaps.BackendsMap, err)
 	}
 	return nil
-}
-
-func svcKeyString(k bpfmaps.SvcKey) string {
-	return fmt.Sprintf("%s %s", bpfmaps.ProtoString(k.Proto), netip.AddrPortFrom(k.Addr.Netip(), k.Port))
 }
