@@ -83,6 +83,23 @@
 // so its veth passes nothing more while it lingers. Non-first fragments carry no
 // ports and are dropped in isolated directions.
 //
+// # Services
+//
+// [policy.Desired.Services] is applied with the rest, in the same
+// generation: frontends in lockstep_services (per parity a backend count
+// and an affinity timeout), backends in lockstep_backends (per frontend,
+// parity and slot). Apply writes the idle parity's slots of the frontends
+// whose *policy.ServiceEntry changed, compares contents otherwise, and
+// keeps each backend in its slot from one generation to the next, so a
+// change writes what changed. A removed frontend is made absent from the
+// written parity; the settler deletes its entry and slots a grace period
+// after the flip, with the idle parity's catch-up. A state with more
+// frontends or backends than the maps hold is refused with
+// ErrServiceCapacity before anything is written. The programs translate a
+// pod's new connection to a frontend before policy and track it in
+// lockstep_svc_ct (see bpf/lib/service.h); removed endpoints' entries
+// there are flushed with their conntrack entries.
+//
 // # Kernel requirements
 //
 // Linux 5.11 or later with BTF-capable bpffs pinning: BPF ISA v3 (5.1),
