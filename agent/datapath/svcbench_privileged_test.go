@@ -14,7 +14,8 @@ import (
 
 // svcBenchDesired is benchDesired's node (10k remote identities) with the
 // endpoint's egress allowing the first 100 remote pods on TCP 8080, and
-// two frontends: 10.96.0.1:80 with one backend (the first remote pod) and
+// three frontends: 10.96.0.1:80 with one backend (the first remote pod,
+// on 8080), 10.96.0.2:8080 with the same backend (the port stays), and
 // 10.96.0.100:80 with the first 100.
 func svcBenchDesired() *policy.Desired {
 	d := benchDesired(100)
@@ -32,6 +33,7 @@ func svcBenchDesired() *policy.Desired {
 	}
 	d.Services = map[policy.ServiceFrontend]*policy.ServiceEntry{
 		frontend("10.96.0.1", policy.ProtoTCP, 80):   one,
+		frontend("10.96.0.2", policy.ProtoTCP, 8080): one,
 		frontend("10.96.0.100", policy.ProtoTCP, 80): hundred,
 	}
 	return d
@@ -41,7 +43,8 @@ func svcBenchDesired() *policy.Desired {
 // packet, in the kernel (BPF_PROG_TEST_RUN's per-run time):
 //   - established: from_pod, a packet of an established connection, to a
 //     pod (untranslated) and through a frontend (translated: flow cache
-//     hit, then the destination rewritten to the backend);
+//     hit, then the destination rewritten to the backend; same-port: the
+//     Service port is the backend's, only the address changes);
 //   - reply: to_pod, the backend's reply (translated: the source
 //     rewritten to the frontend);
 //   - new: a new connection to a pod (untranslated) and through a
@@ -77,10 +80,11 @@ func BenchmarkServiceVerdict(b *testing.B) {
 	}
 	b.Run("established", func(b *testing.B) {
 		d.flushCT(b)
-		open(b, out(backend, 8080, 1000, tcpSYN), out("10.96.0.1", 80, 1001, tcpSYN))
+		open(b, out(backend, 8080, 1000, tcpSYN), out("10.96.0.1", 80, 1001, tcpSYN), out("10.96.0.2", 8080, 1004, tcpSYN))
 		benchTurns(b, d, []benchCase{
 			{"untranslated", d.fromPod, [][]byte{out(backend, 8080, 1000, tcpACK)}},
 			{"translated", d.fromPod, [][]byte{out("10.96.0.1", 80, 1001, tcpACK)}},
+			{"same-port", d.fromPod, [][]byte{out("10.96.0.2", 8080, 1004, tcpACK)}},
 		}, nil)
 	})
 	b.Run("reply", func(b *testing.B) {

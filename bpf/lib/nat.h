@@ -89,8 +89,8 @@ static __always_inline __u32 addr_diff(const struct v6addr *from, const struct v
  */
 static __always_inline int store(struct __sk_buff *skb, __u32 off, const void *src, __u32 len)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 
 	if (off < 0x4000 && data + off + len <= data_end) {
 		__builtin_memcpy(data + off, src, len);
@@ -111,6 +111,15 @@ static __always_inline int ip4_csum_update(struct __sk_buff *skb, __u32 diff)
 	c = csum_fold32(csum_add32(diff, (__u16)~c));
 	return store(skb, IP4_CSUM_OFF, &c, sizeof(c));
 }
+
+/* nat_one rewrites one end of p, the packet in skb: its address (from →
+ * to) at aoff and its port (host byte order, from → to) at poff, the
+ * checksums kept right. What a tracked translated packet needs, inlined:
+ * a call to nat_rewrite and its comparisons cost more than the rewrite.
+ * The ports of SCTP are never rewritten.
+ */
+static __always_inline int nat_one(struct __sk_buff *skb, const struct pkt *p, __u32 aoff, __u32 poff,
+				   const struct v6addr *from, const struct v6addr *to, __u16 pfrom, __u16 pto);
 
 /* l4_csum_pseudo6 adds diff, a change of an IPv6 pseudo-header address,
  * to the L4 checksum at off.
@@ -160,6 +169,19 @@ static __always_inline int nat_port(struct __sk_buff *skb, const struct nat_l4 *
 	if (l4->csum_off && bpf_l4_csum_replace(skb, l4->csum_off, f, t, l4->flags | 2))
 		return -1;
 	return store(skb, off, &t, 2);
+}
+
+static __always_inline int nat_one(struct __sk_buff *skb, const struct pkt *p, __u32 aoff, __u32 poff,
+				   const struct v6addr *from, const struct v6addr *to, __u16 pfrom, __u16 pto)
+{
+	struct nat_l4 l4;
+
+	nat_l4_of(p, &l4);
+	if (nat_addr(skb, p, &l4, aoff, from, to))
+		return -1;
+	if (pfrom == pto || p->proto == IPPROTO_SCTP)
+		return 0;
+	return nat_port(skb, &l4, poff, pfrom, pto);
 }
 
 /* nat_rewrite turns the addresses and ports of p, the packet in skb, into

@@ -168,26 +168,36 @@ static __always_inline int svc_to_pod(struct __sk_buff *skb)
 static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u32 o,
 				       const struct ct_hit *h, __u64 now)
 {
-	struct pkt t = *p;
+	__u32 fwd = (h->flags & CT_SVC_FWD) && (h->flags & ct_bit(dir, o));
+	__u32 rev = (h->flags & CT_SVC_REV) && (h->flags & ct_bit(dir ^ 1, o ^ 1));
+	struct pkt t;
 
-	if ((h->flags & CT_SVC_FWD) && (h->flags & ct_bit(dir, o))) {
+	if (!fwd && !rev)
+		return TC_ACT_OK;
+	if (fwd && h->refreshed)
+		svc_affinity_touch(p, h, now);
+	if (!(h->flags & CT_SVC_HAIRPIN)) {
+		/* The common case, inlined: one end rewritten. */
+		if (fwd)
+			return nat_one(skb, p, p->is_v6 ? IP6_DADDR_OFF : IP4_DADDR_OFF, p->l4_off + 2, &p->daddr,
+				       &h->nat_addr, p->dport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
+		return nat_one(skb, p, p->is_v6 ? IP6_SADDR_OFF : IP4_SADDR_OFF, p->l4_off, &p->saddr,
+			       &h->nat_addr, p->sport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
+	}
+	/* Hairpin: the other address is translated too. */
+	t = *p;
+	if (fwd) {
 		t.daddr = h->nat_addr;
 		t.dport = h->nat_port;
-		if (h->flags & CT_SVC_HAIRPIN)
-			t.saddr = p->daddr;
-		if (h->refreshed)
-			svc_affinity_touch(p, h, now);
-	} else if ((h->flags & CT_SVC_REV) && (h->flags & ct_bit(dir ^ 1, o ^ 1))) {
+		t.saddr = p->daddr;
+	} else {
 		t.saddr = h->nat_addr;
 		t.sport = h->nat_port;
-		if (h->flags & CT_SVC_HAIRPIN)
-			t.daddr = p->saddr;
-	} else {
-		return TC_ACT_OK;
+		t.daddr = p->saddr;
 	}
 	if (nat_rewrite(skb, p, &t))
 		return TC_ACT_SHOT;
-	if ((h->flags & CT_SVC_HAIRPIN) && dir == DIR_EGRESS)
+	if (dir == DIR_EGRESS)
 		return svc_to_pod(skb);
 	return TC_ACT_OK;
 }
