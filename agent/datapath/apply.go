@@ -56,15 +56,17 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	if err != nil {
 		return err
 	}
-	svcs, err := d.wantServices(want.Services)
-	if err != nil {
-		return err
-	}
 	m := &d.mirror
-	m.mark++
-	d.stats = applyStats{}
 	p := int(m.gen & 1) // live parity
 	q := p ^ 1          // the parity being written
+	var svcs []svcWant
+	if !sameMap(m.svcsFrom[q], want.Services) {
+		if svcs, err = d.wantServices(want.Services); err != nil {
+			return err
+		}
+	}
+	m.mark++
+	d.stats = applyStats{}
 
 	flipped := false
 	defer func() {
@@ -72,7 +74,7 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 			// Parity q may hold entries that the new state added and
 			// that no cleanup removed: its tables no longer hold
 			// exactly one source.
-			m.cidrsFrom[q], m.addrsFrom[q] = nil, nil
+			m.cidrsFrom[q], m.addrsFrom[q], m.svcsFrom[q] = nil, nil, nil
 		}
 	}()
 	canon, err := d.writeCIDRs(want.CIDRs, p, q)
@@ -86,7 +88,7 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	if err := d.writeEndpoints(want.Endpoints, ifindexes, p, q); err != nil {
 		return err
 	}
-	if err := d.writeServices(svcs, p, q); err != nil {
+	if err := d.writeServices(want.Services, svcs, p, q); err != nil {
 		return err
 	}
 	if d.beforeFlip != nil {

@@ -79,7 +79,10 @@ type Datapath struct {
 	// svcStats counts the Service map writes: &stats, or the settler's
 	// own count while it settles.
 	svcStats *applyStats
-	settler  settler // brings the idle parity up to date after a flip
+	// svcChecked is what the last Apply concluded about each Service
+	// frontend (see wantServices).
+	svcChecked map[policy.ServiceFrontend]svcCheck
+	settler    settler // brings the idle parity up to date after a flip
 	// readBack makes the next Apply read the maps back into the mirror
 	// first (Invalidate).
 	readBack bool

@@ -30,6 +30,11 @@ type mirror struct {
 	svcs        map[maps.SvcKey]*svcEntry // lockstep_services and lockstep_backends, by frontend
 	nextSvcID   uint32                    // the last frontend ID handed out
 	orphanSlots []maps.BackendKey         // lockstep_backends entries of no frontend
+	// svcsFrom is the policy.Desired Services map each parity was written
+	// from, while that parity holds exactly its frontends (nil when
+	// unknown): Apply skips the Service maps when want.Services is the
+	// written parity's source.
+	svcsFrom [2]map[policy.ServiceFrontend]*policy.ServiceEntry
 
 	// addrsFrom and cidrsFrom are the policy.Desired maps each parity was
 	// written from, while the table holds exactly that map's entries in

@@ -263,3 +263,41 @@ func cloneServices(m map[policy.ServiceFrontend]*policy.ServiceEntry) map[policy
 	}
 	return out
 }
+
+// Frontends lockstep cannot translate stay kube-proxy's, untouched:
+// SCTP whose backend listens on another port (its CRC32c covers the
+// ports), and protocols without ports. Backends of the other family are
+// ignored: no 4→6 translation.
+func TestPrivilegedServiceLeftToKubeProxy(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	s := svcScenario()
+	sctpMoved := frontend("10.96.0.30", policy.ProtoSCTP, 9000)
+	s.Services[sctpMoved] = &policy.ServiceEntry{Service: "ns/sctp", Backends: backends(9001, "10.0.0.2")}
+	s.Services[frontend("10.96.0.31", protoICMP, 0)] = &policy.ServiceEntry{Service: "ns/icmp", Backends: backends(0, "10.0.0.2")}
+	mixed := frontend("10.96.0.32", policy.ProtoTCP, 80)
+	s.Services[mixed] = &policy.ServiceEntry{Service: "ns/mixed", Backends: append(backends(8080, "10.0.0.2"), backends(8080, "fd00::2")...)}
+	mustApply(t, d, s)
+
+	live := readServices(t, d, int(d.Generation()&1))
+	if _, ok := live[sctpMoved]; ok {
+		t.Errorf("the SCTP frontend with a backend on another port is in the maps")
+	}
+	if got := live[mixed].Backends; len(got) != 1 || got[0].Addr != addr("10.0.0.2") {
+		t.Errorf("the IPv4 frontend's backends in the maps: %v, want only 10.0.0.2", got)
+	}
+	if len(live) != len(s.Services)-2 {
+		t.Errorf("%d frontends in the maps, want %d (all but the SCTP and the ICMP one)", len(live), len(s.Services)-2)
+	}
+
+	d.flushCT(t)
+	raw := csumFrame(packet{src: podV4, dst: "10.96.0.30", proto: policy.ProtoSCTP, sport: 5, dport: 9000})
+	ret, out := runOut(t, d.fromPod, raw)
+	if ret != actShot {
+		t.Errorf("SCTP to the untranslated frontend: got %s, want SHOT (judged on the ClusterIP, the world)", actName(ret))
+	}
+	if w := mustWire(t, "SCTP", out); w.dst != addr("10.96.0.30") {
+		t.Errorf("SCTP to the untranslated frontend went to %s", w.dst)
+	}
+}

@@ -93,49 +93,40 @@ func svcKey(fe policy.ServiceFrontend) (bpfmaps.SvcKey, bool) {
 	return bpfmaps.SvcKey{Addr: bpfmaps.AddrFrom(fe.Addr.Unmap()), Port: fe.Port, Proto: fe.Proto}, true
 }
 
+// svcCheck is what wantServices concluded about one frontend and the
+// *policy.ServiceEntry it had: ServiceEntry values are immutable, so the
+// conclusion holds as long as the pointer does.
+type svcCheck struct {
+	src  *policy.ServiceEntry
+	want svcWant
+	ok   bool // lockstep translates it
+}
+
 // wantServices returns the frontends of want lockstep translates, or an
-// error wrapping ErrServiceCapacity. It leaves out (and logs) frontends of
-// other protocols and SCTP frontends with a backend on another port than
-// the Service's (their CRC32c covers the ports: kube-proxy translates
-// them), and backends of the other family (no 4→6 translation).
+// error wrapping ErrServiceCapacity. It leaves out (and logs, once)
+// frontends of other protocols and SCTP frontends with a backend on
+// another port than the Service's (their CRC32c covers the ports:
+// kube-proxy translates them), and backends of the other family (no 4→6
+// translation). A frontend whose entry it saw before is not looked at
+// again.
 func (d *Datapath) wantServices(want map[policy.ServiceFrontend]*policy.ServiceEntry) ([]svcWant, error) {
+	checked := make(map[policy.ServiceFrontend]svcCheck, len(want))
 	out := make([]svcWant, 0, len(want))
 	total := 0
 	for fe, se := range want {
-		key, ok := svcKey(fe)
-		if !ok || se == nil {
-			d.log.Warn("not translating a Service frontend lockstep cannot translate", "frontend", fe, "service", serviceName(se))
+		c, ok := d.svcChecked[fe]
+		if !ok || c.src != se || se == nil {
+			c = d.checkService(fe, se)
+		}
+		checked[fe] = c
+		if !c.ok {
 			continue
 		}
-		w := svcWant{key: key, src: se, backends: se.Backends, affinity: affinitySeconds(se.AffinityTimeout)}
-		is4 := fe.Addr.Unmap().Is4()
-		mixed, portMismatch := false, false
-		for _, b := range se.Backends {
-			if b.Addr.Unmap().Is4() != is4 {
-				mixed = true
-			}
-			if fe.Proto == policy.ProtoSCTP && b.Port != fe.Port {
-				portMismatch = true
-			}
+		if len(c.want.backends) > maxBackendsPerFrontend {
+			return nil, fmt.Errorf("apply services: %s %v has %d backends, at most %d: %w", serviceName(se), fe, len(c.want.backends), maxBackendsPerFrontend, ErrServiceCapacity)
 		}
-		if portMismatch {
-			d.log.Debug("leaving an SCTP frontend to kube-proxy: a backend listens on another port", "frontend", fe, "service", serviceName(se))
-			continue
-		}
-		if mixed {
-			w.backends = nil
-			for _, b := range se.Backends {
-				if b.Addr.Unmap().Is4() == is4 {
-					w.backends = append(w.backends, policy.ServiceBackend{Addr: b.Addr.Unmap(), Port: b.Port})
-				}
-			}
-			d.log.Warn("ignoring Service backends of the other address family", "frontend", fe, "service", serviceName(se))
-		}
-		if len(w.backends) > maxBackendsPerFrontend {
-			return nil, fmt.Errorf("apply services: %s %v has %d backends, at most %d: %w", serviceName(se), fe, len(w.backends), maxBackendsPerFrontend, ErrServiceCapacity)
-		}
-		total += len(w.backends)
-		out = append(out, w)
+		total += len(c.want.backends)
+		out = append(out, c.want)
 	}
 	if len(out) > bpfmaps.MaxFrontends {
 		return nil, fmt.Errorf("apply services: %d frontends, at most %d per node: %w", len(out), bpfmaps.MaxFrontends, ErrServiceCapacity)
@@ -143,7 +134,40 @@ func (d *Datapath) wantServices(want map[policy.ServiceFrontend]*policy.ServiceE
 	if total > bpfmaps.MaxBackends {
 		return nil, fmt.Errorf("apply services: %d backends, at most %d per node: %w", total, bpfmaps.MaxBackends, ErrServiceCapacity)
 	}
+	d.svcChecked = checked
 	return out, nil
+}
+
+// checkService says whether and how lockstep translates fe with entry se
+// (see wantServices).
+func (d *Datapath) checkService(fe policy.ServiceFrontend, se *policy.ServiceEntry) svcCheck {
+	key, ok := svcKey(fe)
+	if !ok || se == nil {
+		d.log.Warn("not translating a Service frontend lockstep cannot translate", "frontend", fe, "service", serviceName(se))
+		return svcCheck{src: se}
+	}
+	w := svcWant{key: key, src: se, backends: se.Backends, affinity: affinitySeconds(se.AffinityTimeout)}
+	is4 := fe.Addr.Unmap().Is4()
+	mixed := false
+	for _, b := range se.Backends {
+		if b.Addr.Unmap().Is4() != is4 {
+			mixed = true
+		}
+		if fe.Proto == policy.ProtoSCTP && b.Port != fe.Port {
+			d.log.Info("leaving an SCTP frontend to kube-proxy: a backend listens on another port than the Service's", "frontend", fe, "service", serviceName(se))
+			return svcCheck{src: se}
+		}
+	}
+	if mixed {
+		w.backends = nil
+		for _, b := range se.Backends {
+			if b.Addr.Unmap().Is4() == is4 {
+				w.backends = append(w.backends, policy.ServiceBackend{Addr: b.Addr.Unmap(), Port: b.Port})
+			}
+		}
+		d.log.Warn("ignoring Service backends of the other address family", "frontend", fe, "service", serviceName(se))
+	}
+	return svcCheck{src: se, want: w, ok: true}
 }
 
 func serviceName(se *policy.ServiceEntry) string {
@@ -167,8 +191,23 @@ func affinitySeconds(t time.Duration) uint32 {
 }
 
 // writeServices writes parity q of lockstep_services and lockstep_backends
-// for svcs, and makes every other frontend absent from parity q.
-func (d *Datapath) writeServices(svcs []svcWant, p, q int) error {
+// for svcs, the frontends of from, and makes every other frontend absent
+// from parity q. When parity q was written from from itself, it holds
+// exactly that already: nothing to look at.
+func (d *Datapath) writeServices(from map[policy.ServiceFrontend]*policy.ServiceEntry, svcs []svcWant, p, q int) error {
+	m := &d.mirror
+	if sameMap(m.svcsFrom[q], from) {
+		return nil
+	}
+	m.svcsFrom[q] = nil
+	if err := d.writeServiceEntries(svcs, p, q); err != nil {
+		return err
+	}
+	m.svcsFrom[q] = from
+	return nil
+}
+
+func (d *Datapath) writeServiceEntries(svcs []svcWant, p, q int) error {
 	m := &d.mirror
 	if err := d.deleteOrphanBackends(); err != nil {
 		return err
@@ -367,6 +406,10 @@ func planSlots(live []backendSlot, want []policy.ServiceBackend) []policy.Servic
 // one, and deletes the frontends the live parity no longer has. Called
 // with d.mu held, when no packet uses the idle parity.
 func (d *Datapath) settleServices(live, idle int) error {
+	if sameMap(d.mirror.svcsFrom[idle], d.mirror.svcsFrom[live]) {
+		return nil
+	}
+	d.mirror.svcsFrom[idle] = nil
 	var st applyStats
 	d.svcStats = &st
 	defer func() {
@@ -374,8 +417,10 @@ func (d *Datapath) settleServices(live, idle int) error {
 		d.svcStats = &d.stats
 	}()
 	var errs []error
+	complete := true
 	for _, e := range d.mirror.svcs {
 		if !e.vKnown[live] {
+			complete = false
 			continue // the next Apply rewrites it
 		}
 		if e.v.Count[live] == bpfmaps.SvcAbsent {
@@ -406,6 +451,9 @@ func (d *Datapath) settleServices(live, idle int) error {
 	if len(errs) > 0 {
 		d.log.Warn("bring idle Service backends up to date; the next apply will", "err", errs[0], "failed", len(errs))
 		return errs[0]
+	}
+	if complete {
+		d.mirror.svcsFrom[idle] = d.mirror.svcsFrom[live]
 	}
 	return nil
 }
