@@ -260,3 +260,39 @@ func TestPrivilegedServiceConnectionKeepsBackend(t *testing.T) {
 		}
 	}
 }
+
+// A busy connection keeps its client's affinity entry fresh: the timeout
+// runs from its last packet (to about a second), not from the connection's
+// first, as policy.ServiceEntry documents.
+func TestPrivilegedServiceAffinityFollowsTraffic(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, affinityScenario(affinityBackends))
+	d.flushCT(t)
+	last := func() uint64 {
+		es, err := maps.Dump(d.pinRoot, maps.AffinityMap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) != 1 {
+			t.Fatalf("%d affinity entries, want 1", len(es))
+		}
+		return es[0].Value.(maps.AffinityValue).Last
+	}
+	connectTo(t, d, svcAffinity4, 30000)
+	opened := last()
+	time.Sleep(1200 * time.Millisecond)
+	// A packet of the connection found in the table (the caches dropped)
+	// refreshes its entry, and with it the affinity.
+	if err := d.bumpCTEpoch(); err != nil {
+		t.Fatal(err)
+	}
+	ack := packet{src: podV4, dst: svcAffinity4, proto: policy.ProtoTCP, sport: 30000, dport: 80, tcpFlags: tcpACK, seq: 1}
+	if ret, _ := runOut(t, d.fromPod, csumFrame(ack)); ret != actOK {
+		t.Fatalf("ACK: got %s, want OK", actName(ret))
+	}
+	if got := last(); got < opened+uint64(time.Second) {
+		t.Errorf("affinity entry last used %v after the connection opened, want at least 1s later (its ACK)", time.Duration(got-opened))
+	}
+}
