@@ -104,8 +104,11 @@
 //
 // Linux 5.11 or later with BTF-capable bpffs pinning: BPF ISA v3 (5.1),
 // BPF ring buffers (5.8), bounded loops (5.3), hash-of-maps whose inner
-// maps differ in size (5.10), bpf_ktime_get_coarse_ns (5.11),
-// BPF_PROG_TEST_RUN for sched_cls (tests). The agent needs
+// maps differ in size (5.10), bpf_ktime_get_coarse_ns (5.11), global BPF
+// functions (5.6) and bpf_redirect_peer (5.10) for Services,
+// BPF_PROG_TEST_RUN for sched_cls (tests). On 6.16 or later the
+// translation of IPv6 addresses also keeps a CHECKSUM_COMPLETE skb->csum
+// right (bpf_l4_csum_replace's BPF_F_IPV6). The agent needs
 // CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN (for the bpffs mount), or root.
 // On other systems the package builds so the agent does, and Load fails
 // with an error wrapping errors.ErrUnsupported.
