@@ -74,8 +74,9 @@ func flipState(n int, backend, allowed int) *policy.Desired {
 	return d
 }
 
-// flipEcho answers every 8-byte datagram on addr in n with itself.
-func flipEcho(t *testing.T, n ns.NetNS, addr string) {
+// flipEcho answers every 8-byte datagram on addr in n with itself, and
+// records its sequence number in seen.
+func flipEcho(t *testing.T, n ns.NetNS, addr string, seen *seqSet) {
 	t.Helper()
 	var pc net.PacketConn
 	if err := n.Do(func(ns.NetNS) (err error) {
@@ -94,19 +95,44 @@ func flipEcho(t *testing.T, n ns.NetNS, addr string) {
 			if err != nil {
 				return
 			}
+			if k == 8 {
+				seen.add(binary.BigEndian.Uint64(buf))
+			}
 			pc.WriteTo(buf[:k], from)
 		}
 	}()
 }
 
-func flipSetup(t *testing.T) (*podNode, podNet) {
+// seqSet is the set of sequence numbers the backends received.
+type seqSet struct {
+	mu   sync.Mutex
+	seqs map[uint64]bool
+}
+
+func (s *seqSet) add(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seqs == nil {
+		s.seqs = map[uint64]bool{}
+	}
+	s.seqs[seq] = true
+}
+
+func (s *seqSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.seqs)
+}
+
+func flipSetup(t *testing.T) (*podNode, podNet, *seqSet) {
 	t.Helper()
 	n := newPodNode(t)
 	c := n.addPod(t, flipHostC, trClient4, trClient6, true)
 	b1 := n.addPod(t, flipHostB1, flipB1, "fd99::3", false)
 	b2 := n.addPod(t, flipHostB2, flipB2, "fd99::4", false)
-	flipEcho(t, b1.ns, flipB1+":8080")
-	flipEcho(t, b2.ns, flipB2+":8080")
+	seen := &seqSet{}
+	flipEcho(t, b1.ns, flipB1+":8080", seen)
+	flipEcho(t, b2.ns, flipB2+":8080", seen)
 	mustApply(t, n.d, flipState(0, 1, 1))
 	if _, err := waitFor(func() (string, error) { return askUDP(c.ns, svcWeb4+":80", time.Second) }, 5*time.Second); err != nil {
 		t.Fatalf("no echo through F under S1: %v", err)
@@ -115,12 +141,13 @@ func flipSetup(t *testing.T) (*podNode, podNet) {
 	if _, err := waitFor(func() (string, error) { return askUDP(c.ns, svcWeb4+":80", time.Second) }, 5*time.Second); err != nil {
 		t.Fatalf("no echo through F under S2: %v", err)
 	}
-	return n, c
+	return n, c, seen
 }
 
 // svcFlipResult is what one run of runServiceFlips saw.
 type svcFlipResult struct {
 	sent, echoed int
+	received     int // by the backends
 	flips        uint32
 	egressDrops  uint64
 }
@@ -129,9 +156,10 @@ type svcFlipResult struct {
 // allows while C sends datagrams to F, each from its own source port and
 // waiting for its echo (or echoWait), until minPackets were sent and
 // minFlips applied, or maxLost went unanswered, or maxTime passed.
-func runServiceFlips(t *testing.T, n *podNode, c podNet, states func(int) *policy.Desired, minPackets int, minFlips int64, maxLost int, echoWait, maxTime time.Duration) svcFlipResult {
+func runServiceFlips(t *testing.T, n *podNode, c podNet, seen *seqSet, states func(int) *policy.Desired, minPackets int, minFlips int64, maxLost int, echoWait, maxTime time.Duration) svcFlipResult {
 	t.Helper()
 	var res svcFlipResult
+	seen0 := seen.len()
 	before := counter(t, n.d, maps.ReasonPolicyEgress)
 	var applied atomic.Int64
 	stop := make(chan struct{})
@@ -199,8 +227,13 @@ func runServiceFlips(t *testing.T, n *podNode, c podNet, states func(int) *polic
 		t.Fatalf("traffic: %v", err)
 	}
 	res.flips = n.d.Generation() - gen0
+	// A datagram not echoed in time may still be on its way.
+	for deadline := time.Now().Add(300 * time.Millisecond); seen.len()-seen0 < res.sent && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	res.received = seen.len() - seen0
 	res.egressDrops = counter(t, n.d, maps.ReasonPolicyEgress) - before
-	t.Logf("%d flips in %v: sent %d, echoed %d, policy-egress drops %d", res.flips, time.Since(start).Round(time.Millisecond), res.sent, res.echoed, res.egressDrops)
+	t.Logf("%d flips in %v: sent %d, echoed %d, received %d, policy-egress drops %d", res.flips, time.Since(start).Round(time.Millisecond), res.sent, res.echoed, res.received, res.egressDrops)
 	return res
 }
 
@@ -211,19 +244,19 @@ func runServiceFlips(t *testing.T, n *podNode, c podNet, states func(int) *polic
 // egress would drop).
 func TestPrivilegedServiceFlipIsAtomicUnderTraffic(t *testing.T) {
 	testenv.Privileged(t)
-	n, c := flipSetup(t)
+	n, c, seen := flipSetup(t)
 	states := func(k int) *policy.Desired {
 		if k%2 == 1 {
 			return flipState(k, 1, 1)
 		}
 		return flipState(k, 2, 2)
 	}
-	res := runServiceFlips(t, n, c, states, 3000, 300, 1, time.Second, 20*time.Second)
+	res := runServiceFlips(t, n, c, seen, states, 3000, 300, 1, time.Second, 20*time.Second)
 	if res.flips < 100 {
 		t.Errorf("only %d flips during traffic: too few for the test to mean anything", res.flips)
 	}
-	if res.echoed != res.sent {
-		t.Errorf("sent %d datagrams, %d echoed: a packet saw one state's backends with the other's policy", res.sent, res.echoed)
+	if res.echoed != res.sent || res.received != res.sent {
+		t.Errorf("sent %d datagrams, the backends received %d, %d echoed: a packet saw one state's backends with the other's policy", res.sent, res.received, res.echoed)
 	}
 	if res.egressDrops != 0 {
 		t.Errorf("policy-egress grew by %d during the flips, want 0", res.egressDrops)
@@ -236,7 +269,7 @@ func TestPrivilegedServiceFlipIsAtomicUnderTraffic(t *testing.T) {
 // policy-egress drops, as many of one as of the other.
 func TestPrivilegedServiceFlipDetectsTornState(t *testing.T) {
 	testenv.Privileged(t)
-	n, c := flipSetup(t)
+	n, c, seen := flipSetup(t)
 	for _, tc := range []struct {
 		name             string
 		backend, allowed int
@@ -258,11 +291,11 @@ func TestPrivilegedServiceFlipDetectsTornState(t *testing.T) {
 		return flipState(k, 2, 1)
 	}
 	mustApply(t, n.d, flipState(0, 1, 1))
-	res := runServiceFlips(t, n, c, states, 3000, 300, 20, 20*time.Millisecond, 20*time.Second)
-	if res.echoed == res.sent || res.egressDrops == 0 {
-		t.Errorf("flipping through torn states: sent %d, echoed %d, %d policy-egress drops; want losses and drops", res.sent, res.echoed, res.egressDrops)
+	res := runServiceFlips(t, n, c, seen, states, 3000, 300, 20, 20*time.Millisecond, 20*time.Second)
+	if res.received == res.sent || res.egressDrops == 0 {
+		t.Errorf("flipping through torn states: sent %d, the backends received %d, %d policy-egress drops; want losses and drops", res.sent, res.received, res.egressDrops)
 	}
-	if lost := uint64(res.sent - res.echoed); res.egressDrops != lost {
+	if lost := uint64(res.sent - res.received); res.egressDrops != lost {
 		t.Errorf("%d datagrams lost but policy-egress grew by %d: the two detectors disagree", lost, res.egressDrops)
 	}
 }

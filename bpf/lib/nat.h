@@ -112,15 +112,6 @@ static __always_inline int ip4_csum_update(struct __sk_buff *skb, __u32 diff)
 	return store(skb, IP4_CSUM_OFF, &c, sizeof(c));
 }
 
-/* nat_one rewrites one end of p, the packet in skb: its address (from →
- * to) at aoff and its port (host byte order, from → to) at poff, the
- * checksums kept right. What a tracked translated packet needs, inlined:
- * a call to nat_rewrite and its comparisons cost more than the rewrite.
- * The ports of SCTP are never rewritten.
- */
-static __always_inline int nat_one(struct __sk_buff *skb, const struct pkt *p, __u32 aoff, __u32 poff,
-				   const struct v6addr *from, const struct v6addr *to, __u16 pfrom, __u16 pto);
-
 /* l4_csum_pseudo6 adds diff, a change of an IPv6 pseudo-header address,
  * to the L4 checksum at off.
  */
@@ -171,17 +162,67 @@ static __always_inline int nat_port(struct __sk_buff *skb, const struct nat_l4 *
 	return store(skb, off, &t, 2);
 }
 
+/* nat_one_slow writes what nat_one writes when the headers are not all
+ * in the linear data (the checksums are done already).
+ */
+static __always_inline int nat_one_slow(struct __sk_buff *skb, const struct pkt *p, __u32 aoff, __u32 poff,
+					__be32 f4, __be32 t4, const struct v6addr *to, __be16 tp, __u32 port)
+{
+	if (!p->is_v6) {
+		if (ip4_csum_update(skb, csum_add32(~f4, t4)) || store(skb, aoff, &t4, 4))
+			return -1;
+	} else if (store(skb, aoff, to->addr, 16)) {
+		return -1;
+	}
+	if (port)
+		return store(skb, poff, &tp, sizeof(tp));
+	return 0;
+}
+
+/* nat_one rewrites one end of p, the packet in skb: its address (from →
+ * to) at aoff and its port (host byte order, from → to) at poff, the
+ * checksums kept right. What a tracked translated packet needs, inlined:
+ * a call to nat_rewrite and its comparisons cost more than the rewrite.
+ * The ports of SCTP are never rewritten.
+ */
 static __always_inline int nat_one(struct __sk_buff *skb, const struct pkt *p, __u32 aoff, __u32 poff,
 				   const struct v6addr *from, const struct v6addr *to, __u16 pfrom, __u16 pto)
 {
+	__u32 port = pfrom != pto && p->proto != IPPROTO_SCTP;
+	__be32 f4 = *(const __be32 *)&from->addr[12];
+	__be32 t4 = *(const __be32 *)&to->addr[12];
+	__be16 tp = bpf_htons(pto);
 	struct nat_l4 l4;
+	void *data, *end;
 
+	/* The L4 checksum first: the helpers move the packet, and then one
+	 * bounds check covers every field written after them. */
 	nat_l4_of(p, &l4);
-	if (nat_addr(skb, p, &l4, aoff, from, to))
-		return -1;
-	if (pfrom == pto || p->proto == IPPROTO_SCTP)
-		return 0;
-	return nat_port(skb, &l4, poff, pfrom, pto);
+	if (l4.csum_off) {
+		if (!p->is_v6) {
+			if (bpf_l4_csum_replace(skb, l4.csum_off, f4, t4, BPF_F_PSEUDO_HDR | l4.flags | 4))
+				return -1;
+		} else if (l4_csum_pseudo6(skb, l4.csum_off, addr_diff(from, to), l4.flags)) {
+			return -1;
+		}
+		if (port && bpf_l4_csum_replace(skb, l4.csum_off, bpf_htons(pfrom), tp, l4.flags | 2))
+			return -1;
+	}
+	data = skb_data(skb);
+	end = skb_data_end(skb);
+	if (poff >= 0x4000 || data + poff + sizeof(tp) > end || data + aoff + 16 > end)
+		return nat_one_slow(skb, p, aoff, poff, f4, t4, to, tp, port);
+	if (!p->is_v6) {
+		__u16 *c = data + IP4_CSUM_OFF;
+
+		*c = csum_fold32(csum_add32(csum_add32(~f4, t4), (__u16)~*c));
+		*(__be32 *)(data + aoff) = t4;
+	} else {
+		__builtin_memcpy(data + aoff, to->addr, 16);
+	}
+	if (port)
+		*(__be16 *)(data + poff) = tp;
+	return 0;
 }
 
 /* nat_rewrite turns the addresses and ports of p, the packet in skb, into

@@ -168,23 +168,29 @@ static __always_inline int svc_to_pod(struct __sk_buff *skb)
 static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u32 o,
 				       const struct ct_hit *h, __u64 now)
 {
-	__u32 fwd = (h->flags & CT_SVC_FWD) && (h->flags & ct_bit(dir, o));
-	__u32 rev = (h->flags & CT_SVC_REV) && (h->flags & ct_bit(dir ^ 1, o ^ 1));
+	__u32 fwd, rev;
 	struct pkt t;
 
+	if (dir == DIR_INGRESS) {
+		/* to_pod sees one kind only: a backend's reply to the client
+		 * (forward translation and hairpin replies are from_pod's). */
+		if ((h->flags & (CT_SVC_REV | CT_SVC_HAIRPIN)) != CT_SVC_REV || !(h->flags & ct_bit(DIR_EGRESS, o ^ 1)))
+			return TC_ACT_OK;
+		return nat_one(skb, p, p->is_v6 ? IP6_SADDR_OFF : IP4_SADDR_OFF, p->l4_off, &p->saddr,
+			       &h->nat_addr, p->sport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
+	}
+	fwd = (h->flags & CT_SVC_FWD) && (h->flags & ct_bit(dir, o));
+	rev = (h->flags & CT_SVC_REV) && (h->flags & ct_bit(dir ^ 1, o ^ 1));
 	if (!fwd && !rev)
 		return TC_ACT_OK;
 	if (fwd && h->refreshed)
 		svc_affinity_touch(p, h, now);
-	if (!(h->flags & CT_SVC_HAIRPIN)) {
-		/* The common case, inlined: one end rewritten. */
-		if (fwd)
-			return nat_one(skb, p, p->is_v6 ? IP6_DADDR_OFF : IP4_DADDR_OFF, p->l4_off + 2, &p->daddr,
-				       &h->nat_addr, p->dport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
-		return nat_one(skb, p, p->is_v6 ? IP6_SADDR_OFF : IP4_SADDR_OFF, p->l4_off, &p->saddr,
-			       &h->nat_addr, p->sport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
-	}
-	/* Hairpin: the other address is translated too. */
+	if (fwd && !(h->flags & CT_SVC_HAIRPIN))
+		return nat_one(skb, p, p->is_v6 ? IP6_DADDR_OFF : IP4_DADDR_OFF, p->l4_off + 2, &p->daddr,
+			       &h->nat_addr, p->dport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
+	if (!(h->flags & CT_SVC_HAIRPIN))
+		return TC_ACT_OK; /* a client's packet matching its reply entry: not translated */
+	/* Hairpin: both addresses change, and the packet goes back to the pod. */
 	t = *p;
 	if (fwd) {
 		t.daddr = h->nat_addr;
@@ -197,9 +203,7 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *
 	}
 	if (nat_rewrite(skb, p, &t))
 		return TC_ACT_SHOT;
-	if (dir == DIR_EGRESS)
-		return svc_to_pod(skb);
-	return TC_ACT_OK;
+	return svc_to_pod(skb);
 }
 
 /* svc_related translates an ICMP error p in dir about a connection
