@@ -189,6 +189,9 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
 		return 1;
 	}
 
+	/* Only TCP, UDP and SCTP connections are ever translated. */
+	if (k->proto != IPPROTO_TCP && k->proto != IPPROTO_UDP && k->proto != IPPROTO_SCTP)
+		return 0;
 	s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
 	if (!s || s->expires < now || !(s->flags & want))
 		return 0;
