@@ -55,10 +55,11 @@ func svcBenchDesired() *policy.Desired {
 // left, which a translated packet no longer matches: every run here is a
 // BPF_PROG_TEST_RUN of its own on the original frame (the /single harness
 // of BenchmarkVerdictFloor). The cases of a group run in turn, run by run,
-// so that they share the machine's load, and each reports the median of
-// its runs (p50-ns: a run that lost its CPU does not count) beside the
-// mean (ns/verdict); "added" is the median of the translated run's time
-// minus the untranslated run's before it.
+// in an order that rotates (the first run of a round finds the CPU
+// colder), so that they share the machine's load, and each reports the
+// median of its runs (p50-ns: a run that lost its CPU does not count)
+// beside the mean; "added" is the median, over rounds, of a case's time
+// minus the untranslated case's in the same round.
 func BenchmarkServiceVerdict(b *testing.B) {
 	testenv.Privileged(b)
 	d := newTestDatapath(b)
@@ -119,10 +120,10 @@ type benchCase struct {
 	frames [][]byte
 }
 
-// benchTurns runs the cases in turn, b.N rounds of one run each, and
-// reports per case the mean and the median per-run time, and for each
-// case after the first the median of its run's time minus the first
-// case's in the same round ("added-ns" metrics). refill, when set, runs
+// benchTurns runs the cases in turn, b.N rounds of one run each in a
+// rotating order, and reports per case the mean and the median per-run
+// time, and for each case after the first the median of its run's time
+// minus the first case's in the same round ("added-ns" metrics). refill, when set, runs
 // untimed each time the frames have all been used.
 func benchTurns(b *testing.B, d *Datapath, cases []benchCase, refill func()) {
 	times := make([][]time.Duration, len(cases))
@@ -133,7 +134,11 @@ func benchTurns(b *testing.B, d *Datapath, cases []benchCase, refill func()) {
 			refill()
 			b.StartTimer()
 		}
-		for c, bc := range cases {
+		// The first run of a round finds the CPU colder than the next:
+		// the order rotates, so that no case always runs first.
+		for k := range cases {
+			c := (i + k) % len(cases)
+			bc := cases[c]
 			ret, per, err := benchRun(bc.prog, bc.frames[i%len(bc.frames)], 1, nil)
 			if err != nil || ret != actOK {
 				b.Fatalf("%s: run: %v, %s", bc.name, err, actName(ret))
