@@ -105,13 +105,21 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 	})
 
 	t.Run("names through the cluster DNS", func(t *testing.T) {
+		// CoreDNS learns the new Services through its watch of the API
+		// server, a connection through the kubernetes Service: after a
+		// switch of dataplanes it is reset and re-established, within
+		// about a minute (client-go's idle ping), and names of Services
+		// made meanwhile resolve only then.
 		for _, addr := range []string{
 			"server." + ns + ".svc.cluster.local:80", // the ClusterIP
 			"server-headless." + ns + ":8080",        // a server pod, by the search path
 		} {
 			for _, from := range []string{"a2", "b1"} {
-				if !connect(t, c, ns, from, addr, "tcp") {
-					t.Errorf("%s cannot reach %s", from, addr)
+				err := realnode.Poll(t.Context(), 2*time.Minute, 2*time.Second, from+" to reach "+addr, func() (bool, string, error) {
+					return connect(t, c, ns, from, addr, "tcp"), "no connection", nil
+				})
+				if err != nil {
+					t.Error(err)
 				}
 			}
 		}
