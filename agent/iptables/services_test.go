@@ -476,7 +476,7 @@ func TestServiceTransitionsAllowNothingNeitherStateAllows(t *testing.T) {
 						}
 						allowed := map[string]bool{}
 						for _, s := range []*policy.Desired{old, next} {
-							for _, r := range refPaths(s, p, route) {
+							for _, r := range refPaths(s, p, route, iptablesDataplane) {
 								if r.verdict == "ACCEPT" {
 									allowed[r.to.String()] = true
 								}
