@@ -298,17 +298,19 @@ func (c *comparison) first(p testPacket) error {
 	return nil
 }
 
-// matches reports whether paths hold one that does what the programs did:
-// the same verdict, to the same backend when the programs' is known, the
-// source masqueraded exactly when the programs made it a hairpin.
+// matches reports whether paths hold one that does what the programs did
+// and that can happen (its probability is not 0): the same verdict, to the
+// same backend when the programs' is known, the source masqueraded exactly
+// when the programs made it a hairpin.
 func matches(paths []pathVerdict, verdict string, to netip.AddrPort, hairpin bool) bool {
 	return len(choicesOf(paths, verdict, to, hairpin)) > 0
 }
 
+// choicesOf returns the paths matches looks for.
 func choicesOf(paths []pathVerdict, verdict string, to netip.AddrPort, hairpin bool) []*pathVerdict {
 	var out []*pathVerdict
 	for i, pv := range paths {
-		ok := pv.verdict == verdict
+		ok := pv.verdict == verdict && pv.prob > 1e-9
 		switch {
 		case verdict == "ACCEPT":
 			ok = ok && pv.to == to && pv.masq == hairpin
