@@ -4,8 +4,11 @@ package datapath
 
 import (
 	"net/netip"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/testenv"
@@ -181,6 +184,55 @@ func TestPrivilegedServiceAffinity(t *testing.T) {
 	mustApply(t, d, affinityScenario(without))
 	if got := connectTo(t, d, svcAffinity4, next()); got == now {
 		t.Errorf("connection after its affinity backend %s left went to it", now)
+	}
+}
+
+// A client's affinity backend is chosen with the backend, before policy,
+// as kube-proxy's nat table records it before the filter table judges the
+// connection: once a connection went to a backend the client's egress
+// denies, every new one within the timeout goes there too and is denied,
+// rather than trying the others until one is allowed.
+func TestPrivilegedServiceAffinityBeforePolicy(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	s := svcScenario()
+	const svc = "10.96.0.22"
+	// 10.0.0.2 (identity 300) the pod's egress allows on 8080, 10.0.0.3
+	// (identity 301) it does not.
+	s.Services[frontend(svc, policy.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/half", Backends: backends(8080, "10.0.0.2", "10.0.0.3"), AffinityTimeout: time.Minute}
+	mustApply(t, d, s)
+	d.flushCT(t)
+	syn := func(sport uint16) uint32 {
+		ret, _ := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: svc, proto: policy.ProtoTCP, sport: sport, dport: 80}))
+		return ret
+	}
+	aff, err := ebpf.LoadPinnedMap(filepath.Join(d.pinRoot, maps.AffinityMap), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aff.Close()
+	// Until a first connection goes to the denied backend: each try
+	// starts without an affinity entry.
+	sport := uint16(30000)
+	for {
+		var k maps.AffinityKey
+		for aff.NextKey(nil, &k) == nil {
+			if err := aff.Delete(k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if sport++; syn(sport) == actShot {
+			break
+		}
+		if sport == 30064 {
+			t.Fatalf("64 first connections all went to the allowed backend: the choice is not random")
+		}
+	}
+	for i := range 16 {
+		if ret := syn(sport + 1 + uint16(i)); ret != actShot {
+			t.Fatalf("connection %d after one to the denied backend: %s, want SHOT (its affinity backend, denied)", i, actName(ret))
+		}
 	}
 }
 

@@ -142,14 +142,19 @@
 // crosses nat OUTPUT, which lockstep does not hook; a remote host's
 // arrives by another interface), in the nat table of both families:
 //
-//	PREROUTING  -> LOCKSTEP-SVC-PODS:    -i <if> -j LOCKSTEP-SVC-ALL, one per endpoint
+//	PREROUTING  -> LOCKSTEP-SVC-PODS:    -s <pod> -i <if> -j LOCKSTEP-SVC-ALL, one per endpoint address
 //	LOCKSTEP-SVC-ALL:     -d CLUSTERIP -p tcp --dport 80 -j LOCKSTEP-SVC-<hash>, one per frontend with backends
 //	LOCKSTEP-SVC-<hash>:  the i-th of n backends: -m statistic --probability 1/(n-i) -j DNAT
 //	POSTROUTING -> LOCKSTEP-SVC-HAIRPIN: -s A -d A --ctstate DNAT -j MASQUERADE, per endpoint address that is a backend
 //
-// With ClientIP affinity a frontend's chain first sends a client found in
-// a backend's xt_recent list to that backend (--update), and every choice
-// adds the client to the chosen backend's list (--set). The nat table sees
+// Only what a pod sends from its own address is translated: the nat
+// table acts before the filter table's anti-spoofing, and a spoofed packet
+// must leave no trace there (an affinity list would record its source for
+// the pod it pretends to be); it meets the filter table untranslated and
+// is dropped. With ClientIP affinity a frontend's chain first sends a
+// client found in a backend's xt_recent list to that backend (--update),
+// and every choice adds the client to the chosen backend's list (--set),
+// whatever the filter table then decides. The nat table sees
 // only a connection's first packet, so the timeout runs from the client's
 // last new connection, not its last packet, and a list holds 100 clients
 // (xt_recent's ip_list_tot), as with kube-proxy. A pod reaching itself

@@ -42,7 +42,8 @@ func (n *fakeNode) evalFake(m Mode, p testPacket) (bool, error) {
 }
 
 // filterVerdict is what the filter table of mode m does with p: ACCEPT,
-// DROP or REJECT. Called with n.mu held.
+// DROP, or REJECT followed by the rule's --reject-with ("REJECT
+// tcp-reset"). Called with n.mu held.
 func (n *fakeNode) filterVerdict(m Mode, p testPacket) (string, error) {
 	t := n.tables[tableKey{m, familyOf(p.src), "filter"}]
 	if t == nil {
@@ -61,8 +62,8 @@ func (n *fakeNode) filterVerdict(m Mode, p testPacket) (string, error) {
 	return v, nil
 }
 
-// evalChain returns the terminal verdict (ACCEPT, DROP), "RETURN" for an
-// explicit return, or "" when the chain ran out.
+// evalChain returns the terminal verdict (ACCEPT, DROP, REJECT ...),
+// "RETURN" for an explicit return, or "" when the chain ran out.
 func (n *fakeNode) evalChain(t *fakeTable, chain string, p testPacket, depth int) (string, error) {
 	if depth > 8 {
 		return "", fmt.Errorf("jump depth exceeded at %s", chain)
@@ -75,20 +76,23 @@ func (n *fakeNode) evalChain(t *fakeTable, chain string, p testPacket, depth int
 		if !ok {
 			continue
 		}
-		switch target {
-		case "ACCEPT", "DROP", "RETURN", "REJECT":
+		if target == "ACCEPT" || target == "DROP" || target == "RETURN" || isReject(target) {
 			return target, nil
 		}
 		v, err := n.evalChain(t, target, p, depth+1)
 		if err != nil {
 			return "", err
 		}
-		if v == "ACCEPT" || v == "DROP" || v == "REJECT" {
+		if v == "ACCEPT" || v == "DROP" || isReject(v) {
 			return v, nil
 		}
 	}
 	return "", nil
 }
+
+// isReject reports whether a verdict refuses the packet: "REJECT", with
+// the kind of answer after a space.
+func isReject(v string) bool { return v == "REJECT" || strings.HasPrefix(v, "REJECT ") }
 
 // tokens splits a rule, keeping a quoted comment as one token.
 func tokens(r string) []string {
@@ -117,7 +121,7 @@ func (n *fakeNode) matchRule(r string, p testPacket) (bool, string, error) {
 	tok := tokens(r)
 	neg := false
 	match := true
-	target := ""
+	target, rejectWith := "", ""
 	check := func(b bool) {
 		if b == neg {
 			match = false
@@ -188,8 +192,10 @@ func (n *fakeNode) matchRule(r string, p testPacket) (bool, string, error) {
 			// statistic and recent: evalNAT decides them (see natRule).
 			arg()
 		case "--update", "--rcheck", "--set", "--reap", "--rsource":
-		case "--to-destination", "--reject-with":
+		case "--to-destination":
 			arg()
+		case "--reject-with":
+			rejectWith = arg()
 		case "--icmpv6-type":
 			v, _ := strconv.Atoi(arg())
 			check(p.proto == protoICMPv6 && int(p.icmpType) == v)
@@ -200,6 +206,9 @@ func (n *fakeNode) matchRule(r string, p testPacket) (bool, string, error) {
 		default:
 			return false, "", fmt.Errorf("unknown token %s", tok[i])
 		}
+	}
+	if target == "REJECT" && rejectWith != "" {
+		target += " " + rejectWith
 	}
 	return match, target, nil
 }

@@ -146,13 +146,16 @@ func (n *fakeNode) walkNAT(t *fakeTable, chain string, p testPacket, w float64, 
 
 // pathVerdict is what happens to a new connection's first packet on one
 // of the paths it may take: where it goes (to, not valid when left
-// alone), the filter's verdict (ACCEPT, DROP, REJECT), and whether it
-// leaves masqueraded.
+// alone), the filter's verdict (ACCEPT, DROP, REJECT and its answer), and
+// whether it leaves masqueraded; lists are the xt_recent lists the path
+// adds the client to (the kernel adds it in nat PREROUTING, whatever the
+// filter decides next).
 type pathVerdict struct {
 	prob    float64
 	to      netip.AddrPort
 	verdict string
 	masq    bool
+	lists   []string
 }
 
 func (v pathVerdict) String() string {
@@ -199,7 +202,7 @@ func (n *fakeNode) evalPaths(m Mode, p testPacket, route func(netip.Addr) string
 		if err != nil {
 			return nil, err
 		}
-		pv := pathVerdict{prob: o.prob, to: o.to, verdict: v}
+		pv := pathVerdict{prob: o.prob, to: o.to, verdict: v, lists: o.lists}
 		if v == "ACCEPT" {
 			post, err := n.natOutcomesLocked(m, "POSTROUTING", q)
 			if err != nil {
@@ -245,13 +248,59 @@ func samePaths(a, b []pathVerdict) bool {
 	return true
 }
 
-// refPaths is what the eBPF dataplane does with p per the Service
-// translation's spec: from_pod of an endpoint, after anti-spoofing,
+// dataplane names one of the two dataplanes, where refPaths must say
+// which one it models.
+type dataplane string
+
+const (
+	ebpfDataplane     dataplane = "eBPF"
+	iptablesDataplane dataplane = "iptables"
+)
+
+// byDesign names the case when the two dataplanes treat p, a packet in
+// state d, differently on purpose, and returns "" for every other packet:
+// the comparisons of the dataplanes (TestSemanticsMatchEBPF against the
+// model, TestPrivilegedDataplanesAgree against the real programs) hold
+// them to the same answer except in these cases, which README ("Other
+// dataplanes") documents.
+//
+//   - "sctp-port": a pod's new SCTP connection to a frontend with a
+//     backend on another port. SCTP's CRC32c covers the ports and no BPF
+//     helper can update it, so the eBPF programs leave such a frontend to
+//     kube-proxy and judge the packet on the ClusterIP; the iptables
+//     dataplane translates it as kube-proxy does (netfilter recomputes the
+//     CRC).
+//
+// One more difference changes no verdict and is checked where it shows:
+// a pod reaching itself through a Service gets the connection from the
+// frontend's address under eBPF, from the node's (masqueraded) under
+// iptables.
+func byDesign(d *policy.Desired, p testPacket) string {
+	ep := d.Endpoints[p.in]
+	if p.proto != policy.ProtoSCTP || ep == nil || p.hook != "FORWARD" || p.established || !sourceOK(ep, p) {
+		return ""
+	}
+	e := d.Services[policy.ServiceFrontend{Addr: p.dst, Port: p.dport, Proto: p.proto}]
+	if e == nil {
+		return ""
+	}
+	for _, b := range e.Backends {
+		if b.Port != p.dport {
+			return "sctp-port"
+		}
+	}
+	return ""
+}
+
+// refPaths is what dataplane dp does with p per the Service translation's
+// spec: from_pod of an endpoint (or the nat table), after anti-spoofing,
 // translates a frontend to one of its backends chosen uniformly (then
 // judges the translated packet, to_pod of the backend's endpoint too)
-// and refuses a frontend without backends; a pod reaching itself is
-// masqueraded. Every other packet is refAllowed's.
-func refPaths(d *policy.Desired, p testPacket, route func(netip.Addr) string) []pathVerdict {
+// and refuses a frontend without backends (TCP with a reset, UDP and SCTP
+// with an ICMP port unreachable); a pod reaching itself is masqueraded.
+// Where the dataplanes differ by design (byDesign), each gets its own
+// answer. Every other packet is refAllowed's.
+func refPaths(d *policy.Desired, p testPacket, route func(netip.Addr) string, dp dataplane) []pathVerdict {
 	verdict := func(q testPacket) string {
 		if refAllowed(d, q) {
 			return "ACCEPT"
@@ -260,14 +309,14 @@ func refPaths(d *policy.Desired, p testPacket, route func(netip.Addr) string) []
 	}
 	e := d.Services[policy.ServiceFrontend{Addr: p.dst, Port: p.dport, Proto: p.proto}]
 	ep := d.Endpoints[p.in]
-	if e == nil || ep == nil || p.hook != "FORWARD" || p.established {
+	if e == nil || ep == nil || p.hook != "FORWARD" || p.established || dp == ebpfDataplane && byDesign(d, p) == "sctp-port" {
 		return []pathVerdict{{prob: 1, verdict: verdict(p)}}
 	}
 	if !sourceOK(ep, p) {
 		return []pathVerdict{{prob: 1, verdict: "DROP"}}
 	}
 	if len(e.Backends) == 0 {
-		return []pathVerdict{{prob: 1, verdict: "REJECT"}}
+		return []pathVerdict{{prob: 1, verdict: refusal(p)}}
 	}
 	var out []pathVerdict
 	for _, b := range e.Backends {
@@ -276,4 +325,16 @@ func refPaths(d *policy.Desired, p testPacket, route func(netip.Addr) string) []
 		out = append(out, pathVerdict{prob: 1 / float64(len(e.Backends)), to: netip.AddrPortFrom(b.Addr, b.Port), verdict: verdict(q), masq: b.Addr == p.src})
 	}
 	return out
+}
+
+// refusal is how both dataplanes refuse p, a connection to a frontend
+// without backends: the verdict, with the answer as iptables names it.
+func refusal(p testPacket) string {
+	switch {
+	case p.proto == policy.ProtoTCP:
+		return "REJECT tcp-reset"
+	case p.dst.Is4():
+		return "REJECT icmp-port-unreachable"
+	}
+	return "REJECT icmp6-port-unreachable"
 }

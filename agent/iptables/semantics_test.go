@@ -110,8 +110,14 @@ func randomServices(rng *rand.Rand, d *policy.Desired) map[policy.ServiceFronten
 		}
 		slices.SortFunc(pods, netip.Addr.Compare)
 		e := &policy.ServiceEntry{Service: fmt.Sprintf("ns/svc-%d", i)}
+		// Half the SCTP frontends have their backends on the Service
+		// port: the only SCTP frontends the eBPF programs translate.
+		samePort := fr.Proto == policy.ProtoSCTP && rng.IntN(2) == 0
 		for range rng.IntN(4) {
 			b := policy.ServiceBackend{Addr: pods[rng.IntN(len(pods))], Port: uint16(1 + rng.IntN(200))}
+			if samePort {
+				b.Port = fr.Port
+			}
 			if !slices.Contains(e.Backends, b) {
 				e.Backends = append(e.Backends, b)
 			}
@@ -143,8 +149,13 @@ func randomRanges(rng *rand.Rand) []policy.PortRange {
 }
 
 // randomPacket builds a packet at a random hook between endpoints,
-// remotes and the node, sometimes spoofed.
-func randomPacket(rng *rand.Rand, d *policy.Desired) testPacket {
+// remotes and the node, sometimes spoofed; one in three is to a frontend
+// when its family has one.
+func randomPacket(rng *rand.Rand, d *policy.Desired) testPacket { return randomPacketOf(rng, d, 3) }
+
+// randomPacketOf is randomPacket with one in frontendOneIn packets to a
+// frontend.
+func randomPacketOf(rng *rand.Rand, d *policy.Desired, frontendOneIn int) testPacket {
 	v6 := rng.IntN(3) == 0
 	var pool []netip.Addr
 	for a := range d.Addrs {
@@ -178,24 +189,9 @@ func randomPacket(rng *rand.Rand, d *policy.Desired) testPacket {
 			frontends = append(frontends, fr)
 		}
 	}
-	if len(frontends) > 0 && rng.IntN(3) == 0 {
-		// A pod's new connection to a frontend, or to its address on
-		// another port; now and then from a remote host or the node.
+	if len(frontends) > 0 && rng.IntN(frontendOneIn) == 0 {
 		slices.SortFunc(frontends, compareFrontends)
-		fr := frontends[rng.IntN(len(frontends))]
-		p.hook, p.out, p.established = "FORWARD", "eth0", false
-		p.in, p.src = ep()
-		switch rng.IntN(8) {
-		case 0:
-			p.in = "eth0"
-		case 1:
-			p.hook, p.in = "OUTPUT", ""
-		}
-		p.dst, p.dport, p.proto = fr.Addr, fr.Port, fr.Proto
-		if rng.IntN(6) == 0 {
-			p.dport++
-		}
-		return p
+		return frontendPacket(rng, p, frontends[rng.IntN(len(frontends))], ep)
 	}
 	switch rng.IntN(5) {
 	case 0: // pod to pod
@@ -226,6 +222,25 @@ func randomPacket(rng *rand.Rand, d *policy.Desired) testPacket {
 	return p
 }
 
+// frontendPacket makes p a pod's new connection to fr, or to its address
+// on another port; now and then from a remote host or the node. ep picks
+// the pod and its source address.
+func frontendPacket(rng *rand.Rand, p testPacket, fr policy.ServiceFrontend, ep func() (string, netip.Addr)) testPacket {
+	p.hook, p.out, p.established = "FORWARD", "eth0", false
+	p.in, p.src = ep()
+	switch rng.IntN(8) {
+	case 0:
+		p.in = "eth0"
+	case 1:
+		p.hook, p.in = "OUTPUT", ""
+	}
+	p.dst, p.dport, p.proto = fr.Addr, fr.Port, fr.Proto
+	if rng.IntN(6) == 0 {
+		p.dport++
+	}
+	return p
+}
+
 // TestSemanticsMatchEBPF applies random states one after another (so the
 // incremental path is what runs) and checks, packet by packet, that the
 // rules and sets decide what the eBPF dataplane decides for the same
@@ -234,6 +249,10 @@ func randomPacket(rng *rand.Rand, d *policy.Desired) testPacket {
 // dataplane (standalone mode): each backend a pod's new connection may
 // reach, with its probability and the verdict there, connections to a
 // frontend without backends refused, a pod reaching itself masqueraded.
+// The model it checks against is refPaths, which
+// TestPrivilegedDataplanesAgree holds to the real eBPF programs; where
+// the dataplanes differ by design (byDesign), it holds the rules to the
+// iptables side of the difference.
 func TestSemanticsMatchEBPF(t *testing.T) {
 	states, packets := 300, 400
 	if testing.Short() {
@@ -265,14 +284,17 @@ func TestSemanticsMatchEBPF(t *testing.T) {
 					if err != nil {
 						t.Fatalf("state %d: evaluate %v: %v", s, p, err)
 					}
-					if ref := refPaths(want, p, route); !samePaths(got, ref) {
+					if ref := refPaths(want, p, route, iptablesDataplane); !samePaths(got, ref) {
 						t.Fatalf("state %d: %v:\niptables %v\neBPF     %v\nendpoints: %s\naddrs: %v\ncidrs: %v\nservices: %s",
 							s, p, got, ref, dumpEndpoints(want), want.Addrs, want.CIDRs, dumpServices(want))
+					}
+					if c := byDesign(want, p); c != "" {
+						kinds["by design: "+c]++
 					}
 					for _, v := range got {
 						checked[v.verdict == "ACCEPT"]++
 						switch {
-						case v.verdict == "REJECT":
+						case isReject(v.verdict):
 							kinds["refused"]++
 						case v.to.IsValid() && v.masq:
 							kinds["hairpin "+v.verdict]++
@@ -286,7 +308,7 @@ func TestSemanticsMatchEBPF(t *testing.T) {
 				t.Fatalf("verdicts allow/deny = %d/%d: too lopsided to test anything", checked[true], checked[false])
 			}
 			t.Logf("paths checked: %v", kinds)
-			for _, k := range []string{"refused", "hairpin ACCEPT", "translated ACCEPT", "translated DROP"} {
+			for _, k := range []string{"refused", "hairpin ACCEPT", "translated ACCEPT", "translated DROP", "by design: sctp-port"} {
 				if kinds[k] < states/10 {
 					t.Errorf("only %d packets %s: the random states test too little of it (%v)", kinds[k], k, kinds)
 				}

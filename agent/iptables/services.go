@@ -217,8 +217,9 @@ func (r *renderer) services(want *policy.Desired, names []string) (svcPlan, erro
 }
 
 // natChains is the nat table of family f: the dispatch from each
-// endpoint, one jump per translated frontend, each frontend's chain, and
-// the hairpin masquerade of every endpoint address that is a backend.
+// endpoint's address of the family, one jump per translated frontend,
+// each frontend's chain, and the hairpin masquerade of every endpoint
+// address that is a backend.
 func natChains(f Family, want *policy.Desired, names []string, translated []*svcRender, backends map[netip.Addr]bool) map[string][]string {
 	chains := make(map[string][]string, len(translated)+3)
 	pods := make([]string, 0, len(names))
@@ -228,14 +229,20 @@ func natChains(f Family, want *policy.Desired, names []string, translated []*svc
 		bits = 128
 	}
 	for _, name := range names {
-		pods = append(pods, "-i "+name+" -j "+chainSvcAll)
 		ep := want.Endpoints[name]
 		a := ep.IPv4
 		if f == IPv6 {
 			a = ep.IPv6
 		}
-		if a.IsValid() && backends[a.Unmap()] {
-			host := netip.PrefixFrom(a.Unmap(), bits).String()
+		if !a.IsValid() {
+			continue
+		}
+		host := netip.PrefixFrom(a.Unmap(), bits).String()
+		// Only the pod's own address: a spoofed packet must not reach
+		// the nat table's choices (an affinity list would record its
+		// source), and the filter table drops it untranslated.
+		pods = append(pods, "-s "+host+" -i "+name+" -j "+chainSvcAll)
+		if backends[a.Unmap()] {
 			hairpin = append(hairpin, "-s "+host+" -d "+host+" -m conntrack --ctstate DNAT -j MASQUERADE")
 		}
 	}

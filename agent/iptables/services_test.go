@@ -72,7 +72,7 @@ func TestRenderServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantNAT4 := map[string][]string{
-		chainSvcPods: {"-i ls-a -j LOCKSTEP-SVC-ALL", "-i ls-c -j LOCKSTEP-SVC-ALL"},
+		chainSvcPods: {"-s 10.0.0.5/32 -i ls-a -j LOCKSTEP-SVC-ALL", "-s 10.0.0.1/32 -i ls-c -j LOCKSTEP-SVC-ALL"},
 		chainSvcAll: {
 			"-d 10.96.0.10/32 -p tcp -m comment --comment \"default/web\" -m tcp --dport 80 -j " + web,
 			"-d 10.96.0.10/32 -p udp -m comment --comment \"kube-system/dns\" -m udp --dport 53 -j " + dns,
@@ -213,8 +213,8 @@ func TestServiceBackendsEquallyLikely(t *testing.T) {
 }
 
 // TestServiceAffinity: with ClientIP affinity a client's connections go
-// where its first one went; another client chooses afresh; without
-// affinity the rules never consult a list.
+// where its first one went; another client chooses afresh, and a spoofed
+// one is not translated at all.
 func TestServiceAffinity(t *testing.T) {
 	d := withService(svcState(), feWeb, &policy.ServiceEntry{AffinityTimeout: time.Hour, Backends: svcState().Services[feWeb].Backends})
 	n := newFakeNode()
@@ -225,14 +225,14 @@ func TestServiceAffinity(t *testing.T) {
 	attachAll(t, dp, d)
 	mustApply(t, dp, d)
 	n.recent = map[string]map[netip.Addr]bool{}
-	connect := func(src string) []natOutcome {
-		out, err := n.natOutcomes(ModeNFT, "PREROUTING", testPacket{hook: "FORWARD", in: "ls-c", src: addr(src), dst: feWeb.Addr, proto: 6, dport: 80})
+	connect := func(in, src string) []natOutcome {
+		out, err := n.natOutcomes(ModeNFT, "PREROUTING", testPacket{hook: "FORWARD", in: in, src: addr(src), dst: feWeb.Addr, proto: 6, dport: 80})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return out
 	}
-	first := connect("10.0.0.1")
+	first := connect("ls-c", "10.0.0.1")
 	if len(first) != 2 {
 		t.Fatalf("first connection: %v, want either backend", first)
 	}
@@ -246,13 +246,18 @@ func TestServiceAffinity(t *testing.T) {
 		n.recent[l][addr("10.0.0.1")] = true
 	}
 	for range 3 {
-		again := connect("10.0.0.1")
+		again := connect("ls-c", "10.0.0.1")
 		if len(again) != 1 || again[0].to != chosen.to || again[0].prob != 1 {
 			t.Fatalf("next connection: %v, want %v only", again, chosen.to)
 		}
 	}
-	if other := connect("10.0.0.2"); len(other) != 2 {
+	if other := connect("ls-a", "10.0.0.5"); len(other) != 2 {
 		t.Errorf("another client: %v, want either backend", other)
+	}
+	// A pod that sends from the client's address is not translated, so
+	// it cannot keep (or choose) the client's affinity backend.
+	if spoofed := connect("ls-a", "10.0.0.1"); len(spoofed) != 1 || spoofed[0].to.IsValid() || len(spoofed[0].lists) > 0 {
+		t.Errorf("a packet from ls-a with ls-c's address: %v, want it untranslated", spoofed)
 	}
 }
 
@@ -291,7 +296,7 @@ func TestApplyServicesIncremental(t *testing.T) {
 		{name: "an endpoint more", next: newEndpoint,
 			wantCalls:  []string{"iptables-nft-restore -w 5 --noflush", "ip6tables-nft-restore -w 5 --noflush"},
 			wantChains: []string{egressPrefix + "ls-d", chainForward, ingressPrefix + "ls-d", chainInput, chainSvcPods},
-			wantLines:  []string{"-A " + chainSvcPods + " -i ls-d -j " + chainSvcAll}},
+			wantLines:  []string{"-A " + chainSvcPods + " -s 10.0.0.9/32 -i ls-d -j " + chainSvcAll}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -471,7 +476,7 @@ func TestServiceTransitionsAllowNothingNeitherStateAllows(t *testing.T) {
 						}
 						allowed := map[string]bool{}
 						for _, s := range []*policy.Desired{old, next} {
-							for _, r := range refPaths(s, p, route) {
+							for _, r := range refPaths(s, p, route, iptablesDataplane) {
 								if r.verdict == "ACCEPT" {
 									allowed[r.to.String()] = true
 								}

@@ -10,10 +10,12 @@
  *     service-no-backend;
  *   - else gets a backend: the client's affinity backend while its entry
  *     (lockstep_affinity) is younger than the frontend's timeout, else one
- *     at random; egress policy is judged on it; two lockstep_svc_ct
- *     entries record the connection: the client's tuple (translated to the
- *     backend, CT_SVC_FWD) and the translated tuple (whose replies are
- *     translated back to the frontend, CT_SVC_REV).
+ *     at random, which becomes the client's affinity backend even when
+ *     policy denies the connection (kube-proxy's nat table records it
+ *     before the filter table judges); egress policy is judged on it; two
+ *     lockstep_svc_ct entries record the connection: the client's tuple
+ *     (translated to the backend, CT_SVC_FWD) and the translated tuple
+ *     (whose replies are translated back to the frontend, CT_SVC_REV).
  * Later packets and replies find those entries in ct_lookup and are
  * translated alike (svc_tracked), whatever lockstep_services says by then:
  * a connection keeps its backend, as conntrack keeps it for kube-proxy.
@@ -268,6 +270,11 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 		return SVC_PASS;
 	if (p->proto == IPPROTO_SCTP && s->b.port != p->dport)
 		return SVC_PASS;
+	/* The choice is the client's affinity backend whatever policy then
+	 * decides, as kube-proxy's nat table records it before the filter
+	 * table judges the connection. */
+	if (sv->affinity[parity & 1])
+		svc_affinity_set(sv, p, s, slot, now);
 
 	t = &s->t;
 	*t = *p;
@@ -298,8 +305,6 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	 * address, as if it came in; its replies go out through from_pod. */
 	ct_create_svc(&s->k, hairpin ? ct_bit(DIR_INGRESS, o) : ct_bit(DIR_EGRESS, o),
 		      CT_SVC_REV | (hairpin ? CT_SVC_HAIRPIN : 0), &p->daddr, p->dport, p, now, &s->n);
-	if (sv->affinity[parity & 1])
-		svc_affinity_set(sv, p, s, slot, now);
 
 	if (nat_rewrite(skb, p, t))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_UNPARSEABLE, t, r.identity);
