@@ -186,11 +186,13 @@ func TestWrongProbes(t *testing.T) {
   I1126 07:24:51.997416 9446 probe.go:101] Validation of netpol-x-2962/a -> netpol-x-2962/b FAILED !!!
   I1126 07:24:51.997427 9446 probe.go:102] error <nil> 
   I1126 07:24:51.997435 9446 probe.go:106] Expected blocked pod connection was instead ALLOWED --- run 'kubectl exec a -c cont-80-tcp -n netpol-x-2962 -- /agnhost connect 10.96.123.164:80 --timeout=1s --protocol=tcp'
+  I1126 07:24:51.999001 9446 probe.go:101] Validation of netpol-y-2708/c -> netpol-y-2708/c FAILED !!!
+  I1126 07:24:51.999002 9446 probe.go:104] Expected allowed pod connection was instead BLOCKED --- run 'kubectl exec c -c cont-80-tcp -n netpol-y-2708 -- /agnhost connect 10.96.1.3:80 --timeout=1s --protocol=tcp'
   I1126 07:24:52.000001 9446 probe.go:101] Validation of netpol-y-2708/c -> netpol-z-3616/a FAILED !!!
   I1126 07:24:52.000002 9446 probe.go:104] Expected allowed pod connection was instead BLOCKED --- run 'kubectl exec c -c cont-80-tcp -n netpol-y-2708 -- /agnhost connect 10.96.1.2:80 --timeout=1s --protocol=tcp'
   I1126 07:24:51.997527 9446 reachability.go:178] reachability: correct:70, incorrect:2, result=false
 `
-	got := kubee2e.WrongProbes(output + output) // a probe logged twice is one
+	got := kubee2e.WrongProbes(output + output) // a probe logged twice is one; y/c's of itself is none
 	want := []kubee2e.Probe{
 		{From: "x/a", To: "x/b", Want: "blocked", Got: "allowed",
 			Command: "kubectl exec a -c cont-80-tcp -n netpol-x-2962 -- /agnhost connect 10.96.123.164:80 --timeout=1s --protocol=tcp"},
