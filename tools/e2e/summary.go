@@ -66,8 +66,17 @@ func (r result) render() string {
 	for _, f := range r.focus {
 		focus = append(focus, "`--ginkgo.focus="+f+"`")
 	}
+	skips := "none (this kernel has SCTP: the SCTP specs ran)"
+	if len(r.skips) > 0 {
+		var parts []string
+		for _, sk := range r.skips {
+			parts = append(parts, "`--ginkgo.skip="+sk.Pattern+"`: "+sk.Reason)
+		}
+		skips = strings.Join(parts, "; ")
+	}
 	rows := r.machine.Rows(
 		[2]string{"selection", strings.Join(focus, " ")},
+		[2]string{"left out", mdCell(skips)},
 		[2]string{"cluster", "two nodes and a control plane in network namespaces (internal/realnode): Kubernetes " + r.kube + " (the suite's release too), containerd 1.6, kube-proxy in iptables mode, CoreDNS"},
 	)
 	b.WriteString(benchkit.Table(rows))

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,7 @@ func sampleResult(dataplane string, failed bool) result {
 		dataplane: dataplane, report: rep, wall: 1530 * time.Second, kube: "v1.33.4",
 		machine: benchkit.Machine{Command: "go run ./tools/e2e netpol", Date: "2026-01-01 00:00 UTC"},
 		focus:   kubee2e.NetpolFocus,
+		skips:   kubee2e.NetpolSkips(errors.New("protocol not supported")),
 	}
 }
 
@@ -40,6 +42,7 @@ func TestRenderNamesEveryFailureAndSkip(t *testing.T) {
 		"| [sig-network] Netpol B should skip [Feature:SCTPConnectivity] | this kernel has no SCTP: protocol not supported |",
 		"| [sig-network] Netpol A should pass [Feature:NetworkPolicy] | 21s |",
 		"`go run ./tools/e2e netpol`", "Kubernetes v1.33.4",
+		"| left out | `--ginkgo.skip=\\[Feature:SCTPConnectivity\\]`: this kernel has no SCTP: protocol not supported |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("section lacks %q:\n%s", want, got)
