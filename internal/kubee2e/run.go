@@ -39,7 +39,8 @@ type Options struct {
 	// one hour). Zero means six hours.
 	Timeout time.Duration
 	// Logf receives progress: the number of specs selected, each spec
-	// as it ends, and a line a minute while one runs. Nil discards it.
+	// as it ends, and a line a minute while one runs longer than half a
+	// minute. Nil discards it.
 	Logf func(format string, args ...any)
 }
 
@@ -190,8 +191,8 @@ func follow(r io.Reader, logf func(string, ...any)) {
 				return
 			case <-tick.C:
 				mu.Lock()
-				if current != "" {
-					logf("e2e: [%d/%s] still running (%s): %s", done+1, total, time.Since(started).Round(time.Second), current)
+				if took := time.Since(started); current != "" && took >= 30*time.Second {
+					logf("e2e: [%d/%s] still running (%s): %s", done+1, total, took.Round(time.Second), current)
 				}
 				mu.Unlock()
 			}
