@@ -101,52 +101,14 @@ func netpol(ctx context.Context, args []string) error {
 		logf("netpol: skipping the SCTP specs: this kernel has no SCTP (%v)", sctpErr)
 	}
 
+	run := netpolRun{c: c, suite: suite, repo: repo, reports: *reports, out: *out, focus: sel, skips: skips}
 	failed := 0
 	for _, dp := range dps {
-		t0 := time.Now()
-		load := benchkit.LoadAverage()
-		logf("netpol: switching lockstep to the %s dataplane", dp)
-		if err := c.SetDataplane(ctx, dp); err != nil {
+		n, err := run.dataplane(ctx, dp)
+		if err != nil {
 			return err
 		}
-		if err := c.WaitAgentsDataplane(ctx, dp, 3*time.Minute); err != nil {
-			return err
-		}
-		dpDir := filepath.Join(*reports, dp)
-		logf("netpol: running the NetworkPolicy specs on %s (log: %s)", dp, filepath.Join(dpDir, kubee2e.LogName))
-		rep, runErr := kubee2e.Run(ctx, kubee2e.Options{
-			Binary: suite, Kubeconfig: c.Kubeconfig, Kubectl: c.KubectlPath, Dir: dpDir,
-			Focus: sel, Skips: skips, Logf: logf,
-		})
-		saveAgentLogs(ctx, c, dpDir)
-		if rep == nil {
-			return runErr
-		}
-		r := result{
-			dataplane: dp,
-			report:    rep,
-			wall:      time.Since(t0),
-			machine:   benchkit.GatherMachine("tools/e2e", os.Args[1:], filepath.Join(repo, "bin"), load),
-			kube:      serverVersion(ctx, c),
-			focus:     sel,
-			skips:     skips,
-			runErr:    runErr,
-		}
-		// The lockstep under test is the one the nodes run (the image the
-		// cluster was brought up with), not bin/lockstep as it is now.
-		r.machine.Lockstep = nodeLockstepVersion(ctx, c)
-		if err := sectionOf(dp).Write(*out, r.render(), os.Stdout); err != nil {
-			return err
-		}
-		logf("netpol: %s: %d passed, %d failed, %d skipped in %s; written to %s", dp,
-			rep.Count(kubee2e.Passed), rep.Count(kubee2e.Failed), rep.Count(kubee2e.Skipped), r.wall.Round(time.Second), displayOut(*out))
-		for _, s := range rep.In(kubee2e.Failed) {
-			logf("netpol: %s: FAILED %s: %s", dp, s.Name, s.Reason)
-		}
-		if runErr != nil {
-			return runErr
-		}
-		failed += rep.Count(kubee2e.Failed)
+		failed += n
 	}
 	if failed > 0 {
 		return fmt.Errorf("netpol: %d specs failed (see %s, and each dataplane's e2e.log under %s)", failed, displayOut(*out), *reports)
@@ -154,6 +116,62 @@ func netpol(ctx context.Context, args []string) error {
 	return nil
 }
 
+// netpolRun is what running the specs on each dataplane shares.
+type netpolRun struct {
+	c            *realnode.Cluster
+	suite, repo  string
+	reports, out string // out empty prints the sections
+	focus        []string
+	skips        []kubee2e.Skip
+}
+
+// dataplane switches the cluster to dp, runs the specs, writes dp's
+// section of the summary and returns how many specs failed.
+func (n netpolRun) dataplane(ctx context.Context, dp string) (int, error) {
+	t0 := time.Now()
+	load := benchkit.LoadAverage()
+	logf("netpol: switching lockstep to the %s dataplane", dp)
+	if err := n.c.SetDataplane(ctx, dp); err != nil {
+		return 0, err
+	}
+	if err := n.c.WaitAgentsDataplane(ctx, dp, 3*time.Minute); err != nil {
+		return 0, err
+	}
+	dir := filepath.Join(n.reports, dp)
+	logf("netpol: running the NetworkPolicy specs on %s (log: %s)", dp, filepath.Join(dir, kubee2e.LogName))
+	rep, runErr := kubee2e.Run(ctx, kubee2e.Options{
+		Binary: n.suite, Kubeconfig: n.c.Kubeconfig, Kubectl: n.c.KubectlPath, Dir: dir,
+		Focus: n.focus, Skips: n.skips, Logf: logf,
+	})
+	saveAgentLogs(ctx, n.c, dir)
+	if rep == nil {
+		return 0, runErr
+	}
+	r := result{
+		dataplane: dp,
+		report:    rep,
+		wall:      time.Since(t0),
+		machine:   benchkit.GatherMachine("tools/e2e", os.Args[1:], filepath.Join(n.repo, "bin"), load),
+		kube:      serverVersion(ctx, n.c),
+		focus:     n.focus,
+		skips:     n.skips,
+		runErr:    runErr,
+	}
+	// The lockstep under test is the one the nodes run (the image the
+	// cluster was brought up with), not bin/lockstep as it is now.
+	r.machine.Lockstep = nodeLockstepVersion(ctx, n.c)
+	if err := sectionOf(dp).Write(n.out, r.render(), os.Stdout); err != nil {
+		return 0, err
+	}
+	logf("netpol: %s: %d passed, %d failed, %d skipped in %s; written to %s", dp,
+		rep.Count(kubee2e.Passed), rep.Count(kubee2e.Failed), rep.Count(kubee2e.Skipped), r.wall.Round(time.Second), displayOut(n.out))
+	for _, s := range rep.In(kubee2e.Failed) {
+		logf("netpol: %s: FAILED %s: %s", dp, s.Name, s.Reason)
+	}
+	return rep.Count(kubee2e.Failed), runErr
+}
+
+// displayOut names where the summary went.
 func displayOut(out string) string {
 	if out == "" {
 		return "stdout"
