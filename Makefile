@@ -36,7 +36,7 @@ check-generated: generate
 	@git diff --quiet -- agent/datapath || { echo "agent/datapath: committed eBPF objects are stale; run make generate and commit"; git diff --stat -- agent/datapath; exit 1; }
 	@test -z "$$(git status --porcelain -- deploy/crds 'kube/apis/*/zz_generated.deepcopy.go')" || { echo "kube: committed CRDs or DeepCopy code are stale; run make generate-kube and commit"; git status --short -- deploy/crds 'kube/apis/*/zz_generated.deepcopy.go'; exit 1; }
 
-## kube-testenv: the Kubernetes binaries (apiserver, kubectl, kubelet, kube-proxy, controller-manager, scheduler, agnhost, the upstream e2e.test) and CoreDNS for the TestKube... and real-node tests, cached outside the repo (~25 min cold, instant warm)
+## kube-testenv: the Kubernetes binaries (apiserver, kubectl, kubelet, kube-proxy, controller-manager, scheduler, agnhost, the upstream e2e.test) and CoreDNS for the TestKube... and real-node tests, cached outside the repo (~17 min cold, instant warm)
 kube-testenv:
 	./tools/kube-testenv/build.sh >/dev/null
 

@@ -11,9 +11,10 @@
 # The binaries live outside the repository, in
 #   ${LOCKSTEP_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockstep/kube-testenv/<version>-<hash>}
 # (the hash is of both modules' go.mod and go.sum, e2e.go and this script)
-# and are built only when missing: a build takes about twenty-five minutes on
-# two cores with a cold Go build cache (e2e.test alone about ten; seconds
-# with a warm one), a call that finds
+# and are built only when missing: a build takes about seventeen minutes on
+# two shared cores with a cold Go build cache (measured 16.5: the seven
+# Kubernetes commands 8, then e2e.test and CoreDNS 8.5), seconds with a warm
+# one; a call that finds
 # them built returns at once. Concurrent callers (parallel test
 # packages) wait on one lock and build once. Progress goes to stderr; stdout
 # is only the directory.
@@ -85,7 +86,7 @@ main() {
 	tmp=$(mktemp -d "$cache/.build.XXXXXX")
 	trap 'rm -rf "$tmp"; [ -z "${ticker:-}" ] || kill "$ticker" 2>/dev/null || true' EXIT
 	echo "kube-testenv: building ${bins[*]} $version into $cache" >&2
-	echo "kube-testenv: about 25 minutes on 2 cores with a cold Go build cache, seconds with a warm one" >&2
+	echo "kube-testenv: about 17 minutes on 2 cores with a cold Go build cache, seconds with a warm one" >&2
 	start=$SECONDS
 	# The ticker's sleep must not hold stdout, stderr or the lock open after
 	# the ticker is killed: a caller reading our output would wait for it.
