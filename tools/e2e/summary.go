@@ -56,8 +56,12 @@ func (r result) render() string {
 	sec := sectionOf(r.dataplane)
 	rep := r.report
 	fmt.Fprintf(&b, "%s\n## %s\n\n", sec.Begin(), dataplaneTitles[r.dataplane])
-	fmt.Fprintf(&b, "**%d specs: %d passed, %d failed, %d skipped** in %s (the suite's own time; %s with the switch to this dataplane).\n\n",
-		len(rep.Specs), rep.Count(kubee2e.Passed), rep.Count(kubee2e.Failed), rep.Count(kubee2e.Skipped),
+	specs := "specs"
+	if len(rep.Specs) == 1 {
+		specs = "spec"
+	}
+	fmt.Fprintf(&b, "**%d %s: %d passed, %d failed, %d skipped** in %s (the suite's own time; %s with the switch to this dataplane).\n\n",
+		len(rep.Specs), specs, rep.Count(kubee2e.Passed), rep.Count(kubee2e.Failed), rep.Count(kubee2e.Skipped),
 		fmtDuration(rep.Duration), fmtDuration(r.wall))
 	if r.runErr != nil {
 		fmt.Fprintf(&b, "The suite itself failed: %s\n\n", mdCell(r.runErr.Error()))
