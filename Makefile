@@ -6,7 +6,7 @@ LDFLAGS  := -s -w -X lockstep.dev/lockstep/internal/buildinfo.Version=$(VERSION)
 BIN      := bin
 FUZZTIME ?= 20s
 
-.PHONY: all build image deps generate generate-kube check-generated kube-testenv cross test test-unit test-realnode fuzz demo bench vet clean e2e-up e2e-down
+.PHONY: all build image deps generate generate-kube check-generated kube-testenv cross test test-unit test-realnode fuzz demo bench vet clean e2e-up e2e-down e2e
 
 all: build
 
@@ -36,7 +36,7 @@ check-generated: generate
 	@git diff --quiet -- agent/datapath || { echo "agent/datapath: committed eBPF objects are stale; run make generate and commit"; git diff --stat -- agent/datapath; exit 1; }
 	@test -z "$$(git status --porcelain -- deploy/crds 'kube/apis/*/zz_generated.deepcopy.go')" || { echo "kube: committed CRDs or DeepCopy code are stale; run make generate-kube and commit"; git status --short -- deploy/crds 'kube/apis/*/zz_generated.deepcopy.go'; exit 1; }
 
-## kube-testenv: the Kubernetes binaries (apiserver, kubectl, kubelet, kube-proxy, controller-manager, scheduler, agnhost) for the TestKube... and real-node tests, cached outside the repo (~10 min cold, instant warm)
+## kube-testenv: the Kubernetes binaries (apiserver, kubectl, kubelet, kube-proxy, controller-manager, scheduler, agnhost, the upstream e2e.test) and CoreDNS for the TestKube... and real-node tests, cached outside the repo (~17 min cold, instant warm)
 kube-testenv:
 	./tools/kube-testenv/build.sh >/dev/null
 
@@ -76,6 +76,10 @@ e2e-up: deps kube-testenv
 ## e2e-down: take the cluster down; also cleans up after a failed or killed e2e-up
 e2e-down:
 	$(GO) run ./tools/e2e down
+
+## e2e: the upstream Kubernetes NetworkPolicy e2e specs on the real-node cluster (the running one, else one brought up and down), eBPF then iptables; writes E2E.md (NETPOL_FLAGS="--dataplanes iptables" for one)
+e2e: deps kube-testenv
+	$(GO) run ./tools/e2e netpol $(NETPOL_FLAGS)
 
 ## demo: a standalone node with real pods in network namespaces, then teardown
 demo: build

@@ -94,7 +94,7 @@ func buildBinDir(ctx context.Context, logf func(string, ...any)) (string, error)
 	}
 	if err := exec.CommandContext(ctx, script, "-check").Run(); err != nil {
 		logf("kubetest: the Kubernetes binaries are not built yet; building them now with %s "+
-			"(about 10 minutes on 2 cores, once; run it before go test to keep it out of test time)", buildScript)
+			"(about 17 minutes on 2 cores, once; run it before go test to keep it out of test time)", buildScript)
 	}
 
 	start := time.Now()

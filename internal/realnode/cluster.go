@@ -388,15 +388,24 @@ func tail(path string, n int) string {
 	return string(b)
 }
 
+// nodeCNIBinDir is where lockstep's DaemonSet installs the CNI plugin, and
+// lockstep with it, on a node.
+const nodeCNIBinDir = "/opt/cni/bin"
+
 // Exec runs a command on a host, in all of its namespaces (as `kubectl
-// debug node` would, minus the container), and returns its combined output.
+// debug node` would, minus the container), with the node's CNI binaries
+// (lockstep among them) on the PATH, and returns its combined output.
 func (c *Cluster) Exec(ctx context.Context, h Host, args ...string) ([]byte, error) {
 	pids := initPIDs(h)
 	if len(pids) != 1 {
 		return nil, fmt.Errorf("exec on %s: want one init, found %d", h.Name, len(pids))
 	}
 	full := append([]string{"-t", strconv.Itoa(pids[0]), "-m", "-u", "-i", "-n", "-p", "--"}, args...)
-	out, err := exec.CommandContext(ctx, "nsenter", full...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "nsenter", full...)
+	// The node's /opt/cni/bin, where install-cni put lockstep, so that
+	// `exec NODE -- lockstep status` runs the node's own binary.
+	cmd.Env = append(os.Environ(), "PATH="+os.Getenv("PATH")+":"+nodeCNIBinDir)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return out, fmt.Errorf("exec %q on %s: %w: %s", args, h.Name, err, out)
 	}

@@ -4,10 +4,12 @@ package realnode
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -85,4 +87,55 @@ func (c *Cluster) WaitLockstep(ctx context.Context, timeout time.Duration) error
 		}
 	}
 	return c.WaitNodesReady(ctx, timeout)
+}
+
+// Dataplane returns the dataplane the lockstep-config ConfigMap asks for
+// ("ebpf", the agents' default, when it names none).
+func (c *Cluster) Dataplane(ctx context.Context) (string, error) {
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := c.GetJSON(ctx, &cm, "-n", "kube-system", "configmap", "lockstep-config"); err != nil {
+		return "", err
+	}
+	if dp := cm.Data["dataplane"]; dp != "" {
+		return dp, nil
+	}
+	return "ebpf", nil
+}
+
+// WaitAgentsDataplane waits until the agent of every node says (`lockstep
+// status`) that it runs dataplane ("iptables" also matches the
+// iptables-nft and iptables-legacy it reports) with no clean-up of another
+// one pending: a finished rollout is not yet an agent enforcing through
+// the new dataplane.
+func (c *Cluster) WaitAgentsDataplane(ctx context.Context, dataplane string, timeout time.Duration) error {
+	for _, h := range c.Nodes {
+		err := Poll(ctx, timeout, time.Second, "the agent of "+h.Name+" to run the "+dataplane+" dataplane", func() (bool, string, error) {
+			out, err := c.Exec(ctx, h, "/opt/cni/bin/lockstep", "status", "-o", "json")
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			var st struct {
+				Dataplane struct {
+					Name            string `json:"name"`
+					PendingCleanups []any  `json:"pendingCleanups"`
+				} `json:"dataplane"`
+			}
+			if err := json.Unmarshal(out, &st); err != nil {
+				return false, fmt.Sprintf("decode lockstep status: %v", err), nil
+			}
+			if !strings.HasPrefix(st.Dataplane.Name, dataplane) {
+				return false, "it runs " + st.Dataplane.Name, nil
+			}
+			if n := len(st.Dataplane.PendingCleanups); n > 0 {
+				return false, fmt.Sprintf("%d clean-ups of another dataplane pending", n), nil
+			}
+			return true, "", nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

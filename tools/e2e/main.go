@@ -34,6 +34,8 @@ func main() {
 		err = status(ctx, os.Args[2:])
 	case "exec":
 		err = execOn(ctx, os.Args[2:])
+	case "netpol":
+		err = netpol(ctx, os.Args[2:])
 	default:
 		usage()
 	}
@@ -47,7 +49,8 @@ func usage() {
 	fmt.Fprintln(os.Stderr, `usage: e2e up [--name NAME] [--nodes N] [--dir DIR] [--dataplane ebpf|iptables] [--no-lockstep] [--image FILE]...
        e2e down [--name NAME] [--dir DIR]
        e2e status [--name NAME] [--dir DIR]
-       e2e exec [--name NAME] [--dir DIR] NODE -- COMMAND...`)
+       e2e exec [--name NAME] [--dir DIR] NODE -- COMMAND...
+       e2e netpol [--name NAME] [--dir DIR] [--dataplanes ebpf,iptables] [--focus REGEXP]... [--out FILE] [--reports DIR] [--keep]`)
 	os.Exit(2)
 }
 
@@ -72,7 +75,7 @@ func up(ctx context.Context, args []string) error {
 	nodes := fs.Int("nodes", 2, "number of nodes")
 	dataplane := fs.String("dataplane", "ebpf", "lockstep's dataplane: ebpf or iptables")
 	noLockstep := fs.Bool("no-lockstep", false, "bring up the cluster without installing lockstep")
-	var extra imageList
+	var extra repeatedFlag
 	fs.Var(&extra, "image", "an image archive to import into every node as well (repeatable)")
 	_ = fs.Parse(args)
 
@@ -85,18 +88,7 @@ func up(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own binary: %w", err)
-	}
-	images, err := realnode.BuildImages(ctx, realnode.ImageOptions{Repo: repo, KubeBinDir: kubeBin, Logf: logf})
-	if err != nil {
-		return err
-	}
-	images = append(images, extra...)
-	c, err := realnode.Up(ctx, realnode.Options{
-		Name: *name, Dir: *dir, Nodes: *nodes, KubeBinDir: kubeBin, InitBinary: self, Images: images, Logf: logf,
-	})
+	c, err := bringUp(ctx, repo, kubeBin, upOptions{name: *name, dir: *dir, nodes: *nodes, extra: extra})
 	if err != nil {
 		return err
 	}
@@ -111,11 +103,34 @@ func up(ctx context.Context, args []string) error {
 	return nil
 }
 
-// imageList collects repeated --image flags.
-type imageList []string
+// upOptions are what bringUp needs besides the repository and the
+// Kubernetes binaries.
+type upOptions struct {
+	name, dir string
+	nodes     int
+	extra     []string // image archives to import as well
+}
 
-func (l *imageList) String() string     { return fmt.Sprint(*l) }
-func (l *imageList) Set(v string) error { *l = append(*l, v); return nil }
+// bringUp builds the images and brings up a cluster, without lockstep.
+func bringUp(ctx context.Context, repo, kubeBin string, o upOptions) (*realnode.Cluster, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own binary: %w", err)
+	}
+	images, err := realnode.BuildImages(ctx, realnode.ImageOptions{Repo: repo, KubeBinDir: kubeBin, Logf: logf})
+	if err != nil {
+		return nil, err
+	}
+	return realnode.Up(ctx, realnode.Options{
+		Name: o.name, Dir: o.dir, Nodes: o.nodes, KubeBinDir: kubeBin, InitBinary: self, Images: append(images, o.extra...), Logf: logf,
+	})
+}
+
+// repeatedFlag collects a flag given several times (--image, --focus).
+type repeatedFlag []string
+
+func (l *repeatedFlag) String() string     { return fmt.Sprint(*l) }
+func (l *repeatedFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func down(args []string) error {
 	fs := flag.NewFlagSet("down", flag.ExitOnError)
