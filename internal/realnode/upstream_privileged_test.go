@@ -20,21 +20,18 @@ import (
 // every `make test` runs, one or two of each kind of rule; `make e2e` runs
 // all of them. Each spec builds three namespaces of three pods and probes
 // all 81 pairs through the pods' Services, so each takes 20 to 30 seconds.
-// eBPF lists the dataplanes' answers it passes on today: lockstep's eBPF
-// programs judge a pod's egress before kube-proxy translates a Service
-// address, so a spec whose egress rule must see the backend pod (an
-// ipBlock, a selector, a named port) fails there until the eBPF dataplane
-// translates Services itself (see E2E.md).
+// The egress ones need the eBPF dataplane to translate Services before it
+// judges a pod's egress: the probes reach pods through their ClusterIPs.
 var upstreamSubset = []struct {
 	kind, spec string
-	ebpf       bool // passes on the eBPF dataplane today
 }{
-	{"ingress", "should support a 'default-deny-ingress' policy", true},
-	{"egress", "should deny egress from pods based on PodSelector", true},
-	{"named port", "should allow ingress access on one named port", true},
-	{"ipBlock with except", "should enforce except clause while egress access to server in CIDR block", false},
-	{"namespace selector", "should enforce policy to allow traffic only from a different namespace, based on NamespaceSelector", true},
-	{"policy update", "should enforce updated policy", true},
+	{"ingress", "should support a 'default-deny-ingress' policy"},
+	{"egress", "should deny egress from pods based on PodSelector"},
+	{"egress to a selected pod", "should enforce egress policy allowing traffic to a server in a different namespace based on PodSelector and NamespaceSelector"},
+	{"named port", "should allow ingress access on one named port"},
+	{"ipBlock with except", "should enforce except clause while egress access to server in CIDR block"},
+	{"namespace selector", "should enforce policy to allow traffic only from a different namespace, based on NamespaceSelector"},
+	{"policy update", "should enforce updated policy"},
 }
 
 // TestPrivilegedRealNodeUpstreamNetpol runs upstreamSubset with the
@@ -73,15 +70,11 @@ func TestPrivilegedRealNodeUpstreamNetpol(t *testing.T) {
 	})
 }
 
-// runUpstream runs the specs of upstreamSubset that pass on dataplane and
-// fails t for each one that did not pass.
+// runUpstream runs the specs of upstreamSubset on dataplane and fails t
+// for each one that did not pass.
 func runUpstream(t *testing.T, c *realnode.Cluster, suite, dataplane string) {
 	var focus, want []string
 	for _, s := range upstreamSubset {
-		if dataplane == "ebpf" && !s.ebpf {
-			t.Logf("not run on eBPF (fails there until it translates Services): %s: %s", s.kind, s.spec)
-			continue
-		}
 		text := "NetworkPolicy between server and client " + s.spec + " [Feature:NetworkPolicy]"
 		focus = append(focus, regexp.QuoteMeta(text))
 		want = append(want, "[sig-network] Netpol "+text)
