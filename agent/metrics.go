@@ -16,7 +16,7 @@ import (
 func ebpfMetrics(dp *datapath.Datapath) func(io.Writer) {
 	return func(w io.Writer) {
 		if counters, err := dp.Counters(); err == nil {
-			promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, and allowed-node: packets of the node itself to pods whose ingress is isolated).", "counter")
+			promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, allowed-node: packets of the node itself to pods whose ingress is isolated, and service-no-backend: connections to a Service without a ready backend, refused).", "counter")
 			promtext.WriteHeader(w, "lockstep_datapath_bytes_total", "Bytes of the packets in lockstep_datapath_packets_total.", "counter")
 			for _, reason := range sortedKeys(counters) {
 				promtext.WriteSample(w, "lockstep_datapath_packets_total", float64(counters[reason].Packets), "reason", reason)

@@ -14,6 +14,7 @@
 #include "lib/parse.h"
 #include "lib/ct.h"
 #include "lib/policy.h"
+#include "lib/service.h"
 #include "lib/verdict.h"
 
 /* addr_ok reports whether the pod of ep may use a as its own address on a
@@ -50,29 +51,45 @@ static __always_inline int addr_ok(const struct endpoint_info *ep, const struct 
  * from when the entry was made: an egress entry is made after the source
  * check, and an ingress entry only for a packet addressed to the pod
  * itself (its reply will come from that address). An ICMP error quoting a
- * packet of a tracked connection takes the same path (ct_related).
+ * packet of a tracked connection takes the same path (ct_related). A
+ * connection lockstep translates for a Service is translated on that path
+ * too (svc_tracked).
+ *
+ * A new connection the pod opens to a Service frontend is translated to a
+ * backend before policy, which then judges the backend (lib/service.h).
  */
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
 	__u32 zero = 0, ifindex = skb->ifindex;
 	struct endpoint_info *ep;
 	struct remote r = {};
+	struct ct_hit h = {};
+	struct svc_value *sv;
 	struct state *st;
 	struct pkt p = {};
 	struct ct_key k;
 	__u32 parity, o = 0;
 	__u8 flags, isolated, reason = REASON_ALLOWED_NEW;
 	__u64 now = 0;
+	__u16 n;
 	int res;
 
 	res = parse_packet(skb, &p);
 	if (res == PARSE_OK) {
 		now = ct_now();
-		if (p.icmp_err && ct_related(skb, &p, ifindex, dir, now))
-			return TC_ACT_OK;
+		if (p.icmp_err) {
+			struct svc_scratch *s = svc_scratch();
+			__u32 qo = 0;
+
+			if (s && ct_related(skb, &p, ifindex, dir, now, &s->in, &qo, &h))
+				return svc_related(skb, &p, &s->in, dir, qo, &h);
+		}
 		o = ct_fill_key(&k, ifindex, &p);
-		if (ct_lookup(&k, o, dir, now + ct_timeout(&p), now))
+		if (ct_lookup(&k, o, dir, now + ct_timeout(&p), now, &h)) {
+			if (h.flags & CT_SVC)
+				return svc_tracked(skb, &p, dir, o, &h, now);
 			return TC_ACT_OK;
+		}
 	}
 
 	st = bpf_map_lookup_elem(&lockstep_state, &zero);
@@ -92,6 +109,16 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		return verdict(skb, dir, VERDICT_DROP, REASON_SPOOFED, &p, 0);
 
 	flags = ep->flags[parity];
+	/* Service translation comes before policy, which judges the backend. */
+	if (dir == DIR_EGRESS && res == PARSE_OK) {
+		sv = svc_lookup(&p, parity, &n);
+		if (sv) {
+			int act = svc_connect(skb, ifindex, &p, sv, n, parity, flags, now);
+
+			if (act != SVC_PASS)
+				return act;
+		}
+	}
 	isolated = flags & (dir == DIR_INGRESS ? EP_INGRESS_ISOLATED : EP_EGRESS_ISOLATED);
 	/* A pod never isolates itself from its own node (kubelet probes,
 	 * node-local health checks), as Kubernetes documents. A packet the

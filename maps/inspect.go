@@ -147,6 +147,14 @@ func Dump(pinRoot, name string) ([]Entry, error) {
 		out, err = dumpAll[CIDRKey, CIDRValue](m)
 	case CTMap:
 		out, err = dumpAll[CTKey, CTEntry](m)
+	case ServicesMap:
+		out, err = dumpAll[SvcKey, SvcValue](m)
+	case BackendsMap:
+		out, err = dumpAll[BackendKey, BackendValue](m)
+	case SvcCTMap:
+		out, err = dumpAll[CTKey, SvcCTEntry](m)
+	case AffinityMap:
+		out, err = dumpAll[AffinityKey, AffinityValue](m)
 	case CTCacheMap:
 		out, err = dumpCTCache(m)
 	case CTEpochMap:

@@ -36,6 +36,13 @@ func TestLayoutMatchesBTF(t *testing.T) {
 		{"ct_key", CTKey{}},
 		{"ct_entry", CTEntry{}},
 		{"ct_cache_slot", CTCacheSlot{}},
+		{"svc_ct_entry", SvcCTEntry{}},
+		{"svc_key", SvcKey{}},
+		{"svc_value", SvcValue{}},
+		{"backend_key", BackendKey{}},
+		{"backend_value", BackendValue{}},
+		{"affinity_key", AffinityKey{}},
+		{"affinity_value", AffinityValue{}},
 		{"counter", Counter{}},
 		{"event", Event{}},
 	} {
@@ -87,5 +94,16 @@ func TestMapSpecsMatchNames(t *testing.T) {
 	}
 	if got := spec.Maps[CountersMap].MaxEntries; got != NumReasons {
 		t.Errorf("%s has %d entries, NumReasons is %d", CountersMap, got, NumReasons)
+	}
+	for _, c := range []struct {
+		name string
+		want uint32
+	}{{ServicesMap, 2 * MaxFrontends}, {BackendsMap, 2 * MaxBackends}} {
+		if got := spec.Maps[c.name].MaxEntries; got != c.want {
+			t.Errorf("%s has %d entries, want %d (both parities)", c.name, got, c.want)
+		}
+	}
+	if len(Reasons()) > NumReasons {
+		t.Errorf("%d reasons, %s has room for %d", len(Reasons()), CountersMap, NumReasons)
 	}
 }

@@ -18,11 +18,27 @@ const (
 	CTEpochMap   = "lockstep_ct_epoch"
 	CountersMap  = "lockstep_drops"
 	EventsMap    = "lockstep_events"
+	ServicesMap  = "lockstep_services"
+	BackendsMap  = "lockstep_backends"
+	SvcCTMap     = "lockstep_svc_ct"
+	AffinityMap  = "lockstep_affinity"
 )
 
 // Names lists every pinned map, in the order `lockstep maps list` prints
 // them.
-var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, CTMap, CTCacheMap, CTEpochMap, CountersMap, EventsMap}
+var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, ServicesMap, BackendsMap, CTMap, SvcCTMap, AffinityMap, CTCacheMap, CTEpochMap, CountersMap, EventsMap}
+
+// Capacities of the Service maps (C: SVC_MAX_FRONTENDS, SVC_MAX_BACKENDS):
+// frontends and backends per parity. ServicesMap and BackendsMap hold both
+// parities, twice as many entries.
+const (
+	MaxFrontends = 32768
+	MaxBackends  = 131072
+)
+
+// SvcAbsent in SvcValue.Count says that the parity has no such frontend
+// (C: SVC_ABSENT).
+const SvcAbsent uint16 = 0xffff
 
 // Endpoint flag bits of EndpointInfo.Flags (C: EP_*).
 const (
@@ -162,7 +178,8 @@ type CTEntry struct {
 // CTCacheSlot mirrors struct ct_cache_slot: one slot of a CPU's flow
 // cache (CTCacheMap, a per-CPU array), a copy of the conntrack entry of Key
 // that the dataplane uses while ValidUntil has not passed and CTEpochMap
-// still holds Epoch. A zero slot is empty.
+// still holds Epoch. A zero slot is empty. NatPort and NatAddr copy those
+// of a SvcCTEntry (zero for a CTEntry).
 type CTCacheSlot struct {
 	Key   CTKey  `json:"key"`
 	Epoch uint32 `json:"epoch"`
@@ -170,7 +187,95 @@ type CTCacheSlot struct {
 	// CTEntry.Expires.
 	ValidUntil uint64 `json:"valid_until"`
 	Flags      uint32 `json:"flags"`
-	Pad        uint32 `json:"-"`
+	NatPort    uint16 `json:"nat_port"`
+	Pad        uint16 `json:"-"`
+	NatAddr    Addr   `json:"nat_addr"`
+}
+
+// Flags of SvcCTEntry (C: CT_SVC_*), beside the CTAllowed bits.
+const (
+	// CTSvcFwd: packets of the orientation the entry's bit allowed (the
+	// client's, to the frontend) get NatAddr:NatPort (the backend) as
+	// their destination.
+	CTSvcFwd uint32 = 1 << 8
+	// CTSvcRev: replies to that orientation (the backend's) get
+	// NatAddr:NatPort (the frontend) as their source.
+	CTSvcRev uint32 = 1 << 9
+	// CTSvcHairpin: client and backend are one pod; the other address is
+	// translated too (to the frontend's) and the packet goes straight
+	// back to the pod.
+	CTSvcHairpin uint32 = 1 << 10
+)
+
+// SvcCTEntry mirrors struct svc_ct_entry: the value of SvcCTMap, keyed by
+// a CTKey, for a connection the dataplane translates for a Service.
+type SvcCTEntry struct {
+	// Expires and Flags are as in CTEntry; Flags also holds CTSvc*.
+	Expires uint64 `json:"expires"`
+	Flags   uint32 `json:"flags"`
+	NatPort uint16 `json:"nat_port"`
+	Pad     uint16 `json:"-"`
+	NatAddr Addr   `json:"nat_addr"`
+}
+
+// SvcKey mirrors struct svc_key: a Service frontend, the key of
+// ServicesMap. Port is in host byte order.
+type SvcKey struct {
+	Addr  Addr   `json:"addr"`
+	Port  uint16 `json:"port"`
+	Proto uint8  `json:"proto"`
+	Pad   uint8  `json:"-"`
+}
+
+// String formats k as PROTO ADDR:PORT, e.g. "tcp 10.96.0.10:80".
+func (k SvcKey) String() string {
+	return fmt.Sprintf("%s %s", ProtoString(k.Proto), netip.AddrPortFrom(k.Addr.Netip(), k.Port))
+}
+
+// MarshalText makes SvcKey a JSON string (String).
+func (k SvcKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// SvcValue mirrors struct svc_value: a frontend's ID (which names its
+// backends and affinity entries) and, per parity, its backend count (or
+// SvcAbsent) and sessionAffinity ClientIP timeout in seconds (0: none).
+type SvcValue struct {
+	ID       uint32    `json:"id"`
+	Count    [2]uint16 `json:"count"`
+	Affinity [2]uint32 `json:"affinity"`
+}
+
+// BackendKey mirrors struct backend_key: slot Slot of the frontend ID's
+// backends in parity Parity, the key of BackendsMap.
+type BackendKey struct {
+	ID     uint32 `json:"id"`
+	Slot   uint16 `json:"slot"`
+	Parity uint8  `json:"parity"`
+	Pad    uint8  `json:"-"`
+}
+
+// BackendValue mirrors struct backend_value. Port is in host byte order.
+type BackendValue struct {
+	Addr Addr   `json:"addr"`
+	Port uint16 `json:"port"`
+	Pad  uint16 `json:"-"`
+}
+
+// AffinityKey mirrors struct affinity_key: a client of the frontend ID,
+// the key of AffinityMap.
+type AffinityKey struct {
+	ID     uint32 `json:"id"`
+	Client Addr   `json:"client"`
+}
+
+// AffinityValue mirrors struct affinity_value: the backend (and its slot)
+// the client's last connection went to, and when it was last used (a
+// CLOCK_MONOTONIC time in nanoseconds, like CTEntry.Expires).
+type AffinityValue struct {
+	Last uint64 `json:"last"`
+	Addr Addr   `json:"addr"`
+	Port uint16 `json:"port"`
+	Slot uint16 `json:"slot"`
+	Pad  uint32 `json:"-"`
 }
 
 // CTCacheKey names one slot of one CPU's flow cache in a dump.
@@ -208,6 +313,10 @@ type Event struct {
 const (
 	VerdictAllow uint8 = 0
 	VerdictDrop  uint8 = 1
+	// VerdictReject: dropped and answered, with a TCP reset or an ICMP
+	// port unreachable, as kube-proxy refuses connections to a Service
+	// without endpoints.
+	VerdictReject uint8 = 2
 )
 
 // Reason indexes lockstep_drops and explains an Event (C: enum reason).
@@ -226,23 +335,28 @@ const (
 	// block its own node, whose kubelet probes it) and tracked like
 	// ReasonAllowedNew's.
 	ReasonAllowedNode Reason = 6
+	// ReasonServiceNoBackend counts the packets of new connections to a
+	// Service frontend without a ready backend, which the dataplane
+	// refuses (VerdictReject).
+	ReasonServiceNoBackend Reason = 7
 	// NumReasons is the size of lockstep_drops (C: REASON_MAX).
 	NumReasons = 8
 )
 
 var reasonNames = [...]string{
-	ReasonAllowedNew:    "allowed-new",
-	ReasonPolicyIngress: "policy-ingress",
-	ReasonPolicyEgress:  "policy-egress",
-	ReasonSpoofed:       "spoofed-source",
-	ReasonNoEndpoint:    "no-endpoint",
-	ReasonUnparseable:   "unparseable",
-	ReasonAllowedNode:   "allowed-node",
+	ReasonAllowedNew:       "allowed-new",
+	ReasonPolicyIngress:    "policy-ingress",
+	ReasonPolicyEgress:     "policy-egress",
+	ReasonSpoofed:          "spoofed-source",
+	ReasonNoEndpoint:       "no-endpoint",
+	ReasonUnparseable:      "unparseable",
+	ReasonAllowedNode:      "allowed-node",
+	ReasonServiceNoBackend: "service-no-backend",
 }
 
 // Reasons lists the defined reasons in index order.
 func Reasons() []Reason {
-	return []Reason{ReasonAllowedNew, ReasonPolicyIngress, ReasonPolicyEgress, ReasonSpoofed, ReasonNoEndpoint, ReasonUnparseable, ReasonAllowedNode}
+	return []Reason{ReasonAllowedNew, ReasonPolicyIngress, ReasonPolicyEgress, ReasonSpoofed, ReasonNoEndpoint, ReasonUnparseable, ReasonAllowedNode, ReasonServiceNoBackend}
 }
 
 func (r Reason) String() string {

@@ -19,11 +19,14 @@ import (
 
 // Apply makes want the enforced state, make-before-break: it writes the
 // idle parity's copy of every entry that differs, flips lockstep_state.gen
-// with one update, then deletes the entries want no longer has.
+// with one update, then deletes the entries want no longer has. The
+// Service frontends and backends are part of the same generation.
 //
 // Every endpoint of want must have been attached (Attach) by this Datapath;
 // otherwise Apply changes nothing and returns an error wrapping
-// ErrNotAttached that names them. An error before the flip leaves the
+// ErrNotAttached that names them. A state with more Service frontends or
+// backends than the maps hold changes nothing either: the error wraps
+// ErrServiceCapacity. An error before the flip leaves the
 // enforced state as it was; the next Apply repairs the idle copies.
 //
 // Apply keeps references to want and the maps in it: the caller must not
@@ -54,10 +57,16 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 		return err
 	}
 	m := &d.mirror
-	m.mark++
-	d.stats = applyStats{}
 	p := int(m.gen & 1) // live parity
 	q := p ^ 1          // the parity being written
+	var svcs []svcWant
+	if !sameMap(m.svcsFrom[q], want.Services) {
+		if svcs, err = d.wantServices(want.Services); err != nil {
+			return err
+		}
+	}
+	m.mark++
+	d.stats = applyStats{}
 
 	flipped := false
 	defer func() {
@@ -65,7 +74,7 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 			// Parity q may hold entries that the new state added and
 			// that no cleanup removed: its tables no longer hold
 			// exactly one source.
-			m.cidrsFrom[q], m.addrsFrom[q] = nil, nil
+			m.cidrsFrom[q], m.addrsFrom[q], m.svcsFrom[q] = nil, nil, nil
 		}
 	}()
 	canon, err := d.writeCIDRs(want.CIDRs, p, q)
@@ -77,6 +86,9 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 		return err
 	}
 	if err := d.writeEndpoints(want.Endpoints, ifindexes, p, q); err != nil {
+		return err
+	}
+	if err := d.writeServices(want.Services, svcs, p, q); err != nil {
 		return err
 	}
 	if d.beforeFlip != nil {
@@ -114,6 +126,9 @@ type applyStats struct {
 	outer int
 	// innerMaps is how many inner policy maps were created.
 	innerMaps int
+	// svc is how many lockstep_services and lockstep_backends entries
+	// were written or deleted (also counted in entries).
+	svc int
 }
 
 // resolve maps every endpoint of want to the ifindex Attach recorded.

@@ -158,7 +158,8 @@ func benchSingle(b *testing.B, prog *ebpf.Program, frames [][]byte, want uint32,
 // the harness of deny and ct-hit) and as b.N runs of one (single: the
 // harness of allow-new). A verdict's own cost is its time minus the floor
 // of its harness. ct-insert is the floor of a new connection: a program
-// that only inserts a conntrack entry.
+// that only inserts a conntrack entry; l4-csum-twice that of translating a
+// packet's address and port: two bpf_l4_csum_replace calls.
 func BenchmarkVerdictFloor(b *testing.B) {
 	testenv.Privileged(b)
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
@@ -177,6 +178,38 @@ func BenchmarkVerdictFloor(b *testing.B) {
 		insert := ctInsertProgram(b)
 		benchRepeat(b, insert, pkt, actOK)
 	})
+	b.Run("l4-csum-twice", func(b *testing.B) {
+		benchRepeat(b, l4CsumProgram(b), pkt, actOK)
+	})
+}
+
+// l4CsumProgram returns a tc program that calls bpf_l4_csum_replace twice
+// on the TCP checksum of an IPv4 frame, as a translation with a new
+// address and a new port does (the pseudo header, then the port), with
+// nothing to change: the floor of what translating an established
+// connection's packet costs beyond the flow cache hit.
+func l4CsumProgram(b *testing.B) *ebpf.Program {
+	const tcpCsumOff = 14 + 20 + 16
+	call := func(flags int32) asm.Instructions {
+		return asm.Instructions{
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.Mov.Imm(asm.R2, tcpCsumOff),
+			asm.Mov.Imm(asm.R3, 0),
+			asm.Mov.Imm(asm.R4, 0),
+			asm.Mov.Imm(asm.R5, flags),
+			asm.FnL4CsumReplace.Call(),
+		}
+	}
+	insns := asm.Instructions{asm.Mov.Reg(asm.R6, asm.R1)}
+	insns = append(insns, call(0x10 /* BPF_F_PSEUDO_HDR, a diff */)...)
+	insns = append(insns, call(2 /* a 2-byte field */)...)
+	insns = append(insns, asm.Mov.Imm(asm.R0, actOK), asm.Return())
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "Dual BSD/GPL", Instructions: insns})
+	if err != nil {
+		b.Fatalf("load the checksum program: %v", err)
+	}
+	b.Cleanup(func() { prog.Close() })
+	return prog
 }
 
 // ctInsertProgram returns a tc program that inserts one new entry into a

@@ -12,8 +12,10 @@ import (
 
 // Counters returns the packet and byte counts of lockstep_drops, summed
 // over CPUs, by reason name (maps.Reason.String): every drop reason plus
-// "allowed-new", the connections policy allowed, and "allowed-node", the
-// packets the node itself sent to pods whose ingress is isolated.
+// "allowed-new", the connections policy allowed, "allowed-node", the
+// packets the node itself sent to pods whose ingress is isolated, and
+// "service-no-backend", the connections to a Service without a ready
+// backend, refused.
 func (d *Datapath) Counters() (map[string]maps.Counter, error) {
 	out := make(map[string]maps.Counter)
 	for _, r := range maps.Reasons() {
@@ -40,7 +42,10 @@ func (d *Datapath) Stats() (map[string]int, error) {
 		maps.PolicyMap:    d.policy,
 		maps.IPCacheMap:   d.ipcache,
 		maps.CIDRsMap:     d.cidrs,
+		maps.ServicesMap:  d.services,
+		maps.BackendsMap:  d.backends,
 		maps.CTMap:        d.ct,
+		maps.SvcCTMap:     d.svcCT,
 	} {
 		n, err := maps.Count(m)
 		if err != nil {

@@ -11,7 +11,8 @@ import (
 	bpfmaps "lockstep.dev/lockstep/maps"
 )
 
-// Conntrack entries of endpoints that left. A tracked packet passes before
+// Conntrack entries of endpoints that left (lockstep_ct, and the
+// translated connections of lockstep_svc_ct). A tracked packet passes before
 // its endpoint is looked up, so the entries of a removed endpoint would let
 // the connections it had keep flowing for as long as its veth exists and
 // the entries have not expired (up to 2 h for TCP). When an Apply removes
@@ -56,16 +57,34 @@ func (d *Datapath) takeCTGone() map[uint32]struct{} {
 	return gone
 }
 
-// flushConntrack deletes every conntrack entry of the ifindexes in gone
-// and returns how many it deleted. Called without d.mu: it reads the
-// whole table.
+// flushConntrack deletes every conntrack entry of the ifindexes in gone,
+// in lockstep_ct and lockstep_svc_ct, and returns how many it deleted.
+// Called without d.mu: it reads the whole tables.
 func (d *Datapath) flushConntrack(gone map[uint32]struct{}) (int, error) {
+	n, err := flushTable[bpfmaps.CTEntry](d.ct, bpfmaps.CTMap, gone)
+	ns, serr := flushTable[bpfmaps.SvcCTEntry](d.svcCT, bpfmaps.SvcCTMap, gone)
+	if n+ns > 0 {
+		// Also after a partial delete: what went must not live on in
+		// a cache.
+		if err := d.bumpCTEpoch(); err != nil {
+			return 0, err
+		}
+	}
+	if err := errors.Join(err, serr); err != nil {
+		return 0, err
+	}
+	return n + ns, nil
+}
+
+// flushTable deletes the entries of table (keyed by ct_key, with values
+// V) whose ifindex is in gone, and returns how many it found.
+func flushTable[V any](table *ebpf.Map, name string, gone map[uint32]struct{}) (int, error) {
 	var doomed []bpfmaps.CTKey
 	keys := make([]bpfmaps.CTKey, ctBatch)
-	vals := make([]bpfmaps.CTEntry, ctBatch)
+	vals := make([]V, ctBatch)
 	var cursor ebpf.MapBatchCursor
 	for {
-		n, err := d.ct.BatchLookup(&cursor, keys, vals, nil)
+		n, err := table.BatchLookup(&cursor, keys, vals, nil)
 		for _, k := range keys[:n] {
 			if _, ok := gone[k.Ifindex]; ok {
 				doomed = append(doomed, k)
@@ -75,19 +94,11 @@ func (d *Datapath) flushConntrack(gone map[uint32]struct{}) (int, error) {
 			break // the end of the table
 		}
 		if err != nil {
-			return 0, fmt.Errorf("read %s: %w", bpfmaps.CTMap, err)
+			return 0, fmt.Errorf("read %s: %w", name, err)
 		}
 	}
-	derr := deleteAll(d.ct, doomed)
-	if len(doomed) > 0 {
-		// Also after a partial delete: what went must not live on in
-		// a cache.
-		if err := d.bumpCTEpoch(); err != nil {
-			return 0, err
-		}
-	}
-	if derr != nil {
-		return 0, fmt.Errorf("delete entries of removed endpoints from %s: %w", bpfmaps.CTMap, derr)
+	if err := deleteAll(table, doomed); err != nil {
+		return len(doomed), fmt.Errorf("delete entries of removed endpoints from %s: %w", name, err)
 	}
 	return len(doomed), nil
 }

@@ -83,12 +83,32 @@
 // so its veth passes nothing more while it lingers. Non-first fragments carry no
 // ports and are dropped in isolated directions.
 //
+// # Services
+//
+// [policy.Desired.Services] is applied with the rest, in the same
+// generation: frontends in lockstep_services (per parity a backend count
+// and an affinity timeout), backends in lockstep_backends (per frontend,
+// parity and slot). Apply writes the idle parity's slots of the frontends
+// whose *policy.ServiceEntry changed, compares contents otherwise, and
+// keeps each backend in its slot from one generation to the next, so a
+// change writes what changed. A removed frontend is made absent from the
+// written parity; the settler deletes its entry and slots a grace period
+// after the flip, with the idle parity's catch-up. A state with more
+// frontends or backends than the maps hold is refused with
+// ErrServiceCapacity before anything is written. The programs translate a
+// pod's new connection to a frontend before policy and track it in
+// lockstep_svc_ct (see bpf/lib/service.h); removed endpoints' entries
+// there are flushed with their conntrack entries.
+//
 // # Kernel requirements
 //
 // Linux 5.11 or later with BTF-capable bpffs pinning: BPF ISA v3 (5.1),
 // BPF ring buffers (5.8), bounded loops (5.3), hash-of-maps whose inner
-// maps differ in size (5.10), bpf_ktime_get_coarse_ns (5.11),
-// BPF_PROG_TEST_RUN for sched_cls (tests). The agent needs
+// maps differ in size (5.10), bpf_ktime_get_coarse_ns (5.11), global BPF
+// functions (5.6) and bpf_redirect_peer (5.10) for Services,
+// BPF_PROG_TEST_RUN for sched_cls (tests). On 6.16 or later the
+// translation of IPv6 addresses also keeps a CHECKSUM_COMPLETE skb->csum
+// right (bpf_l4_csum_replace's BPF_F_IPV6). The agent needs
 // CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN (for the bpffs mount), or root.
 // On other systems the package builds so the agent does, and Load fails
 // with an error wrapping errors.ErrUnsupported.

@@ -13,6 +13,36 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type endpointAffinityKey struct {
+	_      structs.HostLayout
+	Id     uint32
+	Client endpointV6addr
+}
+
+type endpointAffinityValue struct {
+	_    structs.HostLayout
+	Last uint64
+	Addr endpointV6addr
+	Port uint16
+	Slot uint16
+	Pad  uint32
+}
+
+type endpointBackendKey struct {
+	_      structs.HostLayout
+	Id     uint32
+	Slot   uint16
+	Parity uint8
+	Pad    uint8
+}
+
+type endpointBackendValue struct {
+	_    structs.HostLayout
+	Addr endpointV6addr
+	Port uint16
+	Pad  uint16
+}
+
 type endpointCidrKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -36,7 +66,9 @@ type endpointCtCacheSlot struct {
 	Epoch      uint32
 	ValidUntil uint64
 	Flags      uint32
-	Pad        uint32
+	NatPort    uint16
+	Pad        uint16
+	NatAddr    endpointV6addr
 }
 
 type endpointCtEntry struct {
@@ -109,10 +141,91 @@ type endpointPolicyValue struct {
 	}
 }
 
+type endpointRejectScratch struct {
+	_     structs.HostLayout
+	Quote [128]uint8
+	Th    [20]uint8
+	Rst   [20]uint8
+	Ip    [40]uint8
+	Ph6   struct {
+		_       structs.HostLayout
+		Saddr   endpointV6addr
+		Daddr   endpointV6addr
+		Len     uint32
+		Nexthdr uint32
+	}
+	Ph4 struct {
+		_     structs.HostLayout
+		Saddr uint32
+		Daddr uint32
+		Zero  uint8
+		Proto uint8
+		Len   uint16
+	}
+}
+
 type endpointState struct {
 	_        structs.HostLayout
 	Gen      uint32
 	Reserved uint32
+}
+
+type endpointSvcCtEntry struct {
+	_       structs.HostLayout
+	Expires uint64
+	Flags   uint32
+	NatPort uint16
+	Pad     uint16
+	NatAddr endpointV6addr
+}
+
+type endpointSvcKey struct {
+	_     structs.HostLayout
+	Addr  endpointV6addr
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type endpointSvcScratch struct {
+	_ structs.HostLayout
+	T struct {
+		_        structs.HostLayout
+		Saddr    endpointV6addr
+		Daddr    endpointV6addr
+		Sport    uint16
+		Dport    uint16
+		Proto    uint8
+		IsV6     uint8
+		TcpFlags uint8
+		IcmpErr  uint8
+		L4Off    uint32
+	}
+	In struct {
+		_        structs.HostLayout
+		Saddr    endpointV6addr
+		Daddr    endpointV6addr
+		Sport    uint16
+		Dport    uint16
+		Proto    uint8
+		IsV6     uint8
+		TcpFlags uint8
+		IcmpErr  uint8
+		L4Off    uint32
+	}
+	K  endpointCtKey
+	_  [4]byte
+	N  endpointSvcCtEntry
+	B  endpointBackendValue
+	Ak endpointAffinityKey
+	Av endpointAffinityValue
+}
+
+type endpointSvcValue struct {
+	_        structs.HostLayout
+	Id       uint32
+	Count    [2]uint16
+	Affinity [2]uint32
 }
 
 type endpointV6addr struct {
@@ -170,19 +283,25 @@ type endpointProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type endpointMapSpecs struct {
-	EventBtf          *ebpf.MapSpec `ebpf:"event_btf"`
-	LockstepCidrs     *ebpf.MapSpec `ebpf:"lockstep_cidrs"`
-	LockstepCt        *ebpf.MapSpec `ebpf:"lockstep_ct"`
-	LockstepCtCache   *ebpf.MapSpec `ebpf:"lockstep_ct_cache"`
-	LockstepCtEpoch   *ebpf.MapSpec `ebpf:"lockstep_ct_epoch"`
-	LockstepDrops     *ebpf.MapSpec `ebpf:"lockstep_drops"`
-	LockstepEndpoints *ebpf.MapSpec `ebpf:"lockstep_endpoints"`
-	LockstepEvents    *ebpf.MapSpec `ebpf:"lockstep_events"`
-	LockstepIpcache   *ebpf.MapSpec `ebpf:"lockstep_ipcache"`
-	LockstepMonitor   *ebpf.MapSpec `ebpf:"lockstep_monitor"`
-	LockstepPolicy    *ebpf.MapSpec `ebpf:"lockstep_policy"`
-	LockstepState     *ebpf.MapSpec `ebpf:"lockstep_state"`
-	PolicyInnerBtf    *ebpf.MapSpec `ebpf:"policy_inner_btf"`
+	EventBtf              *ebpf.MapSpec `ebpf:"event_btf"`
+	LockstepAffinity      *ebpf.MapSpec `ebpf:"lockstep_affinity"`
+	LockstepBackends      *ebpf.MapSpec `ebpf:"lockstep_backends"`
+	LockstepCidrs         *ebpf.MapSpec `ebpf:"lockstep_cidrs"`
+	LockstepCt            *ebpf.MapSpec `ebpf:"lockstep_ct"`
+	LockstepCtCache       *ebpf.MapSpec `ebpf:"lockstep_ct_cache"`
+	LockstepCtEpoch       *ebpf.MapSpec `ebpf:"lockstep_ct_epoch"`
+	LockstepDrops         *ebpf.MapSpec `ebpf:"lockstep_drops"`
+	LockstepEndpoints     *ebpf.MapSpec `ebpf:"lockstep_endpoints"`
+	LockstepEvents        *ebpf.MapSpec `ebpf:"lockstep_events"`
+	LockstepIpcache       *ebpf.MapSpec `ebpf:"lockstep_ipcache"`
+	LockstepMonitor       *ebpf.MapSpec `ebpf:"lockstep_monitor"`
+	LockstepPolicy        *ebpf.MapSpec `ebpf:"lockstep_policy"`
+	LockstepRejectScratch *ebpf.MapSpec `ebpf:"lockstep_reject_scratch"`
+	LockstepServices      *ebpf.MapSpec `ebpf:"lockstep_services"`
+	LockstepState         *ebpf.MapSpec `ebpf:"lockstep_state"`
+	LockstepSvcCt         *ebpf.MapSpec `ebpf:"lockstep_svc_ct"`
+	LockstepSvcScratch    *ebpf.MapSpec `ebpf:"lockstep_svc_scratch"`
+	PolicyInnerBtf        *ebpf.MapSpec `ebpf:"policy_inner_btf"`
 }
 
 // endpointVariableSpecs contains global variables before they are loaded into the kernel.
@@ -211,24 +330,32 @@ func (o *endpointObjects) Close() error {
 //
 // It can be passed to loadEndpointObjects or ebpf.CollectionSpec.LoadAndAssign.
 type endpointMaps struct {
-	EventBtf          *ebpf.Map `ebpf:"event_btf"`
-	LockstepCidrs     *ebpf.Map `ebpf:"lockstep_cidrs"`
-	LockstepCt        *ebpf.Map `ebpf:"lockstep_ct"`
-	LockstepCtCache   *ebpf.Map `ebpf:"lockstep_ct_cache"`
-	LockstepCtEpoch   *ebpf.Map `ebpf:"lockstep_ct_epoch"`
-	LockstepDrops     *ebpf.Map `ebpf:"lockstep_drops"`
-	LockstepEndpoints *ebpf.Map `ebpf:"lockstep_endpoints"`
-	LockstepEvents    *ebpf.Map `ebpf:"lockstep_events"`
-	LockstepIpcache   *ebpf.Map `ebpf:"lockstep_ipcache"`
-	LockstepMonitor   *ebpf.Map `ebpf:"lockstep_monitor"`
-	LockstepPolicy    *ebpf.Map `ebpf:"lockstep_policy"`
-	LockstepState     *ebpf.Map `ebpf:"lockstep_state"`
-	PolicyInnerBtf    *ebpf.Map `ebpf:"policy_inner_btf"`
+	EventBtf              *ebpf.Map `ebpf:"event_btf"`
+	LockstepAffinity      *ebpf.Map `ebpf:"lockstep_affinity"`
+	LockstepBackends      *ebpf.Map `ebpf:"lockstep_backends"`
+	LockstepCidrs         *ebpf.Map `ebpf:"lockstep_cidrs"`
+	LockstepCt            *ebpf.Map `ebpf:"lockstep_ct"`
+	LockstepCtCache       *ebpf.Map `ebpf:"lockstep_ct_cache"`
+	LockstepCtEpoch       *ebpf.Map `ebpf:"lockstep_ct_epoch"`
+	LockstepDrops         *ebpf.Map `ebpf:"lockstep_drops"`
+	LockstepEndpoints     *ebpf.Map `ebpf:"lockstep_endpoints"`
+	LockstepEvents        *ebpf.Map `ebpf:"lockstep_events"`
+	LockstepIpcache       *ebpf.Map `ebpf:"lockstep_ipcache"`
+	LockstepMonitor       *ebpf.Map `ebpf:"lockstep_monitor"`
+	LockstepPolicy        *ebpf.Map `ebpf:"lockstep_policy"`
+	LockstepRejectScratch *ebpf.Map `ebpf:"lockstep_reject_scratch"`
+	LockstepServices      *ebpf.Map `ebpf:"lockstep_services"`
+	LockstepState         *ebpf.Map `ebpf:"lockstep_state"`
+	LockstepSvcCt         *ebpf.Map `ebpf:"lockstep_svc_ct"`
+	LockstepSvcScratch    *ebpf.Map `ebpf:"lockstep_svc_scratch"`
+	PolicyInnerBtf        *ebpf.Map `ebpf:"policy_inner_btf"`
 }
 
 func (m *endpointMaps) Close() error {
 	return _EndpointClose(
 		m.EventBtf,
+		m.LockstepAffinity,
+		m.LockstepBackends,
 		m.LockstepCidrs,
 		m.LockstepCt,
 		m.LockstepCtCache,
@@ -239,7 +366,11 @@ func (m *endpointMaps) Close() error {
 		m.LockstepIpcache,
 		m.LockstepMonitor,
 		m.LockstepPolicy,
+		m.LockstepRejectScratch,
+		m.LockstepServices,
 		m.LockstepState,
+		m.LockstepSvcCt,
+		m.LockstepSvcScratch,
 		m.PolicyInnerBtf,
 	)
 }

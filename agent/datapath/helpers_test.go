@@ -68,7 +68,8 @@ func (d *Datapath) fakeAttach(ifname string, ifindex int) {
 }
 
 // waitSettled waits until the settler has brought the idle parity's
-// inner maps up to the live rules (it has nothing left it could do).
+// inner maps and Service backends up to the live ones, and deleted the
+// frontends the live parity lacks (it has nothing left it could do).
 func (d *Datapath) waitSettled(tb testing.TB) {
 	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -79,6 +80,11 @@ func (d *Datapath) waitSettled(tb testing.TB) {
 		for _, e := range d.mirror.eps {
 			im := e.inner[live^1]
 			if ep := e.src[live]; ep != nil && e.src[live^1] != ep && im != nil && im.known && fits(im.capacity, len(ep.Rules)) {
+				pending++
+			}
+		}
+		for _, e := range d.mirror.svcs {
+			if e.v.Count[live] == maps.SvcAbsent || e.src[live^1] != e.src[live] || e.v.Count[live] != e.v.Count[live^1] {
 				pending++
 			}
 		}
@@ -106,21 +112,38 @@ func (d *Datapath) flushCT(tb testing.TB) {
 	}
 }
 
-// deleteCTEntries empties lockstep_ct and leaves the flow caches alone.
+// deleteCTEntries empties lockstep_ct and lockstep_svc_ct and leaves the
+// flow caches alone.
 func deleteCTEntries(tb testing.TB, d *Datapath) {
 	tb.Helper()
-	var keys []maps.CTKey
-	var k maps.CTKey
-	var v maps.CTEntry
-	it := d.ct.Iterate()
-	for it.Next(&k, &v) {
-		keys = append(keys, k)
-	}
-	for _, k := range keys {
-		if err := d.ct.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			tb.Fatalf("delete conntrack entries: %v", err)
+	for _, table := range []*ebpf.Map{d.ct, d.svcCT} {
+		var keys []maps.CTKey
+		var k maps.CTKey
+		for {
+			err := table.NextKey(keys2prev(keys), &k)
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				break
+			}
+			if err != nil {
+				tb.Fatalf("list conntrack entries: %v", err)
+			}
+			keys = append(keys, k)
+		}
+		for _, k := range keys {
+			if err := table.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				tb.Fatalf("delete conntrack entries: %v", err)
+			}
 		}
 	}
+}
+
+// keys2prev is the key NextKey continues after: the last of keys, or nil
+// for the first.
+func keys2prev(keys []maps.CTKey) any {
+	if len(keys) == 0 {
+		return nil
+	}
+	return keys[len(keys)-1]
 }
 
 // onOneCPU keeps the calling goroutine on one CPU until the test ends, so
@@ -206,6 +229,10 @@ type packet struct {
 	// program with ingress_ifindex 0. Every other test packet was
 	// forwarded by the node (see skbContext).
 	fromNode bool
+	// TCP: flags (SYN when zero), sequence and acknowledgment numbers.
+	tcpFlags    uint8
+	seq, ackSeq uint32
+	payload     []byte // after the L4 header
 }
 
 const (
@@ -260,20 +287,27 @@ func l4Header(p packet) []byte {
 		h := make([]byte, 20)
 		binary.BigEndian.PutUint16(h[0:], p.sport)
 		binary.BigEndian.PutUint16(h[2:], p.dport)
+		binary.BigEndian.PutUint32(h[4:], p.seq)
+		binary.BigEndian.PutUint32(h[8:], p.ackSeq)
 		h[12] = 5 << 4
 		h[13] = 0x02 // SYN
-		return h
+		if p.tcpFlags != 0 {
+			h[13] = p.tcpFlags
+		}
+		binary.BigEndian.PutUint16(h[14:], 65535)
+		return append(h, p.payload...)
 	case policy.ProtoUDP:
 		h := make([]byte, 8)
 		binary.BigEndian.PutUint16(h[0:], p.sport)
 		binary.BigEndian.PutUint16(h[2:], p.dport)
-		binary.BigEndian.PutUint16(h[4:], 8)
-		return h
+		binary.BigEndian.PutUint16(h[4:], uint16(8+len(p.payload)))
+		return append(h, p.payload...)
 	case policy.ProtoSCTP:
 		h := make([]byte, 12)
 		binary.BigEndian.PutUint16(h[0:], p.sport)
 		binary.BigEndian.PutUint16(h[2:], p.dport)
-		return h
+		binary.BigEndian.PutUint32(h[4:], 0x5c7a9e01) // verification tag
+		return append(h, p.payload...)
 	case protoICMP, protoICMPv6:
 		h := make([]byte, 8)
 		h[0] = p.icmpType

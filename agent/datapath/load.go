@@ -37,6 +37,10 @@ var (
 // bpf/lib/maps.h); they are never created.
 var btfCarriers = []string{"policy_inner_btf", "event_btf"}
 
+// rejectScratchMap is the per-CPU buffer the programs build refusals in
+// (bpf/lib/reject.h): created with them, not pinned.
+const rejectScratchMap = "lockstep_reject_scratch"
+
 // Options configure Load.
 type Options struct {
 	// PinRoot is the directory the maps are pinned in (DefaultPinRoot when
@@ -59,7 +63,10 @@ type Datapath struct {
 	policy         *ebpf.Map
 	ipcache        *ebpf.Map
 	cidrs          *ebpf.Map
+	services       *ebpf.Map
+	backends       *ebpf.Map
 	ct             *ebpf.Map
+	svcCT          *ebpf.Map
 	ctEpoch        *ebpf.Map
 	counters       *ebpf.Map
 	events         *ebpf.Map
@@ -69,7 +76,13 @@ type Datapath struct {
 	attached map[string]int // host veth name → ifindex
 	mirror   mirror         // what the maps hold, for incremental Apply
 	stats    applyStats     // what the last Apply wrote
-	settler  settler        // brings the idle parity up to date after a flip
+	// svcStats counts the Service map writes: &stats, or the settler's
+	// own count while it settles.
+	svcStats *applyStats
+	// svcChecked is what the last Apply concluded about each Service
+	// frontend (see wantServices).
+	svcChecked map[policy.ServiceFrontend]svcCheck
+	settler    settler // brings the idle parity up to date after a flip
 	// readBack makes the next Apply read the maps back into the mirror
 	// first (Invalidate).
 	readBack bool
@@ -134,16 +147,21 @@ func Load(opts Options) (*Datapath, error) {
 		policy:    coll.Maps[maps.PolicyMap],
 		ipcache:   coll.Maps[maps.IPCacheMap],
 		cidrs:     coll.Maps[maps.CIDRsMap],
+		services:  coll.Maps[maps.ServicesMap],
+		backends:  coll.Maps[maps.BackendsMap],
 		ct:        coll.Maps[maps.CTMap],
+		svcCT:     coll.Maps[maps.SvcCTMap],
 		ctEpoch:   coll.Maps[maps.CTEpochMap],
 		counters:  coll.Maps[maps.CountersMap],
 		events:    coll.Maps[maps.EventsMap],
 		innerSpec: spec.Maps[maps.PolicyMap].InnerMap.Copy(),
 		attached:  make(map[string]int),
 	}
+	d.svcStats = &d.stats
 	// The programs hold the maps Go never reads or writes: the monitor
-	// flag (`lockstep monitor` opens its pin) and the flow cache.
-	for _, name := range []string{maps.MonitorMap, maps.CTCacheMap} {
+	// flag (`lockstep monitor` opens its pin), the flow cache, the
+	// affinity entries and the refusals' scratch buffer.
+	for _, name := range []string{maps.MonitorMap, maps.CTCacheMap, maps.AffinityMap, rejectScratchMap} {
 		coll.Maps[name].Close()
 	}
 	if err := d.probeInnerCompat(); err != nil {
@@ -217,7 +235,7 @@ func (d *Datapath) Close() error {
 }
 
 func (d *Datapath) closeObjects() {
-	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.ct, d.ctEpoch, d.counters, d.events} {
+	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.counters, d.events} {
 		if c != nil {
 			c.Close()
 		}

@@ -27,6 +27,15 @@ type mirror struct {
 	eps      map[uint32]*epEntry         // lockstep_endpoints and lockstep_policy, by ifindex
 	names    map[string]*epEntry         // the same entries by host veth name
 
+	svcs        map[maps.SvcKey]*svcEntry // lockstep_services and lockstep_backends, by frontend
+	nextSvcID   uint32                    // the last frontend ID handed out
+	orphanSlots []maps.BackendKey         // lockstep_backends entries of no frontend
+	// svcsFrom is the policy.Desired Services map each parity was written
+	// from, while that parity holds exactly its frontends (nil when
+	// unknown): Apply skips the Service maps when want.Services is the
+	// written parity's source.
+	svcsFrom [2]map[policy.ServiceFrontend]*policy.ServiceEntry
+
 	// addrsFrom and cidrsFrom are the policy.Desired maps each parity was
 	// written from, while the table holds exactly that map's entries in
 	// that parity and no other key (nil when unknown). Desired maps are
@@ -224,6 +233,10 @@ func (d *Datapath) adopt() error {
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read %s: %w", maps.EndpointsMap, err)
+	}
+
+	if err := d.adoptServices(); err != nil {
+		return err
 	}
 
 	keys, err := outerKeys(d.policy)

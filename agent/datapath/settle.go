@@ -3,6 +3,7 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -144,7 +145,7 @@ func (d *Datapath) settleLoop(kick <-chan struct{}, done chan<- struct{}) {
 			if !settled {
 				s.quiet = gen
 				if !s.closed && d.mirror.gen == gen {
-					s.err = d.settleIdle()
+					s.err = errors.Join(d.settleIdle(), d.settleServices(int(gen&1), int(gen&1)^1))
 					s.rounds++
 				}
 			}

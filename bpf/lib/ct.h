@@ -119,18 +119,46 @@ static __always_inline struct ct_cache_slot *ct_cache_slot_of(const struct ct_ke
 	return bpf_map_lookup_elem(&lockstep_ct_cache, &h);
 }
 
+/* struct ct_hit is what ct_lookup found: the entry's flags and, for a
+ * connection lockstep translates (flags & CT_SVC), the address and port
+ * its translation writes.
+ */
+struct ct_hit {
+	__u32 flags;
+	__u16 nat_port;
+	__u8 refreshed; /* the lookup moved the entry's deadline */
+	__u8 pad;
+	struct v6addr nat_addr;
+};
+
+/* ct_cache_fill copies an entry a lookup found live into this CPU's slot c. */
+static __always_inline void ct_cache_fill(struct ct_cache_slot *c, const struct ct_key *k, __u32 epoch,
+					  __u64 now, __u64 expires, const struct ct_hit *h)
+{
+	c->key = *k;
+	c->epoch = epoch;
+	c->flags = h->flags;
+	c->nat_port = h->nat_port;
+	c->nat_addr = h->nat_addr;
+	c->valid_until = now + CT_CACHE_TTL;
+	if (c->valid_until > expires)
+		c->valid_until = expires;
+}
+
 /* ct_lookup reports whether a packet of key k sent by end o, in dir at the
  * endpoint of k, belongs to a live connection allowed earlier: in dir with
  * the same sender, or in the other direction with the other sender (the
- * packet is a reply). It asks this CPU's flow cache first; a hit in
- * lockstep_ct moves the entry's deadline out to expires (0: never), at
- * most about once a second, and caches it.
+ * packet is a reply), and fills h. It asks this CPU's flow cache first,
+ * then lockstep_ct, then lockstep_svc_ct (the connections lockstep
+ * translates for Services); a hit in a table moves the entry's deadline
+ * out to expires (0: never), at most about once a second, and caches it.
  */
 static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
-				     __u64 expires, __u64 now)
+				     __u64 expires, __u64 now, struct ct_hit *h)
 {
 	__u32 want = ct_bit(dir, o) | ct_bit(dir ^ 1, o ^ 1);
 	struct ct_cache_slot *c;
+	struct svc_ct_entry *s;
 	struct ct_entry *v;
 	__u32 zero = 0, epoch;
 	__u32 *e;
@@ -140,24 +168,41 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
 	if (!e || !c)
 		return 0; /* cannot happen: both are arrays */
 	epoch = *(volatile __u32 *)e;
-	if (c->epoch == epoch && now < c->valid_until && (c->flags & want) && ct_key_eq(&c->key, k))
+	if (c->epoch == epoch && now < c->valid_until && (c->flags & want) && ct_key_eq(&c->key, k)) {
+		h->flags = c->flags;
+		if (c->flags & CT_SVC) {
+			h->nat_port = c->nat_port;
+			h->nat_addr = c->nat_addr;
+		}
 		return 1;
+	}
 
 	v = bpf_map_lookup_elem(&lockstep_ct, k);
-	if (!v || v->expires < now)
+	if (v && v->expires >= now && (v->flags & want)) {
+		/* Written through v: should the LRU have recycled the element
+		 * for another key meanwhile, that connection lives longer; no
+		 * bit moves. */
+		if (expires > v->expires + CT_REFRESH_SLACK)
+			v->expires = expires;
+		h->flags = v->flags;
+		ct_cache_fill(c, k, epoch, now, v->expires, h);
+		return 1;
+	}
+
+	/* Only TCP, UDP and SCTP connections are ever translated. */
+	if (k->proto != IPPROTO_TCP && k->proto != IPPROTO_UDP && k->proto != IPPROTO_SCTP)
 		return 0;
-	if (!(v->flags & want))
+	s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
+	if (!s || s->expires < now || !(s->flags & want))
 		return 0;
-	/* Written through v: should the LRU have recycled the element for
-	 * another key meanwhile, that connection lives longer; no bit moves. */
-	if (expires > v->expires + CT_REFRESH_SLACK)
-		v->expires = expires;
-	c->key = *k;
-	c->epoch = epoch;
-	c->flags = v->flags;
-	c->valid_until = now + CT_CACHE_TTL;
-	if (c->valid_until > v->expires)
-		c->valid_until = v->expires;
+	if (expires > s->expires + CT_REFRESH_SLACK) {
+		s->expires = expires;
+		h->refreshed = 1;
+	}
+	h->flags = s->flags;
+	h->nat_port = s->nat_port;
+	h->nat_addr = s->nat_addr;
+	ct_cache_fill(c, k, epoch, now, s->expires, h);
 	return 1;
 }
 
@@ -167,22 +212,22 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
  * on the way may send it, so its own addresses say nothing). An error the
  * pod sends must come from the address the quoted packet was sent to: it
  * skips anti-spoofing as a tracked packet does, and pods do not route. It
- * never keeps a connection alive.
+ * never keeps a connection alive. It fills in the quoted packet, *o its
+ * orientation in the connection's key, and h the entry.
  */
 static __always_inline int ct_related(struct __sk_buff *skb, const struct pkt *p, __u32 ifindex,
-				      __u8 dir, __u64 now)
+				      __u8 dir, __u64 now, struct pkt *in, __u32 *o, struct ct_hit *h)
 {
-	struct pkt in = {};
 	struct ct_key k;
-	__u32 o;
 
-	if (parse_icmp_quote(skb, p->l4_off, p->is_v6, &in))
+	__builtin_memset(in, 0, sizeof(*in));
+	if (parse_icmp_quote(skb, p->l4_off, p->is_v6, in))
 		return 0;
-	if (dir == DIR_EGRESS && !addr_eq(&p->saddr, &in.daddr))
+	if (dir == DIR_EGRESS && !addr_eq(&p->saddr, &in->daddr))
 		return 0;
-	o = ct_fill_key(&k, ifindex, &in);
+	*o = ct_fill_key(&k, ifindex, in);
 	/* The error is sent by the end the quoted packet went to. */
-	return ct_lookup(&k, o ^ 1, dir, 0, now);
+	return ct_lookup(&k, *o ^ 1, dir, 0, now, h);
 }
 
 /* ct_create records that p, of orientation o in dir, was allowed as a new
@@ -203,6 +248,24 @@ static __always_inline void ct_create(const struct ct_key *k, __u32 o, __u8 dir,
 	};
 
 	bpf_map_update_elem(&lockstep_ct, k, &n, BPF_ANY);
+}
+
+/* ct_create_svc records, in lockstep_svc_ct, a translated connection's
+ * entry of key k: bit is the ct_bit its packet was allowed with, flags its
+ * CT_SVC_* flags, and nat the address and port the translation writes.
+ * n is where the entry is built. Like ct_create, it never merges with an
+ * existing entry.
+ */
+static __always_inline void ct_create_svc(const struct ct_key *k, __u32 bit, __u32 flags,
+					  const struct v6addr *nat_addr, __u16 nat_port,
+					  const struct pkt *p, __u64 now, struct svc_ct_entry *n)
+{
+	n->expires = now + ct_timeout(p);
+	n->flags = bit | flags;
+	n->nat_port = nat_port;
+	n->pad = 0;
+	n->nat_addr = *nat_addr;
+	bpf_map_update_elem(&lockstep_svc_ct, k, n, BPF_ANY);
 }
 
 #endif /* LOCKSTEP_CT_H */

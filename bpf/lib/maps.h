@@ -43,12 +43,14 @@ enum reason {
 	REASON_NO_ENDPOINT = 4,
 	REASON_UNPARSEABLE = 5,
 	REASON_ALLOWED_NODE = 6,  /* allowed, new: the node's own packet to its pod */
+	REASON_SERVICE_NO_BACKEND = 7, /* to a Service frontend without a ready backend: refused */
 	REASON_MAX = 8,
 };
 
 enum verdict {
 	VERDICT_ALLOW = 0,
 	VERDICT_DROP = 1,
+	VERDICT_REJECT = 2, /* dropped, and answered with a TCP reset or ICMP unreachable */
 };
 
 struct v6addr {
@@ -125,15 +127,93 @@ struct ct_entry {
 	__u32 pad;
 };
 
+/* Flags of lockstep_svc_ct entries, beside ct_entry's bits. The translation
+ * of an entry applies to one orientation only: CT_SVC_FWD to the packets
+ * of the orientation its bit allowed (the client's, to the frontend),
+ * CT_SVC_REV to their replies (the backend's, to the client).
+ */
+#define CT_SVC_FWD (1U << 8)     /* destination := nat (the backend) */
+#define CT_SVC_REV (1U << 9)     /* source := nat (the frontend) */
+#define CT_SVC_HAIRPIN (1U << 10) /* client and backend are one pod: see lib/service.h */
+#define CT_SVC (CT_SVC_FWD | CT_SVC_REV)
+
+/* A connection lockstep translated for a Service: the flags and lifetime
+ * of a ct_entry, and the address and port the translation writes. Keyed
+ * by a ct_key like lockstep_ct; one entry for the tuple the client sends
+ * (client, frontend), one for the tuple after translation (client,
+ * backend), whose replies are translated back.
+ */
+struct svc_ct_entry {
+	__u64 expires;
+	__u32 flags;
+	__u16 nat_port; /* host byte order */
+	__u16 pad;
+	struct v6addr nat_addr;
+};
+
 /* One slot of lockstep_ct_cache: a copy of a conntrack entry that a lookup
  * found live, used until valid_until while lockstep_ct_epoch still holds
- * epoch (see the flow cache in lib/ct.h). Zero: empty.
+ * epoch (see the flow cache in lib/ct.h). Zero: empty. The nat fields
+ * copy those of a lockstep_svc_ct entry (zero for lockstep_ct's).
  */
 struct ct_cache_slot {
 	struct ct_key key;
 	__u32 epoch;
 	__u64 valid_until; /* bpf_ktime_get_coarse_ns() */
 	__u32 flags;
+	__u16 nat_port;
+	__u16 pad;
+	struct v6addr nat_addr;
+};
+
+/* Service frontends (lockstep_services): a ClusterIP, port and protocol.
+ * count says, per parity, how many backends the frontend has in
+ * lockstep_backends; SVC_ABSENT that the parity has no such frontend.
+ */
+#define SVC_ABSENT 0xffff
+
+struct svc_key {
+	struct v6addr addr;
+	__u16 port; /* host byte order */
+	__u8 proto;
+	__u8 pad;
+};
+
+struct svc_value {
+	__u32 id;          /* names the frontend's backends and affinity entries */
+	__u16 count[2];    /* per parity: backends in slots 0..count-1, or SVC_ABSENT */
+	__u32 affinity[2]; /* per parity: sessionAffinity ClientIP timeout, seconds; 0: none */
+};
+
+/* One backend of a frontend in one parity: each parity has its own slots,
+ * so Apply rewrites the idle parity's in place.
+ */
+struct backend_key {
+	__u32 id;
+	__u16 slot;
+	__u8 parity;
+	__u8 pad;
+};
+
+struct backend_value {
+	struct v6addr addr;
+	__u16 port; /* host byte order */
+	__u16 pad;
+};
+
+/* sessionAffinity ClientIP: the backend a client's last connection to a
+ * frontend went to, and when it was last used.
+ */
+struct affinity_key {
+	__u32 id;
+	struct v6addr client;
+};
+
+struct affinity_value {
+	__u64 last; /* bpf_ktime_get_coarse_ns() */
+	struct v6addr addr;
+	__u16 port;
+	__u16 slot;
 	__u32 pad;
 };
 
@@ -256,6 +336,48 @@ struct {
 	__type(value, __u32);
 	__uint(pinning, PIN_BY_NAME);
 } lockstep_ct_epoch SEC(".maps");
+
+/* Service translation. Capacities (the agent refuses a state beyond them
+ * with an error): 32768 frontends and 131072 backends per parity; both
+ * parities share each map. 65536 translated connections (two entries
+ * each) and 65536 clients with affinity, least recently used first out.
+ */
+#define SVC_MAX_FRONTENDS 32768
+#define SVC_MAX_BACKENDS 131072
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * SVC_MAX_FRONTENDS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_key);
+	__type(value, struct svc_value);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_services SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * SVC_MAX_BACKENDS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct backend_key);
+	__type(value, struct backend_value);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct ct_key);
+	__type(value, struct svc_ct_entry);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_svc_ct SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct affinity_key);
+	__type(value, struct affinity_value);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_affinity SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -7,6 +7,7 @@
 #ifndef LOCKSTEP_PARSE_H
 #define LOCKSTEP_PARSE_H
 
+#include <stddef.h>
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
@@ -55,21 +56,44 @@ struct pkt {
 	__u8 is_v6;
 	__u8 tcp_flags;
 	__u8 icmp_err; /* an ICMP or ICMPv6 error: it quotes a packet at l4_off + 8 */
-	__u32 l4_off;
+	__u32 l4_off;  /* offset of the L4 header in the frame, once parsed */
 };
+
+/* skb_data and skb_data_end read the packet bounds, each with one load
+ * straight off the context: the verifier refuses a context field read
+ * through a pointer the compiler derived from the context (it would merge
+ * the two reads).
+ */
+static __always_inline void *skb_data(struct __sk_buff *skb)
+{
+	void *p;
+
+	asm volatile("%0 = *(u32 *)(%1 + %2)" : "=r"(p) : "r"(skb), "i"(offsetof(struct __sk_buff, data)));
+	return p;
+}
+
+static __always_inline void *skb_data_end(struct __sk_buff *skb)
+{
+	void *p;
+
+	asm volatile("%0 = *(u32 *)(%1 + %2)" : "=r"(p) : "r"(skb), "i"(offsetof(struct __sk_buff, data_end)));
+	return p;
+}
 
 /* load copies len bytes at offset off of the frame to dst. Headers are
  * almost always in the linear data, where a bounds check is all a read
  * costs; a bpf_skb_load_bytes call costs some 25 ns, and a parse reads three
- * headers or more. The helper stays the fallback for headers in paged data.
+ * headers or more. The helper stays the fallback for headers in paged data,
+ * and for offsets of 16 KiB or more, which the verifier could not bound
+ * (it tracks packet offsets up to 64 KiB, offset and length together).
  * len must be a constant.
  */
 static __always_inline int load(struct __sk_buff *skb, __u32 off, void *dst, __u32 len)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data = skb_data(skb);
+	void *data_end = skb_data_end(skb);
 
-	if (off <= 0xffff && data + off + len <= data_end) {
+	if (off < 0x4000 && data + off + len <= data_end) {
 		__builtin_memcpy(dst, data + off, len);
 		return 0;
 	}
@@ -97,6 +121,7 @@ static __always_inline int addr_eq(const struct v6addr *a, const struct v6addr *
 /* parse_l4 reads ports at off for proto. */
 static __always_inline int parse_l4(struct __sk_buff *skb, struct pkt *p, __u32 off)
 {
+	p->l4_off = off;
 	switch (p->proto) {
 	case IPPROTO_TCP: {
 		__u8 h[14];
@@ -125,7 +150,6 @@ static __always_inline int parse_l4(struct __sk_buff *skb, struct pkt *p, __u32 
 
 		if (load(skb, off, h, sizeof(h)))
 			return PARSE_BAD_L4;
-		p->l4_off = off;
 		if (p->proto == IPPROTO_ICMPV6) {
 			/* Router/neighbour solicitation and advertisement,
 			 * redirect (133-137) and MLD (130-132, 143). */

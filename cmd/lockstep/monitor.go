@@ -20,8 +20,11 @@ func newMonitorCmd() *cobra.Command {
 		Long: `Stream the dataplane's verdict events, one line each: every dropped packet
 and every connection policy allowed (reason allowed-new), or that the node
 itself opened to a pod whose ingress is isolated (allowed-node: a pod never
-blocks its own node). Events are only produced while a monitor runs; run one
-at a time (the first to exit turns events off).`,
+blocks its own node), and every connection to a Service without a ready
+backend that the dataplane refused (REJECT service-no-backend: a TCP reset or
+an ICMP port unreachable went back to the pod). A connection through a
+Service shows its backend, which policy judged. Events are only produced
+while a monitor runs; run one at a time (the first to exit turns events off).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
@@ -69,10 +72,13 @@ at a time (the first to exit turns events off).`,
 
 func writeEvent(w io.Writer, ev maps.Event) {
 	verdict := "ALLOW"
-	if ev.Verdict == maps.VerdictDrop {
+	switch ev.Verdict {
+	case maps.VerdictDrop:
 		verdict = "DROP"
+	case maps.VerdictReject:
+		verdict = "REJECT"
 	}
-	fmt.Fprintf(w, "%-5s %-14s if=%d %-7s %-6s %s:%d -> %s:%d peer=%d\n",
+	fmt.Fprintf(w, "%-6s %-18s if=%d %-7s %-6s %s:%d -> %s:%d peer=%d\n",
 		verdict, ev.Reason, ev.Ifindex, maps.DirString(ev.Dir), maps.ProtoString(ev.Proto),
 		ev.Saddr, ev.Sport, ev.Daddr, ev.Dport, ev.Peer)
 }

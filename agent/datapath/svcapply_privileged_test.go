@@ -1,0 +1,312 @@
+//go:build linux
+
+package datapath
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"testing"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/internal/testenv"
+	bpfmaps "lockstep.dev/lockstep/maps"
+)
+
+// svcParity is what one parity of the Service maps holds for a frontend:
+// its backends in slot order and its affinity timeout in seconds.
+type svcParity struct {
+	Backends []policy.ServiceBackend
+	Affinity uint32
+}
+
+// readServices reads what parity of lockstep_services and
+// lockstep_backends holds, by frontend; a frontend absent from that
+// parity is left out. Backend slots of no frontend, and slots beyond a
+// frontend's count, fail the test.
+func readServices(t *testing.T, d *Datapath, parity int) map[policy.ServiceFrontend]svcParity {
+	t.Helper()
+	byID := map[uint32]policy.ServiceFrontend{}
+	counts := map[uint32]int{}
+	out := map[policy.ServiceFrontend]svcParity{}
+	var k bpfmaps.SvcKey
+	var v bpfmaps.SvcValue
+	for it := d.services.Iterate(); it.Next(&k, &v); {
+		fe := policy.ServiceFrontend{Addr: k.Addr.Netip(), Port: k.Port, Proto: k.Proto}
+		byID[v.ID] = fe
+		if v.Count[parity] == bpfmaps.SvcAbsent {
+			continue
+		}
+		counts[v.ID] = int(v.Count[parity])
+		out[fe] = svcParity{Backends: make([]policy.ServiceBackend, v.Count[parity]), Affinity: v.Affinity[parity]}
+	}
+	var bk bpfmaps.BackendKey
+	var bv bpfmaps.BackendValue
+	for it := d.backends.Iterate(); it.Next(&bk, &bv); {
+		fe, ok := byID[bk.ID]
+		if !ok {
+			t.Errorf("backend slot %+v of no frontend", bk)
+			continue
+		}
+		if int(bk.Parity) != parity {
+			continue
+		}
+		if int(bk.Slot) >= counts[bk.ID] {
+			t.Errorf("backend slot %d of %v in parity %d, beyond its count %d", bk.Slot, fe, parity, counts[bk.ID])
+			continue
+		}
+		out[fe].Backends[bk.Slot] = policy.ServiceBackend{Addr: bv.Addr.Netip(), Port: bv.Port}
+	}
+	return out
+}
+
+// sortedView is view with each frontend's backends sorted, to compare
+// with a Desired (slots keep their place across changes, so the order in
+// the map is not the Desired's).
+func sortedView(view map[policy.ServiceFrontend]svcParity) map[policy.ServiceFrontend]svcParity {
+	out := make(map[policy.ServiceFrontend]svcParity, len(view))
+	for fe, p := range view {
+		bs := slices.Clone(p.Backends)
+		slices.SortFunc(bs, func(a, b policy.ServiceBackend) int {
+			return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
+		})
+		out[fe] = svcParity{Backends: bs, Affinity: p.Affinity}
+	}
+	return out
+}
+
+// wantServiceView is what the maps should hold for svcs.
+func wantServiceView(svcs map[policy.ServiceFrontend]*policy.ServiceEntry) map[policy.ServiceFrontend]svcParity {
+	out := make(map[policy.ServiceFrontend]svcParity, len(svcs))
+	for fe, se := range svcs {
+		out[fe] = svcParity{Backends: slices.Clone(se.Backends), Affinity: affinitySeconds(se.AffinityTimeout)}
+		if out[fe].Backends == nil {
+			out[fe] = svcParity{Backends: []policy.ServiceBackend{}, Affinity: out[fe].Affinity}
+		}
+	}
+	return sortedView(out)
+}
+
+// viewDiff describes the first frontend where got and want differ.
+func viewDiff(got, want map[policy.ServiceFrontend]svcParity) string {
+	for fe, w := range want {
+		if g, ok := got[fe]; !ok || !reflect.DeepEqual(g, w) {
+			return fmt.Sprintf("%v holds %+v, want %+v", fe, g, w)
+		}
+	}
+	for fe, g := range got {
+		if _, ok := want[fe]; !ok {
+			return fmt.Sprintf("%v holds %+v, want none", fe, g)
+		}
+	}
+	return "no difference"
+}
+
+// manyServices is n TCP frontends 10.97.i.j:80, each with per backends
+// 10.1.i.j+k:8080 (k < per), built anew at every call.
+func manyServices(n, per int) map[policy.ServiceFrontend]*policy.ServiceEntry {
+	out := make(map[policy.ServiceFrontend]*policy.ServiceEntry, n)
+	for i := range n {
+		fe := policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), Port: 80, Proto: policy.ProtoTCP}
+		se := &policy.ServiceEntry{Service: fmt.Sprintf("ns/svc%d", i)}
+		for k := range per {
+			se.Backends = append(se.Backends, policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i >> 6), byte(i<<2 + k)}), Port: 8080})
+		}
+		out[fe] = se
+	}
+	return out
+}
+
+func checkLive(t *testing.T, d *Datapath, what string, svcs map[policy.ServiceFrontend]*policy.ServiceEntry) {
+	t.Helper()
+	live := int(d.Generation() & 1)
+	if got, want := sortedView(readServices(t, d, live)), wantServiceView(svcs); !reflect.DeepEqual(got, want) {
+		t.Errorf("%s: the live parity differs: %s", what, viewDiff(got, want))
+	}
+}
+
+// Apply writes only the Service entries that change: nothing for the same
+// state, object for object or built anew; one slot for one backend
+// replaced; a removed frontend's entries go once the settler caught up.
+// Both parities end up the same.
+func TestPrivilegedServiceApplyIncremental(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	s1 := &policy.Desired{Services: manyServices(300, 3)}
+	mustApply(t, d, s1)
+	checkLive(t, d, "first apply", s1.Services)
+	if d.stats.svc != 300*(3+1) {
+		t.Errorf("first apply wrote %d Service entries, want %d (every frontend and slot)", d.stats.svc, 300*4)
+	}
+
+	d.waitSettled(t)
+	mustApply(t, d, s1)
+	if d.stats.svc != 0 {
+		t.Errorf("the same state again wrote %d Service entries, want 0", d.stats.svc)
+	}
+
+	s2 := &policy.Desired{Services: cloneServices(s1.Services)}
+	fe := policy.ServiceFrontend{Addr: addr("10.97.0.7"), Port: 80, Proto: policy.ProtoTCP}
+	changed := *s1.Services[fe]
+	changed.Backends = slices.Clone(changed.Backends)
+	changed.Backends[1].Addr = addr("10.2.0.1")
+	s2.Services[fe] = &changed
+	d.waitSettled(t)
+	mustApply(t, d, s2)
+	checkLive(t, d, "one backend replaced", s2.Services)
+	if d.stats.svc != 1 {
+		t.Errorf("one backend replaced: %d Service entries written, want 1 (its slot)", d.stats.svc)
+	}
+
+	s3 := &policy.Desired{Services: manyServices(300, 3)}
+	s3.Services[fe] = &policy.ServiceEntry{Service: changed.Service, Backends: slices.Clone(changed.Backends)}
+	d.waitSettled(t)
+	mustApply(t, d, s3)
+	if d.stats.svc != 0 {
+		t.Errorf("the same state built anew: %d Service entries written, want 0", d.stats.svc)
+	}
+
+	s4 := &policy.Desired{Services: cloneServices(s3.Services)}
+	for i := range 10 {
+		delete(s4.Services, policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, 0, byte(100 + i)}), Port: 80, Proto: policy.ProtoTCP})
+	}
+	d.waitSettled(t)
+	mustApply(t, d, s4)
+	checkLive(t, d, "ten frontends removed", s4.Services)
+	d.waitSettled(t)
+	for parity := range 2 {
+		if got, want := sortedView(readServices(t, d, parity)), wantServiceView(s4.Services); !reflect.DeepEqual(got, want) {
+			t.Errorf("settled parity %d differs: %s", parity, viewDiff(got, want))
+		}
+	}
+	st, err := d.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st[bpfmaps.ServicesMap] != 290 || st[bpfmaps.BackendsMap] != 2*290*3 {
+		t.Errorf("settled maps hold %d frontends and %d backend slots, want 290 and %d (both parities)", st[bpfmaps.ServicesMap], st[bpfmaps.BackendsMap], 2*290*3)
+	}
+
+	mustApply(t, d, &policy.Desired{})
+	d.waitSettled(t)
+	st, err = d.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st[bpfmaps.ServicesMap] != 0 || st[bpfmaps.BackendsMap] != 0 {
+		t.Errorf("no Service left, yet the maps hold %d frontends and %d backend slots", st[bpfmaps.ServicesMap], st[bpfmaps.BackendsMap])
+	}
+}
+
+// Slots stay put: removing a backend moves at most the last one into its
+// slot, adding one fills a free slot first.
+func TestPlanSlots(t *testing.T) {
+	b := func(last byte) policy.ServiceBackend {
+		return policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 0, 0, last}), Port: 80}
+	}
+	held := func(bs ...policy.ServiceBackend) []backendSlot {
+		var out []backendSlot
+		for _, x := range bs {
+			out = append(out, backendSlot{b: x, state: slotHolds})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		live []backendSlot
+		want []policy.ServiceBackend
+		out  []policy.ServiceBackend
+	}{
+		{"new frontend", nil, []policy.ServiceBackend{b(1), b(2)}, []policy.ServiceBackend{b(1), b(2)}},
+		{"unchanged", held(b(3), b(1), b(2)), []policy.ServiceBackend{b(1), b(2), b(3)}, []policy.ServiceBackend{b(3), b(1), b(2)}},
+		{"one added", held(b(3), b(1)), []policy.ServiceBackend{b(1), b(2), b(3)}, []policy.ServiceBackend{b(3), b(1), b(2)}},
+		{"one replaced", held(b(1), b(2), b(3)), []policy.ServiceBackend{b(1), b(3), b(4)}, []policy.ServiceBackend{b(1), b(4), b(3)}},
+		{"first removed: last moves in", held(b(1), b(2), b(3)), []policy.ServiceBackend{b(2), b(3)}, []policy.ServiceBackend{b(3), b(2)}},
+		{"last removed", held(b(1), b(2), b(3)), []policy.ServiceBackend{b(1), b(2)}, []policy.ServiceBackend{b(1), b(2)}},
+		{"all but the middle removed", held(b(1), b(2), b(3)), []policy.ServiceBackend{b(2)}, []policy.ServiceBackend{b(2)}},
+		{"all removed", held(b(1), b(2)), nil, []policy.ServiceBackend{}},
+		{"unknown slot reused", []backendSlot{{b: b(1), state: slotUnknown}, {b: b(2), state: slotHolds}}, []policy.ServiceBackend{b(1), b(2)}, []policy.ServiceBackend{b(1), b(2)}},
+	} {
+		if got := planSlots(tc.live, tc.want); !slices.Equal(got, tc.out) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.out)
+		}
+	}
+}
+
+// A state beyond the maps' capacities is refused whole, with an error,
+// and changes nothing.
+func TestPrivilegedServiceCapacity(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	ok := &policy.Desired{Services: manyServices(10, 2)}
+	mustApply(t, d, ok)
+	gen := d.Generation()
+	tooManyBackends := func(frontends, per int) map[policy.ServiceFrontend]*policy.ServiceEntry {
+		out := map[policy.ServiceFrontend]*policy.ServiceEntry{}
+		for i := range frontends {
+			se := &policy.ServiceEntry{Backends: make([]policy.ServiceBackend, per)}
+			for k := range se.Backends {
+				se.Backends[k] = policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, byte(i), byte(k >> 8), byte(k)}), Port: 80}
+			}
+			out[policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 96, 0, byte(i)}), Port: 80, Proto: policy.ProtoTCP}] = se
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		svcs map[policy.ServiceFrontend]*policy.ServiceEntry
+	}{
+		{"frontends", manyServices(bpfmaps.MaxFrontends+1, 0)},
+		{"backends per node", tooManyBackends(3, bpfmaps.MaxBackends/3+1)},
+		{"backends per frontend", tooManyBackends(1, 65535)},
+	} {
+		err := d.Apply(&policy.Desired{Services: tc.svcs})
+		if !errors.Is(err, ErrServiceCapacity) {
+			t.Errorf("too many %s: %v, want ErrServiceCapacity", tc.name, err)
+		}
+		if d.Generation() != gen {
+			t.Errorf("too many %s: the generation moved to %d", tc.name, d.Generation())
+		}
+		checkLive(t, d, "after too many "+tc.name, ok.Services)
+	}
+}
+
+// A new agent adopts the Service maps: the same state writes nothing, a
+// backend slot of no frontend (left by an agent killed between two
+// writes) goes, and frontends the new state lacks go.
+func TestPrivilegedServiceAdopt(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	s := &policy.Desired{Services: manyServices(20, 2)}
+	mustApply(t, d, s)
+	d.waitSettled(t)
+	orphan := bpfmaps.BackendKey{ID: 999999, Slot: 0}
+	if err := d.backends.Put(orphan, bpfmaps.BackendValue{Addr: bpfmaps.AddrFrom(addr("10.9.9.9")), Port: 1}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+
+	d2, err := Load(Options{PinRoot: d.pinRoot})
+	if err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	defer d2.Close()
+	mustApply(t, d2, &policy.Desired{Services: manyServices(20, 2)})
+	if d2.stats.svc != 1 {
+		t.Errorf("the same state after a restart wrote %d Service entries, want 1 (the orphan slot deleted)", d2.stats.svc)
+	}
+	var v bpfmaps.BackendValue
+	if err := d2.backends.Lookup(orphan, &v); err == nil {
+		t.Errorf("the backend slot of no frontend is still there")
+	}
+	fewer := manyServices(15, 2)
+	mustApply(t, d2, &policy.Desired{Services: fewer})
+	d2.waitSettled(t)
+	checkLive(t, d2, "fewer frontends after a restart", fewer)
+	if got := readServices(t, d2, int(d2.Generation()&1)^1); len(got) != 15 {
+		t.Errorf("idle parity holds %d frontends after settling, want 15", len(got))
+	}
+}
