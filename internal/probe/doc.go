@@ -22,7 +22,10 @@
 // dataplane translate them; Kubernetes judges NetworkPolicy on the backend
 // that receives the connection, after translation. The node then has a
 // default route to a namespace that drops what it is sent, as a real node
-// has a way out: a ClusterIP nothing translates is lost there.
+// has a way out: a ClusterIP nothing translates is lost there. The node
+// sends its ICMP errors without a per-destination rate limit, so that a
+// pod's burst of UDP attempts at a Service without endpoints is refused
+// every time.
 //
 // Each new connection lands on a backend the dataplane picks, so one
 // frontend is probed with up to [Config].Attempts connections

@@ -163,6 +163,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		if err := routeOut(node, &cleanup); err != nil {
 			return nil, err
 		}
+		if err := unlimitICMP(node); err != nil {
+			return nil, err
+		}
 	}
 	args = append(args, "--state-dir", node.StateDir, "--socket", node.Socket)
 	if flags.bpfRoot {

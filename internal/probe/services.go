@@ -143,8 +143,9 @@ const (
 	// at once (TCP reset, ICMP port unreachable), as a Service without a
 	// ready endpoint is; a policy's denial is a silent drop. Not every
 	// attempt need be refused: the kernel rate-limits the ICMP errors
-	// that refuse UDP (net.ipv4.icmp_ratelimit), and an attempt whose
-	// error was never sent times out like a drop.
+	// that refuse UDP (the probe's node lifts the per-destination limit,
+	// not net.ipv4.icmp_msgs_per_sec), and an attempt whose error was
+	// never sent times out like a drop.
 	OutcomeRefused Outcome = "refused"
 	// OutcomeUnprobeable ('?'): no attempt could be made.
 	OutcomeUnprobeable Outcome = "unprobeable"

@@ -163,6 +163,23 @@ func probeService(ctx context.Context, j svcJob, slots chan struct{}, attempts i
 	return r
 }
 
+// unlimitICMP switches off the node's per-destination rate limit of the
+// ICMP errors it sends (net.ipv4.icmp_ratelimit, net.ipv6.icmp.ratelimit,
+// both per namespace): with it, a pod's burst of UDP attempts at a Service
+// without endpoints got 6 refusals and then one a second, the rest timing
+// out like drops, so whether a cell showed 'R' depended on how many cells
+// before it had been refused. The eBPF dataplane builds its refusals
+// itself and was never limited. A real node keeps the limit: there, a
+// burst of UDP to a Service without endpoints is partly dropped.
+func unlimitICMP(node *nodesim.Node) error {
+	for _, key := range []string{"net/ipv4/icmp_ratelimit", "net/ipv6/icmp/ratelimit"} {
+		if err := nodesim.Sysctl(node.NS, key, "0"); err != nil {
+			return fmt.Errorf("lift the node's ICMP rate limit: %w", err)
+		}
+	}
+	return nil
+}
+
 // outLink is the node's end of the link to the outside in a probe
 // through Services.
 const outLink = "lsprobe-out"
