@@ -345,8 +345,9 @@ spec: {containers: [{name: c, ports: [{containerPort: 80}]}]}
 
 // TestPrivilegedProbeServiceBackends probes through a Service only: every
 // attempt is answered, by the backends' own names (both of them, from
-// every pod: one backend alone in 16 attempts is a 2^-15 chance), and
-// nothing is probed by pod address.
+// every pod: one backend alone in 16 attempts is a 2^-15 chance), nothing
+// is probed by pod address, and the namespace playing the outside goes
+// with the rest.
 func TestPrivilegedProbeServiceBackends(t *testing.T) {
 	testenv.Privileged(t)
 	bin := builtBinary(t)
@@ -364,6 +365,7 @@ func TestPrivilegedProbeServiceBackends(t *testing.T) {
 	}
 	for _, dataplane := range []string{"ebpf", "iptables"} {
 		t.Run(dataplane, func(t *testing.T) {
+			before := snapshot(t)
 			var progress bytes.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -371,6 +373,7 @@ func TestPrivilegedProbeServiceBackends(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v\nprogress:\n%s", err, progress.String())
 			}
+			checkNothingLeft(t, before)
 			if len(rep.Results) != 0 {
 				t.Errorf("%d results by pod address, want none with via %s", len(rep.Results), ViaService)
 			}
