@@ -27,23 +27,38 @@ func newProbeCmd() *cobra.Command {
 		Use:   "probe --manifests DIR",
 		Short: "Test NetworkPolicy with real packets on a throwaway local node",
 		Long: `Create a throwaway node network namespace with a real lockstep agent
-enforcing the Namespaces, Pods and NetworkPolicies in --manifests, create
-every pod through the real CNI plugin, listen in each pod on every port it
-declares, and try a connection for every ordered pair of pods and every port
-of the destination: TCP connects, UDP sends a nonce and waits for its echo.
+enforcing the Namespaces, Pods, NetworkPolicies and Services in
+--manifests, create every pod through the real CNI plugin, listen in each
+pod on every port it declares, and try a connection for every ordered pair
+of pods and every port of the destination: TCP connects, UDP sends a nonce
+and waits for its echo. Each listener answers with its pod's name.
 
 Output is one reachability table per port, as the upstream Kubernetes e2e
 tests print them ('.' allowed, 'X' denied, '?' could not be probed, '-'
 self), or with -o json every result. Progress goes to stderr.
 
+--via service (the default, with pod-ip, when the manifests declare
+Services) also connects from every pod to every ClusterIP (of --family) and
+port of every Service, up to --attempts times: each new connection reaches
+the backend the dataplane picks, and policy is judged on that backend. One
+table per Service port follows, headed svc:PORT/PROTOCOL, a column per
+Service: '.' every attempt answered, 'X' none (dropped), '~' some (the
+Service has backends this pod may reach and others it may not), 'R' every
+attempt refused at once (no ready endpoint), '?' could not be probed.
+
 The pod annotation lockstep.dev/ip pins a pod's address. Runs as root; the
 machine's own interfaces, routes and firewall are never touched, and
 everything the probe creates is removed when it ends, also on Ctrl-C.`,
-		Example: "  sudo lockstep probe --manifests examples/policy\n  sudo lockstep probe --manifests DIR -o json --timeout 500ms",
+		Example: "  sudo lockstep probe --manifests examples/policy\n  sudo lockstep probe --manifests DIR -o json --timeout 500ms\n  sudo lockstep probe --manifests DIR --via service --family IPv6",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "table" && output != "json" {
 				return fmt.Errorf("parse -o %q: want table or json", output)
+			}
+			switch cfg.Via {
+			case "", probe.ViaPodIP, probe.ViaService, probe.ViaBoth:
+			default:
+				return fmt.Errorf("parse --via %q: want %s, %s or %s", cfg.Via, probe.ViaPodIP, probe.ViaService, probe.ViaBoth)
 			}
 			if manifests == "" {
 				return errors.New("no --manifests given: name a directory of Namespace, Pod and NetworkPolicy YAML")
@@ -62,7 +77,14 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 			if len(skipped) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "skipping hostNetwork pods %s: NetworkPolicy does not apply to them\n", strings.Join(skipped, ", "))
 			}
-			cfg.Binary, cfg.Manifests, cfg.Pods = self, manifests, pods
+			svcs, skipped, err := probe.LoadServices(manifests)
+			if err != nil {
+				return err
+			}
+			if len(skipped) > 0 && cfg.Via != probe.ViaPodIP {
+				fmt.Fprintf(cmd.ErrOrStderr(), "skipping Services %s: headless or ExternalName, no ClusterIP to connect to\n", strings.Join(skipped, ", "))
+			}
+			cfg.Binary, cfg.Manifests, cfg.Pods, cfg.Services = self, manifests, pods, svcs
 			cfg.Progress = cmd.ErrOrStderr()
 
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -82,6 +104,8 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 	f.StringVar(&cfg.Family, "family", probe.IPv4, "the IP family to probe over: IPv4 or IPv6 (pods get an address of each family the pools have)")
 	f.DurationVar(&cfg.Timeout, "timeout", probe.DefaultTimeout, "how long one connection attempt may take before it counts as denied")
 	f.IntVar(&cfg.Workers, "workers", probe.DefaultWorkers, "connection attempts in flight at once")
+	f.StringVar(&cfg.Via, "via", "", "how to reach the pods: pod-ip, service (every frontend of every Service) or both (default: both when the manifests declare Services, else pod-ip)")
+	f.IntVar(&cfg.Attempts, "attempts", probe.DefaultAttempts, "connections a probe through a Service makes at most, each reaching a backend the dataplane picks")
 	return cmd
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,6 +30,7 @@ func TestProbeCommandErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--manifests", "x", "-o", "yaml"}, "want table or json"},
+		{[]string{"--manifests", "x", "--via", "clusterip"}, "want pod-ip, service or both"},
 		{nil, "no --manifests given"},
 	} {
 		cmd := newProbeCmd()
@@ -73,6 +75,38 @@ func TestPrivilegedProbeCommand(t *testing.T) {
 		if r.Protocol != probe.SCTP && (r.Allowed == nil || !*r.Allowed) {
 			t.Errorf("%s -> %s %d/%s not allowed without policies (%s)", r.From, r.To, r.Port, r.Protocol, r.Error)
 		}
+	}
+}
+
+// TestPrivilegedProbeCommandViaService runs `lockstep probe --via service`
+// on a scenario with Services through the built binary: only the tables
+// through Services, and x/nobody, which has no endpoint, refused.
+func TestPrivilegedProbeCommandViaService(t *testing.T) {
+	testenv.Privileged(t)
+	bin := filepath.Join(builtBinary(t), "lockstep")
+	dir := filepath.Join("..", "..", "internal", "probe", "testdata", "scenarios", "service-no-endpoints")
+	cmd := exec.Command(bin, "probe", "--manifests", dir, "--via", "service", "--dataplane", "iptables", "--attempts", "4")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("lockstep probe: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "up to 4 connections each") {
+		t.Errorf("progress does not say --attempts 4:\n%s", stderr.String())
+	}
+	tab, err := probe.ParseTable(stdout.String())
+	if err != nil {
+		t.Fatalf("parse the output: %v\n%s", err, stdout.String())
+	}
+	var headings []string
+	for _, b := range tab.Blocks {
+		headings = append(headings, b.Heading())
+	}
+	if want := []string{"svc:80/TCP", "svc:53/UDP"}; !slices.Equal(headings, want) {
+		t.Fatalf("blocks %v, want %v:\n%s", headings, want, stdout.String())
+	}
+	if n := tab.Count(probe.CellRefused); n != 9 {
+		t.Errorf("%d cells refused, want 9 (three pods to x/nobody on two ports and to x/unnamed):\n%s", n, stdout.String())
 	}
 }
 

@@ -23,11 +23,13 @@ import (
 // SCTP sockets (no sctp module, or it is blacklisted).
 var ErrNoSCTP = errors.New("the kernel has no SCTP sockets (EPROTONOSUPPORT); load the sctp module (modprobe sctp) to probe SCTP")
 
-// listen opens a listener for port inside the pod namespace: TCP accepts
-// and closes, UDP echoes each datagram back, SCTP accepts and closes. The
+// listen opens a listener for port inside the pod namespace that answers
+// with name, the pod's NAMESPACE/NAME: TCP and SCTP accept, write the name
+// and close; UDP sends each datagram back followed by the name. A probe
+// through a Service learns from the answer which backend it reached. The
 // sockets are created inside the namespace and stay in it whatever thread
 // later serves them.
-func listen(pod ns.NetNS, port Port) (io.Closer, error) {
+func listen(pod ns.NetNS, port Port, name string) (io.Closer, error) {
 	var c io.Closer
 	err := pod.Do(func(ns.NetNS) error {
 		var err error
@@ -36,19 +38,19 @@ func listen(pod ns.NetNS, port Port) (io.Closer, error) {
 		case TCP:
 			var l net.Listener
 			if l, err = net.Listen("tcp", addr); err == nil {
-				go acceptAndClose(l)
+				go answer(l, name)
 				c = l
 			}
 		case UDP:
 			var pc net.PacketConn
 			if pc, err = net.ListenPacket("udp", addr); err == nil {
-				go echo(pc)
+				go echo(pc, name)
 				c = pc
 			}
 		case SCTP:
 			var l net.Listener
 			if l, err = listenSCTP(port.Port); err == nil {
-				go acceptAndClose(l)
+				go answer(l, name)
 				c = l
 			}
 		default:
@@ -62,24 +64,29 @@ func listen(pod ns.NetNS, port Port) (io.Closer, error) {
 	return c, nil
 }
 
-func acceptAndClose(l net.Listener) {
+// maxName bounds the answer a client reads: a pod's NAMESPACE/NAME.
+const maxName = 512
+
+func answer(l net.Listener, name string) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = io.WriteString(c, name)
 		c.Close()
 	}
 }
 
-func echo(pc net.PacketConn) {
+func echo(pc net.PacketConn, name string) {
 	buf := make([]byte, 2048)
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
 			return
 		}
-		_, _ = pc.WriteTo(buf[:n], from)
+		_, _ = pc.WriteTo(append(buf[:n:n], name...), from)
 	}
 }
 
@@ -116,19 +123,32 @@ type errUnprobeable struct{ err error }
 func (e errUnprobeable) Error() string { return e.err.Error() }
 func (e errUnprobeable) Unwrap() error { return e.err }
 
-// dial makes one probe from inside src to dst: it reports whether the
-// connection got through, or an errUnprobeable when it could not be tried.
-func dial(ctx context.Context, src ns.NetNS, dst netip.AddrPort, proto Protocol, timeout time.Duration) (bool, error) {
-	var ok bool
+// verdict is what one connection attempt found out.
+type verdict struct {
+	// Answered: the connection was established (TCP, SCTP) or the nonce
+	// came back (UDP).
+	Answered bool
+	// Refused: the attempt was refused at once, by a TCP reset or an ICMP
+	// port unreachable (ECONNREFUSED), rather than dropped.
+	Refused bool
+	// By is the NAMESPACE/NAME the listener answered with, when it could
+	// be read ("" for SCTP, whose answer is not read).
+	By string
+}
+
+// dial makes one connection attempt from inside src to dst, or returns an
+// errUnprobeable when it could not be tried.
+func dial(ctx context.Context, src ns.NetNS, dst netip.AddrPort, proto Protocol, timeout time.Duration) (verdict, error) {
+	var v verdict
 	err := src.Do(func(ns.NetNS) error {
 		var err error
 		switch proto {
 		case TCP:
-			ok, err = dialTCP(ctx, dst, timeout)
+			v, err = dialTCP(ctx, dst, timeout)
 		case UDP:
-			ok, err = dialUDP(ctx, dst, timeout)
+			v, err = dialUDP(ctx, dst, timeout)
 		case SCTP:
-			ok, err = dialSCTP(ctx, dst, timeout)
+			v, err = dialSCTP(ctx, dst, timeout)
 		default:
 			err = errUnprobeable{fmt.Errorf("protocol %q is not TCP, UDP or SCTP", proto)}
 		}
@@ -138,7 +158,7 @@ func dial(ctx context.Context, src ns.NetNS, dst netip.AddrPort, proto Protocol,
 		// A probe cut short by cancellation proves nothing either way.
 		err = errUnprobeable{ctx.Err()}
 	}
-	return ok, err
+	return v, err
 }
 
 // denial reports whether a connection error is an answer from the network
@@ -157,31 +177,42 @@ func denial(err error) bool {
 	return false
 }
 
-func classify(err error) (bool, error) {
+func classify(err error) (verdict, error) {
 	if err == nil {
-		return true, nil
+		return verdict{Answered: true}, nil
 	}
 	if denial(err) {
-		return false, nil
+		return verdict{Refused: errors.Is(err, syscall.ECONNREFUSED)}, nil
 	}
-	return false, errUnprobeable{err}
+	return verdict{}, errUnprobeable{err}
 }
 
-func dialTCP(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (bool, error) {
-	d := net.Dialer{Timeout: timeout}
+// dialTCP connects and reads the listener's name within timeout. An
+// established connection is answered even when the name cannot be read:
+// the handshake already crossed the policy both ways.
+func dialTCP(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (verdict, error) {
+	deadline := time.Now().Add(timeout)
+	d := net.Dialer{Deadline: deadline}
 	c, err := d.DialContext(ctx, "tcp", dst.String())
-	if err == nil {
-		c.Close()
+	if err != nil {
+		return classify(err)
 	}
-	return classify(err)
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
+	defer stop()
+	_ = c.SetReadDeadline(deadline)
+	name, _ := io.ReadAll(io.LimitReader(c, maxName))
+	return verdict{Answered: true, By: string(name)}, nil
 }
 
-// dialUDP sends a random nonce and waits for the echo, resending a few
-// times within timeout: a lost datagram is not a denial.
-func dialUDP(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (bool, error) {
+// dialUDP sends a random nonce and waits for it to come back followed by
+// the listener's name, resending a few times within timeout: a lost
+// datagram is not a denial. Every resend goes from the same socket, so
+// through a Service they all reach the backend the first one did.
+func dialUDP(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (verdict, error) {
 	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
 	if err != nil {
-		return false, errUnprobeable{fmt.Errorf("open udp socket: %w", err)}
+		return verdict{}, errUnprobeable{fmt.Errorf("open udp socket: %w", err)}
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
@@ -191,7 +222,7 @@ func dialUDP(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (bo
 	_, _ = rand.Read(nonce)
 	deadline := time.Now().Add(timeout)
 	resend := max(timeout/4, 10*time.Millisecond)
-	buf := make([]byte, 64)
+	buf := make([]byte, len(nonce)+maxName)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if _, err := c.Write(nonce); err != nil {
 			return classify(err)
@@ -210,19 +241,21 @@ func dialUDP(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (bo
 				}
 				return classify(err)
 			}
-			if bytes.Equal(buf[:n], nonce) {
-				return true, nil
+			if bytes.HasPrefix(buf[:n], nonce) {
+				return verdict{Answered: true, By: string(buf[len(nonce):n])}, nil
 			}
 		}
 	}
-	return false, nil
+	return verdict{}, nil
 }
 
-// dialSCTP connects a one-to-one style SCTP socket with a timeout.
-func dialSCTP(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (bool, error) {
+// dialSCTP connects a one-to-one style SCTP socket with a timeout. The
+// listener's name is not read: the association being established is the
+// answer.
+func dialSCTP(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (verdict, error) {
 	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_SCTP)
 	if err != nil {
-		return false, errUnprobeable{sctpError(err)}
+		return verdict{}, errUnprobeable{sctpError(err)}
 	}
 	defer unix.Close(fd)
 	sa := &unix.SockaddrInet6{Port: int(dst.Port()), Addr: dst.Addr().As16()}
@@ -233,7 +266,7 @@ func dialSCTP(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (b
 	for ctx.Err() == nil {
 		left := time.Until(deadline)
 		if left <= 0 {
-			return false, nil
+			return verdict{}, nil
 		}
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
 		n, err := unix.Poll(fds, int(min(left, 100*time.Millisecond)/time.Millisecond)+1)
@@ -241,16 +274,16 @@ func dialSCTP(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (b
 			continue
 		}
 		if err != nil {
-			return false, errUnprobeable{fmt.Errorf("poll sctp socket: %w", err)}
+			return verdict{}, errUnprobeable{fmt.Errorf("poll sctp socket: %w", err)}
 		}
 		soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
 		if err != nil {
-			return false, errUnprobeable{fmt.Errorf("read sctp socket error: %w", err)}
+			return verdict{}, errUnprobeable{fmt.Errorf("read sctp socket error: %w", err)}
 		}
 		if soErr != 0 {
 			return classify(syscall.Errno(soErr))
 		}
-		return true, nil
+		return verdict{Answered: true}, nil
 	}
-	return false, nil
+	return verdict{}, nil
 }

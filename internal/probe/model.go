@@ -113,12 +113,24 @@ type Result struct {
 
 // Report is everything a probe run found.
 type Report struct {
+	// Via is how the destinations were reached: ViaPodIP, ViaService or
+	// ViaBoth. Empty reads as ViaPodIP.
+	Via     string    `json:"via,omitempty"`
 	Pods    []PodInfo `json:"pods"`
 	Results []Result  `json:"results"`
+	// Services and ServiceResults are the probes through Services (Via
+	// ViaService or ViaBoth).
+	Services       []ServiceInfo   `json:"services,omitempty"`
+	ServiceResults []ServiceResult `json:"serviceResults,omitempty"`
 }
 
-// Sort puts pods in namespace/name order (ports inside each in table
-// order) and results in from, to, protocol (TCP, UDP, SCTP), port order.
+// viaPodIP and viaService report which views the report holds.
+func (r *Report) viaPodIP() bool   { return r.Via != ViaService }
+func (r *Report) viaService() bool { return r.Via == ViaService || r.Via == ViaBoth }
+
+// Sort puts pods and Services in namespace/name order (ports inside each
+// in table order) and results in from, to, protocol (TCP, UDP, SCTP),
+// port order.
 func (r *Report) Sort() {
 	slices.SortFunc(r.Pods, func(a, b PodInfo) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
@@ -127,6 +139,8 @@ func (r *Report) Sort() {
 		slices.SortFunc(r.Pods[i].Ports, comparePorts)
 	}
 	slices.SortFunc(r.Results, compareResults)
+	sortServices(r.Services)
+	slices.SortFunc(r.ServiceResults, compareServiceResults)
 }
 
 func compareResults(a, b Result) int {
@@ -146,7 +160,8 @@ func comparePodKeys(a, b string) int {
 	return cmp.Or(strings.Compare(an, bn), strings.Compare(am, bm))
 }
 
-// Counts returns how many results were allowed, denied and unprobeable.
+// Counts returns how many results by pod address were allowed, denied and
+// unprobeable.
 func (r *Report) Counts() (allowed, denied, unprobeable int) {
 	for _, res := range r.Results {
 		switch {

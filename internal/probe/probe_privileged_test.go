@@ -312,3 +312,90 @@ func TestPrivilegedProbeNinePodsSixPorts(t *testing.T) {
 		t.Errorf("took %s; a 9-pod, 6-port probe must take seconds", elapsed)
 	}
 }
+
+// webService is a namespace x with pods a and b behind the Service x/web
+// (80/TCP) and a pod c that is no backend, without policies.
+const webService = `apiVersion: v1
+kind: Namespace
+metadata: {name: x}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: x}
+spec:
+  clusterIPs: [10.96.0.10, "fd00:10:96::10"]
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x, labels: {app: web}}
+spec: {containers: [{name: c, ports: [{containerPort: 8080}]}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: x, labels: {app: web}}
+spec: {containers: [{name: c, ports: [{containerPort: 8080}]}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: c, namespace: x}
+spec: {containers: [{name: c, ports: [{containerPort: 80}]}]}
+`
+
+// TestPrivilegedProbeServiceBackends probes through a Service only: every
+// attempt is answered, by the backends' own names (both of them, from
+// every pod: one backend alone in 16 attempts is a 2^-15 chance), nothing
+// is probed by pod address, and the namespace playing the outside goes
+// with the rest.
+func TestPrivilegedProbeServiceBackends(t *testing.T) {
+	testenv.Privileged(t)
+	bin := builtBinary(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "manifests.yaml"), []byte(webService), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pods, _, err := LoadPods(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs, _, err := LoadServices(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dataplane := range []string{"ebpf", "iptables"} {
+		t.Run(dataplane, func(t *testing.T) {
+			before := snapshot(t)
+			var progress bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			rep, err := Run(ctx, Config{Binary: bin, Manifests: dir, Pods: pods, Services: svcs, Via: ViaService, Dataplane: dataplane, Progress: &progress})
+			if err != nil {
+				t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+			}
+			checkNothingLeft(t, before)
+			if len(rep.Results) != 0 {
+				t.Errorf("%d results by pod address, want none with via %s", len(rep.Results), ViaService)
+			}
+			if len(rep.Services) != 1 || rep.Services[0].IP != "10.96.0.10" {
+				t.Errorf("services %+v, want x/web at 10.96.0.10", rep.Services)
+			}
+			if len(rep.ServiceResults) != 3 {
+				t.Fatalf("%d results through Services, want 3 (every pod to x/web:80):\n%s", len(rep.ServiceResults), rep.Table())
+			}
+			for _, r := range rep.ServiceResults {
+				if r.Outcome != OutcomeAllowed || r.Attempts != DefaultAttempts || r.Answered != DefaultAttempts {
+					t.Errorf("%s -> %s: %s after %d attempts (%d answered), want allowed after %d, all answered (%s)",
+						r.From, r.Service, r.Outcome, r.Attempts, r.Answered, DefaultAttempts, r.Error)
+				}
+				if want := []string{"x/a", "x/b"}; !slices.Equal(r.Backends, want) {
+					t.Errorf("%s -> %s answered by %v, want %v", r.From, r.Service, r.Backends, want)
+				}
+			}
+			want := "svc:80/TCP  x/web\nx/a         .\nx/b         .\nx/c         .\n"
+			if got := rep.Table().String(); got != want {
+				t.Errorf("table:\n%s\nwant:\n%s\nprogress:\n%s", got, want, progress.String())
+			}
+		})
+	}
+}

@@ -49,6 +49,16 @@ type Config struct {
 	Manifests string
 	// Pods are created and probed. Usually read from the same directory.
 	Pods []Pod
+	// Services are probed through their ClusterIPs of Family (Via
+	// ViaService or ViaBoth). Usually read from the same directory; the
+	// agent computes their backends from the manifests.
+	Services []Service
+	// Via is how destinations are reached: ViaPodIP, ViaService or
+	// ViaBoth. Empty means ViaBoth when there are Services, else ViaPodIP.
+	Via string
+	// Attempts is how many connections a probe through a Service makes at
+	// most (default DefaultAttempts).
+	Attempts int
 	// Pools are the agent's --pool-cidr values (default DefaultPool, and
 	// DefaultPool6 with Family IPv6 when they include no IPv6 pool).
 	Pools []string
@@ -61,7 +71,8 @@ type Config struct {
 	Dataplane string
 	// Timeout bounds each connection attempt (default DefaultTimeout).
 	Timeout time.Duration
-	// Workers bounds the probes in flight (default DefaultWorkers).
+	// Workers bounds the connection attempts in flight (default
+	// DefaultWorkers).
 	Workers int
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
@@ -80,7 +91,8 @@ type pod struct {
 }
 
 // Run creates a node with an agent and the pods, probes every ordered pair
-// of distinct pods on every port the destination declares, and removes
+// of distinct pods on every port the destination declares, and every
+// frontend of every Service from every pod, as cfg.Via says, and removes
 // everything before it returns, also on error and when ctx is cancelled.
 // It must run as root.
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
@@ -89,7 +101,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	progress := func(format string, args ...any) { fmt.Fprintf(cfg.Progress, format+"\n", args...) }
-	if err := validate(cfg.Pods); err != nil {
+	if err := validate(cfg); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -147,6 +159,14 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	cleanup = append(cleanup, node.Close)
+	if cfg.Via != ViaPodIP {
+		if err := routeOut(node, &cleanup); err != nil {
+			return nil, err
+		}
+		if err := unlimitICMP(node); err != nil {
+			return nil, err
+		}
+	}
 	args = append(args, "--state-dir", node.StateDir, "--socket", node.Socket)
 	if flags.bpfRoot {
 		args = append(args, "--bpf-root", node.BPFRoot)
@@ -171,27 +191,42 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	cleanup = append(cleanup, openListeners(pods))
 	warmNeighbours(node, pods, progress)
 
+	frontends, svcInfos := serviceFrontends(cfg.Services, cfg.Family, progress)
 	// No settling: the agent answers a CNI ADD only once the whole
 	// committed state, every pod created so far included, is in force.
 	probeAll := func(ctx context.Context) (*Report, error) {
-		jobs := plan(pods)
-		progress("probing %d connections…", len(jobs))
-		probeStart := time.Now()
-		results := runProbes(ctx, jobs, cfg.Workers, cfg.Timeout)
-		if err := ctx.Err(); err != nil {
-			return nil, err
+		rep := &Report{Via: cfg.Via, Results: []Result{}}
+		if cfg.Via != ViaService {
+			jobs := plan(pods)
+			progress("probing %d connections…", len(jobs))
+			probeStart := time.Now()
+			rep.Results = runProbes(ctx, jobs, cfg.Workers, cfg.Timeout)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			allowed, denied, unknown := rep.Counts()
+			progress("probed in %s (%s in all): %d allowed, %d denied, %d unprobeable",
+				time.Since(probeStart).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), allowed, denied, unknown)
+		}
+		if cfg.Via != ViaPodIP {
+			jobs := planServices(pods, frontends)
+			progress("probing %d frontends through Services, up to %d connections each…", len(jobs), cfg.Attempts)
+			probeStart := time.Now()
+			rep.Services = svcInfos
+			rep.ServiceResults = runServiceProbes(ctx, jobs, cfg.Workers, cfg.Attempts, cfg.Timeout)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			progress("probed through Services in %s (%s in all): %s",
+				time.Since(probeStart).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), describeCounts(rep.ServiceCounts()))
 		}
 		if err := agent.exited(); err != nil {
 			return nil, err
 		}
-		rep := &Report{Results: results}
 		for _, p := range pods {
 			rep.Pods = append(rep.Pods, PodInfo{Namespace: p.Namespace, Name: p.Name, IP: p.addr.String(), Ports: p.Ports})
 		}
 		rep.Sort()
-		allowed, denied, unknown := rep.Counts()
-		progress("probed in %s (%s in all): %d allowed, %d denied, %d unprobeable",
-			time.Since(probeStart).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), allowed, denied, unknown)
 		return rep, nil
 	}
 	if rep, err = probeAll(ctx); err != nil {
@@ -231,6 +266,19 @@ func withDefaults(cfg Config) (Config, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = DefaultAttempts
+	}
+	switch cfg.Via {
+	case "":
+		cfg.Via = ViaPodIP
+		if len(cfg.Services) > 0 {
+			cfg.Via = ViaBoth
+		}
+	case ViaPodIP, ViaService, ViaBoth:
+	default:
+		return cfg, fmt.Errorf("probe via %q: want %s, %s or %s", cfg.Via, ViaPodIP, ViaService, ViaBoth)
+	}
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
@@ -246,16 +294,11 @@ func withDefaults(cfg Config) (Config, error) {
 	return cfg, nil
 }
 
-// familyIndex is 0 for an IPv4 address and 1 for IPv6, the order of
-// Pod.WantIPs.
-func familyIndex(a netip.Addr) int {
-	if a.Is6() {
-		return 1
+func validate(cfg Config) error {
+	pods := cfg.Pods
+	if cfg.Via != ViaPodIP && len(cfg.Services) == 0 {
+		return fmt.Errorf("probe via %s: no Services to probe (the manifests declare none with a ClusterIP)", cfg.Via)
 	}
-	return 0
-}
-
-func validate(pods []Pod) error {
 	seen := make(map[string]bool, len(pods))
 	for _, p := range pods {
 		if p.Namespace == "" || p.Name == "" {
@@ -266,8 +309,18 @@ func validate(pods []Pod) error {
 		}
 		seen[p.Key()] = true
 	}
-	if len(pods) < 2 {
-		return fmt.Errorf("found %d pods: a probe needs at least two", len(pods))
+	switch {
+	case cfg.Via != ViaService && len(pods) < 2:
+		return fmt.Errorf("found %d pods: a probe between pods needs at least two", len(pods))
+	case len(pods) == 0:
+		return errors.New("found no pods: a probe through Services needs a pod to connect from")
+	}
+	svcs := make(map[string]bool, len(cfg.Services))
+	for _, s := range cfg.Services {
+		if svcs[s.Key()] {
+			return fmt.Errorf("service %s is declared twice", s.Key())
+		}
+		svcs[s.Key()] = true
 	}
 	return nil
 }
@@ -351,7 +404,7 @@ func openListeners(pods []*pod) func() error {
 	for _, p := range pods {
 		p.listeners = make(map[Port]error, len(p.Ports))
 		for _, port := range p.Ports {
-			c, err := listen(p.netns, port)
+			c, err := listen(p.netns, port, p.Key())
 			p.listeners[port] = err
 			if err == nil {
 				closers = append(closers, c)
@@ -441,11 +494,11 @@ func probeOne(ctx context.Context, j job, timeout time.Duration) Result {
 		r.Error = err.Error()
 		return r
 	}
-	ok, err := dial(ctx, j.from.netns, netip.AddrPortFrom(j.to.addr, j.port.Port), j.port.Protocol, timeout)
+	v, err := dial(ctx, j.from.netns, netip.AddrPortFrom(j.to.addr, j.port.Port), j.port.Protocol, timeout)
 	if err != nil {
 		r.Error = err.Error()
 		return r
 	}
-	r.Allowed = &ok
+	r.Allowed = &v.Answered
 	return r
 }

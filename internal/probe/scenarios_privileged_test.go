@@ -20,7 +20,10 @@ import (
 // expected.txt, cell by cell: the eBPF and iptables dataplanes must agree
 // with the API documentation, and so with each other, in both families.
 // A scenario with ipBlock peers pins an address of each family and names
-// blocks of each, so that one expected table holds for both.
+// blocks of each, so that one expected table holds for both. A scenario
+// with Services is probed through them too, and its tables through the
+// Services are expected-service.txt; its Services have a ClusterIP of
+// each family, so that one table holds for both.
 func TestPrivilegedProbeScenarios(t *testing.T) {
 	testenv.Privileged(t)
 	dirs, err := filepath.Glob(filepath.Join("testdata", "scenarios", "*"))
@@ -45,11 +48,7 @@ func TestPrivilegedProbeScenarios(t *testing.T) {
 }
 
 func runScenario(t *testing.T, bin, dir, dataplane, family string) {
-	expected := readExpected(t, dir)
-	pods, _, err := LoadPods(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pods, svcs, expected := loadScenario(t, dir)
 	manifests, err := filepath.Abs(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +68,7 @@ func runScenario(t *testing.T, bin, dir, dataplane, family string) {
 	var progress bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := Config{Binary: bin, Manifests: manifests, Pods: pods, Dataplane: dataplane, Family: family, Progress: &progress}
+	cfg := Config{Binary: bin, Manifests: manifests, Pods: pods, Services: svcs, Dataplane: dataplane, Family: family, Progress: &progress}
 	var after *Report
 	if expectedAfter != nil {
 		cfg.Then = func(ctx context.Context, first *Report, reprobe func(context.Context) (*Report, error)) error {
@@ -101,19 +100,6 @@ func runScenario(t *testing.T, bin, dir, dataplane, family string) {
 	}
 }
 
-func readExpected(t *testing.T, dir string) Table {
-	t.Helper()
-	text, err := os.ReadFile(filepath.Join(dir, "expected.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	expected, err := ParseTable(string(text))
-	if err != nil {
-		t.Fatalf("%s/expected.txt: %v", dir, err)
-	}
-	return expected
-}
-
 // copyManifest writes src into dir as manifests.yaml, atomically, as an
 // editor or a config management tool would.
 func copyManifest(t *testing.T, src, dir string) {
@@ -138,8 +124,8 @@ func checkTable(t *testing.T, dir string, expected, actual Table, progress *byte
 		for i, m := range mismatches {
 			lines[i] = "  " + m.String()
 		}
-		t.Errorf("%d cells differ from %s/expected.txt:\n%s\n\nactual:\n%s\nprogress:\n%s",
-			len(mismatches), dir, strings.Join(lines, "\n"), actual, progress.String())
+		t.Errorf("%d cells differ from the tables of %s:\n%s\n%s\nactual:\n%s\nprogress:\n%s",
+			len(mismatches), dir, strings.Join(lines, "\n"), untranslated(expected, actual), actual, progress.String())
 	}
 	if n := actual.Count(CellUnprobeable); n > 0 {
 		t.Logf("%d cells could not be probed ('?'), e.g. SCTP on a kernel without it", n)

@@ -244,3 +244,166 @@ func TestNormalisePorts(t *testing.T) {
 		t.Errorf("normalisePorts = %v, want %v", got, want)
 	}
 }
+
+// sampleServiceReport adds, to sampleReport, probes through two Services:
+// x/web (80/TCP) and y/dns (53/UDP, 53/TCP).
+func sampleServiceReport() *Report {
+	r := sampleReport()
+	r.Via = ViaBoth
+	r.Services = []ServiceInfo{
+		{Namespace: "y", Name: "dns", IP: "10.96.0.10", Ports: []Port{{53, UDP}, {53, TCP}}},
+		{Namespace: "x", Name: "web", IP: "10.96.0.20", Ports: []Port{{80, TCP}}},
+	}
+	add := func(from, svc string, p Port, o Outcome) {
+		r.ServiceResults = append(r.ServiceResults, ServiceResult{From: from, Service: svc, Port: p.Port, Protocol: p.Protocol, Outcome: o})
+	}
+	for _, from := range []string{"y/a", "x/b", "x/a"} {
+		add(from, "y/dns", Port{53, UDP}, OutcomeAllowed)
+	}
+	add("x/a", "x/web", Port{80, TCP}, OutcomePartial)
+	add("x/b", "x/web", Port{80, TCP}, OutcomeAllowed)
+	add("y/a", "x/web", Port{80, TCP}, OutcomeDenied)
+	add("x/a", "y/dns", Port{53, TCP}, OutcomeRefused)
+	add("x/b", "y/dns", Port{53, TCP}, OutcomeUnprobeable)
+	// y/a -> y/dns 53/TCP is missing: '?'.
+	return r
+}
+
+const sampleServiceTable = sampleTable + `
+svc:53/TCP  y/dns
+x/a         R
+x/b         ?
+y/a         ?
+
+svc:80/TCP  x/web
+x/a         ~
+x/b         .
+y/a         X
+
+svc:53/UDP  y/dns
+x/a         .
+x/b         .
+y/a         .
+`
+
+func TestServiceTableFormat(t *testing.T) {
+	r := sampleServiceReport()
+	if got := r.Table().String(); got != sampleServiceTable {
+		t.Errorf("table:\n%s\nwant:\n%s", got, sampleServiceTable)
+	}
+	r.Via = ViaService
+	want := strings.TrimPrefix(sampleServiceTable, sampleTable+"\n")
+	if got := r.Table().String(); got != want {
+		t.Errorf("table through Services only:\n%s\nwant:\n%s", got, want)
+	}
+	r.Via = ViaPodIP
+	if got := r.Table().String(); got != sampleTable {
+		t.Errorf("table by pod address only:\n%s\nwant:\n%s", got, sampleTable)
+	}
+}
+
+func TestServiceTableParseAndCompare(t *testing.T) {
+	parsed, err := ParseTable(sampleServiceTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := parsed.String(); got != sampleServiceTable {
+		t.Errorf("round trip:\n%s\nwant:\n%s", got, sampleServiceTable)
+	}
+	actual := sampleServiceReport().Table()
+	if ms := CompareTables(parsed, actual); len(ms) != 0 {
+		t.Errorf("a table compared with itself mismatches: %v", ms)
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new string
+		want     []string
+	}{
+		{"partial expected allowed", "x/a         ~", "x/a         .", []string{"svc:80/TCP x/a -> x/web: expected ., got ~"}},
+		{"refused expected denied", "x/a         R", "x/a         X", []string{"svc:53/TCP x/a -> y/dns: expected X, got R"}},
+		// The pod block 53/UDP x/b and the Service block svc:53/UDP are
+		// different cells: a change in one is not matched by the other.
+		{"service block apart from pod block", "svc:53/UDP  y/dns\nx/a         .", "svc:53/UDP  y/dns\nx/a         X", []string{"svc:53/UDP x/a -> y/dns: expected X, got ."}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := strings.Replace(sampleServiceTable, tc.old, tc.new, 1)
+			if text == sampleServiceTable {
+				t.Fatalf("%q is not in the sample", tc.old)
+			}
+			exp, err := ParseTable(text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range CompareTables(exp, actual) {
+				got = append(got, m.String())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("mismatches:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestParseTableServiceCells(t *testing.T) {
+	for name, tc := range map[string]struct {
+		text string
+		ok   bool
+	}{
+		"service marks":           {"svc:80/TCP  x/web\nx/a  ~\nx/b  R\nx/c  .\nx/d  X\nx/e  ?\n", true},
+		"self in a service block": {"svc:80/TCP  x/web\nx/a  -\n", false},
+		"partial by pod address":  {"80/TCP  x/a\nx/b  ~\n", false},
+		"refused by pod address":  {"80/TCP  x/a\nx/b  R\n", false},
+		"bad service heading":     {"svc:80  x/web\nx/a  .\n", false},
+		"second service block":    {"svc:80/TCP  x/web\nx/a  .\n\nsvc:80/TCP  x/api\nx/a  .\n", false},
+		"pod and service block":   {"80/TCP  x/a\nx/a  -\n\nsvc:80/TCP  x/web\nx/a  .\n", true},
+	} {
+		_, err := ParseTable(tc.text)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: ParseTable error %v, want ok %v", name, err, tc.ok)
+		}
+	}
+}
+
+func TestServiceReportJSON(t *testing.T) {
+	r := sampleServiceReport()
+	r.ServiceResults[3].Attempts, r.ServiceResults[3].Answered, r.ServiceResults[3].Dropped = 2, 1, 1
+	r.ServiceResults[3].Backends = []string{"x/b"}
+	r.Sort()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generic struct {
+		Via            string           `json:"via"`
+		Services       []map[string]any `json:"services"`
+		ServiceResults []map[string]any `json:"serviceResults"`
+	}
+	if err := json.Unmarshal(b, &generic); err != nil {
+		t.Fatal(err)
+	}
+	if generic.Via != ViaBoth || len(generic.Services) != 2 || generic.Services[0]["name"] != "web" || generic.Services[0]["ip"] != "10.96.0.20" {
+		t.Errorf("via %q, services %v: want both, x/web first at 10.96.0.20", generic.Via, generic.Services)
+	}
+	want := map[string]any{"from": "x/a", "service": "x/web", "port": float64(80), "protocol": "TCP", "outcome": "partial",
+		"attempts": float64(2), "answered": float64(1), "refused": float64(0), "dropped": float64(1), "backends": []any{"x/b"}}
+	got := generic.ServiceResults[0]
+	if len(got) != len(want) || !slices.Equal(got["backends"].([]any), want["backends"].([]any)) {
+		t.Fatalf("first service result %v, want %v", got, want)
+	}
+	delete(got, "backends")
+	delete(want, "backends")
+	if !mapsEqual(got, want) {
+		t.Errorf("first service result %v, want %v", got, want)
+	}
+	// A report by pod address only has no Service fields at all.
+	plain, err := json.Marshal(sampleReport())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{`"via"`, `"services"`, `"serviceResults"`} {
+		if strings.Contains(string(plain), field) {
+			t.Errorf("a report by pod address carries %s: %s", field, plain)
+		}
+	}
+}
