@@ -181,8 +181,8 @@ func compileService(s *Service) (*compiledService, error) {
 		if len(spec.Ports) > 1 && p.Name == "" {
 			return fail(field+".name", fmt.Errorf("required when a Service has more than one port"))
 		}
-		if p.Name != "" && !isPortName(p.Name) {
-			return fail(field+".name", fmt.Errorf("invalid port name %q", p.Name))
+		if p.Name != "" && !isDNSLabel(p.Name) {
+			return fail(field+".name", fmt.Errorf("invalid port name %q: want a DNS label (1-63 of a-z, 0-9 and '-', no leading or trailing '-')", p.Name))
 		}
 		if names[p.Name] {
 			return fail(field+".name", fmt.Errorf("duplicate port name %q", p.Name))

@@ -274,6 +274,18 @@ func TestCompileServices(t *testing.T) {
 	}
 }
 
+// TestServicePortNamesAreDNSLabels: a Service port's name is a DNS label,
+// longer than the 15 characters a container port's name may have; the
+// upstream e2e tests name theirs "service-port-tcp-80".
+func TestServicePortNamesAreDNSLabels(t *testing.T) {
+	for _, name := range []string{"service-port-tcp-80", "dns-tcp", "80", strings.Repeat("a", 63)} {
+		svc := mkService("prod", "s", []string{"10.96.0.1"}, name+":80", "other:81")
+		if err := svc.Validate(); err != nil {
+			t.Errorf("port name %q: %v", name, err)
+		}
+	}
+}
+
 func TestCompileServiceErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -294,6 +306,9 @@ func TestCompileServiceErrors(t *testing.T) {
 		{"port out of range", mkService("prod", "s", []string{"10.96.0.1"}, ":0"), "port 0 out of range"},
 		{"bad protocol", mkService("prod", "s", []string{"10.96.0.1"}, ":80/ICMP"), "unknown protocol"},
 		{"bad target name", mkService("prod", "s", []string{"10.96.0.1"}, ":80->Http"), "invalid port name"},
+		{"bad port name", mkService("prod", "s", []string{"10.96.0.1"}, "Web_80:80", "b:81"), "invalid port name"},
+		{"port name ends with a dash", mkService("prod", "s", []string{"10.96.0.1"}, "web-:80", "b:81"), "invalid port name"},
+		{"port name too long", mkService("prod", "s", []string{"10.96.0.1"}, strings.Repeat("a", 64)+":80", "b:81"), "invalid port name"},
 		{"target out of range", mkService("prod", "s", []string{"10.96.0.1"}, ":80->70000"), "targetPort 70000 out of range"},
 		{"bad type", func() *Service {
 			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")

@@ -282,7 +282,8 @@ func protoNumber(p Protocol) (uint8, error) {
 }
 
 // isPortName reports whether s is an IANA service name, the form
-// Kubernetes requires of port names.
+// Kubernetes requires of a container's port names (and so of the names a
+// NetworkPolicy or a Service's targetPort refers to).
 func isPortName(s string) bool {
 	if s == "" || len(s) > 15 || s[0] == '-' || s[len(s)-1] == '-' || strings.Contains(s, "--") {
 		return false
@@ -299,6 +300,23 @@ func isPortName(s string) bool {
 		}
 	}
 	return letter
+}
+
+// isDNSLabel reports whether s is a DNS-1123 label (1 to 63 of a-z, 0-9
+// and '-', starting and ending with a letter or digit): the form Kubernetes
+// requires of a Service port's name, which may be longer than a container
+// port's ("service-port-tcp-80").
+func isDNSLabel(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func compilePeer(p NetworkPolicyPeer) (compiledPeer, error) {
