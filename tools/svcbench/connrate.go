@@ -62,7 +62,9 @@ type connSample struct {
 	// ClusterIP translated meanwhile (its packet counter on the client's
 	// node): every one with modeKubeProxy, none with modeLockstep.
 	kubeProxyNAT uint64
-	load         string // the 1-minute load average when it started
+	// connectP50 and connectP99 are connect's latency, in microseconds.
+	connectP50, connectP99 float64
+	load                   string // the 1-minute load average when it started
 }
 
 // connResult is the connection-rate benchmark's outcome.
@@ -77,6 +79,8 @@ type connOutput struct {
 	Failures       uint64  `json:"failures"`
 	Seconds        float64 `json:"seconds"`
 	PerSecond      float64 `json:"perSecond"`
+	ConnectP50     float64 `json:"connectP50Micros"`
+	ConnectP99     float64 `json:"connectP99Micros"`
 	PortsExhausted bool    `json:"portsExhausted"`
 	FirstFailure   string  `json:"firstFailure"`
 }
@@ -367,6 +371,7 @@ func (b *connBench) sample(ctx context.Context, round int, mode string, backends
 		return s, err
 	}
 	s.rate, s.conns, s.failures = out.PerSecond, out.Connections, out.Failures
+	s.connectP50, s.connectP99 = out.ConnectP50, out.ConnectP99
 	what := "pod IP"
 	if backends > 0 {
 		after, err := b.kubeProxyNAT(ctx, b.clusterIP[backends])
@@ -383,7 +388,8 @@ func (b *connBench) sample(ctx context.Context, round int, mode string, backends
 	if round == 0 {
 		label = "warm-up"
 	}
-	logf("  %s %-24s %7.0f connections/s (%d, %d failed; kube-proxy translated %d; load %s)", label, what, s.rate, s.conns, s.failures, s.kubeProxyNAT, s.load)
+	logf("  %s %-24s %7.0f connections/s (%d, %d failed; connect p50 %.0f µs, p99 %.0f µs; kube-proxy translated %d; load %s)",
+		label, what, s.rate, s.conns, s.failures, s.connectP50, s.connectP99, s.kubeProxyNAT, s.load)
 	if s.failures*100 > s.conns {
 		return s, fmt.Errorf("%s: %d of %d connections failed (first: %s)", what, s.failures, s.conns+s.failures, out.FirstFailure)
 	}

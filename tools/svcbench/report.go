@@ -35,10 +35,15 @@ type report struct {
 
 // rates returns the samples' rates of mode and backends, in round order.
 func (c *connResult) rates(mode string, backends int) []float64 {
+	return c.values(mode, backends, func(s connSample) float64 { return s.rate })
+}
+
+// values returns f of the samples of mode and backends, in round order.
+func (c *connResult) values(mode string, backends int, f func(connSample) float64) []float64 {
 	var out []float64
 	for _, s := range c.samples {
 		if s.mode == mode && s.backends == backends {
-			out = append(out, s.rate)
+			out = append(out, f(s))
 		}
 	}
 	return out
@@ -190,17 +195,31 @@ func (r *report) writeConnRate(w func(string, ...any)) {
 	pod := c.rates("", 0)
 	w("| pod IP (no Service) | %s/s | %s | | | | |", fmtRate(medianOf(pod)), fmtRange(pod, fmtRate))
 	w("")
-	w("Every measurement, in the order taken (connections/s; failed connections; the")
-	w("1-minute load average as it started):")
+	w("How long one connect took (SYN out to SYN-ACK in, and the system call), the")
+	w("median over the rounds of each measurement's p50 and p99, in µs:")
 	w("")
-	w("| round | measured | connections/s | connections | failed | kube-proxy translated | load |")
-	w("|---:|---|---:|---:|---:|---:|---:|")
+	w("| Service | lockstep: p50 | p99 | kube-proxy: p50 | p99 |")
+	w("|---|---:|---:|---:|---:|")
+	p50 := func(s connSample) float64 { return s.connectP50 }
+	p99 := func(s connSample) float64 { return s.connectP99 }
+	for _, n := range backendCounts {
+		w("| ClusterIP, %s | %.0f | %.0f | %.0f | %.0f |", plural(n, "backend"),
+			medianOf(c.values(modeLockstep, n, p50)), medianOf(c.values(modeLockstep, n, p99)),
+			medianOf(c.values(modeKubeProxy, n, p50)), medianOf(c.values(modeKubeProxy, n, p99)))
+	}
+	w("| pod IP (no Service) | %.0f | %.0f | | |", medianOf(c.values("", 0, p50)), medianOf(c.values("", 0, p99)))
+	w("")
+	w("Every measurement, in the order taken (connections/s; failed connections; connect")
+	w("p50 and p99 in µs; the 1-minute load average as it started):")
+	w("")
+	w("| round | measured | connections/s | connections | failed | connect p50 | p99 | kube-proxy translated | load |")
+	w("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range c.samples {
 		what := "pod IP"
 		if s.backends > 0 {
 			what = fmt.Sprintf("%s, %s", s.mode, plural(s.backends, "backend"))
 		}
-		w("| %d | %s | %.0f | %d | %d | %d | %s |", s.round, what, s.rate, s.conns, s.failures, s.kubeProxyNAT, s.load)
+		w("| %d | %s | %.0f | %d | %d | %.0f | %.0f | %d | %s |", s.round, what, s.rate, s.conns, s.failures, s.connectP50, s.connectP99, s.kubeProxyNAT, s.load)
 	}
 	w("")
 }

@@ -10,7 +10,8 @@
 // until SIGTERM (the client pod's process). connect opens and closes TCP
 // connections to addr from -workers goroutines for -duration, with
 // nothing but the system calls (socket, bind, a blocking connect, close),
-// and prints one JSON line: the connections, the failures and the rate.
+// and prints one JSON line: the connections, the failures, the rate and
+// how long connect took (p50, p99, max).
 //
 // Each connection binds a source port of -ports that no other connection
 // of the run used, and the run ends early once they are used up: every

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,6 +105,13 @@ type Result struct {
 	Seconds     float64 `json:"seconds"`
 	// PerSecond is Connections / Seconds.
 	PerSecond float64 `json:"perSecond"`
+	// ConnectP50, ConnectP99 and ConnectMax are how long connect took
+	// (SYN sent to SYN-ACK received, plus the system call), in
+	// microseconds, over the connections made: a lost SYN shows as a
+	// retransmission a second later.
+	ConnectP50 float64 `json:"connectP50Micros"`
+	ConnectP99 float64 `json:"connectP99Micros"`
+	ConnectMax float64 `json:"connectMaxMicros"`
 	// PortsExhausted: the run ended before its duration because every
 	// source port of -ports had been used.
 	PortsExhausted bool `json:"portsExhausted,omitempty"`
@@ -180,9 +188,10 @@ func measure(sa *syscall.SockaddrInet4, workers int, d time.Duration, lo, hi int
 		wg         sync.WaitGroup
 	)
 	next.Store(int64(lo))
+	took := make([][]time.Duration, workers) // each worker's connects
 	start := time.Now()
 	deadline := start.Add(d)
-	for range workers {
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -192,7 +201,7 @@ func measure(sa *syscall.SockaddrInet4, workers int, d time.Duration, lo, hi int
 					exhausted.Store(true)
 					return
 				}
-				err := openClose(int(port), sa)
+				t, err := openClose(int(port), sa)
 				switch {
 				case errors.Is(err, syscall.EADDRINUSE):
 					// Someone else's port: not a connection.
@@ -201,6 +210,7 @@ func measure(sa *syscall.SockaddrInet4, workers int, d time.Duration, lo, hi int
 					first.Do(func() { why = err.Error() })
 				default:
 					ok.Add(1)
+					took[w] = append(took[w], t)
 				}
 			}
 		}()
@@ -216,30 +226,47 @@ func measure(sa *syscall.SockaddrInet4, workers int, d time.Duration, lo, hi int
 		return Result{}, fmt.Errorf("connections to %s still not established %s after the run ended: is a backend not answering?", netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)), hangAfter)
 	}
 	secs := time.Since(start).Seconds()
+	all := slices.Concat(took...)
+	slices.Sort(all)
 	return Result{
 		Connections: ok.Load(), Failures: failed.Load(), Seconds: secs, PerSecond: float64(ok.Load()) / secs,
+		ConnectP50: micros(percentile(all, 50)), ConnectP99: micros(percentile(all, 99)), ConnectMax: micros(percentile(all, 100)),
 		PortsExhausted: exhausted.Load(), FirstFailure: why,
 	}, nil
 }
 
+// percentile is the nearest-rank p-th percentile of sorted, 0 when empty.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := max((p*len(sorted)+99)/100, 1)
+	return sorted[min(rank, len(sorted))-1]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
 // openClose opens one connection from port to sa, blocking until it is
-// established, and closes it with a reset. The socket has no SO_SNDTIMEO:
-// with one, a signal to the thread (the Go runtime's) would fail connect
-// with EINTR instead of restarting it.
-func openClose(port int, sa *syscall.SockaddrInet4) error {
+// established, and closes it with a reset; it returns how long connect
+// took. The socket has no SO_SNDTIMEO: with one, a signal to the thread
+// (the Go runtime's) would fail connect with EINTR instead of restarting
+// it.
+func openClose(port int, sa *syscall.SockaddrInet4) (time.Duration, error) {
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("socket: %w", err)
+		return 0, fmt.Errorf("socket: %w", err)
 	}
 	defer syscall.Close(fd)
 	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: port}); err != nil {
-		return fmt.Errorf("bind port %d: %w", port, err)
+		return 0, fmt.Errorf("bind port %d: %w", port, err)
 	}
+	start := time.Now()
 	if err := syscall.Connect(fd, sa); err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return 0, fmt.Errorf("connect: %w", err)
 	}
+	took := time.Since(start)
 	if err := syscall.SetsockoptLinger(fd, syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0}); err != nil {
-		return fmt.Errorf("set SO_LINGER: %w", err)
+		return 0, fmt.Errorf("set SO_LINGER: %w", err)
 	}
-	return nil
+	return took, nil
 }

@@ -39,6 +39,9 @@ func TestMeasureUsesEachPortOnce(t *testing.T) {
 	if res.Seconds >= 30 || res.PerSecond <= 0 {
 		t.Fatalf("measure = %+v; want it to end early with a rate", res)
 	}
+	if res.ConnectP50 <= 0 || res.ConnectP50 > res.ConnectP99 || res.ConnectP99 > res.ConnectMax {
+		t.Fatalf("measure = %+v; want connect times 0 < p50 ≤ p99 ≤ max", res)
+	}
 }
 
 func TestMeasureCountsRefusals(t *testing.T) {
@@ -74,5 +77,23 @@ func TestParsePorts(t *testing.T) {
 		if (err == nil) != tc.ok || lo != tc.lo || hi != tc.hi {
 			t.Errorf("parsePorts(%q) = %d, %d, %v", tc.in, lo, hi, err)
 		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 200; i++ {
+		d = append(d, time.Duration(i))
+	}
+	for _, tc := range []struct {
+		p    int
+		want time.Duration
+	}{{50, 100}, {99, 198}, {100, 200}} {
+		if got := percentile(d, tc.p); got != tc.want {
+			t.Errorf("p%d = %d, want %d", tc.p, got, tc.want)
+		}
+	}
+	if got := percentile(nil, 50); got != 0 {
+		t.Errorf("p50 of nothing = %d, want 0", got)
 	}
 }
