@@ -106,6 +106,20 @@ func (r *report) targets() []benchkit.Target {
 	return out
 }
 
+// busy reports whether m's 1-minute load average at the start exceeded
+// its CPU count.
+func busy(m benchkit.Machine) bool {
+	var load float64
+	var cpus int
+	if _, err := fmt.Sscan(m.Load, &load); err != nil {
+		return false
+	}
+	if _, err := fmt.Sscan(m.CPUs, &cpus); err != nil {
+		return false
+	}
+	return load > float64(cpus)
+}
+
 func plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
@@ -126,6 +140,13 @@ func (r *report) section() string {
 	w("")
 	b.WriteString(benchkit.Table(r.machine.Rows()))
 	w("")
+	if busy(r.machine) {
+		w("**The machine was busy**: its load average at the start exceeded its CPU count, so")
+		w("other work shared the CPUs with every measurement, and the connection rates vary")
+		w("with it from one measurement to the next. Rerun on a quiet machine before drawing")
+		w("conclusions from them.")
+		w("")
+	}
 	if r.conn != nil {
 		r.writeConnRate(w)
 	}

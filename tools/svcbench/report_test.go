@@ -6,7 +6,24 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"lockstep.dev/lockstep/internal/benchkit"
 )
+
+func TestBusy(t *testing.T) {
+	for _, tc := range []struct {
+		load, cpus string
+		want       bool
+	}{
+		{"18.91 17.30 11.74", "2 × Intel(R) Xeon(R) Processor", true},
+		{"0.42 0.30 0.20", "2 × Intel(R) Xeon(R) Processor", false},
+		{"unknown", "2", false},
+	} {
+		if got := busy(benchkit.Machine{Load: tc.load, CPUs: tc.cpus}); got != tc.want {
+			t.Errorf("busy(load %s, %s CPUs) = %v, want %v", tc.load, tc.cpus, got, tc.want)
+		}
+	}
+}
 
 func TestParseVerdicts(t *testing.T) {
 	out := `goos: linux
