@@ -85,12 +85,13 @@ e2e: deps kube-testenv
 demo: build
 	$(GO) run ./tools/demo -bin $(BIN)
 
-## bench: CNI latency vs the reference plugins, the policy dataplanes, Kubernetes IPAM, then pod start on the real node vs bridge, written to BENCHMARKS.md
+## bench: CNI latency vs the reference plugins, the policy dataplanes, Kubernetes IPAM, pod start on the real node vs bridge, then Service translation vs kube-proxy, written to BENCHMARKS.md
 bench: deps build kube-testenv
 	$(GO) run ./tools/cnibench -bin $(BIN) -out BENCHMARKS.md
 	$(GO) run ./tools/policybench -bin $(BIN) -out BENCHMARKS.md
 	$(GO) run ./tools/kubebench -bin $(BIN) -out BENCHMARKS.md
 	$(GO) run ./tools/podstartbench -bin $(BIN) -out BENCHMARKS.md
+	$(GO) run ./tools/svcbench -bin $(BIN) -out BENCHMARKS.md
 
 clean:
 	rm -rf $(BIN)

@@ -82,6 +82,12 @@ type Config struct {
 	// ClusterCIDRs add to the cluster's pod CIDRs, which are otherwise the
 	// pools of every node (standalone: this node's).
 	ClusterCIDRs []netip.Prefix
+	// LeaveServicesToKubeProxy keeps the dataplane from translating pods'
+	// connections to Services (the eBPF dataplane does by default, the
+	// iptables dataplane standalone): kube-proxy translates them after
+	// the dataplane has judged them, so egress policy sees the ClusterIP,
+	// not the backend (--service-translation=false).
+	LeaveServicesToKubeProxy bool
 	// SkipSysctls leaves IP forwarding alone (for tests that run the agent
 	// in-process on the machine's own namespace).
 	SkipSysctls bool

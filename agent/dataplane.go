@@ -40,6 +40,8 @@ type backend struct {
 	// name is the backend with its variant, e.g. "iptables-nft".
 	name string
 	dp   enforcer.Dataplane
+	// servicesLeft: the backend translates no Service, kube-proxy does.
+	servicesLeft bool
 	// counts reports the backend's sizes for `lockstep status`.
 	counts func() map[string]int
 	// metrics writes backend-specific samples at scrape time.
@@ -93,11 +95,15 @@ type residue struct {
 func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, error) {
 	switch cfg.Dataplane {
 	case "", DataplaneEBPF:
-		dp, err := datapath.Load(datapath.Options{PinRoot: cfg.BPFRoot, Logger: log})
+		dp, err := datapath.Load(datapath.Options{PinRoot: cfg.BPFRoot, Logger: log, LeaveServicesToKubeProxy: cfg.LeaveServicesToKubeProxy})
 		if err != nil {
 			return nil, err
 		}
-		return &backend{name: backendEBPF, dp: dp, counts: ebpfCounts(dp), metrics: ebpfMetrics(dp), close: dp.Close}, nil
+		if cfg.LeaveServicesToKubeProxy {
+			log.Info("eBPF dataplane: Service translation off (--service-translation=false): kube-proxy translates pods' connections to ClusterIPs, and egress policy judges the ClusterIP")
+		}
+		return &backend{name: backendEBPF, dp: dp, servicesLeft: cfg.LeaveServicesToKubeProxy,
+			counts: ebpfCounts(dp), metrics: ebpfMetrics(dp), close: dp.Close}, nil
 	case DataplaneIptables:
 		return openIptables(ctx, cfg, log)
 	case DataplaneHNS:
@@ -225,7 +231,8 @@ func dataplaneStatus(be *backend, enf *enforcer.Enforcer, cleanups *cleanup.Mana
 		out.Counts = be.counts()
 	}
 	svcs := enf.Services()
-	out.Services = &api.ServicesStatus{Frontends: svcs.Frontends, Backends: svcs.Backends, WithoutBackends: svcs.NoBackends}
+	out.Services = &api.ServicesStatus{Frontends: svcs.Frontends, Backends: svcs.Backends, WithoutBackends: svcs.NoBackends,
+		LeftToKubeProxy: be.servicesLeft}
 	for _, c := range cleanups.Pending() {
 		out.PendingCleanups = append(out.PendingCleanups, api.CleanupStatus{
 			Backend: c.Backend, Reason: c.Reason, Since: c.Since, Attempts: c.Attempts,

@@ -30,10 +30,11 @@ func openIptables(ctx context.Context, cfg Config, log *slog.Logger) (*backend, 
 	}
 	log.Info("iptables dataplane", "mode", mode.String(), "translate_services", o.TranslateServices)
 	return &backend{
-		name:    mode.String(),
-		dp:      dp,
-		counts:  func() map[string]int { return iptablesCounts(dp.Stats()) },
-		metrics: iptablesMetrics(dp),
+		name:         mode.String(),
+		dp:           dp,
+		servicesLeft: !o.TranslateServices,
+		counts:       func() map[string]int { return iptablesCounts(dp.Stats()) },
+		metrics:      iptablesMetrics(dp),
 		compactDue: func() bool {
 			s := dp.Stats()
 			return s.DeadRules > 0 && time.Since(s.LastApplyEnd) >= CompactAfter
@@ -45,9 +46,9 @@ func openIptables(ctx context.Context, cfg Config, log *slog.Logger) (*backend, 
 
 // iptablesOptions are the iptables dataplane's options for cfg: it
 // translates Services exactly when the agent runs standalone, the mode of
-// a node without kube-proxy.
+// a node without kube-proxy, unless told to leave them to kube-proxy.
 func iptablesOptions(cfg Config, mode iptables.Mode, r iptables.Runner) iptables.Options {
-	return iptables.Options{Mode: mode, Runner: r, TranslateServices: cfg.Standalone}
+	return iptables.Options{Mode: mode, Runner: r, TranslateServices: cfg.Standalone && !cfg.LeaveServicesToKubeProxy}
 }
 
 func iptablesCounts(s iptables.Stats) map[string]int {

@@ -170,6 +170,10 @@ type ServicesStatus struct {
 	// WithoutBackends are the frontends with no ready endpoint, whose
 	// connections are refused.
 	WithoutBackends int `json:"withoutBackends"`
+	// LeftToKubeProxy: the dataplane translates none of them, kube-proxy
+	// does (the agent's --service-translation=false, or the iptables
+	// dataplane in Kubernetes mode); the counts are what it was given.
+	LeftToKubeProxy bool `json:"leftToKubeProxy,omitempty"`
 }
 
 // CleanupStatus is one pending clean-up of a backend.

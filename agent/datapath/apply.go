@@ -35,11 +35,18 @@ import (
 // comparing). A one-rule change handed over that way writes the rule and
 // the generation. It waits only when the previous flip is less than an RCU
 // grace period old (waitQuiescent), until packets that read the previous
-// generation are done.
+// generation are done. With Options.LeaveServicesToKubeProxy it applies
+// want without its Services.
 func (d *Datapath) Apply(want *policy.Desired) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
+	if d.leaveServices && !sameMap(want.Services, noServices) {
+		// A copy: want is the compiler's, shared with the enforcer.
+		w := *want
+		w.Services = noServices
+		want = &w
+	}
 	if d.readBack {
 		d.mirror.closeInners()
 		if err := d.adopt(); err != nil {
@@ -281,6 +288,12 @@ func (d *Datapath) writeIPCache(want map[netip.Addr]policy.AddrEntry, p, q int) 
 	m.addrsFrom[q] = want
 	return gone, nil
 }
+
+// noServices is the Services Apply writes with
+// Options.LeaveServicesToKubeProxy: always the same empty map, so that the
+// Apply after the first finds each parity written from it and looks no
+// further. Never modified.
+var noServices = map[policy.ServiceFrontend]*policy.ServiceEntry{}
 
 // sameMap reports whether a and b are the same map object: for immutable
 // policy.Desired maps, the same content.

@@ -21,6 +21,8 @@ type Options struct {
 	PinRoot string
 	// Logger receives progress and repairs; nil discards.
 	Logger *slog.Logger
+	// LeaveServicesToKubeProxy makes Apply translate no Service.
+	LeaveServicesToKubeProxy bool
 }
 
 // Datapath is the eBPF dataplane, which needs Linux (tc, bpffs): on other

@@ -100,6 +100,11 @@
 // lockstep_svc_ct (see bpf/lib/service.h); removed endpoints' entries
 // there are flushed with their conntrack entries.
 //
+// With [Options.LeaveServicesToKubeProxy] (the agent's
+// --service-translation=false) Apply writes no frontend and removes those
+// the maps hold: pods' packets to a ClusterIP go on untranslated to
+// kube-proxy, and egress policy judges them on the ClusterIP.
+//
 // # Kernel requirements
 //
 // Linux 5.11 or later with BTF-capable bpffs pinning: BPF ISA v3 (5.1),

@@ -49,6 +49,14 @@ type Options struct {
 	PinRoot string
 	// Logger receives progress and repairs; nil discards.
 	Logger *slog.Logger
+	// LeaveServicesToKubeProxy makes Apply translate no Service: it
+	// ignores policy.Desired.Services and removes the frontends a previous
+	// agent left in the maps. Pods' packets to a ClusterIP then go on
+	// untranslated, for kube-proxy to translate in the node's netfilter,
+	// and egress policy judges them on the ClusterIP (a world address),
+	// not on the backend. Connections translated before keep their
+	// backend until they end.
+	LeaveServicesToKubeProxy bool
 }
 
 // Datapath is the loaded dataplane of a node. Its methods are safe for
@@ -56,6 +64,8 @@ type Options struct {
 type Datapath struct {
 	pinRoot string
 	log     *slog.Logger
+	// leaveServices is Options.LeaveServicesToKubeProxy.
+	leaveServices bool
 
 	fromPod, toPod *ebpf.Program
 	state          *ebpf.Map
@@ -138,24 +148,25 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, fmt.Errorf("load BPF programs: %w", err)
 	}
 	d := &Datapath{
-		pinRoot:   opts.PinRoot,
-		log:       opts.Logger,
-		fromPod:   coll.Programs["from_pod"],
-		toPod:     coll.Programs["to_pod"],
-		state:     coll.Maps[maps.StateMap],
-		endpoints: coll.Maps[maps.EndpointsMap],
-		policy:    coll.Maps[maps.PolicyMap],
-		ipcache:   coll.Maps[maps.IPCacheMap],
-		cidrs:     coll.Maps[maps.CIDRsMap],
-		services:  coll.Maps[maps.ServicesMap],
-		backends:  coll.Maps[maps.BackendsMap],
-		ct:        coll.Maps[maps.CTMap],
-		svcCT:     coll.Maps[maps.SvcCTMap],
-		ctEpoch:   coll.Maps[maps.CTEpochMap],
-		counters:  coll.Maps[maps.CountersMap],
-		events:    coll.Maps[maps.EventsMap],
-		innerSpec: spec.Maps[maps.PolicyMap].InnerMap.Copy(),
-		attached:  make(map[string]int),
+		pinRoot:       opts.PinRoot,
+		log:           opts.Logger,
+		leaveServices: opts.LeaveServicesToKubeProxy,
+		fromPod:       coll.Programs["from_pod"],
+		toPod:         coll.Programs["to_pod"],
+		state:         coll.Maps[maps.StateMap],
+		endpoints:     coll.Maps[maps.EndpointsMap],
+		policy:        coll.Maps[maps.PolicyMap],
+		ipcache:       coll.Maps[maps.IPCacheMap],
+		cidrs:         coll.Maps[maps.CIDRsMap],
+		services:      coll.Maps[maps.ServicesMap],
+		backends:      coll.Maps[maps.BackendsMap],
+		ct:            coll.Maps[maps.CTMap],
+		svcCT:         coll.Maps[maps.SvcCTMap],
+		ctEpoch:       coll.Maps[maps.CTEpochMap],
+		counters:      coll.Maps[maps.CountersMap],
+		events:        coll.Maps[maps.EventsMap],
+		innerSpec:     spec.Maps[maps.PolicyMap].InnerMap.Copy(),
+		attached:      make(map[string]int),
 	}
 	d.svcStats = &d.stats
 	// The programs hold the maps Go never reads or writes: the monitor

@@ -310,3 +310,77 @@ func TestPrivilegedServiceAdopt(t *testing.T) {
 		t.Errorf("idle parity holds %d frontends after settling, want 15", len(got))
 	}
 }
+
+// With LeaveServicesToKubeProxy an agent translates nothing: it writes no
+// frontend and removes those an agent that translated left. A pod's
+// packet to a ClusterIP then leaves as it came, for kube-proxy, and egress
+// policy judges the ClusterIP: a policy that allows the backends does not
+// allow it, one that allows the ClusterIP's range does. Started again
+// without it, the agent translates again.
+func TestPrivilegedServicesLeftToKubeProxy(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	want := svcBenchDesired()
+	mustApply(t, d, want)
+	d.waitSettled(t)
+	checkLive(t, d, "translating", want.Services)
+	d.Close()
+	// The same, with egress to 10.0.0.0/8 (CIDR class 1, where the
+	// ClusterIPs are) on TCP 80 allowed as well.
+	wantRange := svcBenchDesired()
+	wantRange.Endpoints[podIf].Rules[policy.RuleKey{Peer: policy.CIDRClassBit | 1, Dir: policy.Egress, Proto: policy.ProtoTCP}] = ports(80, 80)
+
+	sport := uint16(3000)
+	syn := func(t *testing.T, d *Datapath) (uint32, netip.AddrPort) {
+		t.Helper()
+		sport++
+		ret, raw := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: "10.96.0.1", proto: policy.ProtoTCP, sport: sport, dport: 80, tcpFlags: tcpSYN}))
+		if ret != actOK {
+			return ret, netip.AddrPort{}
+		}
+		w := mustWire(t, "SYN", raw)
+		return ret, netip.AddrPortFrom(w.dst, w.dport)
+	}
+	frontendAP := netip.MustParseAddrPort("10.96.0.1:80")
+	backendAP := netip.AddrPortFrom(benchAddr(0), 8080)
+	t.Run("left to kube-proxy", func(t *testing.T) {
+		d2, err := Load(Options{PinRoot: d.pinRoot, LeaveServicesToKubeProxy: true})
+		if err != nil {
+			t.Fatalf("reload: %v", err)
+		}
+		defer d2.Close()
+		d2.fakeAttach(podIf, loIfindex)
+		mustApply(t, d2, want)
+		mustApply(t, d2, svcBenchDesired())
+		if d2.stats.svc != 0 {
+			t.Errorf("an apply after the first wrote %d Service entries, want 0", d2.stats.svc)
+		}
+		d2.waitSettled(t)
+		var k bpfmaps.SvcKey
+		var v bpfmaps.SvcValue
+		if it := d2.services.Iterate(); it.Next(&k, &v) {
+			t.Errorf("lockstep_services still holds %+v once settled", k)
+		}
+		if ret, to := syn(t, d2); ret != actShot {
+			t.Errorf("a new connection to the frontend, the backends allowed: %s to %s, want it dropped (egress judges the ClusterIP)", actName(ret), to)
+		}
+		mustApply(t, d2, wantRange)
+		if ret, to := syn(t, d2); ret != actOK || to != frontendAP {
+			t.Errorf("a new connection to the frontend, its range allowed: %s to %s, want OK to %s", actName(ret), to, frontendAP)
+		}
+	})
+	t.Run("translated again", func(t *testing.T) {
+		d3, err := Load(Options{PinRoot: d.pinRoot})
+		if err != nil {
+			t.Fatalf("reload: %v", err)
+		}
+		defer d3.Close()
+		d3.fakeAttach(podIf, loIfindex)
+		mustApply(t, d3, want)
+		checkLive(t, d3, "translating again", want.Services)
+		if ret, to := syn(t, d3); ret != actOK || to != backendAP {
+			t.Errorf("a new connection to the frontend: %s to %s, want OK to %s", actName(ret), to, backendAP)
+		}
+	})
+}

@@ -54,6 +54,7 @@ func agentCommand() *cobra.Command {
 		logFormat string
 	)
 	var nonMasq, cluster []string // --non-masquerade-cidr, --cluster-cidr
+	var translate bool            // --service-translation
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the node agent (serves the CNI plugin, owns all node state)",
@@ -97,6 +98,7 @@ serves ADDs; until then, what it waits for) and Prometheus /metrics.`,
 			if cfg.ClusterCIDRs, err = parseCIDRs("cluster-cidr", cluster); err != nil {
 				return err
 			}
+			cfg.LeaveServicesToKubeProxy = !translate
 			return agent.Run(cmd.Context(), cfg)
 		},
 	}
@@ -114,6 +116,7 @@ serves ADDs; until then, what it waits for) and Prometheus /metrics.`,
 	f.StringVar(&cfg.BPFRoot, "bpf-root", agent.DefaultBPFRoot, "bpffs directory the dataplane pins its maps under (when neither it nor its parent is on a bpffs, one is mounted at the parent)")
 	f.BoolVar(&cfg.Masquerade, "masquerade", true, "masquerade pod traffic to destinations outside the cluster's pod CIDRs with the node's address (iptables NAT, every Linux dataplane); false removes lockstep's masquerade rules")
 	f.StringSliceVar(&nonMasq, "non-masquerade-cidr", nil, "destination pods reach with their own address although outside the cluster (a network that routes pod CIDRs back); repeatable")
+	f.BoolVar(&translate, "service-translation", true, "translate pods' connections to Service ClusterIPs in the dataplane, before policy (eBPF; iptables only --standalone); false leaves them to kube-proxy, and egress policy then judges the ClusterIP, not the backend")
 	f.StringSliceVar(&cluster, "cluster-cidr", nil, "range to count as the cluster's pod CIDRs besides every node's pools (e.g. the IPPools' CIDRs); repeatable")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")

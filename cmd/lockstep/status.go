@@ -68,6 +68,9 @@ func writeStatus(out io.Writer, st *api.StatusResponse, now time.Time) error {
 			if s.WithoutBackends > 0 {
 				fmt.Fprintf(w, ", %d without a ready endpoint", s.WithoutBackends)
 			}
+			if s.LeftToKubeProxy {
+				fmt.Fprintf(w, " (translated by kube-proxy, not lockstep)")
+			}
 			fmt.Fprintln(w)
 		}
 		if len(dp.PendingCleanups) == 0 {

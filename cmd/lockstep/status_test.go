@@ -29,6 +29,14 @@ func TestWriteStatus(t *testing.T) {
 				"Pending clean-ups:  1", "iptables-legacy:", "3 attempts", "last error: exit status 4"},
 		},
 		{
+			name: "Services left to kube-proxy",
+			st: api.StatusResponse{Dataplane: &api.DataplaneStatus{
+				Name: "ebpf", LastApply: now.Add(-time.Second),
+				Services: &api.ServicesStatus{Frontends: 3, Backends: 4, LeftToKubeProxy: true},
+			}},
+			want: []string{"3 frontends, 4 backends (translated by kube-proxy, not lockstep)"},
+		},
+		{
 			name: "apply failed",
 			st:   api.StatusResponse{Dataplane: &api.DataplaneStatus{Name: "ebpf", LastApplyError: "attach ls1: no such device"}},
 			want: []string{"FAILED: attach ls1: no such device", "Pending clean-ups:  none"},

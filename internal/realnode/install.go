@@ -67,8 +67,18 @@ func (c *Cluster) InstallLockstep(ctx context.Context, repo, dataplane string) e
 // SetDataplane switches lockstep's dataplane through its ConfigMap and
 // restarts the agents, waiting for the rollout.
 func (c *Cluster) SetDataplane(ctx context.Context, dataplane string) error {
-	patch := fmt.Sprintf(`{"data":{"dataplane":%q}}`, dataplane)
-	if _, err := c.Kubectl(ctx, "-n", "kube-system", "patch", "configmap", "lockstep-config", "--type", "merge", "-p", patch); err != nil {
+	return c.SetConfig(ctx, map[string]string{"dataplane": dataplane})
+}
+
+// SetConfig sets keys of lockstep's ConfigMap (deploy/config.yaml) and
+// restarts the agents, which read it at start, as a user changing a
+// setting does; it waits for the rollout.
+func (c *Cluster) SetConfig(ctx context.Context, data map[string]string) error {
+	patch, err := json.Marshal(map[string]any{"data": data})
+	if err != nil {
+		return fmt.Errorf("encode lockstep-config patch: %w", err)
+	}
+	if _, err := c.Kubectl(ctx, "-n", "kube-system", "patch", "configmap", "lockstep-config", "--type", "merge", "-p", string(patch)); err != nil {
 		return err
 	}
 	if _, err := c.Kubectl(ctx, "-n", "kube-system", "rollout", "restart", "daemonset/lockstep-agent"); err != nil {

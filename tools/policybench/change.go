@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"lockstep.dev/lockstep/internal/benchcluster"
 	"lockstep.dev/lockstep/internal/benchkit"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/enforcer"
@@ -20,10 +20,6 @@ import (
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/nodesim"
 )
-
-// localEndpoints is how many pods of the node under test have a veth the
-// datapath is attached to.
-const localEndpoints = 20
 
 // changeResult is what the change benchmarks measured: policy edits,
 // with Sync's phases, and two kinds of pod churn, end to end.
@@ -50,35 +46,25 @@ type changeResult struct {
 	identities int
 }
 
-// localPod is the k-th pod of the node under test: app k of namespace k,
-// so the policy of its app selects it.
-func localPod(k int) *policy.Pod {
-	return appPod(nsName(k), k%clusterApps, fmt.Sprintf("local-%d", k))
-}
-
-// localAddr is the address of the k-th local pod, outside the remote pods'
-// 10.0.0.0/16.
-func localAddr(k int) netip.Addr { return netip.AddrFrom4([4]byte{10, 250, 0, byte(k + 1)}) }
-
 // editPolicy is the i-th edit: the policy selecting local pod i%20 gets a
 // new port range, so that endpoint's rules change.
 func editPolicy(i int) *policy.NetworkPolicy {
-	k := i % localEndpoints
-	return appPolicy(nsName(k), k, k%clusterApps, i+1)
+	k := i % benchcluster.LocalEndpoints
+	return benchcluster.AppPolicy(benchcluster.NsName(k), k, k%benchcluster.Apps, i+1)
 }
 
 // editElsewhere is the i-th edit of a policy that selects no local pod:
 // that of the next app in local pod i%20's namespace.
 func editElsewhere(i int) *policy.NetworkPolicy {
-	k := i % localEndpoints
-	return appPolicy(nsName(k), k, (k+1)%clusterApps, i+1)
+	k := i % benchcluster.LocalEndpoints
+	return benchcluster.AppPolicy(benchcluster.NsName(k), k, (k+1)%benchcluster.Apps, i+1)
 }
 
 // benchPolicyChange loads the cluster into a store, attaches the datapath
-// to localEndpoints veths in a fresh netns (bpffs on a temporary mount) and
-// times changes one by one through the enforcer, as the agent applies
+// to the local pods' veths in a fresh netns (bpffs on a temporary mount)
+// and times changes one by one through the enforcer, as the agent applies
 // them: policy edits, then pod churn, then identity churn.
-func (b *bench) benchPolicyChange(ctx context.Context, c *cluster, edits int) (*changeResult, error) {
+func (b *bench) benchPolicyChange(ctx context.Context, c *benchcluster.Cluster, edits int) (*changeResult, error) {
 	node, err := b.newNetns()
 	if err != nil {
 		return nil, err
@@ -93,21 +79,15 @@ func (b *bench) benchPolicyChange(ctx context.Context, c *cluster, edits int) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := loadStore(st, c); err != nil {
+	if err := benchcluster.LoadStore(st, c); err != nil {
 		return nil, err
 	}
 	res := &changeResult{edits: edits}
 	err = node.Do(func(ns.NetNS) error {
 		// Every call below runs on this locked thread, inside node: the
 		// veths, Attach's filters and the enforcer's Sync all see it.
-		for k := range localEndpoints {
-			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostIf(k)}, PeerName: fmt.Sprintf("lsbp%d", k)}
-			if err := netlink.LinkAdd(veth); err != nil {
-				return fmt.Errorf("create veth %s: %w", hostIf(k), err)
-			}
-			if err := netlink.LinkSetUp(veth); err != nil {
-				return fmt.Errorf("set %s up: %w", hostIf(k), err)
-			}
+		if err := benchcluster.CreateVeths(); err != nil {
+			return err
 		}
 		dp, err := datapath.Load(datapath.Options{PinRoot: filepath.Join(bpfRoot, "lockstep")})
 		if err != nil {
@@ -119,22 +99,22 @@ func (b *bench) benchPolicyChange(ctx context.Context, c *cluster, edits int) (*
 		if err := enf.Sync(ctx); err != nil {
 			return fmt.Errorf("first sync: %w", err)
 		}
-		for k := range localEndpoints {
-			if !enf.Enforced(hostIf(k)) {
-				return fmt.Errorf("%s: %w after the first sync", hostIf(k), enforcer.ErrNotEnforced)
+		for k := range benchcluster.LocalEndpoints {
+			if !enf.Enforced(benchcluster.HostIf(k)) {
+				return fmt.Errorf("%s: %w after the first sync", benchcluster.HostIf(k), enforcer.ErrNotEnforced)
 			}
 		}
-		logf("  first sync (attach %d endpoints, apply everything): %s", localEndpoints, benchkit.FmtDur(time.Since(start)))
+		logf("  first sync (attach %d endpoints, apply everything): %s", benchcluster.LocalEndpoints, benchkit.FmtDur(time.Since(start)))
 
 		var ph enforcer.Phases
 		enf.OnPhases(func(p enforcer.Phases) { ph = p })
 		if err := benchEdits(ctx, st, enf, res, edits, &ph); err != nil {
 			return err
 		}
-		prog := newProgress("policy edits elsewhere", edits)
+		prog := benchkit.NewProgress("policy edits elsewhere", edits, logf)
 		for i := range edits {
 			ph = enforcer.Phases{}
-			d, err := timeWrite(ctx, st, enf, func(txn *store.Txn) error { return store.UpsertPolicy(txn, editElsewhere(i)) })
+			d, err := benchcluster.TimeWrite(ctx, st, enf, func(txn *store.Txn) error { return store.UpsertPolicy(txn, editElsewhere(i)) })
 			if err != nil {
 				return fmt.Errorf("policy edit elsewhere %d: %w", i, err)
 			}
@@ -142,7 +122,7 @@ func (b *bench) benchPolicyChange(ctx context.Context, c *cluster, edits int) (*
 			if ph.Skipped {
 				res.elsewhereSkipped++
 			}
-			prog.step()
+			prog.Step()
 		}
 		if res.podChurn, err = benchChurn(ctx, st, enf, "pod churn", edits, churnPod); err != nil {
 			return err
@@ -159,7 +139,7 @@ func (b *bench) benchPolicyChange(ctx context.Context, c *cluster, edits int) (*
 // benchEdits times edits policy edits through the store and the
 // enforcer, each followed by the full compilation it used to cost.
 func benchEdits(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, res *changeResult, edits int, ph *enforcer.Phases) error {
-	prog := newProgress("policy edits", edits)
+	prog := benchkit.NewProgress("policy edits", edits, logf)
 	for i := range edits {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -197,7 +177,7 @@ func benchEdits(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, re
 		for _, ep := range d.Endpoints {
 			res.rules += len(ep.Rules)
 		}
-		prog.step()
+		prog.Step()
 	}
 	return nil
 }
@@ -205,11 +185,11 @@ func benchEdits(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, re
 // benchChurn times n pod changes, end to end: pod(i) is written for even
 // i and deleted for odd i.
 func benchChurn(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, what string, n int, pod func(i int) *policy.Pod) ([]time.Duration, error) {
-	prog := newProgress(what, n)
+	prog := benchkit.NewProgress(what, n, logf)
 	var out []time.Duration
 	for i := range n {
 		p := pod(i - i%2)
-		d, err := timeWrite(ctx, st, enf, func(txn *store.Txn) error {
+		d, err := benchcluster.TimeWrite(ctx, st, enf, func(txn *store.Txn) error {
 			if i%2 == 0 {
 				return store.UpsertPod(txn, p)
 			}
@@ -219,35 +199,16 @@ func benchChurn(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, wh
 			return nil, fmt.Errorf("%s %d: %w", what, i, err)
 		}
 		out = append(out, d)
-		prog.step()
+		prog.Step()
 	}
 	return out, nil
-}
-
-// timeWrite commits write in one transaction and syncs the enforcer, and
-// returns how long both took.
-func timeWrite(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, write func(*store.Txn) error) (time.Duration, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	txn := st.WriteTxn()
-	if err := write(txn); err != nil {
-		txn.Abort()
-		return 0, err
-	}
-	txn.Commit()
-	if err := enf.Sync(ctx); err != nil {
-		return 0, fmt.Errorf("sync: %w", err)
-	}
-	return time.Since(start), nil
 }
 
 // churnPod is a remote pod of app i%20 of namespace i%50, an identity the
 // cluster has, at an address of its own.
 func churnPod(i int) *policy.Pod {
 	a := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
-	p := appPod(nsName(i%clusterNamespaces), i%clusterApps, fmt.Sprintf("churn-%d", i))
+	p := benchcluster.AppPod(benchcluster.NsName(i%benchcluster.Namespaces), i%benchcluster.Apps, fmt.Sprintf("churn-%d", i))
 	p.Status = policy.PodStatus{Phase: "Running", PodIP: a.String(), PodIPs: []policy.PodIP{{IP: a.String()}}}
 	return p
 }
@@ -258,35 +219,4 @@ func soloPod(i int) *policy.Pod {
 	p := churnPod(i)
 	p.Labels = map[string]string{"app": fmt.Sprintf("solo-%d", i), "tier": "1"}
 	return p
-}
-
-func hostIf(k int) string { return fmt.Sprintf("lsb%d", k) }
-
-// loadStore commits the cluster, the local pods and their Ready endpoints.
-func loadStore(st *store.Store, c *cluster) error {
-	txn := st.WriteTxn()
-	defer txn.Abort()
-	objs := store.Objects{Namespaces: c.Namespaces, Pods: c.Pods, Policies: c.Policies}
-	for k := range localEndpoints {
-		objs.Pods = append(objs.Pods, localPod(k))
-	}
-	if _, err := store.ReplaceObjects(txn, objs); err != nil {
-		return fmt.Errorf("load cluster into the store: %w", err)
-	}
-	for k := range localEndpoints {
-		p := localPod(k)
-		ep := &store.Endpoint{
-			Attachment: store.Attachment{ContainerID: fmt.Sprintf("policybench-%d", k), IfName: "eth0"},
-			HostIfName: hostIf(k),
-			Pod:        store.PodRef{Namespace: p.Namespace, Name: p.Name, UID: "uid-" + p.Name},
-			Addresses:  []store.AddressRef{{Pool: "bench", Addr: localAddr(k), Bits: 24}},
-			State:      store.EndpointReady,
-			Created:    time.Now(),
-		}
-		if err := store.UpsertEndpoint(txn, ep); err != nil {
-			return err
-		}
-	}
-	txn.Commit()
-	return nil
 }

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/iptables"
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/benchcluster"
 	"lockstep.dev/lockstep/internal/benchkit"
 	"lockstep.dev/lockstep/internal/nodesim"
 )
@@ -86,9 +86,9 @@ func (r *dataplanesResult) scratchOf(kind string) *dpChange {
 // the first policies policies. Pods are taken at an even stride, so that
 // 1,000 pods are one replica of every app (every identity) and 100 pods
 // are one of every tenth app in every namespace.
-func sizedCluster(pods, policies int) *cluster {
-	full := newCluster()
-	c := &cluster{Namespaces: full.Namespaces}
+func sizedCluster(pods, policies int) *benchcluster.Cluster {
+	full := benchcluster.New()
+	c := &benchcluster.Cluster{Namespaces: full.Namespaces}
 	stride := max(len(full.Pods)/pods, 1)
 	for i := 0; i < len(full.Pods) && len(c.Pods) < pods; i += stride {
 		c.Pods = append(c.Pods, full.Pods[i])
@@ -126,7 +126,7 @@ type dpNode struct {
 	close func()
 }
 
-// newDPNode creates a node netns with localEndpoints veths and a
+// newDPNode creates a node netns with the local pods' veths and a
 // dataplane of kind: the eBPF programs with their maps on a private
 // bpffs, or iptables in mode nft with every command run inside the netns.
 // Everything it creates goes at the end of the run.
@@ -137,16 +137,7 @@ func (b *bench) newDPNode(kind, tag string) (*dpNode, error) {
 	}
 	n := &dpNode{kind: kind, netns: node, close: func() {}}
 	err = node.Do(func(ns.NetNS) error {
-		for k := range localEndpoints {
-			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hostIf(k)}, PeerName: fmt.Sprintf("lsbp%d", k)}
-			if err := netlink.LinkAdd(veth); err != nil {
-				return fmt.Errorf("create veth %s: %w", hostIf(k), err)
-			}
-			if err := netlink.LinkSetUp(veth); err != nil {
-				return fmt.Errorf("set %s up: %w", hostIf(k), err)
-			}
-		}
-		return nil
+		return benchcluster.CreateVeths()
 	})
 	if err != nil {
 		return nil, err
@@ -237,7 +228,7 @@ func compiledSize(st *store.Store, s *dpStats) error {
 func (b *bench) benchDataplanes(ctx context.Context, edits int) (*dataplanesResult, error) {
 	res := &dataplanesResult{edits: edits, mode: iptables.ModeNFT}
 	for _, pods := range dataplanePodCounts {
-		c := sizedCluster(pods, len(newCluster().Policies))
+		c := sizedCluster(pods, len(benchcluster.New().Policies))
 		for _, kind := range dataplaneKinds {
 			logf("  %s, %d pods, %d policies: %d edits", kind, len(c.Pods), len(c.Policies), edits)
 			r, err := b.dataplaneChange(ctx, kind, c, edits)
@@ -247,7 +238,7 @@ func (b *bench) benchDataplanes(ctx context.Context, edits int) (*dataplanesResu
 			res.changes = append(res.changes, *r)
 		}
 	}
-	c := sizedCluster(clusterNamespaces*clusterApps*clusterReplicas, scratchPolicies)
+	c := sizedCluster(benchcluster.Namespaces*benchcluster.Apps*benchcluster.Replicas, scratchPolicies)
 	for _, kind := range dataplaneKinds {
 		logf("  %s: %d policies from scratch", kind, len(c.Policies))
 		r, err := b.dataplaneChange(ctx, kind, c, 0)
@@ -262,7 +253,7 @@ func (b *bench) benchDataplanes(ctx context.Context, edits int) (*dataplanesResu
 // dataplaneChange loads c into a store, times the first Sync into an
 // empty dataplane of kind, then edits policy edits one by one, each timed
 // from the store write to enforcer.Sync returning, as change.go does.
-func (b *bench) dataplaneChange(ctx context.Context, kind string, c *cluster, edits int) (*dpChange, error) {
+func (b *bench) dataplaneChange(ctx context.Context, kind string, c *benchcluster.Cluster, edits int) (*dpChange, error) {
 	tag := fmt.Sprintf("%d-%d", len(c.Pods), len(c.Policies))
 	n, err := b.newDPNode(kind, tag)
 	if err != nil {
@@ -273,7 +264,7 @@ func (b *bench) dataplaneChange(ctx context.Context, kind string, c *cluster, ed
 	if err != nil {
 		return nil, fmt.Errorf("create store: %w", err)
 	}
-	if err := loadStore(st, c); err != nil {
+	if err := benchcluster.LoadStore(st, c); err != nil {
 		return nil, err
 	}
 	res := &dpChange{kind: kind, pods: len(c.Pods)}
@@ -287,9 +278,9 @@ func (b *bench) dataplaneChange(ctx context.Context, kind string, c *cluster, ed
 		return nil, fmt.Errorf("first sync: %w", err)
 	}
 	res.stats.firstSync = time.Since(start)
-	for k := range localEndpoints {
-		if !enf.Enforced(hostIf(k)) {
-			return nil, fmt.Errorf("%s: %w after the first sync", hostIf(k), enforcer.ErrNotEnforced)
+	for k := range benchcluster.LocalEndpoints {
+		if !enf.Enforced(benchcluster.HostIf(k)) {
+			return nil, fmt.Errorf("%s: %w after the first sync", benchcluster.HostIf(k), enforcer.ErrNotEnforced)
 		}
 	}
 	n.stats(&res.stats)
@@ -298,7 +289,7 @@ func (b *bench) dataplaneChange(ctx context.Context, kind string, c *cluster, ed
 
 	var ph enforcer.Phases
 	enf.OnPhases(func(p enforcer.Phases) { ph = p })
-	prog := newProgress(fmt.Sprintf("%s edits at %d pods", kind, len(c.Pods)), max(edits, 1))
+	prog := benchkit.NewProgress(fmt.Sprintf("%s edits at %d pods", kind, len(c.Pods)), max(edits, 1), logf)
 	for i := range edits {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -318,7 +309,7 @@ func (b *bench) dataplaneChange(ctx context.Context, kind string, c *cluster, ed
 		if ph.Skipped {
 			res.skipped++
 		}
-		prog.step()
+		prog.Step()
 	}
 	if edits > 0 {
 		n.stats(&res.stats)

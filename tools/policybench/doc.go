@@ -4,7 +4,7 @@
 // tools/cnibench does for CNI ADD/DEL.
 //
 // One run measures, on one synthetic cluster of 10k remote pods and 1k
-// NetworkPolicies (see cluster.go):
+// NetworkPolicies (internal/benchcluster):
 //
 //   - the in-kernel cost of one verdict of the to_pod program, by running
 //     agent/datapath's BenchmarkVerdict and BenchmarkVerdictFloor (the

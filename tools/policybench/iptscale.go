@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/iptables"
+	"lockstep.dev/lockstep/internal/benchkit"
 )
 
 // iptScaleRuns is how many changes BenchmarkApplyOneChange times per mode.
@@ -31,7 +32,7 @@ type iptScale struct {
 // benchIPTablesAtScale runs BenchmarkApplyOneChange/mode=*/change=rule as
 // `go test` would, in the netns the benchmark creates itself.
 func benchIPTablesAtScale(ctx context.Context, repoRoot string) ([]iptScale, error) {
-	out, err := goTestBench(ctx, repoRoot, "^BenchmarkApplyOneChange$/^mode=/^change=rule$", iptScaleRuns, "./agent/iptables/")
+	out, err := benchkit.GoTestBench(ctx, repoRoot, "./agent/iptables/", "^BenchmarkApplyOneChange$/^mode=/^change=rule$", "-benchtime", fmt.Sprintf("%dx", iptScaleRuns))
 	if err != nil {
 		return nil, err
 	}

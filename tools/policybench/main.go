@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"lockstep.dev/lockstep/internal/benchcluster"
 	"lockstep.dev/lockstep/internal/benchkit"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -197,9 +198,9 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	b.onCleanup(func() error { return os.RemoveAll(b.work) })
 
 	rep := &report{cfg: b.cfg, facts: gatherFacts(b.cfg, b.binDir, benchkit.LoadAverage())}
-	c := newCluster()
+	c := benchcluster.New()
 	logf("cluster: %d namespaces, %d remote pods, %d policies, %d local endpoints",
-		len(c.Namespaces), len(c.Pods), len(c.Policies), localEndpoints)
+		len(c.Namespaces), len(c.Pods), len(c.Policies), benchcluster.LocalEndpoints)
 
 	switch b.cfg.only {
 	case "dataplanes":

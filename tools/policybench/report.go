@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"lockstep.dev/lockstep/internal/benchcluster"
 	"lockstep.dev/lockstep/internal/benchkit"
 )
 
@@ -110,9 +111,9 @@ func (r *report) section() string {
 	w("_Written by `tools/policybench` (`make bench`); do not edit by hand._")
 	w("")
 	w("One synthetic cluster throughout: %d namespaces × %d apps × %d replicas = %d remote",
-		clusterNamespaces, clusterApps, clusterReplicas, clusterNamespaces*clusterApps*clusterReplicas)
+		benchcluster.Namespaces, benchcluster.Apps, benchcluster.Replicas, benchcluster.Namespaces*benchcluster.Apps*benchcluster.Replicas)
 	w("pods with addresses, one label set per app (%d identities), and %d NetworkPolicies",
-		c.identities, clusterNamespaces*clusterApps)
+		c.identities, benchcluster.Namespaces*benchcluster.Apps)
 	w("(pod selector; ingress from a pod selector and from a namespace selector with a")
 	w("pod selector, on a named port and a port range; egress to DNS by named port, to a")
 	w("tier, and for every fourth app to an ipBlock with an except).")
@@ -129,7 +130,7 @@ func (r *report) section() string {
 	w("  starting with caches the syscall left cold. The floor is `BenchmarkVerdictFloor`, a")
 	w("  program that only returns, under the same two harnesses and packet; *net* is")
 	w("  a verdict minus its harness's floor.")
-	w("- **Policy change → maps applied**: the cluster in an agent store, %d local", localEndpoints)
+	w("- **Policy change → maps applied**: the cluster in an agent store, %d local", benchcluster.LocalEndpoints)
 	w("  endpoints on real veths in a throwaway netns with the programs attached. Each of")
 	w("  %d edits changes the port range of a policy that selects a local endpoint; the", c.edits)
 	w("  time runs from the store write transaction to `enforcer.Sync` returning. Sync")
@@ -200,7 +201,7 @@ func (r *report) section() string {
 
 	w("### Policy change → maps applied (%d edits)", c.edits)
 	w("")
-	w("Compiled state: %d ipcache addresses, %d rules over %d endpoints. Applies skipped", c.addrs, c.rules, localEndpoints)
+	w("Compiled state: %d ipcache addresses, %d rules over %d endpoints. Applies skipped", c.addrs, c.rules, benchcluster.LocalEndpoints)
 	w("(compiled state unchanged): %d of %d.", c.skipped, c.edits)
 	w("")
 	b.WriteString(c.table())
@@ -219,7 +220,7 @@ func (r *report) section() string {
 	w("statistics during the timed runs (which add two clock reads to each run): %s.", r.iperf.runTimes())
 	w("")
 
-	w("### Agent memory (%d pods, %d policies)", clusterNamespaces*clusterApps*clusterReplicas, clusterNamespaces*clusterApps)
+	w("### Agent memory (%d pods, %d policies)", benchcluster.Namespaces*benchcluster.Apps*benchcluster.Replicas, benchcluster.Namespaces*benchcluster.Apps)
 	w("")
 	w("| | |")
 	w("|---|---:|")
@@ -282,10 +283,10 @@ func (r *report) writeDataplanes(w func(string, ...any)) {
 	w("### Dataplanes: eBPF versus iptables (%s), one run", d.mode)
 	w("")
 	w("Both dataplanes behind the same `enforcer.Enforcer`, each in a throwaway node netns")
-	w("with %d local endpoints on real veths: eBPF with its maps on a private bpffs,", localEndpoints)
+	w("with %d local endpoints on real veths: eBPF with its maps on a private bpffs,", benchcluster.LocalEndpoints)
 	w("iptables in mode %s with every iptables and ipset command run inside the netns.", d.mode)
 	w("The cluster is the one above cut to N remote pods taken at an even stride (1,000")
-	w("pods: one replica of every app; 100: one of every tenth app), with all %d policies.", clusterNamespaces*clusterApps)
+	w("pods: one replica of every app; 100: one of every tenth app), with all %d policies.", benchcluster.Namespaces*benchcluster.Apps)
 	w("Each of %d edits changes the port range of a policy that selects a local endpoint;", d.edits)
 	w("time runs from the store write transaction to `enforcer.Sync` returning, as above.")
 	w("Here the edits follow each other at once, so each eBPF apply first waits for the rest")
@@ -308,8 +309,8 @@ func (r *report) writeDataplanes(w func(string, ...any)) {
 	w("")
 	w("#### %d policies from scratch", scratchPolicies)
 	w("")
-	w("One Sync into an empty dataplane with the first %d policies (%d namespaces × %d apps)", scratchPolicies, scratchPolicies/clusterApps, clusterApps)
-	w("and %d remote pods committed. For reference, Azure NPM published 4 minutes for 640", clusterNamespaces*clusterApps*clusterReplicas)
+	w("One Sync into an empty dataplane with the first %d policies (%d namespaces × %d apps)", scratchPolicies, scratchPolicies/benchcluster.Apps, benchcluster.Apps)
+	w("and %d remote pods committed. For reference, Azure NPM published 4 minutes for 640", benchcluster.Namespaces*benchcluster.Apps*benchcluster.Replicas)
 	w("policies on legacy iptables (a different policy shape and node; not measured here).")
 	w("")
 	w("| dataplane | Sync | rules compiled | ipcache addresses | iptables rules | iptables chains | ipsets (members) |")

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"lockstep.dev/lockstep/internal/benchcluster"
 	"lockstep.dev/lockstep/internal/benchkit"
 
 	"lockstep.dev/lockstep/internal/nodesim"
@@ -47,9 +48,9 @@ func (b *bench) newNode(ctx context.Context, name, manifests string) (*nodesim.N
 // benchRSS starts an agent whose --manifests hold the cluster and reads
 // its VmRSS once it serves: the agent loads the manifests and applies them
 // before it opens its socket.
-func (b *bench) benchRSS(ctx context.Context, c *cluster) (*rssResult, error) {
+func (b *bench) benchRSS(ctx context.Context, c *benchcluster.Cluster) (*rssResult, error) {
 	dir := filepath.Join(b.work, "rss-manifests")
-	if err := writeManifests(dir, c); err != nil {
+	if err := benchcluster.WriteManifests(dir, c); err != nil {
 		return nil, err
 	}
 	start := time.Now()

@@ -25,6 +25,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/internal/benchcluster"
 	"lockstep.dev/lockstep/internal/nodesim"
 )
 
@@ -102,7 +103,7 @@ type iperfPod struct {
 // throughputManifests are the objects of the throughput node: a client and
 // a server pod, and a policy that isolates the server and allows the
 // client to reach it on TCP 5201 only.
-func throughputManifests() *cluster {
+func throughputManifests() *benchcluster.Cluster {
 	tcp := policy.TCP
 	pod := func(name string) *policy.Pod {
 		return &policy.Pod{
@@ -110,7 +111,7 @@ func throughputManifests() *cluster {
 			ObjectMeta: policy.ObjectMeta{Namespace: "bench", Name: name, Labels: map[string]string{"app": name}},
 		}
 	}
-	return &cluster{
+	return &benchcluster.Cluster{
 		Namespaces: []*policy.Namespace{{
 			TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
 			ObjectMeta: policy.ObjectMeta{Name: "bench"},
@@ -143,7 +144,7 @@ func (b *bench) benchThroughput(ctx context.Context) (*throughputResult, error) 
 		return nil, fmt.Errorf("find iperf3: %w (make deps installs it)", err)
 	}
 	dir := filepath.Join(b.work, "iperf-manifests")
-	if err := writeManifests(dir, throughputManifests()); err != nil {
+	if err := benchcluster.WriteManifests(dir, throughputManifests()); err != nil {
 		return nil, err
 	}
 	node, err := b.newNode(ctx, "iperf-node", dir)

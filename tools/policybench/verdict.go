@@ -4,14 +4,13 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
+
+	"lockstep.dev/lockstep/internal/benchkit"
 )
 
 // verdictCases are BenchmarkVerdict's sub-benchmarks per rule count, in
@@ -47,7 +46,7 @@ func floorKey(kase string) verdictKey {
 // 100/1k/10k rules) and BenchmarkVerdictFloor as `go test` would and
 // returns ns/verdict per case.
 func benchVerdict(ctx context.Context, repoRoot string, runs int) (map[verdictKey]float64, error) {
-	out, err := goTestBench(ctx, repoRoot, "^BenchmarkVerdict(Floor)?$", runs, "./agent/datapath/")
+	out, err := benchkit.GoTestBench(ctx, repoRoot, "./agent/datapath/", "^BenchmarkVerdict(Floor)?$", "-benchtime", fmt.Sprintf("%dx", runs))
 	if err != nil {
 		return nil, err
 	}
@@ -70,22 +69,6 @@ func benchVerdict(ctx context.Context, repoRoot string, runs int) (map[verdictKe
 		}
 	}
 	return got, nil
-}
-
-// goTestBench runs the benchmarks of pkg matching pattern, runs times
-// each, as root's privileged tests run (LOCKSTEP_PRIVILEGED=1), and returns
-// what go test printed.
-func goTestBench(ctx context.Context, repoRoot, pattern string, runs int, pkg string) (*bytes.Buffer, error) {
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", pattern,
-		"-benchtime", fmt.Sprintf("%dx", runs), pkg)
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "LOCKSTEP_PRIVILEGED=1")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out.String())
-	}
-	return &out, nil
 }
 
 // parseVerdicts reads `go test -bench` output and returns the ns/verdict

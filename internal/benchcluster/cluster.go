@@ -1,6 +1,4 @@
-//go:build linux
-
-package main
+package benchcluster
 
 import (
 	"encoding/json"
@@ -16,61 +14,68 @@ import (
 // pods (10k), one label set per app and so one identity per app (1k), one
 // NetworkPolicy per app (1k).
 const (
-	clusterNamespaces = 50
-	clusterApps       = 20
-	clusterReplicas   = 10
-	clusterTeams      = 5
+	Namespaces = 50
+	Apps       = 20
+	Replicas   = 10
+	Teams      = 5
 )
 
-// cluster is a synthetic set of Kubernetes objects, realistic enough that
+// Cluster is a synthetic set of Kubernetes objects, realistic enough that
 // the compiler does the work a real cluster asks of it: namespaces with
 // team labels, deployment-like pods (app, tier, pod-template-hash) with
 // named container ports, and policies with a pod selector, ingress from
 // pod and namespace selectors on numeric, ranged and named ports, and
-// egress to DNS by name and to ipBlocks with excepts.
-type cluster struct {
-	Namespaces []*policy.Namespace
-	Pods       []*policy.Pod
-	Policies   []*policy.NetworkPolicy
+// egress to DNS by name and to ipBlocks with excepts. Services and
+// EndpointSlices are empty unless AddServices filled them.
+type Cluster struct {
+	Namespaces     []*policy.Namespace
+	Pods           []*policy.Pod
+	Policies       []*policy.NetworkPolicy
+	Services       []*policy.Service
+	EndpointSlices []*policy.EndpointSlice
 }
 
-// newCluster builds the remote part of the cluster. Pod addresses are
+// New builds the remote part of the cluster. Pod addresses are
 // 10.(n>>16).(n>>8).n for the n-th pod, inside 10.0.0.0/16, apart from any
-// pool a node under test hands out.
-func newCluster() *cluster {
-	c := &cluster{}
+// pool a node under test hands out; the pods of app j in namespace i are
+// the Replicas from index (i*Apps+j)*Replicas.
+func New() *Cluster {
+	c := &Cluster{}
 	n := 0
-	for i := range clusterNamespaces {
-		ns := nsName(i)
+	for i := range Namespaces {
+		ns := NsName(i)
 		c.Namespaces = append(c.Namespaces, &policy.Namespace{
 			TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-			ObjectMeta: policy.ObjectMeta{Name: ns, Labels: map[string]string{"team": fmt.Sprintf("t%d", i%clusterTeams), "env": []string{"prod", "staging"}[i%2]}},
+			ObjectMeta: policy.ObjectMeta{Name: ns, Labels: map[string]string{"team": fmt.Sprintf("t%d", i%Teams), "env": []string{"prod", "staging"}[i%2]}},
 		})
-		for j := range clusterApps {
-			for k := range clusterReplicas {
+		for j := range Apps {
+			for k := range Replicas {
 				a := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
-				p := appPod(ns, j, fmt.Sprintf("%s-%x-%d", appName(j), 0x5f00+j, k))
+				p := AppPod(ns, j, fmt.Sprintf("%s-%x-%d", AppName(j), 0x5f00+j, k))
 				p.Status = policy.PodStatus{Phase: "Running", PodIP: a.String(), PodIPs: []policy.PodIP{{IP: a.String()}}}
 				p.Spec.NodeName = "remote-node"
 				c.Pods = append(c.Pods, p)
 				n++
 			}
-			c.Policies = append(c.Policies, appPolicy(ns, i, j, 0))
+			c.Policies = append(c.Policies, AppPolicy(ns, i, j, 0))
 		}
 	}
 	return c
 }
 
-func nsName(i int) string  { return fmt.Sprintf("ns%d", i) }
-func appName(j int) string { return fmt.Sprintf("app%d", j) }
+// NsName names namespace i.
+func NsName(i int) string { return fmt.Sprintf("ns%d", i) }
 
-// appPod returns a pod of app j in ns, with the labels a Deployment gives
-// it and a named HTTP and DNS port.
-func appPod(ns string, j int, name string) *policy.Pod {
+// AppName names app j (in every namespace).
+func AppName(j int) string { return fmt.Sprintf("app%d", j) }
+
+// AppPod returns a pod of app j in ns, with the labels a Deployment gives
+// it and a named HTTP (8000+j) and DNS port.
+func AppPod(ns string, j int, name string) *policy.Pod {
 	return &policy.Pod{
 		TypeMeta: policy.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
-			"app": appName(j), "tier": fmt.Sprint(j % 3), "pod-template-hash": fmt.Sprintf("%x", 0x5f00+j),
+			"app": AppName(j), "tier": fmt.Sprint(j % 3), "pod-template-hash": fmt.Sprintf("%x", 0x5f00+j),
 		}},
 		Spec: policy.PodSpec{Containers: []policy.Container{{Name: "main", Ports: []policy.ContainerPort{
 			{Name: "http", ContainerPort: 8000 + int32(j)},
@@ -79,23 +84,23 @@ func appPod(ns string, j int, name string) *policy.Pod {
 	}
 }
 
-// appPolicy returns the policy of app j in namespace i. version changes
-// the upper end of its port range, so that successive versions differ in
-// the rules they compile to.
-func appPolicy(ns string, i, j, version int) *policy.NetworkPolicy {
+// AppPolicy returns the policy of app j in namespace i (named ns).
+// version changes the upper end of its port range, so that successive
+// versions differ in the rules they compile to.
+func AppPolicy(ns string, i, j, version int) *policy.NetworkPolicy {
 	udp := policy.UDP
 	endPort := int32(9100 + version%500)
 	np := &policy.NetworkPolicy{
 		TypeMeta:   policy.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
-		ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: "allow-" + appName(j)},
+		ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: "allow-" + AppName(j)},
 		Spec: policy.NetworkPolicySpec{
-			PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": appName(j)}},
+			PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": AppName(j)}},
 			Ingress: []policy.IngressRule{{
 				Ports: []policy.NetworkPolicyPort{{Port: policy.FromString("http")}, {Port: policy.FromInt(9000), EndPort: &endPort}},
 				From: []policy.NetworkPolicyPeer{
-					{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"app": appName((j + 1) % clusterApps)}}},
+					{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"app": AppName((j + 1) % Apps)}}},
 					{
-						NamespaceSelector: &policy.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", j%clusterTeams)}},
+						NamespaceSelector: &policy.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", j%Teams)}},
 						PodSelector: &policy.LabelSelector{MatchExpressions: []policy.LabelSelectorRequirement{
 							{Key: "tier", Operator: policy.OpIn, Values: []string{"0", "1"}},
 						}},
@@ -128,9 +133,10 @@ type list struct {
 	Items      []any  `json:"items"`
 }
 
-// writeManifests writes the cluster plus extra objects as one JSON v1
-// List into dir/cluster.json, for an agent's --manifests.
-func writeManifests(dir string, c *cluster, extra ...any) error {
+// WriteManifests writes the cluster plus extra objects as one JSON v1
+// List into dir/cluster.json, for an agent's --manifests. EndpointSlices
+// are left out: a standalone agent computes them from the Services.
+func WriteManifests(dir string, c *Cluster, extra ...any) error {
 	l := list{APIVersion: "v1", Kind: "List"}
 	for _, ns := range c.Namespaces {
 		l.Items = append(l.Items, ns)
@@ -140,6 +146,9 @@ func writeManifests(dir string, c *cluster, extra ...any) error {
 	}
 	for _, np := range c.Policies {
 		l.Items = append(l.Items, np)
+	}
+	for _, svc := range c.Services {
+		l.Items = append(l.Items, svc)
 	}
 	l.Items = append(l.Items, extra...)
 	b, err := json.Marshal(l)
