@@ -49,7 +49,7 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 			ep.Addresses, ep.Created = old.Addresses, old.Created
 			return store.UpsertEndpoint(txn, ep)
 		}
-		pinned, err := pinnedAddresses(txn, ep.Pod)
+		pinned, err := pinnedAddresses(txn, ep.Pod, s.cfg.PinOptIn)
 		if err != nil {
 			return err
 		}
@@ -78,12 +78,20 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 	return &api.AddResponse{OpID: ep.OpID, HostIfName: ep.HostIfName, Addresses: addresses(ep), Deadline: ep.Deadline}, nil
 }
 
-// PinnedIPAnnotation on a Pod the agent knows (from --manifests) asks for
-// those exact addresses instead of the next free ones: one address, or an
-// IPv4 and an IPv6 address separated by a comma. A family it leaves out
-// gets the next free address; a family the node has no pool of allocates
-// nothing, pinned or not.
+// PinnedIPAnnotation on a Pod the agent knows asks for those exact
+// addresses instead of the next free ones: one address, or an IPv4 and an
+// IPv6 address separated by a comma. A family it leaves out gets the next
+// free address; a family the node has no pool of allocates nothing, pinned
+// or not. With Config.PinOptIn (Kubernetes mode) it is honoured only in a
+// namespace labelled PinNamespaceLabel: "true", and refused elsewhere.
 const PinnedIPAnnotation = "lockstep.dev/ip"
+
+// PinNamespaceLabel, set to "true" on a Namespace, lets its pods pin their
+// addresses with PinnedIPAnnotation in Kubernetes mode. An address is
+// what other tenants' ipBlock rules allow; a label on the Namespace is
+// what a tenant who may create pods in it cannot usually set, so an
+// administrator decides who may choose one.
+const PinNamespaceLabel = "lockstep.dev/allow-ip-pin"
 
 // pins are the addresses a pod pins, by family; zero Addrs where none.
 type pins struct{ v4, v6 netip.Addr }
@@ -96,8 +104,10 @@ func (p pins) of(v6 bool) netip.Addr {
 }
 
 // pinnedAddresses returns the addresses the pod's PinnedIPAnnotation asks
-// for.
-func pinnedAddresses(txn *store.Txn, ref store.PodRef) (pins, error) {
+// for. With optIn, a pin in a namespace without PinNamespaceLabel: "true"
+// fails the ADD: starting the pod on another address would leave whoever
+// pinned it to find out from broken traffic.
+func pinnedAddresses(txn *store.Txn, ref store.PodRef, optIn bool) (pins, error) {
 	if ref.Name == "" {
 		return pins{}, nil
 	}
@@ -112,6 +122,20 @@ func pinnedAddresses(txn *store.Txn, ref store.PodRef) (pins, error) {
 	p, err := ParsePins(raw)
 	if err != nil {
 		return pins{}, api.Errorf(api.CodeInvalidConfig, "pod %s/%s: annotation %s: %v", ref.Namespace, ref.Name, PinnedIPAnnotation, err)
+	}
+	if optIn {
+		ns, err := store.NamespaceByName(txn, nil, ref.Namespace)
+		if err != nil {
+			return pins{}, err
+		}
+		if ns == nil || ns.Labels[PinNamespaceLabel] != "true" {
+			return pins{}, &api.Error{
+				Code: api.CodeInvalidConfig,
+				Msg: fmt.Sprintf("pod %s/%s: annotation %s=%q pins an address, and namespace %s does not allow pinned addresses",
+					ref.Namespace, ref.Name, PinnedIPAnnotation, raw, ref.Namespace),
+				Details: fmt.Sprintf("an administrator allows them with: kubectl label namespace %s %s=true; or remove the annotation", ref.Namespace, PinNamespaceLabel),
+			}
+		}
 	}
 	return pins{v4: p[0], v6: p[1]}, nil
 }

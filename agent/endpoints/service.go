@@ -40,9 +40,15 @@ type Config struct {
 	// family is draining fails the ADD with a pool-exhausted error instead
 	// of starting the pod without that family.
 	PoolsFromStore bool
-	AddLease       time.Duration
-	DelWait        time.Duration
-	Logger         *slog.Logger
+	// PinOptIn honours a pod's PinnedIPAnnotation only in namespaces
+	// labelled PinNamespaceLabel: "true". Kubernetes mode sets it, because
+	// there any tenant who may create a pod could otherwise take the
+	// address others allowlist; with --manifests the node's operator
+	// writes every pod and pins are honoured everywhere.
+	PinOptIn bool
+	AddLease time.Duration
+	DelWait  time.Duration
+	Logger   *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Enforce, when set, is called after an ADD's confirm commits and must
