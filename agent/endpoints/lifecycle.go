@@ -17,7 +17,7 @@ import (
 // Add reserves one address per configured family for an attachment and
 // records the endpoint as Pending. Repeating an ADD for an attachment that
 // is already Ready re-uses its addresses under a new operation.
-func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, error) {
+func (s *Service) Add(ctx context.Context, req api.AddRequest) (*api.AddResponse, error) {
 	if err := validAttachment(req.Attachment); err != nil {
 		return nil, err
 	}
@@ -36,7 +36,7 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 		Deadline:   now.Add(s.cfg.AddLease),
 		Created:    now,
 	}
-	err := s.write(func(txn *store.Txn) error {
+	err := s.write(ctx, func(txn *store.Txn) error {
 		old, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil {
 			return err
@@ -171,7 +171,7 @@ func ParsePins(value string) ([2]netip.Addr, error) {
 func (s *Service) Confirm(ctx context.Context, req api.OpRequest) error {
 	att := toStore(req.Attachment)
 	var hostIf string
-	err := s.write(func(txn *store.Txn) error {
+	err := s.write(ctx, func(txn *store.Txn) error {
 		e, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil {
 			return err
@@ -206,9 +206,9 @@ func (s *Service) Confirm(ctx context.Context, req api.OpRequest) error {
 
 // Abort rolls back the ADD identified by req.OpID and frees its addresses.
 // An ADD the agent no longer knows is already rolled back.
-func (s *Service) Abort(_ context.Context, req api.OpRequest) error {
+func (s *Service) Abort(ctx context.Context, req api.OpRequest) error {
 	att := toStore(req.Attachment)
-	err := s.write(func(txn *store.Txn) error {
+	err := s.write(ctx, func(txn *store.Txn) error {
 		e, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil || e == nil || e.OpID != req.OpID {
 			return err
@@ -227,7 +227,7 @@ func (s *Service) Del(ctx context.Context, a api.Attachment) (*api.DelResponse, 
 	}
 	att := toStore(a)
 	var waitFor *store.Endpoint
-	err := s.write(func(txn *store.Txn) error {
+	err := s.write(ctx, func(txn *store.Txn) error {
 		e, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil || e == nil || !s.inFlight(e) {
 			return err
@@ -247,7 +247,7 @@ func (s *Service) Del(ctx context.Context, a api.Attachment) (*api.DelResponse, 
 	}
 
 	var released *store.Endpoint
-	err = s.write(func(txn *store.Txn) error {
+	err = s.write(ctx, func(txn *store.Txn) error {
 		var err error
 		released, err = store.ReleaseEndpoint(txn, att)
 		return err
