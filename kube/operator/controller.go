@@ -77,10 +77,14 @@ func (c *controller) run(ctx context.Context) error {
 		Update: func(client.Object, client.Object) { c.wake() },
 		Delete: func(client.Object) { c.wake() },
 	}
-	for _, inf := range []*client.Informer{c.nodes, c.pools, c.ipams, c.pods} {
+	for _, inf := range []*client.Informer{c.nodes, c.pools, c.ipams} {
 		inf.AddHandler(h)
 		go inf.Run(ctx)
 	}
+	// Pods wake no pass: a large cluster's pod churn would plan all the
+	// time. A release a pod held back is tried again at the next pass (a
+	// NodeIPAM's report, or the resync).
+	go c.pods.Run(ctx)
 	t0 := time.Now()
 	if !client.WaitForSync(ctx, c.nodes, c.pools, c.ipams, c.pods) {
 		return nil // ctx ended

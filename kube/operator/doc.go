@@ -74,8 +74,10 @@
 // watches every pod (trimmed to its addresses, pods.go) and, whatever a
 // status says, never releases a block, drained or excess, in which a pod
 // that is not finished and not on the host network still has an address;
-// it keeps the mark and logs which pod holds the block. Such an address
-// also holds its block against being cut, like the blocks below.
+// it keeps the mark, logs which pod holds the block, and tries again at
+// the next pass (pod events wake none: in a large cluster they never
+// stop). Such an address also holds its block against being cut, like the
+// blocks below.
 //
 // # Replaced Nodes (seed 003)
 //
