@@ -217,7 +217,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	enf := enforcer.New(st, be.dp, log)
-	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, PoolsFromStore: kube != nil, Logger: log, Enforce: func(ctx context.Context, hostIf string) error {
+	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, PoolsFromStore: kube != nil, PinOptIn: kube != nil, Logger: log, Enforce: func(ctx context.Context, hostIf string) error {
 		if kube != nil {
 			if err := waitForPod(ctx, st, hostIf, PodObjectWait); err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -45,6 +46,8 @@ type manifests struct {
 	ipPools             []v1alpha1.IPPool
 	configMaps          []corev1.ConfigMap
 	services            []corev1.Service
+	admissionPolicies   []admissionv1.ValidatingAdmissionPolicy
+	policyBindings      []admissionv1.ValidatingAdmissionPolicyBinding
 }
 
 func strict[T any](t *testing.T, where string, doc []byte) T {
@@ -108,6 +111,10 @@ func (m *manifests) load(t *testing.T, path string) {
 			m.configMaps = append(m.configMaps, strict[corev1.ConfigMap](t, where, doc))
 		case "Service":
 			m.services = append(m.services, strict[corev1.Service](t, where, doc))
+		case "ValidatingAdmissionPolicy":
+			m.admissionPolicies = append(m.admissionPolicies, strict[admissionv1.ValidatingAdmissionPolicy](t, where, doc))
+		case "ValidatingAdmissionPolicyBinding":
+			m.policyBindings = append(m.policyBindings, strict[admissionv1.ValidatingAdmissionPolicyBinding](t, where, doc))
 		default:
 			t.Fatalf("%s: kind %s is not checked by this test; add it", path, tm.Kind)
 		}
@@ -270,6 +277,118 @@ func TestRBACSplitsNodeIPAMOwnership(t *testing.T) {
 			t.Errorf("no ServiceAccount %s/%s", namespace, sa)
 		}
 	}
+}
+
+// nodeNameClaim is the user extra the API server fills, from a token bound
+// to a pod, with the pod's node (Kubernetes 1.30+).
+const nodeNameClaim = "authentication.kubernetes.io/node-name"
+
+// TestAgentWritesOnlyItsOwnNodeIPAM checks the admission policy that makes
+// NodeIPAM writes node-scoped: RBAC lets every agent write every node's
+// status, so without it one compromised node could answer for another's
+// blocks. The CEL itself is judged by a real API server in
+// TestKubeAgentWritesOnlyItsOwnNodeIPAM; here, that the policy exists,
+// matches what the agent can write, names the agent's ServiceAccount as
+// the DaemonSet runs it, fails closed, and is bound to deny.
+func TestAgentWritesOnlyItsOwnNodeIPAM(t *testing.T) {
+	m, _ := loadKustomization(t)
+	var ds *appsv1.DaemonSet
+	for i := range m.daemonSets {
+		if m.daemonSets[i].Spec.Template.Spec.ServiceAccountName == agentSA {
+			ds = &m.daemonSets[i]
+		}
+	}
+	if ds == nil {
+		t.Fatal("no DaemonSet runs as the agent's ServiceAccount")
+	}
+	if a := ds.Spec.Template.Spec.AutomountServiceAccountToken; a != nil && !*a {
+		t.Error("the agent does not mount its pod-bound token: the policy would refuse every write it makes")
+	}
+	username := "system:serviceaccount:" + ds.Namespace + ":" + agentSA
+
+	var policy *admissionv1.ValidatingAdmissionPolicy
+	for i, p := range m.admissionPolicies {
+		if policyMatches(p, group, "nodeipams/status", admissionv1.Update) {
+			if policy != nil {
+				t.Fatalf("policies %s and %s both match NodeIPAM status writes; keep one", policy.Name, p.Name)
+			}
+			policy = &m.admissionPolicies[i]
+		}
+	}
+	if policy == nil {
+		t.Fatal("no ValidatingAdmissionPolicy matches updates of nodeipams/status: any node's agent can write every node's NodeIPAM status")
+	}
+	for _, op := range []admissionv1.OperationType{admissionv1.Create, admissionv1.Update, admissionv1.Delete} {
+		for _, res := range []string{"nodeipams", "nodeipams/status"} {
+			if !policyMatches(*policy, group, res, op) {
+				t.Errorf("policy %s does not match %s of %s", policy.Name, op, res)
+			}
+		}
+	}
+	if policy.Spec.FailurePolicy == nil || *policy.Spec.FailurePolicy != admissionv1.Fail {
+		t.Errorf("policy %s failurePolicy %v, want Fail: a policy that cannot be evaluated must refuse", policy.Name, policy.Spec.FailurePolicy)
+	}
+	if policy.Spec.ParamKind != nil {
+		t.Errorf("policy %s takes parameters: a binding without them would make it fail or do nothing", policy.Name)
+	}
+	// The match condition must select the agent, as deployed, and only
+	// by its name: the operator and people write NodeIPAMs too.
+	if len(policy.Spec.MatchConditions) != 1 {
+		t.Fatalf("policy %s has %d match conditions, want one selecting %s", policy.Name, len(policy.Spec.MatchConditions), username)
+	}
+	want := "request.userInfo.username == '" + username + "'"
+	if got := policy.Spec.MatchConditions[0].Expression; got != want {
+		t.Errorf("policy %s match condition %q, want %q (the agent's ServiceAccount as the DaemonSet runs it)", policy.Name, got, want)
+	}
+	if len(policy.Spec.Validations) != 1 {
+		t.Fatalf("policy %s has %d validations, want one", policy.Name, len(policy.Spec.Validations))
+	}
+	v := policy.Spec.Validations[0]
+	for _, part := range []string{"has(request.userInfo.extra) && '" + nodeNameClaim + "' in request.userInfo.extra", "request.userInfo.extra['" + nodeNameClaim + "'] == [request.name]"} {
+		if !strings.Contains(v.Expression, part) {
+			t.Errorf("policy %s validation %q does not contain %q: it must compare the token's node claim with the NodeIPAM's name, and refuse a token without one", policy.Name, v.Expression, part)
+		}
+	}
+	if strings.Contains(v.Expression, "||") {
+		t.Errorf("policy %s validation %q has an alternative: nothing but the node claim may let a write through", policy.Name, v.Expression)
+	}
+
+	var bound bool
+	for _, b := range m.policyBindings {
+		if b.Spec.PolicyName != policy.Name {
+			continue
+		}
+		bound = true
+		if !slices.Equal(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+			t.Errorf("binding %s actions %v, want [Deny]", b.Name, b.Spec.ValidationActions)
+		}
+		if b.Spec.MatchResources != nil || b.Spec.ParamRef != nil {
+			t.Errorf("binding %s narrows the policy (matchResources or paramRef); it must apply everywhere", b.Name)
+		}
+	}
+	if !bound {
+		t.Errorf("no ValidatingAdmissionPolicyBinding for policy %s: an unbound policy does nothing", policy.Name)
+	}
+}
+
+// policyMatches reports whether p's match constraints select operation op
+// on resource (with its subresource) of group.
+func policyMatches(p admissionv1.ValidatingAdmissionPolicy, group, resource string, op admissionv1.OperationType) bool {
+	mc := p.Spec.MatchConstraints
+	if mc == nil {
+		return false
+	}
+	match := func(list []string, v string) bool { return slices.Contains(list, v) || slices.Contains(list, "*") }
+	for _, r := range mc.ResourceRules {
+		ops := make([]string, len(r.Operations))
+		for i, o := range r.Operations {
+			ops[i] = string(o)
+		}
+		if match(r.APIGroups, group) && match(r.Resources, resource) && match(ops, string(op)) {
+			return true
+		}
+	}
+	return false
 }
 
 func volumeHostPaths(spec corev1.PodSpec) map[string]string {

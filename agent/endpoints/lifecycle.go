@@ -17,7 +17,7 @@ import (
 // Add reserves one address per configured family for an attachment and
 // records the endpoint as Pending. Repeating an ADD for an attachment that
 // is already Ready re-uses its addresses under a new operation.
-func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, error) {
+func (s *Service) Add(ctx context.Context, req api.AddRequest) (*api.AddResponse, error) {
 	if err := validAttachment(req.Attachment); err != nil {
 		return nil, err
 	}
@@ -36,7 +36,7 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 		Deadline:   now.Add(s.cfg.AddLease),
 		Created:    now,
 	}
-	err := s.write(func(txn *store.Txn) error {
+	err := s.write(ctx, func(txn *store.Txn) error {
 		old, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil {
 			return err
@@ -49,7 +49,7 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 			ep.Addresses, ep.Created = old.Addresses, old.Created
 			return store.UpsertEndpoint(txn, ep)
 		}
-		pinned, err := pinnedAddresses(txn, ep.Pod)
+		pinned, err := pinnedAddresses(txn, ep.Pod, s.cfg.PinOptIn)
 		if err != nil {
 			return err
 		}
@@ -78,12 +78,20 @@ func (s *Service) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, 
 	return &api.AddResponse{OpID: ep.OpID, HostIfName: ep.HostIfName, Addresses: addresses(ep), Deadline: ep.Deadline}, nil
 }
 
-// PinnedIPAnnotation on a Pod the agent knows (from --manifests) asks for
-// those exact addresses instead of the next free ones: one address, or an
-// IPv4 and an IPv6 address separated by a comma. A family it leaves out
-// gets the next free address; a family the node has no pool of allocates
-// nothing, pinned or not.
+// PinnedIPAnnotation on a Pod the agent knows asks for those exact
+// addresses instead of the next free ones: one address, or an IPv4 and an
+// IPv6 address separated by a comma. A family it leaves out gets the next
+// free address; a family the node has no pool of allocates nothing, pinned
+// or not. With Config.PinOptIn (Kubernetes mode) it is honoured only in a
+// namespace labelled PinNamespaceLabel: "true", and refused elsewhere.
 const PinnedIPAnnotation = "lockstep.dev/ip"
+
+// PinNamespaceLabel, set to "true" on a Namespace, lets its pods pin their
+// addresses with PinnedIPAnnotation in Kubernetes mode. An address is
+// what other tenants' ipBlock rules allow; a label on the Namespace is
+// what a tenant who may create pods in it cannot usually set, so an
+// administrator decides who may choose one.
+const PinNamespaceLabel = "lockstep.dev/allow-ip-pin"
 
 // pins are the addresses a pod pins, by family; zero Addrs where none.
 type pins struct{ v4, v6 netip.Addr }
@@ -96,8 +104,10 @@ func (p pins) of(v6 bool) netip.Addr {
 }
 
 // pinnedAddresses returns the addresses the pod's PinnedIPAnnotation asks
-// for.
-func pinnedAddresses(txn *store.Txn, ref store.PodRef) (pins, error) {
+// for. With optIn, a pin in a namespace without PinNamespaceLabel: "true"
+// fails the ADD: starting the pod on another address would leave whoever
+// pinned it to find out from broken traffic.
+func pinnedAddresses(txn *store.Txn, ref store.PodRef, optIn bool) (pins, error) {
 	if ref.Name == "" {
 		return pins{}, nil
 	}
@@ -112,6 +122,20 @@ func pinnedAddresses(txn *store.Txn, ref store.PodRef) (pins, error) {
 	p, err := ParsePins(raw)
 	if err != nil {
 		return pins{}, api.Errorf(api.CodeInvalidConfig, "pod %s/%s: annotation %s: %v", ref.Namespace, ref.Name, PinnedIPAnnotation, err)
+	}
+	if optIn {
+		ns, err := store.NamespaceByName(txn, nil, ref.Namespace)
+		if err != nil {
+			return pins{}, err
+		}
+		if ns == nil || ns.Labels[PinNamespaceLabel] != "true" {
+			return pins{}, &api.Error{
+				Code: api.CodeInvalidConfig,
+				Msg: fmt.Sprintf("pod %s/%s: annotation %s=%q pins an address, and namespace %s does not allow pinned addresses",
+					ref.Namespace, ref.Name, PinnedIPAnnotation, raw, ref.Namespace),
+				Details: fmt.Sprintf("an administrator allows them with: kubectl label namespace %s %s=true; or remove the annotation", ref.Namespace, PinNamespaceLabel),
+			}
+		}
 	}
 	return pins{v4: p[0], v6: p[1]}, nil
 }
@@ -147,7 +171,7 @@ func ParsePins(value string) ([2]netip.Addr, error) {
 func (s *Service) Confirm(ctx context.Context, req api.OpRequest) error {
 	att := toStore(req.Attachment)
 	var hostIf string
-	err := s.write(func(txn *store.Txn) error {
+	err := s.write(ctx, func(txn *store.Txn) error {
 		e, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil {
 			return err
@@ -182,9 +206,9 @@ func (s *Service) Confirm(ctx context.Context, req api.OpRequest) error {
 
 // Abort rolls back the ADD identified by req.OpID and frees its addresses.
 // An ADD the agent no longer knows is already rolled back.
-func (s *Service) Abort(_ context.Context, req api.OpRequest) error {
+func (s *Service) Abort(ctx context.Context, req api.OpRequest) error {
 	att := toStore(req.Attachment)
-	err := s.write(func(txn *store.Txn) error {
+	err := s.write(ctx, func(txn *store.Txn) error {
 		e, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil || e == nil || e.OpID != req.OpID {
 			return err
@@ -203,7 +227,7 @@ func (s *Service) Del(ctx context.Context, a api.Attachment) (*api.DelResponse, 
 	}
 	att := toStore(a)
 	var waitFor *store.Endpoint
-	err := s.write(func(txn *store.Txn) error {
+	err := s.write(ctx, func(txn *store.Txn) error {
 		e, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil || e == nil || !s.inFlight(e) {
 			return err
@@ -223,7 +247,7 @@ func (s *Service) Del(ctx context.Context, a api.Attachment) (*api.DelResponse, 
 	}
 
 	var released *store.Endpoint
-	err = s.write(func(txn *store.Txn) error {
+	err = s.write(ctx, func(txn *store.Txn) error {
 		var err error
 		released, err = store.ReleaseEndpoint(txn, att)
 		return err

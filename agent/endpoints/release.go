@@ -38,13 +38,13 @@ func (s *Service) ReleaseTxn(txn *store.Txn, free func(*store.Endpoint) bool) (r
 }
 
 // GC releases every endpoint not in req.Valid, except ADDs still in flight.
-func (s *Service) GC(_ context.Context, req api.GCRequest) (*api.GCResponse, error) {
+func (s *Service) GC(ctx context.Context, req api.GCRequest) (*api.GCResponse, error) {
 	valid := make(map[store.Attachment]bool, len(req.Valid))
 	for _, a := range req.Valid {
 		valid[toStore(a)] = true
 	}
 	var released, retained []*store.Endpoint
-	err := s.write(func(txn *store.Txn) (err error) {
+	err := s.write(ctx, func(txn *store.Txn) (err error) {
 		released, retained, err = s.ReleaseTxn(txn, func(e *store.Endpoint) bool { return !valid[e.Attachment] })
 		return err
 	})
@@ -156,10 +156,10 @@ func holdsAny(e *store.Endpoint, ips []netip.Addr) bool {
 
 // ReleaseOrphans releases, in one durable transaction, every endpoint
 // Orphaned(list) selects, except ADDs in flight, and returns them.
-func (s *Service) ReleaseOrphans(_ context.Context, list PodList) ([]api.Endpoint, error) {
+func (s *Service) ReleaseOrphans(ctx context.Context, list PodList) ([]api.Endpoint, error) {
 	orphaned := Orphaned(list)
 	var released []*store.Endpoint
-	err := s.write(func(txn *store.Txn) (err error) {
+	err := s.write(ctx, func(txn *store.Txn) (err error) {
 		released, _, err = s.ReleaseTxn(txn, orphaned)
 		return err
 	})

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"lockstep.dev/lockstep/agent/api"
@@ -40,9 +41,15 @@ type Config struct {
 	// family is draining fails the ADD with a pool-exhausted error instead
 	// of starting the pod without that family.
 	PoolsFromStore bool
-	AddLease       time.Duration
-	DelWait        time.Duration
-	Logger         *slog.Logger
+	// PinOptIn honours a pod's PinnedIPAnnotation only in namespaces
+	// labelled PinNamespaceLabel: "true". Kubernetes mode sets it, because
+	// there any tenant who may create a pod could otherwise take the
+	// address others allowlist; with --manifests the node's operator
+	// writes every pod and pins are honoured everywhere.
+	PinOptIn bool
+	AddLease time.Duration
+	DelWait  time.Duration
+	Logger   *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Enforce, when set, is called after an ADD's confirm commits and must
@@ -66,6 +73,23 @@ type Service struct {
 
 	// onWrite, when set, is told how long each durable write took.
 	onWrite func(time.Duration)
+
+	// disk writes each change durably before it is committed: db, or a
+	// test's slow disk.
+	disk committer
+	// writeSlot is held by the one write in progress: a request waits
+	// for it only until its deadline, where the store's own writer lock
+	// cannot be given up (a write hung in fsync holds it for as long as
+	// the disk hangs). writingSince is when the holder took it, in Unix
+	// nanoseconds.
+	writeSlot    chan struct{}
+	writingSince atomic.Int64
+}
+
+// committer writes a store transaction's durable changes, then commits
+// it (persist.DB.Commit).
+type committer interface {
+	Commit(txn *store.Txn) (wrote bool, err error)
 }
 
 // PoolName is the store name of a configured pool: its CIDR.
@@ -95,7 +119,7 @@ func New(st *store.Store, db *persist.DB, cfg Config) (*Service, error) {
 			return nil, err
 		}
 	}
-	s := &Service{store: st, db: db, cfg: cfg, log: cfg.Logger, cursors: map[string]netip.Addr{}}
+	s := &Service{store: st, db: db, disk: db, writeSlot: make(chan struct{}, 1), cfg: cfg, log: cfg.Logger, cursors: map[string]netip.Addr{}}
 	if err := s.restore(); err != nil {
 		return nil, err
 	}
@@ -191,15 +215,30 @@ func (s *Service) restorePool(txn *store.Txn, ref store.AddressRef) error {
 }
 
 // write runs fn in a store write transaction, writes the durable changes to
-// the state file, and commits. fn's error aborts everything.
-func (s *Service) write(fn func(*store.Txn) error) error {
+// the state file, and commits. fn's error aborts everything. Writes take
+// turns; one that cannot start before ctx ends fails with
+// CodeTryAgainLater, having changed nothing.
+func (s *Service) write(ctx context.Context, fn func(*store.Txn) error) error {
+	select {
+	case s.writeSlot <- struct{}{}:
+	case <-ctx.Done():
+		return s.busy(ctx)
+	}
+	defer func() {
+		s.writingSince.Store(0)
+		<-s.writeSlot
+	}()
+	if ctx.Err() != nil {
+		return s.busy(ctx)
+	}
+	s.writingSince.Store(time.Now().UnixNano())
 	txn := s.store.WriteTxn()
 	defer txn.Abort()
 	if err := fn(txn); err != nil {
 		return err
 	}
 	start := time.Now()
-	wrote, err := s.db.Commit(txn)
+	wrote, err := s.disk.Commit(txn)
 	if err != nil {
 		return &api.Error{Code: api.CodeInternal, Msg: "lockstep agent could not record the change durably", Details: err.Error()}
 	}
@@ -207,6 +246,19 @@ func (s *Service) write(fn func(*store.Txn) error) error {
 		s.onWrite(time.Since(start))
 	}
 	return nil
+}
+
+// busy is the error of a write that gave up waiting for its turn.
+func (s *Service) busy(ctx context.Context) error {
+	msg := "lockstep agent is busy: the change before this one is still being written to the state file"
+	if since := s.writingSince.Load(); since != 0 {
+		msg += fmt.Sprintf(" (for %s)", time.Since(time.Unix(0, since)).Round(time.Millisecond))
+	}
+	return &api.Error{
+		Code:    api.CodeTryAgainLater,
+		Msg:     msg,
+		Details: fmt.Sprintf("%v; the state file's disk may be slow or hung; nothing was changed, the runtime retries", context.Cause(ctx)),
+	}
 }
 
 func newOpID() uint64 {

@@ -469,3 +469,61 @@ func TestAddPinnedAddresses(t *testing.T) {
 		})
 	}
 }
+
+// TestAddPinRequiresNamespaceOptIn: in Kubernetes mode a tenant who may
+// create pods must not pick the address other tenants allowlist. The pin
+// is honoured only in a namespace an administrator labelled; anywhere
+// else the ADD fails with an error that says how to allow it.
+func TestAddPinRequiresNamespaceOptIn(t *testing.T) {
+	tests := []struct {
+		name    string
+		labels  map[string]string // nil: no Namespace object at all
+		pin     string            // empty: no annotation
+		optIn   bool
+		want    string // the IPv4 address given
+		wantErr string
+	}{
+		{name: "labelled namespace: pin honoured", labels: map[string]string{PinNamespaceLabel: "true"}, pin: "10.244.0.9", optIn: true, want: "10.244.0.9/24"},
+		{name: "unlabelled namespace: refused", labels: map[string]string{"team": "a"}, pin: "10.244.0.9", optIn: true,
+			wantErr: "namespace ns does not allow pinned addresses; an administrator allows them with: kubectl label namespace ns lockstep.dev/allow-ip-pin=true"},
+		{name: "label not true: refused", labels: map[string]string{PinNamespaceLabel: "yes"}, pin: "10.244.0.9", optIn: true, wantErr: "does not allow pinned addresses"},
+		{name: "namespace unknown: refused", labels: nil, pin: "10.244.0.9", optIn: true, wantErr: "does not allow pinned addresses"},
+		{name: "no pin in an unlabelled namespace: next free address", labels: map[string]string{}, optIn: true, want: "10.244.0.1/24"},
+		{name: "manifests mode: honoured without a label", labels: map[string]string{}, pin: "10.244.0.9", optIn: false, want: "10.244.0.9/24"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, t.TempDir(), Config{PinOptIn: tc.optIn}, "10.244.0.0/24")
+			txn := f.svc.store.WriteTxn()
+			pod := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "ns", Name: "c001"}}
+			if tc.pin != "" {
+				pod.Annotations = map[string]string{PinnedIPAnnotation: tc.pin}
+			}
+			err := store.UpsertPod(txn, pod)
+			if err == nil && tc.labels != nil {
+				err = store.UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: "ns", Labels: tc.labels}})
+			}
+			if err != nil {
+				txn.Abort()
+				t.Fatal(err)
+			}
+			txn.Commit()
+			resp, err := f.svc.Add(ctx, api.AddRequest{Attachment: att(1), Netns: "/run/netns/x", Pod: api.PodRef{Namespace: "ns", Name: "c001"}})
+			if tc.wantErr != "" {
+				if api.CodeOf(err) != api.CodeInvalidConfig || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Add = %v; want an invalid-config error containing %q", err, tc.wantErr)
+				}
+				if e, err := store.EndpointByAttachment(f.svc.store.ReadTxn(), nil, toStore(att(1))); err != nil || e != nil {
+					t.Errorf("a refused ADD left an endpoint behind: %v, %v", e, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Addresses) != 1 || resp.Addresses[0].Address.String() != tc.want {
+				t.Errorf("addresses %v, want %s", resp.Addresses, tc.want)
+			}
+		})
+	}
+}

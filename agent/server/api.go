@@ -27,10 +27,17 @@ type Backend interface {
 	Status(context.Context) (*api.StatusResponse, error)
 }
 
-// Timeouts of the API server.
+// Timeouts and limits of the API server.
 const (
-	// RequestTimeout bounds the work the agent does for one request.
+	// RequestTimeout bounds the work the agent does for one request (its
+	// context's deadline). A request whose work cannot be interrupted (an
+	// fsync on a hung disk) is answered CodeTryAgainLater a fifth of it
+	// later anyway.
 	RequestTimeout = 5 * time.Second
+	// MaxConns bounds the connections open at once. A connection past it
+	// is answered CodeTryAgainLater and closed, so a flood of clients (or
+	// of plugins stuck behind a hung disk) cannot exhaust the agent.
+	MaxConns = 256
 	// IdleTimeout closes a connection that sends nothing for this long.
 	IdleTimeout = 30 * time.Second
 	// writeTimeout bounds writing one response to a slow client.
@@ -47,6 +54,7 @@ type APIServer struct {
 	metrics  *Metrics
 	handlers map[string]handler
 
+	limits   Limits
 	mu       sync.Mutex
 	lis      net.Listener
 	conns    map[net.Conn]bool
@@ -54,11 +62,30 @@ type APIServer struct {
 	inFlight sync.WaitGroup
 }
 
+// Limits bound what the API server takes on; zero fields take the
+// package defaults (MaxConns, RequestTimeout).
+type Limits struct {
+	MaxConns       int
+	RequestTimeout time.Duration
+}
+
+// SetLimits replaces the server's limits. Call it before Serve.
+func (s *APIServer) SetLimits(l Limits) {
+	if l.MaxConns <= 0 {
+		l.MaxConns = MaxConns
+	}
+	if l.RequestTimeout <= 0 {
+		l.RequestTimeout = RequestTimeout
+	}
+	s.limits = l
+}
+
 // NewAPIServer returns a server for b.
 func NewAPIServer(b Backend, log *slog.Logger, m *Metrics) *APIServer {
 	return &APIServer{
 		log:     log,
 		metrics: m,
+		limits:  Limits{MaxConns: MaxConns, RequestTimeout: RequestTimeout},
 		conns:   map[net.Conn]bool{},
 		handlers: map[string]handler{
 			api.OpAdd:     withBody(b.Add),
@@ -106,26 +133,40 @@ func (s *APIServer) Serve(lis net.Listener) error {
 			}
 			return fmt.Errorf("accept on %s: %w", lis.Addr(), err)
 		}
-		if !s.track(conn, true) {
+		switch s.track(conn, true) {
+		case trackClosing:
 			conn.Close()
 			return nil
+		case trackFull:
+			go s.refuse(conn)
+			continue
 		}
 		go s.serveConn(conn)
 	}
 }
 
-func (s *APIServer) track(conn net.Conn, add bool) bool {
+// Answers of track.
+const (
+	trackOK      = iota
+	trackClosing // the server is shutting down
+	trackFull    // MaxConns connections are open
+)
+
+// track adds conn to, or removes it from, the open connections.
+func (s *APIServer) track(conn net.Conn, add bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if add {
-		if s.closing {
-			return false
-		}
-		s.conns[conn] = true
-	} else {
+	switch {
+	case !add:
 		delete(s.conns, conn)
+	case s.closing:
+		return trackClosing
+	case len(s.conns) >= s.limits.MaxConns:
+		return trackFull
+	default:
+		s.conns[conn] = true
 	}
-	return true
+	return trackOK
 }
 
 // serveConn answers requests on one connection, one at a time.
@@ -183,9 +224,7 @@ func (s *APIServer) dispatch(line []byte) api.Response {
 	case !known:
 		err = api.Errorf(api.CodeIncompatibleVersion, "lockstep agent has no operation %q in API %s", req.Op, api.Version)
 	default:
-		ctx, cancel := context.WithTimeout(context.Background(), RequestTimeout)
-		out, err = fn(ctx, req.Body)
-		cancel()
+		out, err = s.call(req.Op, fn, req.Body)
 	}
 
 	var resp api.Response

@@ -16,6 +16,7 @@ import (
 type Metrics struct {
 	reg       *promtext.Registry
 	requests  *promtext.Counter
+	refused   *promtext.Counter
 	durations *promtext.Histogram
 	writes    *promtext.Histogram
 	applies   *promtext.Histogram
@@ -29,6 +30,8 @@ func NewMetrics(status func(context.Context) (*api.StatusResponse, error)) *Metr
 		reg: reg,
 		requests: reg.NewCounter("lockstep_api_requests_total",
 			"Agent API requests served, by operation and result code (0 = success).", "op", "code"),
+		refused: reg.NewCounter("lockstep_api_connections_refused_total",
+			"Connections to the agent API answered try-again-later and closed because MaxConns were open."),
 		durations: reg.NewHistogram("lockstep_api_request_duration_seconds",
 			"Time the agent spent on an API request.", promtext.ExponentialBuckets(50e-6, 2, 16), "op"),
 		writes: reg.NewHistogram("lockstep_state_write_duration_seconds",
@@ -59,6 +62,13 @@ func (m *Metrics) observeRequest(op string, code int, d time.Duration) {
 	}
 	m.requests.Inc(op, strconv.Itoa(code))
 	m.durations.Observe(d.Seconds(), op)
+}
+
+// observeRefused counts one connection refused past MaxConns.
+func (m *Metrics) observeRefused() {
+	if m != nil {
+		m.refused.Inc()
+	}
 }
 
 // ObserveWrite records one durable write to the state file.

@@ -42,6 +42,9 @@ type Options struct {
 	// empty): one of plugin.SupportedVersions. 1.1.0 lets runtimes that
 	// implement them call STATUS and GC.
 	CNIVersion string
+
+	// owner owns what Install writes; the zero value is root:root.
+	owner owner
 }
 
 // Result reports what Install changed.
@@ -49,7 +52,12 @@ type Result struct {
 	Changed []string
 }
 
-// Install installs the binary, the symlink and the config list.
+// Install installs the binary, the symlink and the config list, owned by
+// root with modes 0755 (binary) and 0644 (config). A file whose content is
+// already right but whose owner or mode is not is fixed and reported as
+// changed. Install refuses (ErrUnsafeDir) a bin or conf directory that
+// anyone but root could write, before it writes anything: the runtime
+// executes what is there as root for every pod.
 func Install(o Options) (*Result, error) {
 	if o.BinDir == "" {
 		o.BinDir = DefaultBinDir
@@ -71,27 +79,32 @@ func Install(o Options) (*Result, error) {
 			return nil, fmt.Errorf("create %s: %w", dir, err)
 		}
 	}
+	for _, dir := range []string{o.BinDir, o.ConfDir} {
+		if err := checkDir(dir, o.owner); err != nil {
+			return nil, err
+		}
+	}
 
 	bin, err := os.ReadFile(o.Source)
 	if err != nil {
 		return nil, fmt.Errorf("read lockstep binary %s: %w", o.Source, err)
 	}
 	binPath := filepath.Join(o.BinDir, BinaryName)
-	if changed, err := writeAtomic(binPath, bin, 0o755); err != nil {
+	if changed, err := writeAtomic(binPath, bin, 0o755, o.owner); err != nil {
 		return nil, err
 	} else if changed {
 		res.Changed = append(res.Changed, binPath)
 	}
 
 	linkPath := filepath.Join(o.BinDir, PluginName)
-	if changed, err := symlinkAtomic(BinaryName, linkPath); err != nil {
+	if changed, err := symlinkAtomic(BinaryName, linkPath, o.owner); err != nil {
 		return nil, err
 	} else if changed {
 		res.Changed = append(res.Changed, linkPath)
 	}
 
 	confPath := filepath.Join(o.ConfDir, o.ConfName)
-	if changed, err := writeAtomic(confPath, conf, 0o644); err != nil {
+	if changed, err := writeAtomic(confPath, conf, 0o644, o.owner); err != nil {
 		return nil, err
 	} else if changed {
 		res.Changed = append(res.Changed, confPath)
@@ -132,10 +145,12 @@ func ConfList(o Options) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
-// writeAtomic replaces path with data unless it already holds exactly that.
-func writeAtomic(path string, data []byte, mode os.FileMode) (bool, error) {
-	if same, _ := sameContent(path, data); same {
-		return false, os.Chmod(path, mode)
+// writeAtomic replaces path with data, owned by o with mode, unless it is
+// already a regular file holding exactly that; then it only fixes its
+// owner and mode. It reports whether anything changed.
+func writeAtomic(path string, data []byte, mode os.FileMode, o owner) (bool, error) {
+	if changed, same, err := fixIfSame(path, data, mode, o); same {
+		return changed, err
 	}
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
@@ -147,7 +162,14 @@ func writeAtomic(path string, data []byte, mode os.FileMode) (bool, error) {
 		tmp.Close()
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := tmp.Chmod(mode); err != nil {
+	st, err := tmp.Stat()
+	if err == nil {
+		_, err = fixOwnerMode(tmp, st, o, mode)
+	}
+	if err == nil && !ownersApply() {
+		err = tmp.Chmod(mode)
+	}
+	if err != nil {
 		tmp.Close()
 		return false, fmt.Errorf("write %s: %w", path, err)
 	}
@@ -164,29 +186,47 @@ func writeAtomic(path string, data []byte, mode os.FileMode) (bool, error) {
 	return true, syncDir(dir)
 }
 
-func sameContent(path string, data []byte) (bool, error) {
+// fixIfSame reports whether path is a regular file holding exactly data
+// (same) and, if so, gives it owner o and mode, reporting whether it had
+// to (changed). Anything else (missing, a symlink, other content) is not
+// the same, and is replaced.
+func fixIfSame(path string, data []byte, mode os.FileMode, o owner) (changed, same bool, err error) {
+	if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() {
+		return false, false, nil
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return false, err
+		return false, false, nil
 	}
 	defer f.Close()
 	st, err := f.Stat()
-	if err != nil || st.Size() != int64(len(data)) {
-		return false, err
+	if err != nil || !st.Mode().IsRegular() || st.Size() != int64(len(data)) {
+		return false, false, nil
 	}
 	have, err := io.ReadAll(f)
-	return err == nil && bytes.Equal(have, data), err
+	if err != nil || !bytes.Equal(have, data) {
+		return false, false, nil
+	}
+	changed, err = fixOwnerMode(f, st, o, mode)
+	if err == nil && !ownersApply() {
+		err = f.Chmod(mode)
+	}
+	return changed, true, err
 }
 
-// symlinkAtomic points path at target unless it already does.
-func symlinkAtomic(target, path string) (bool, error) {
+// symlinkAtomic points path at target, owned by o, unless it already is.
+func symlinkAtomic(target, path string, o owner) (bool, error) {
 	if cur, err := os.Readlink(path); err == nil && cur == target {
-		return false, nil
+		return fixLinkOwner(path, o)
 	}
 	tmp := path + ".tmp"
 	_ = os.Remove(tmp)
 	if err := os.Symlink(target, tmp); err != nil {
 		return false, fmt.Errorf("create symlink %s: %w", path, err)
+	}
+	if _, err := fixLinkOwner(tmp, o); err != nil {
+		os.Remove(tmp)
+		return false, err
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)

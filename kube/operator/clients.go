@@ -61,27 +61,39 @@ func (c *clients) getNode(ctx context.Context, name string) (*corev1.Node, error
 
 // nodeListWatch lists and watches Nodes.
 func (c *clients) nodeListWatch() client.ListWatch {
+	return c.coreListWatch("nodes", func() runtime.Object { return new(corev1.NodeList) })
+}
+
+// podListWatch lists and watches the pods of every namespace: the
+// addresses they hold are what a release is checked against (pods.go).
+func (c *clients) podListWatch() client.ListWatch {
+	return c.coreListWatch("pods", func() runtime.Object { return new(corev1.PodList) })
+}
+
+// coreListWatch lists and watches one cluster-wide resource of core/v1
+// into lists made by newList.
+func (c *clients) coreListWatch(resource string, newList func() runtime.Object) client.ListWatch {
 	return client.ListWatch{
-		Resource: "nodes",
+		Resource: resource,
 		List: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			list := new(corev1.NodeList)
-			err := c.core.Get().Resource("nodes").
+			list := newList()
+			err := c.core.Get().Resource(resource).
 				VersionedParams(&opts, metav1.ParameterCodec).
 				Timeout(timeout(opts)).
 				Do(ctx).Into(list)
 			if err != nil {
-				return nil, fmt.Errorf("list nodes: %w", err)
+				return nil, fmt.Errorf("list %s: %w", resource, err)
 			}
 			return list, nil
 		},
 		Watch: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.Watch = true
-			w, err := c.core.Get().Resource("nodes").
+			w, err := c.core.Get().Resource(resource).
 				VersionedParams(&opts, metav1.ParameterCodec).
 				Timeout(timeout(opts)).
 				Watch(ctx)
 			if err != nil {
-				return nil, fmt.Errorf("watch nodes: %w", err)
+				return nil, fmt.Errorf("watch %s: %w", resource, err)
 			}
 			return w, nil
 		},

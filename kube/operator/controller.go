@@ -23,7 +23,7 @@ import (
 const debounce = 20 * time.Millisecond
 
 // controller is one leadership term of the operator: informers on Nodes,
-// IPPools and NodeIPAMs, and a loop that plans on their caches and writes
+// IPPools, NodeIPAMs and pods, and a loop that plans on their caches and writes
 // the plan. Every request it makes carries the term's context, so a lost
 // lease aborts them.
 type controller struct {
@@ -35,6 +35,7 @@ type controller struct {
 	resync   time.Duration
 
 	nodes, pools, ipams *client.Informer
+	pods                *client.Informer // trimmed: addresses only
 	kick                chan struct{}
 	timers              timers
 	reserved            map[string]reservation
@@ -64,6 +65,8 @@ func newController(c *clients, cfg *Config, o *opsState) *controller {
 	ctl.nodes.SetTransform(trimNode)
 	ctl.pools = client.NewInformer(c.lockstep.IPPools().ListWatch(nil), cfg.Logger)
 	ctl.ipams = client.NewInformer(c.lockstep.NodeIPAMs().ListWatch(nil), cfg.Logger)
+	ctl.pods = client.NewInformer(c.podListWatch(), cfg.Logger)
+	ctl.pods.SetTransform(trimPod)
 	return ctl
 }
 
@@ -78,12 +81,16 @@ func (c *controller) run(ctx context.Context) error {
 		inf.AddHandler(h)
 		go inf.Run(ctx)
 	}
+	// Pods wake no pass: a large cluster's pod churn would plan all the
+	// time. A release a pod held back is tried again at the next pass (a
+	// NodeIPAM's report, or the resync).
+	go c.pods.Run(ctx)
 	t0 := time.Now()
-	if !client.WaitForSync(ctx, c.nodes, c.pools, c.ipams) {
+	if !client.WaitForSync(ctx, c.nodes, c.pools, c.ipams, c.pods) {
 		return nil // ctx ended
 	}
 	c.log.Info("caches synced", "nodes", c.nodes.Len(), "ippools", c.pools.Len(),
-		"nodeipams", c.ipams.Len(), "took", time.Since(t0).Round(time.Millisecond))
+		"nodeipams", c.ipams.Len(), "pods", c.pods.Len(), "took", time.Since(t0).Round(time.Millisecond))
 	c.ops.termSynced()
 	c.heartbeat = c.ops.loop("controller")
 	defer c.heartbeat.Stop()
@@ -149,6 +156,11 @@ func (c *controller) input(now time.Time) *input {
 	for _, o := range c.ipams.List() {
 		in.nodeIPAMs = append(in.nodeIPAMs, o.(*v1alpha1.NodeIPAM))
 	}
+	var pods []*corev1.Pod
+	for _, o := range c.pods.List() {
+		pods = append(pods, o.(*corev1.Pod))
+	}
+	in.pods = newPodAddrs(pods)
 	return in
 }
 

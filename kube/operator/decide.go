@@ -171,10 +171,12 @@ func decideNode(n *v1alpha1.NodeIPAM, families []family, pools map[string]*poolI
 		changed = true
 	}
 
-	if drained := drainBlocks(n, spec, draining, in.now, release); len(drained) > 0 {
+	drained, held := drainBlocks(n, spec, draining, in, release)
+	if len(drained) > 0 {
 		d.changes = append(d.changes, drained...)
 		changed = true
 	}
+	d.notes = append(d.notes, held...)
 
 	// An agent that refuses is answered at once, timer or not.
 	var waiting []block
@@ -196,6 +198,11 @@ func decideNode(n *v1alpha1.NodeIPAM, families []family, pools map[string]*poolI
 			note(&d.notes, x.cidr, actionWait, "marked for release before this replica led; release timer restarted, %s to go", in.delay)
 		}
 		if in.now.Sub(since) >= in.delay && n.MayRelease(x.cidr) {
+			if why := in.pods.holdsRelease(x.prefix); why != "" {
+				note(&d.notes, x.cidr, actionWait, "%s", why)
+				d.timers[x.cidr] = since
+				continue
+			}
 			release(x)
 			note(&d.changes, x.cidr, actionRelease, "the agent answered ready-for-release for generation %d and the block has been excess for %s",
 				n.Generation, in.now.Sub(since).Round(time.Second))

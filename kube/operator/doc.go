@@ -39,9 +39,9 @@
 //     are withdrawn before any new block is cut.
 //  4. A marked block is released (taken out of spec.blocks, its mark set to
 //     released, in one Update) only when NodeIPAM.MayRelease holds, which
-//     needs a ready-for-release answer in a current status, and this
-//     replica's own timer for the block has run the whole
-//     --excess-ip-release-delay.
+//     needs a ready-for-release answer in a current status, this replica's
+//     own timer for the block has run the whole --excess-ip-release-delay,
+//     and no pod has an address in it (below).
 //  5. A block the agent reports empty, and without which the node still has
 //     --min-free free addresses, is excess; one excess for the whole delay,
 //     continuously, is marked for release. Any pass that finds it not
@@ -64,6 +64,20 @@
 // the agent reports every block its store still holds, including retired
 // ones outside spec.blocks. Overlap, not equality, is what counts, so a
 // pool re-created with another block size cannot cut across old blocks.
+//
+// # Pods outrank answers
+//
+// The answers are only as good as the node that writes them: without the
+// admission policy deploy/ ships (node-scoped-writes.yaml), any node's
+// agent may write every NodeIPAM's status, and a compromised node could
+// answer ready-for-release for another node's busy block. So the operator
+// watches every pod (trimmed to its addresses, pods.go) and, whatever a
+// status says, never releases a block, drained or excess, in which a pod
+// that is not finished and not on the host network still has an address;
+// it keeps the mark, logs which pod holds the block, and tries again at
+// the next pass (pod events wake none: in a large cluster they never
+// stop). Such an address also holds its block against being cut, like the
+// blocks below.
 //
 // # Replaced Nodes (seed 003)
 //

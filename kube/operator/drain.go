@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,13 +57,15 @@ func inPool(pool *v1alpha1.IPPool, cidr v1alpha1.CIDR) bool {
 //     an administrator asked for the range back;
 //   - under an excess mark has it made a drain mark, so the agent
 //     quarantines it even though it holds addresses;
-//   - is released (by release) as soon as NodeIPAM.MayRelease holds, and
-//     only then. Its mark is never withdrawn, whatever the agent answers
-//     and however short of addresses the node is.
+//   - is released (by release) as soon as NodeIPAM.MayRelease holds and no
+//     pod the operator sees has an address in it, and only then. Its mark
+//     is never withdrawn, whatever the agent answers and however short of
+//     addresses the node is.
 //
-// It returns the changes it made to spec.
-func drainBlocks(n *v1alpha1.NodeIPAM, spec *v1alpha1.NodeIPAMSpec, draining []block, now time.Time, release func(block)) []change {
-	var out []change
+// It returns the changes it made to spec, and notes on the releases pods
+// held back.
+func drainBlocks(n *v1alpha1.NodeIPAM, spec *v1alpha1.NodeIPAMSpec, draining []block, in *input, release func(block)) (out, held []change) {
+	now := in.now
 	for _, x := range draining {
 		why := x.outside
 		if why == "" {
@@ -73,6 +74,10 @@ func drainBlocks(n *v1alpha1.NodeIPAM, spec *v1alpha1.NodeIPAMSpec, draining []b
 		m := spec.Mark(x.cidr)
 		switch {
 		case m != nil && m.State == v1alpha1.MarkedForRelease && n.MayRelease(x.cidr):
+			if pod := in.pods.holdsRelease(x.prefix); pod != "" {
+				held = append(held, change{cidr: x.cidr, action: actionWait, why: "drained: " + pod})
+				continue
+			}
 			release(x)
 			out = append(out, change{cidr: x.cidr, action: actionRelease, drain: true,
 				why: fmt.Sprintf("drained: %s, and the agent answered ready-for-release for generation %d", why, n.Generation)})
@@ -88,7 +93,7 @@ func drainBlocks(n *v1alpha1.NodeIPAM, spec *v1alpha1.NodeIPAMSpec, draining []b
 				why: why + ": its excess mark becomes a drain mark, which is never withdrawn"})
 		}
 	}
-	return out
+	return out, held
 }
 
 // poolsByName indexes parsed pools by name.

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -32,6 +33,9 @@ type input struct {
 	reserved map[string]reservation
 	minFree  int64
 	delay    time.Duration
+	// pods are the addresses running pods hold, on any node: no block
+	// one of them is in is released, whatever its agent answers.
+	pods podAddrs
 }
 
 // reservation keeps the blocks of a deleted stale NodeIPAM held until the
@@ -93,8 +97,8 @@ type plan struct {
 // Held blocks are every block in some NodeIPAM's spec.blocks, current,
 // stale or orphaned; every block with a released mark still on it; and
 // every block an agent still reports usage of, in spec.blocks or not (the
-// agent reports a block until it has left its store): no block is cut
-// again while any of them exists.
+// agent reports a block until it has left its store), and every address a
+// running pod has: no block is cut again while any of them exists.
 func planFor(in *input) plan {
 	out := plan{timers: timers{}, reserved: map[string]reservation{}}
 	pools := parsePools(in.pools)
@@ -120,6 +124,10 @@ func planFor(in *input) plan {
 				held.add(p, n.Name)
 			}
 		}
+	}
+
+	for _, p := range in.pods {
+		held.add(netip.PrefixFrom(p.addr, p.addr.BitLen()), "pod "+p.pod)
 	}
 
 	byNode := map[string]node{}

@@ -1,0 +1,163 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/agent/api"
+)
+
+// serveLimited starts the API with limits l and returns its socket and
+// server.
+func serveLimited(t *testing.T, b Backend, l Limits) (string, *APIServer) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "lockstep.sock")
+	lis, err := ListenSocket(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewAPIServer(b, slog.New(slog.DiscardHandler), NewMetrics(b.Status))
+	srv.SetLimits(l)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return sock, srv
+}
+
+// TestConnectionCap: past MaxConns open connections, a new one is told to
+// try again later at once, not queued; once one closes, the next is
+// served.
+func TestConnectionCap(t *testing.T) {
+	sock, srv := serveLimited(t, &fakeBackend{}, Limits{MaxConns: 2})
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	// Both are tracked once each has been served once.
+	for _, c := range idle {
+		if _, err := c.Write([]byte(`{"version":"` + api.Version + `","op":"status"}` + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	_, err := api.NewClient(sock, 2*time.Second).Status(context.Background())
+	if api.CodeOf(err) != api.CodeTryAgainLater || !strings.Contains(err.Error(), "limit of 2 connections") {
+		t.Fatalf("third connection: %v, want try-again-later naming the limit", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("refusal took %s: the third connection was queued, not answered", took)
+	}
+	var out strings.Builder
+	srv.metrics.WritePrometheus(&out)
+	if !strings.Contains(out.String(), "lockstep_api_connections_refused_total 1") {
+		t.Errorf("refusal not counted:\n%s", out.String())
+	}
+	idle[0].Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		_, err := api.NewClient(sock, time.Second).Status(context.Background())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a connection closed, a new one is still refused: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// hungBackend never finishes an Add, whatever its context says: a write
+// stuck in fsync on a hung disk.
+type hungBackend struct {
+	fakeBackend
+	started chan struct{}
+	release chan struct{}
+}
+
+func (h *hungBackend) Add(context.Context, api.AddRequest) (*api.AddResponse, error) {
+	h.started <- struct{}{}
+	<-h.release
+	return &api.AddResponse{OpID: 1}, nil
+}
+
+// TestDeadlineHoldsWhileBackendHangs: a request whose work cannot be
+// interrupted is still answered at its deadline, with code 11, and the
+// socket keeps answering other requests meanwhile.
+func TestDeadlineHoldsWhileBackendHangs(t *testing.T) {
+	h := &hungBackend{started: make(chan struct{}, 8), release: make(chan struct{})}
+	defer close(h.release)
+	const deadline = 300 * time.Millisecond
+	sock, _ := serveLimited(t, h, Limits{RequestTimeout: deadline})
+
+	type answer struct {
+		err  error
+		took time.Duration
+	}
+	answers := make(chan answer, 3)
+	for range 3 {
+		go func() {
+			start := time.Now()
+			_, err := api.NewClient(sock, 5*time.Second).Add(context.Background(), api.AddRequest{})
+			answers <- answer{err, time.Since(start)}
+		}()
+	}
+	<-h.started
+	// While the adds hang, status answers at once.
+	for range 5 {
+		start := time.Now()
+		if _, err := api.NewClient(sock, time.Second).Status(context.Background()); err != nil {
+			t.Fatalf("status while adds hang: %v", err)
+		}
+		if took := time.Since(start); took > deadline/2 {
+			t.Errorf("status took %s while adds hang", took)
+		}
+	}
+	for range 3 {
+		a := <-answers
+		if api.CodeOf(a.err) != api.CodeTryAgainLater || !strings.Contains(a.err.Error(), "could not finish add within 300ms") {
+			t.Errorf("hung add answered %v, want try-again-later", a.err)
+		}
+		if a.took > deadline+time.Second {
+			t.Errorf("hung add answered after %s, want about the %s deadline", a.took, deadline)
+		}
+	}
+}
+
+// TestRefusalIsAResponse: a refused connection gets one well-formed
+// response line, which a client reads as an error.
+func TestRefusalIsAResponse(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	srv := NewAPIServer(&fakeBackend{}, slog.New(slog.DiscardHandler), nil)
+	go srv.refuse(a)
+	// A request longer than the refusal's buffer is read to its end.
+	if _, err := b.Write([]byte(strings.Repeat("x", 10000) + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(b).ReadBytes('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp api.Response
+	if err := json.Unmarshal(line, &resp); err != nil || resp.Error == nil || resp.Error.Code != api.CodeTryAgainLater {
+		t.Fatalf("refusal %s (%v), want a try-again-later error", line, err)
+	}
+}
