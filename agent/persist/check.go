@@ -76,7 +76,7 @@ func check(path string, size int64, lockTimeout time.Duration) (legacy bool, err
 	f, err := os.Open(path)
 	if err != nil {
 		if notWritable(err) {
-			return false, readOnly(path, err)
+			return false, readOnly(path, err, true)
 		}
 		return false, corrupt(path, err)
 	}
@@ -91,7 +91,7 @@ func check(path string, size int64, lockTimeout time.Duration) (legacy bool, err
 	}
 	if err != nil {
 		if notWritable(err) {
-			return false, readOnly(path, err)
+			return false, readOnly(path, err, true)
 		}
 		return false, corrupt(path, err)
 	}

@@ -83,7 +83,14 @@ func foreign(path, why string) error {
 		path, ErrForeignStateFile, why, keepsFile)
 }
 
-func readOnly(path string, err error) error {
+// readOnly is the error for a state file, or a directory for a new one,
+// the agent may not write; exists says whether the file is there.
+func readOnly(path string, err error, exists bool) error {
+	if !exists {
+		return fmt.Errorf("create state file %s: %w: %w; the agent will not start without one: "+
+			"make its file system writable (or fix the state directory's permissions) and restart the agent",
+			path, ErrReadOnly, err)
+	}
 	return fmt.Errorf("open state file %s: %w: %w; %s: make its file system writable (or fix its permissions) and restart the agent; "+
 		"do not move the file aside, it holds this node's allocations",
 		path, ErrReadOnly, err, keepsFile)

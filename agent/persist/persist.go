@@ -79,7 +79,7 @@ func open(dir string, lockTimeout time.Duration, h hooks) (*DB, error) {
 	path := filepath.Join(dir, FileName)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		if notWritable(err) {
-			return nil, readOnly(path, fmt.Errorf("create state directory %s: %w", dir, err))
+			return nil, readOnly(path, fmt.Errorf("create state directory %s: %w", dir, err), false)
 		}
 		return nil, fmt.Errorf("create state directory %s: %w", dir, err)
 	}
@@ -92,7 +92,7 @@ func open(dir string, lockTimeout time.Duration, h hooks) (*DB, error) {
 	}
 	if err != nil {
 		if notWritable(err) {
-			return nil, readOnly(path, err)
+			return nil, readOnly(path, err, true)
 		}
 		return nil, fmt.Errorf("open state file %s: %w", path, err)
 	}
@@ -108,7 +108,7 @@ func open(dir string, lockTimeout time.Duration, h hooks) (*DB, error) {
 	case errors.Is(err, ErrLocked) || errors.Is(err, ErrCorrupt):
 		return nil, err
 	case err != nil && notWritable(err):
-		return nil, readOnly(path, err)
+		return nil, readOnly(path, err, true)
 	case err != nil:
 		return nil, corrupt(path, err)
 	}
@@ -122,7 +122,7 @@ func open(dir string, lockTimeout time.Duration, h hooks) (*DB, error) {
 	if err != nil {
 		bdb.Close()
 		if notWritable(err) {
-			return nil, readOnly(path, err)
+			return nil, readOnly(path, err, true)
 		}
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func create(path string, lockTimeout time.Duration) (err error) {
 	tmp := path + ".new"
 	defer func() {
 		if err != nil && notWritable(err) {
-			err = readOnly(path, err)
+			err = readOnly(path, err, false)
 		}
 	}()
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
