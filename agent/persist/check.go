@@ -64,9 +64,9 @@ func boltOpen(path string, opts bolt.Options) (bdb *bolt.DB, err error) {
 // A file is lockstep's when its meta bucket holds the format marker that
 // every file has carried since the marker was introduced. A file without
 // the marker is recognised as written by an earlier agent when it has
-// exactly that agent's shape: no root bucket but meta, endpoints, cleanups
-// and blocks; a meta bucket holding schema version 1 and nothing but the
-// schema version and the dataplane. legacy reports such a file: Open adds
+// exactly that agent's shape: root buckets only among meta, endpoints,
+// cleanups and blocks, and a meta bucket holding schema version 1 and
+// nothing but the schema version and the dataplane. legacy reports such a file: Open adds
 // the marker to it. Anything else is foreign. Any readable file of another
 // schema version is refused with ErrSchemaVersion.
 func check(path string, size int64, lockTimeout time.Duration) (legacy bool, err error) {

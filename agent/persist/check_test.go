@@ -106,7 +106,12 @@ func realisticFile(t testing.TB, endpoints int) ([]byte, int) {
 // (or an agent from before the format marker) would.
 func boltFile(t *testing.T, path string, fn func(tx *bolt.Tx) error) {
 	t.Helper()
-	bdb, err := bolt.Open(path, 0o600, nil)
+	boltFileWith(t, path, nil, fn)
+}
+
+func boltFileWith(t *testing.T, path string, opts *bolt.Options, fn func(tx *bolt.Tx) error) {
+	t.Helper()
+	bdb, err := bolt.Open(path, 0o600, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +177,11 @@ func TestOpenRefusesWhatIsNotItsOwn(t *testing.T) {
 		}, ErrForeignStateFile},
 		{"foreign: another program's format marker", func(t *testing.T, path string) {
 			boltFile(t, path, buckets(map[string][]string{"meta": {"format", "etcd wal", "schema-version", "1"}}))
+		}, ErrForeignStateFile},
+		{"foreign: written without a freelist", func(t *testing.T, path string) {
+			boltFileWith(t, path, &bolt.Options{NoFreelistSync: true}, buckets(map[string][]string{
+				"meta": {"format", formatMarker, "schema-version", schemaVersion}, "endpoints": nil, "cleanups": nil, "blocks": nil,
+			}))
 		}, ErrForeignStateFile},
 		{"foreign: a directory", func(t *testing.T, path string) {
 			if err := os.Mkdir(path, 0o700); err != nil {

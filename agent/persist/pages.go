@@ -121,11 +121,18 @@ func checkPages(path string, f io.ReaderAt, size int64) error {
 		return truncated(path, size, want)
 	}
 	w := &pageWalker{f: f, m: m, seen: make(map[uint64]bool)}
-	if err := w.walk(); err != nil {
+	switch err := w.walk(); {
+	case errors.Is(err, errNoFreelist):
+		return foreign(path, "it was written without a freelist, which lockstep never does")
+	case err != nil:
 		return corrupt(path, err)
 	}
 	return nil
 }
+
+// errNoFreelist is walk's error for a file whose meta page names no
+// freelist page.
+var errNoFreelist = errors.New("no freelist page")
 
 // pageWalker visits the pages of one bbolt file, each at most once.
 type pageWalker struct {
@@ -153,7 +160,10 @@ func (w *pageWalker) walk() error {
 		todo = append(todo, children...)
 	}
 	if w.m.freelist == noFreelist {
-		return nil
+		// bbolt would rebuild the freelist by walking the file in a
+		// goroutine of its own, where a panic cannot be recovered; and
+		// lockstep always writes its freelist.
+		return errNoFreelist
 	}
 	page, err := w.page(w.m.freelist, pageFlagFreelist)
 	if err != nil {

@@ -154,9 +154,12 @@ func create(path string, lockTimeout time.Duration) (err error) {
 		return fmt.Errorf("create state file %s: %w", path, err)
 	}
 	// Link, not rename: an agent that created path meanwhile keeps it,
-	// and this one then finds it locked.
+	// and this one then finds it locked. A file system without hard links
+	// gets a rename.
 	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("create state file %s: %w", path, err)
+		if err := os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("create state file %s: %w", path, err)
+		}
 	}
 	return syncDir(filepath.Dir(path))
 }
