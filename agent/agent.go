@@ -286,7 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		if err := waitStep(ctx, gate, log, "the NodeIPAM of node "+cfg.NodeName+" to assign it address blocks", syncer.WaitReady); err != nil {
+		if err := waitStep(ctx, gate, log, "the NodeIPAM of node "+cfg.NodeName+" to assign it address blocks", untilFailed(db, syncer.WaitReady)); err != nil {
 			return startCancelled(ctx, err)
 		}
 		cfg.Pools = storePools(st)
@@ -336,6 +336,28 @@ func Run(ctx context.Context, cfg Config) error {
 type stateFile interface {
 	Failed() <-chan struct{}
 	Err() error
+}
+
+// untilFailed is wait, cut short with the state file's error once a commit
+// to it fails: a start-up wait that needs writes would otherwise never
+// end.
+func untilFailed(db stateFile, wait func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-db.Failed():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := wait(ctx)
+		if dbErr := db.Err(); dbErr != nil {
+			return fmt.Errorf("stop starting: %w", dbErr)
+		}
+		return err
+	}
 }
 
 // serveUntilStopped blocks while the agent serves: until ctx ends (a clean

@@ -100,12 +100,17 @@ func ownFile(t *testing.T) []byte {
 	return b
 }
 
-// failedFile is a state file whose commit has failed.
+// failedFile is a state file whose commit fails when failed is closed.
 type failedFile struct{ failed chan struct{} }
 
 func (f failedFile) Failed() <-chan struct{} { return f.failed }
 func (f failedFile) Err() error {
-	return fmt.Errorf("commit to state file state.db: %w: input/output error", persist.ErrCommitFailed)
+	select {
+	case <-f.failed:
+		return fmt.Errorf("commit to state file state.db: %w: input/output error", persist.ErrCommitFailed)
+	default:
+		return nil
+	}
 }
 
 // TestFailedCommitStopsTheAgent: a serving agent stops, with the state
@@ -129,5 +134,32 @@ func TestFailedCommitStopsTheAgent(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("still serving after a failed commit")
+	}
+}
+
+// TestFailedCommitEndsAStartUpWait: a start-up wait (the NodeIPAM's, which
+// writes blocks) ends with the state file's error once a commit fails,
+// rather than wait for writes that will never come.
+func TestFailedCommitEndsAStartUpWait(t *testing.T) {
+	f := failedFile{failed: make(chan struct{})}
+	wait := untilFailed(f, func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	done := make(chan error, 1)
+	go func() { done <- wait(context.Background()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("wait ended before any failure: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(f.failed)
+	select {
+	case err := <-done:
+		if !errors.Is(err, persist.ErrCommitFailed) {
+			t.Fatalf("wait ended with %v, want ErrCommitFailed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("still waiting after a failed commit")
 	}
 }
