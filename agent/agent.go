@@ -100,6 +100,11 @@ type Config struct {
 // accepting requests, lets in-flight ones finish (bounded), and closes the
 // state file.
 //
+// It does not start on a state file it cannot trust (empty, truncated,
+// corrupt, another program's, of another schema, or not writable: see
+// persist.Open), and it stops with an error once a commit to the state
+// file has failed, rather than serve from memory the file disagrees with.
+//
 // In Kubernetes mode the API socket opens early and answers "starting"
 // (CNI STATUS code 50, ADD code 11) while the agent waits, in order, for
 // the API server's first complete list of pods, namespaces and policies,
@@ -281,7 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		if err := waitStep(ctx, gate, log, "the NodeIPAM of node "+cfg.NodeName+" to assign it address blocks", syncer.WaitReady); err != nil {
+		if err := waitStep(ctx, gate, log, "the NodeIPAM of node "+cfg.NodeName+" to assign it address blocks", untilFailed(db, syncer.WaitReady)); err != nil {
 			return startCancelled(ctx, err)
 		}
 		cfg.Pools = storePools(st)
@@ -321,18 +326,61 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Ready()
 	}
 
+	err = serveUntilStopped(ctx, errc, db, log)
+	ops.shuttingDown()
+	stopAPI()
+	return err
+}
+
+// stateFile is what the serving agent watches of its state file.
+type stateFile interface {
+	Failed() <-chan struct{}
+	Err() error
+}
+
+// untilFailed is wait, cut short with the state file's error once a commit
+// to it fails: a start-up wait that needs writes would otherwise never
+// end.
+func untilFailed(db stateFile, wait func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-db.Failed():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := wait(ctx)
+		if dbErr := db.Err(); dbErr != nil {
+			return fmt.Errorf("stop starting: %w", dbErr)
+		}
+		return err
+	}
+}
+
+// serveUntilStopped blocks while the agent serves: until ctx ends (a clean
+// stop, nil), a server fails, or a commit to the state file fails. The
+// last is fatal: the file may then hold a change the store never made
+// visible, the file takes no more writes, and only a restart, which
+// reloads the file, makes the two agree again.
+func serveUntilStopped(ctx context.Context, errc <-chan error, db stateFile, log *slog.Logger) error {
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
-	case err = <-errc:
+		return nil
+	case err := <-errc:
 		if err == nil {
 			err = errors.New("API server stopped")
 		}
 		log.Error("server stopped", "err", err)
+		return err
+	case <-db.Failed():
+		err := fmt.Errorf("stop serving: %w", db.Err())
+		log.Error("state file failed", "err", err)
+		return err
 	}
-	ops.shuttingDown()
-	stopAPI()
-	return err
 }
 
 // startCancelled is the result of a start-up wait that ended with err: a

@@ -56,8 +56,7 @@ func blockPut(ch memdb.Change) (*put, error) {
 
 // LoadBlocks returns every block in the file.
 func (db *DB) LoadBlocks() (out []*store.Block, err error) {
-	defer recoverCorrupt(db.path, &err)
-	err = db.bolt.View(func(tx *bolt.Tx) error {
+	err = db.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketBlocks).ForEach(func(k, v []byte) error {
 			var r blockRecord
 			if err := json.Unmarshal(v, &r); err != nil {

@@ -42,8 +42,7 @@ func cleanupPut(ch memdb.Change) (*put, error) {
 
 // LoadCleanups returns every pending clean-up in the file.
 func (db *DB) LoadCleanups() (out []*store.Cleanup, err error) {
-	defer recoverCorrupt(db.path, &err)
-	err = db.bolt.View(func(tx *bolt.Tx) error {
+	err = db.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketCleanups).ForEach(func(k, v []byte) error {
 			var r cleanupRecord
 			if err := json.Unmarshal(v, &r); err != nil {
@@ -65,8 +64,7 @@ func (db *DB) LoadCleanups() (out []*store.Cleanup, err error) {
 // Dataplane returns the dataplane backend the agent last ran with, as
 // SetDataplane recorded it; "" for a new file.
 func (db *DB) Dataplane() (name string, err error) {
-	defer recoverCorrupt(db.path, &err)
-	err = db.bolt.View(func(tx *bolt.Tx) error {
+	err = db.view(func(tx *bolt.Tx) error {
 		name = string(tx.Bucket(bucketMeta).Get(keyDataplane))
 		return nil
 	})
@@ -76,11 +74,7 @@ func (db *DB) Dataplane() (name string, err error) {
 // SetDataplane records the dataplane backend the agent runs with, so that
 // the next start can tell that it changed and what to clean up.
 func (db *DB) SetDataplane(name string) error {
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	return db.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(keyDataplane, []byte(name))
 	})
-	if err != nil {
-		return fmt.Errorf("record dataplane in %s: %w", db.path, err)
-	}
-	return nil
 }

@@ -12,6 +12,16 @@
 // deadlines, revisions) are not, so confirming an ADD costs no fsync; a
 // restored endpoint comes back Ready.
 //
-// A file that cannot be read is never repaired or replaced: Open and Load
-// fail with an error naming the file, and the operator decides.
+// A file that cannot be trusted is never repaired, replaced or adopted:
+// Open checks an existing file before anything writes to it, reading every
+// page its last commit reaches without bbolt (which panics, or dies of
+// SIGBUS, on a missing or malformed page) and then whose file it is. An
+// empty, truncated, corrupt or foreign file, one of another schema, and
+// one the agent may not write each fail with their own error (see the
+// Err variables), naming the file and saying what the operator can do.
+//
+// A commit bbolt cannot finish is fatal, not retried: bbolt may have
+// written its meta page before the fsync failed, so the file may hold what
+// the store never showed. The DB then refuses every write and closes
+// Failed; the agent exits, and its restart reloads the file.
 package persist

@@ -5,14 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-memdb"
 	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 
 	"lockstep.dev/lockstep/agent/store"
 )
@@ -24,40 +26,170 @@ const FileName = "state.db"
 // refused rather than misread.
 const schemaVersion = "1"
 
+// formatMarker, under keyFormat in the meta bucket, says a bbolt file is a
+// lockstep agent's state file. It is written when the file is created; a
+// file without it is refused unless it has the exact shape the agents
+// before the marker wrote (see check).
+const formatMarker = "lockstep agent state"
+
 var (
 	bucketMeta      = []byte("meta")
 	bucketEndpoints = []byte("endpoints")
 	bucketCleanups  = []byte("cleanups")
 	keyVersion      = []byte("schema-version")
 	keyDataplane    = []byte("dataplane")
+	keyFormat       = []byte("format")
 )
 
 // DB is the agent's state file.
 type DB struct {
 	bolt *bolt.DB
 	path string
+	// commit commits a bbolt write transaction: tx.Commit, or a fault a
+	// test injects.
+	commit func(*bolt.Tx) error
+
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
 }
 
-// Open opens or creates DIR/state.db. It fails after lockTimeout when
-// another process holds the file.
+// hooks are the faults tests inject into Open; the zero value is bbolt.
+type hooks struct {
+	openFile func(string, int, os.FileMode) (*os.File, error)
+	commit   func(*bolt.Tx) error
+}
+
+// Open opens DIR/state.db, creating it (and DIR) when it does not exist.
+// It fails after lockTimeout when another process holds the file.
+//
+// An existing file is checked before anything writes to it (see check):
+// an empty, truncated, corrupt or foreign file, or one of another schema
+// version, is refused and left exactly as it was, each with its own error
+// (ErrEmptyStateFile, ErrTruncated, ErrCorrupt, ErrForeignStateFile,
+// ErrSchemaVersion). A file or directory the agent may not write is
+// ErrReadOnly, never ErrCorrupt: moving it aside would lose every
+// allocation. A new file is built next to its final name and linked into
+// place once complete, so a crash never leaves a half-made state.db.
 func Open(dir string, lockTimeout time.Duration) (*DB, error) {
+	return open(dir, lockTimeout, hooks{})
+}
+
+func open(dir string, lockTimeout time.Duration, h hooks) (*DB, error) {
+	path := filepath.Join(dir, FileName)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		if notWritable(err) {
+			return nil, readOnly(path, fmt.Errorf("create state directory %s: %w", dir, err), false)
+		}
 		return nil, fmt.Errorf("create state directory %s: %w", dir, err)
 	}
-	path := filepath.Join(dir, FileName)
-	bdb, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
-	if errors.Is(err, bolterrors.ErrTimeout) {
-		return nil, fmt.Errorf("open state file %s: another process (a second lockstep agent?) holds it", path)
+	info, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := create(path, lockTimeout); err != nil {
+			return nil, err
+		}
+		info, err = os.Stat(path)
 	}
 	if err != nil {
+		if notWritable(err) {
+			return nil, readOnly(path, err, true)
+		}
+		return nil, fmt.Errorf("open state file %s: %w", path, err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, foreign(path, "it is not a regular file ("+info.Mode().Type().String()+")")
+	}
+	legacy, err := check(path, info.Size(), lockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	bdb, err := boltOpen(path, bolt.Options{Timeout: lockTimeout, OpenFile: h.openFile})
+	switch {
+	case errors.Is(err, ErrLocked) || errors.Is(err, ErrCorrupt):
+		return nil, err
+	case err != nil && notWritable(err):
+		return nil, readOnly(path, err, true)
+	case err != nil:
 		return nil, corrupt(path, err)
 	}
-	db := &DB{bolt: bdb, path: path}
-	if err := db.init(); err != nil {
+	db := &DB{bolt: bdb, path: path, commit: (*bolt.Tx).Commit, failed: make(chan struct{})}
+	if h.commit != nil {
+		db.commit = h.commit
+	}
+	if legacy {
+		err = db.update(initBuckets)
+	}
+	if err != nil {
 		bdb.Close()
+		if notWritable(err) {
+			return nil, readOnly(path, err, true)
+		}
 		return nil, err
 	}
 	return db, nil
+}
+
+// create makes a new, complete state file at path: built under a
+// temporary name, then linked to path, which must not exist yet.
+func create(path string, lockTimeout time.Duration) (err error) {
+	tmp := path + ".new"
+	defer func() {
+		if err != nil && notWritable(err) {
+			err = readOnly(path, err, false)
+		}
+	}()
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("create state file %s: %w", path, err)
+	}
+	bdb, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if err != nil {
+		return fmt.Errorf("create state file %s: %w", path, err)
+	}
+	defer os.Remove(tmp)
+	err = bdb.Update(initBuckets)
+	if cerr := bdb.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("create state file %s: %w", path, err)
+	}
+	// Link, not rename: an agent that created path meanwhile keeps it,
+	// and this one then finds it locked. A file system without hard links
+	// gets a rename.
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("create state file %s: %w", path, err)
+		}
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes a new name in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync state directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync state directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// initBuckets writes what a lockstep state file holds from its creation:
+// its buckets, the format marker and the schema version.
+func initBuckets(tx *bolt.Tx) error {
+	for _, name := range lockstepBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if err := meta.Put(keyFormat, []byte(formatMarker)); err != nil {
+		return err
+	}
+	return meta.Put(keyVersion, []byte(schemaVersion))
 }
 
 // Path returns the state file's path.
@@ -66,26 +198,61 @@ func (db *DB) Path() string { return db.path }
 // Close closes the file.
 func (db *DB) Close() error { return db.bolt.Close() }
 
-func (db *DB) init() (err error) {
-	defer recoverCorrupt(db.path, &err)
-	return db.bolt.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return corrupt(db.path, err)
-		}
-		for _, name := range [][]byte{bucketEndpoints, bucketCleanups, bucketBlocks} {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return corrupt(db.path, err)
-			}
-		}
-		switch v := meta.Get(keyVersion); {
-		case v == nil:
-			return meta.Put(keyVersion, []byte(schemaVersion))
-		case string(v) != schemaVersion:
-			return fmt.Errorf("open state file %s: schema version %q, this agent reads %q; use a matching lockstep version", db.path, v, schemaVersion)
-		}
+// Failed is closed when a commit to the file has failed. From then on the
+// DB refuses every write with the error Err returns, and the agent stops:
+// the file may hold a change the store never made visible, and only a
+// restart, which reloads the file, makes the two agree again.
+func (db *DB) Failed() <-chan struct{} { return db.failed }
+
+// Err returns the error of the first failed commit, or nil.
+func (db *DB) Err() error {
+	select {
+	case <-db.failed:
+		return db.failErr
+	default:
 		return nil
+	}
+}
+
+// fail records the first failed commit and returns its error.
+func (db *DB) fail(err error) error {
+	db.failOnce.Do(func() {
+		db.failErr = commitFailed(db.path, err)
+		close(db.failed)
 	})
+	return db.failErr
+}
+
+// update runs fn in a bbolt write transaction and commits it. An error of
+// fn rolls back and leaves the file as it was; a failed commit is fatal to
+// the DB (see Failed), and so is a panic inside bbolt, after which neither
+// its memory nor the file can be trusted.
+func (db *DB) update(fn func(*bolt.Tx) error) (err error) {
+	if err := db.Err(); err != nil {
+		return err
+	}
+	tx, err := db.bolt.Begin(true)
+	if err != nil {
+		return fmt.Errorf("write state file %s: %w", db.path, err)
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			func() {
+				defer func() { _ = recover() }()
+				_ = tx.Rollback() // releases the writer lock Close waits for
+			}()
+			err = db.fail(fmt.Errorf("bbolt: %v", r))
+		}
+	}()
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("write state file %s: %w", db.path, err)
+	}
+	if err := db.commit(tx); err != nil {
+		return db.fail(err)
+	}
+	return nil
 }
 
 // endpointRecord is the durable part of a store.Endpoint.
@@ -159,7 +326,7 @@ func (db *DB) Apply(changes memdb.Changes) (wrote bool, err error) {
 	if len(puts) == 0 {
 		return false, nil
 	}
-	err = db.bolt.Update(func(tx *bolt.Tx) error {
+	err = db.update(func(tx *bolt.Tx) error {
 		for _, p := range puts {
 			b := tx.Bucket(p.bucket)
 			var err error
@@ -175,7 +342,7 @@ func (db *DB) Apply(changes memdb.Changes) (wrote bool, err error) {
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("write state file %s: %w", db.path, err)
+		return false, err
 	}
 	return true, nil
 }
@@ -223,8 +390,7 @@ func endpointPut(ch memdb.Change) (*put, error) {
 
 // LoadEndpoints returns every endpoint in the file, each Ready.
 func (db *DB) LoadEndpoints() (out []*store.Endpoint, err error) {
-	defer recoverCorrupt(db.path, &err)
-	err = db.bolt.View(func(tx *bolt.Tx) error {
+	err = db.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketEndpoints).ForEach(func(k, v []byte) error {
 			var r endpointRecord
 			if err := json.Unmarshal(v, &r); err != nil {
@@ -240,18 +406,10 @@ func (db *DB) LoadEndpoints() (out []*store.Endpoint, err error) {
 	return out, err
 }
 
-// ErrCorrupt marks a state file that cannot be read.
-var ErrCorrupt = errors.New("state file unreadable")
-
-func corrupt(path string, err error) error {
-	return fmt.Errorf("read state file %s: %w: %w; the agent will not start on it and has not changed it: "+
-		"keep it for inspection, move it aside to start with no allocations (pods on this node then need re-creating)",
-		path, ErrCorrupt, err)
-}
-
-// recoverCorrupt turns a bbolt panic on a damaged page into an error.
-func recoverCorrupt(path string, err *error) {
-	if r := recover(); r != nil {
-		*err = corrupt(path, fmt.Errorf("%v", r))
-	}
+// view runs fn in a read transaction, turning a bbolt panic on a damaged
+// page, or a fault on the file's mapping, into ErrCorrupt.
+func (db *DB) view(fn func(*bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer guard(db.path, &err, nil)
+	return db.bolt.View(fn)
 }
