@@ -110,11 +110,14 @@ func (n *Node) StartAgent(ctx context.Context) error {
 		return errors.New("start agent: already running")
 	}
 	args := []string{"agent", "--state-dir", n.StateDir, "--socket", n.Socket, "--metrics-addr", "", "--bpf-root", n.BPFRoot}
-	ready := 10 * time.Second
+	// Generous bounds: on a busy 2-core machine, loading and verifying
+	// the eBPF programs alone has taken over 10 s. They bound a hang;
+	// they measure nothing.
+	ready := 60 * time.Second
 	if n.Opts.Kubernetes {
 		// Ready only once the API server has listed everything and the
 		// node's NodeIPAM has a block.
-		ready = 30 * time.Second
+		ready = 90 * time.Second
 	} else {
 		args = append(args, "--standalone")
 	}

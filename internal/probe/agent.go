@@ -17,6 +17,11 @@ import (
 	"lockstep.dev/lockstep/internal/nodesim"
 )
 
+// agentStartTimeout bounds the wait for the probe's agent to answer. It is
+// generous: on a busy machine, loading and verifying the eBPF programs
+// alone can take more than 10 s.
+const agentStartTimeout = 60 * time.Second
+
 // agentProc is the lockstep agent running inside the probe's node.
 type agentProc struct {
 	cmd     *exec.Cmd
@@ -84,7 +89,7 @@ func startAgent(ctx context.Context, node *nodesim.Node, binary string, args []s
 
 	client := api.NewClient(node.Socket, 500*time.Millisecond)
 	defer client.Close()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(agentStartTimeout)
 	for {
 		if _, err := client.Status(ctx); err == nil {
 			return a, nil
@@ -99,7 +104,7 @@ func startAgent(ctx context.Context, node *nodesim.Node, binary string, args []s
 		}
 		if time.Now().After(deadline) {
 			a.stop()
-			return nil, fmt.Errorf("agent did not answer on %s within 15s; log:\n%s", node.Socket, a.log())
+			return nil, fmt.Errorf("agent did not answer on %s within %s; log:\n%s", node.Socket, agentStartTimeout, a.log())
 		}
 	}
 }
