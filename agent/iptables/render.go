@@ -143,6 +143,15 @@ type renderer struct {
 // created (a cluster without IPv6 pods gets almost no IPv6 rules). The
 // negated match of PeerWorld keeps its set, empty or not.
 func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*plan, map[string]*epRender, error) {
+	if !sameMap(r.lastCIDRs, want.CIDRs) {
+		// Classes are looked up unmapped (newCIDRIndex): a mapped IPv6
+		// prefix would be an IPv4 one, as in the eBPF dataplane's keys.
+		for pfx := range want.CIDRs {
+			if err := policy.CheckNotMapped(pfx); err != nil {
+				return nil, nil, fmt.Errorf("render CIDRs: %w", err)
+			}
+		}
+	}
 	names := slices.Sorted(maps.Keys(want.Endpoints))
 	next := make(map[string]*epRender, len(names))
 	refs := map[ref]bool{}
