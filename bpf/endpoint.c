@@ -53,7 +53,7 @@ static __always_inline int addr_ok(const struct endpoint_info *ep, const struct 
  * backend before policy, which then judges the backend (lib/service.h).
  *
  * What no connection licenses: an IPv6 packet from :: (but for duplicate
- * address detection) or to or from an IPv4-mapped address is dropped
+ * address detection), to ::, or to or from an IPv4-mapped address is dropped
  * (lib/nd.h). Neighbour discovery and MLD the pod sends pass without
  * policy once anti-spoofing has passed them, if they keep to the link as
  * their RFCs say (nd_ok), and are dropped if not; those the node's stack
@@ -113,7 +113,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if (p.is_v6 && !from_node) {
 		if ((addr_unspec(&p.saddr) && !unspec_ok(&p)) || addr_v4mapped(&p.saddr))
 			return verdict(skb, dir, VERDICT_DROP, REASON_SPOOFED, &p, 0);
-		if (addr_v4mapped(&p.daddr))
+		if (addr_v4mapped(&p.daddr) || addr_unspec(&p.daddr))
 			return verdict(skb, dir, VERDICT_DROP, REASON_UNPARSEABLE, &p, 0);
 	}
 	if (dir == DIR_EGRESS && !addr_ok(ep, &p.saddr, p.is_v6, p.proto) && !addr_unspec(&p.saddr))
@@ -168,7 +168,9 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 				       dir == DIR_INGRESS ? REASON_POLICY_INGRESS : REASON_POLICY_EGRESS,
 				       &p, r.identity);
 	}
-	if (dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto))
+	/* Nothing answers ::, which only the node's own packets come from
+	 * here: a reply to it is judged, and dropped, as a new packet. */
+	if ((dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto)) && !addr_unspec(&p.saddr))
 		ct_create(&k, o, dir, &p, now);
 	return verdict(skb, dir, VERDICT_ALLOW, reason, &p, r.identity);
 }

@@ -125,6 +125,9 @@ func linkControlCases() []verdictCase {
 		{"echo from :: to a pod policy allows", eg, icmp(128, "::", otherPod, 64), actShot},
 		{"echo from :: to link-local", eg, icmp(128, "::", nodeLL, 64), actShot},
 		{"error from ::", eg, icmp(destUnreach, "::", otherPod, 64), actShot},
+		// Nor a destination (RFC 4291 2.5.2): no connection to it.
+		{"tcp to ::", eg, packet{src: podV6, dst: "::", proto: policy.ProtoTCP, sport: 40000, dport: 8443}, actShot},
+		{"echo to ::", eg, icmp(128, podV6, "::", 64), actShot},
 
 		// What reaches the pod: the node's own stack sends by the RFCs and
 		// is the node's (as for isolation); a forwarded ND or MLD message
@@ -147,6 +150,7 @@ func linkControlCases() []verdictCase {
 		{"MLD query forwarded", in, withHBH(icmp(mldQuery, spoofedV6, podV6, 1)), actShot},
 		{"echo from :: forwarded to the pod", in, icmp(128, "::", podV6, 64), actShot},
 		{"udp from :: forwarded to the pod", in, packet{src: "::", dst: podV6, proto: policy.ProtoUDP, sport: 40000, dport: 53}, actShot},
+		{"echo from the node's ::", in, fromNode(icmp(128, "::", podV6, 64)), actOK},
 
 		// IPv4-mapped addresses are how the programs key IPv4: an IPv6
 		// packet must not be judged as if it were IPv4 (RFC 4291 2.5.5.2).
@@ -173,5 +177,23 @@ func TestPrivilegedVerdictLinkControl(t *testing.T) {
 			mustApply(t, d, scenario(isolated, isolated))
 			checkVerdicts(t, d, linkControlCases())
 		})
+	}
+}
+
+// The node may send its pod a packet from :: (its own are the node's), but
+// nothing answers ::: the pod's reply is a new packet, dropped, not the
+// reply of a tracked connection.
+func TestPrivilegedVerdictNoReplyToUnspecified(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, scenario(false, false))
+	req := packet{src: "::", dst: podV6, proto: protoICMPv6, sport: 9, fromNode: true}
+	reply := packet{src: podV6, dst: "::", proto: protoICMPv6, sport: 9, icmpType: 129}
+	if got := run(t, d.toPod, req); got != actOK {
+		t.Fatalf("echo from the node's ::: got %s, want OK", actName(got))
+	}
+	if got := run(t, d.fromPod, reply); got != actShot {
+		t.Errorf("the pod's reply to ::: got %s, want SHOT", actName(got))
 	}
 }
