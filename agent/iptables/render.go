@@ -201,7 +201,7 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 		sameHas := r.lastHas[f.index()] != nil && maps.Equal(has, r.lastHas[f.index()]) && r.lastNoep[f.index()] == noep
 		r.lastHas[f.index()], r.lastNoep[f.index()] = has, noep
 		chains := map[string][]string{}
-		fwd, in := ndRules(f), ndRules(f)
+		var fwd, in []string
 		for _, name := range names {
 			er := next[name]
 			e, i := er.egressChain, er.ingressChain
@@ -232,7 +232,9 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 			chains[chainReject] = rejectRules(f)
 		}
 		if f == IPv6 {
-			chains[chainLL6] = []string{"-s fe80::/10 -p ipv6-icmp -j RETURN", "-s ::/128 -p ipv6-icmp -j RETURN", "-j DROP"}
+			chains[chainLL6] = ll6Rules()
+			chains[chainND6] = nd6Rules()
+			chains[chainND6In] = nd6InRules()
 		}
 		p.chains[f.index()] = chains
 	}
@@ -277,15 +279,85 @@ func sameEndpoint(a, b *policy.EndpointPolicy) bool {
 		maps.EqualFunc(a.Rules, b.Rules, slices.Equal)
 }
 
-// ndRules lets IPv6 neighbour discovery, router discovery, redirects and
-// MLD (ICMPv6 types 130-137 and 143) through, as the eBPF programs do.
-func ndRules(f Family) []string {
-	if f != IPv6 {
-		return nil
+// ICMPv6 types of neighbour discovery (RFC 4861 4) and MLD (RFC 2710 3,
+// RFC 3810 5).
+const (
+	icmp6MLDQuery   = 130
+	icmp6MLDReport  = 131
+	icmp6MLDDone    = 132
+	icmp6RouterSol  = 133
+	icmp6RouterAdv  = 134
+	icmp6NeighSol   = 135
+	icmp6NeighAdv   = 136
+	icmp6Redirect   = 137
+	icmp6MLD2Report = 143
+)
+
+// ndTypes and mldTypes are the ND and MLD types a pod may send, when they
+// keep to the link (nd6Rules); a pod sends no router advertisement and no
+// redirect.
+var (
+	ndTypes  = []int{icmp6RouterSol, icmp6NeighSol, icmp6NeighAdv}
+	mldTypes = []int{icmp6MLDQuery, icmp6MLDReport, icmp6MLDDone, icmp6MLD2Report}
+)
+
+func icmp6Type(t int) string { return "-p ipv6-icmp -m icmp6 --icmpv6-type " + strconv.Itoa(t) + " " }
+
+// ll6Rules is LOCKSTEP-LL6, where a pod's IPv6 packet from an address
+// not its own goes: ICMPv6 from a link-local address passes on, and from
+// :: only duplicate address detection (a neighbour solicitation to a
+// solicited-node address, the MLDv2 report of that group); the rest is
+// dropped, as the eBPF programs do (bpf/lib/nd.h).
+func ll6Rules() []string {
+	return []string{
+		"-s fe80::/10 -p ipv6-icmp -j RETURN",
+		"-s ::/128 -d ff02::1:ff00:0/104 " + icmp6Type(icmp6NeighSol) + "-j RETURN",
+		"-s ::/128 -d ff02::16/128 " + icmp6Type(icmp6MLD2Report) + "-j RETURN",
+		"-j DROP",
 	}
+}
+
+// nd6Rules is LOCKSTEP-ND6, which every ICMPv6 packet a pod sends crosses
+// after anti-spoofing: ND and MLD keep to the link as their RFCs say, as
+// in the eBPF programs (nd_ok): to fe80::/10 or ff02::/16, ND with hop
+// limit 255, MLD with hop limit 1 from a link-local source (or ::, which
+// LOCKSTEP-LL6 let through only for an MLDv2 report to ff02::16); no
+// router advertisement, no redirect. What passes returns, and the policy
+// of an isolated egress lets it through (policyRules); other ICMPv6
+// returns untouched. Fragmented ND (RFC 6980), which the programs drop,
+// the node's own stack drops on receipt, and nothing forwards it: the
+// rules need no fragment match.
+func nd6Rules() []string {
 	var out []string
-	for _, t := range []int{130, 131, 132, 133, 134, 135, 136, 137, 143} {
-		out = append(out, "-p ipv6-icmp -m icmp6 --icmpv6-type "+strconv.Itoa(t)+" -j RETURN")
+	// In iptables-save's order: addresses, protocol, matches.
+	for _, t := range ndTypes {
+		out = append(out,
+			"-d fe80::/10 "+icmp6Type(t)+"-m hl --hl-eq 255 -j RETURN",
+			"-d ff02::/16 "+icmp6Type(t)+"-m hl --hl-eq 255 -j RETURN",
+			icmp6Type(t)+"-j DROP")
+	}
+	out = append(out, icmp6Type(icmp6RouterAdv)+"-j DROP", icmp6Type(icmp6Redirect)+"-j DROP")
+	for _, t := range mldTypes {
+		out = append(out,
+			"-s fe80::/10 -d fe80::/10 "+icmp6Type(t)+"-m hl --hl-eq 1 -j RETURN",
+			"-s fe80::/10 -d ff02::/16 "+icmp6Type(t)+"-m hl --hl-eq 1 -j RETURN")
+		if t == icmp6MLD2Report {
+			out = append(out, "-s ::/128 -d ff02::16/128 "+icmp6Type(t)+"-m hl --hl-eq 1 -j RETURN")
+		}
+		out = append(out, icmp6Type(t)+"-j DROP")
+	}
+	return out
+}
+
+// nd6InRules is LOCKSTEP-ND6-IN: ND and MLD forwarded to a pod are
+// dropped, as the programs drop them (a forwarded one is never valid: the
+// forwarding lowered its hop limit). The node's own reach the pod through
+// OUTPUT, which lockstep leaves alone.
+func nd6InRules() []string {
+	var out []string
+	for _, t := range []int{icmp6MLDQuery, icmp6MLDReport, icmp6MLDDone, icmp6RouterSol, icmp6RouterAdv,
+		icmp6NeighSol, icmp6NeighAdv, icmp6Redirect, icmp6MLD2Report} {
+		out = append(out, icmp6Type(t)+"-j DROP")
 	}
 	return out
 }
@@ -353,12 +425,23 @@ func (r *renderer) renderEndpoint(f Family, er *epRender, nonEmpty func(ref) boo
 	if noep != "" {
 		egress = append(egress, "-m set --match-set "+noep+" dst,dst -j "+chainReject)
 	}
+	if f == IPv6 {
+		// :: is never a destination (RFC 4291 2.5.2); an IPv4-mapped
+		// address is the programs' key of an IPv4 one: they drop IPv6
+		// packets to it (the kernel drops those from it). Neither these
+		// nor ND and MLD are ever a frontend's.
+		egress = append(egress, "-d ::/128 -j DROP", "-d ::ffff:0.0.0.0/96 -j DROP", "-p ipv6-icmp -j "+chainND6)
+	}
 	if ep.EgressIsolated {
 		egress = append(egress, r.policyRules(f, policy.Egress, er, nonEmpty)...)
 	}
 	var ingress []string
+	if f == IPv6 {
+		// :: is never forwarded (RFC 4291 2.5.2), nor are ND and MLD.
+		ingress = append(ingress, "-s ::/128 -j DROP", "-d ::/128 -j DROP", "-p ipv6-icmp -j "+chainND6In)
+	}
 	if ep.IngressIsolated {
-		ingress = r.policyRules(f, policy.Ingress, er, nonEmpty)
+		ingress = append(ingress, r.policyRules(f, policy.Ingress, er, nonEmpty)...)
 	}
 	return [2][]string{egress, ingress}
 }
@@ -393,6 +476,12 @@ func (r *renderer) policyRules(f Family, dir policy.Direction, er *epRender, non
 		word = "dst"
 	}
 	out := []string{"-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"}
+	if f == IPv6 && dir == policy.Egress {
+		// What LOCKSTEP-ND6 let through passes without policy.
+		for _, t := range append(slices.Clone(ndTypes), mldTypes...) {
+			out = append(out, icmp6Type(t)+"-j RETURN")
+		}
+	}
 	var other []string
 	for _, k := range er.keys {
 		if k.Dir != dir || er.merged[k] {
