@@ -7,6 +7,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/maps"
 )
 
 // Addresses of the link-control cases, beside the scenario's pod fd00::1.
@@ -195,5 +196,37 @@ func TestPrivilegedVerdictNoReplyToUnspecified(t *testing.T) {
 	}
 	if got := run(t, d.fromPod, reply); got != actShot {
 		t.Errorf("the pod's reply to ::: got %s, want SHOT", actName(got))
+	}
+}
+
+// Each drop of the link rules is counted under the reason maps documents:
+// a source no pod may use as spoofed-source, a message no link carries as
+// unparseable.
+func TestPrivilegedVerdictLinkControlReasons(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, scenario(false, false))
+	for _, tc := range []struct {
+		name   string
+		pkt    packet
+		reason maps.Reason
+	}{
+		{"echo from ::", packet{src: "::", dst: otherPod, proto: protoICMPv6, sport: 1}, maps.ReasonSpoofed},
+		{"udp from an IPv4-mapped address", packet{src: "::ffff:10.0.0.1", dst: otherPod, proto: policy.ProtoUDP, sport: 1, dport: 53}, maps.ReasonSpoofed},
+		{"NS with hop limit 64", packet{src: podLL, dst: podSN, proto: protoICMPv6, icmpType: neighSol, hopLimit: 64}, maps.ReasonUnparseable},
+		{"RA from the pod", packet{src: podLL, dst: allNodes, proto: protoICMPv6, icmpType: routerAdv, hopLimit: 255}, maps.ReasonUnparseable},
+		{"tcp to an IPv4-mapped address", packet{src: podV6, dst: mappedPeer, proto: policy.ProtoTCP, sport: 1, dport: 80}, maps.ReasonUnparseable},
+		{"tcp to ::", packet{src: podV6, dst: "::", proto: policy.ProtoTCP, sport: 1, dport: 80}, maps.ReasonUnparseable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := counter(t, d, tc.reason)
+			if got := run(t, d.fromPod, tc.pkt); got != actShot {
+				t.Fatalf("got %s, want SHOT", actName(got))
+			}
+			if n := counter(t, d, tc.reason) - before; n != 1 {
+				t.Errorf("%s counted %d times, want 1", tc.reason, n)
+			}
+		})
 	}
 }
