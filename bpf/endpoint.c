@@ -13,32 +13,25 @@
 #include "lib/maps.h"
 #include "lib/parse.h"
 #include "lib/ct.h"
+#include "lib/nd.h"
 #include "lib/policy.h"
 #include "lib/service.h"
 #include "lib/verdict.h"
 
 /* addr_ok reports whether the pod of ep may use a as its own address on a
- * packet of protocol proto: one of its addresses, or, for ICMPv6 only, ::
- * or fe80::/10 (duplicate address detection, link-local control traffic).
+ * packet of protocol proto: one of its addresses, or, for ICMPv6 only, a
+ * link-local one (fe80::/10: link-local control traffic, which never
+ * leaves the node's link with the pod). The unspecified address is not
+ * an address of the pod: see unspec_ok.
  */
 static __always_inline int addr_ok(const struct endpoint_info *ep, const struct v6addr *a, __u8 is_v6,
 				   __u8 proto)
 {
-	const __u8 *s = a->addr;
-
 	if (!is_v6)
 		return ep->has_v4 && addr_eq(a, &ep->ipv4);
 	if (ep->has_v6 && addr_eq(a, &ep->ipv6))
 		return 1;
-	if (proto != IPPROTO_ICMPV6)
-		return 0;
-	if (s[0] == 0xfe && (s[1] & 0xc0) == 0x80)
-		return 1;
-	{
-		const __u64 *w = (const __u64 *)s;
-
-		return w[0] == 0 && w[1] == 0;
-	}
+	return proto == IPPROTO_ICMPV6 && addr_linklocal(a);
 }
 
 /* handle decides one packet in dir at the endpoint of the host veth the
@@ -51,12 +44,22 @@ static __always_inline int addr_ok(const struct endpoint_info *ep, const struct 
  * from when the entry was made: an egress entry is made after the source
  * check, and an ingress entry only for a packet addressed to the pod
  * itself (its reply will come from that address). An ICMP error quoting a
- * packet of a tracked connection takes the same path (ct_related). A
+ * packet of a tracked connection, sent to that packet's source, takes the
+ * same path (ct_related). A
  * connection lockstep translates for a Service is translated on that path
  * too (svc_tracked).
  *
  * A new connection the pod opens to a Service frontend is translated to a
  * backend before policy, which then judges the backend (lib/service.h).
+ *
+ * What no connection licenses: an IPv6 packet from :: (but for duplicate
+ * address detection), to ::, or to or from an IPv4-mapped address is dropped
+ * (lib/nd.h). Neighbour discovery and MLD the pod sends pass without
+ * policy once anti-spoofing has passed them, if they keep to the link as
+ * their RFCs say (nd_ok), and are dropped if not; those the node's stack
+ * sends the pod pass, forwarded ones are dropped. The node's own packets
+ * are the node's to get right: like isolation, none of these rules
+ * applies to them.
  */
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 {
@@ -69,7 +72,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	struct pkt p = {};
 	struct ct_key k;
 	__u32 parity, o = 0;
-	__u8 flags, isolated, reason = REASON_ALLOWED_NEW;
+	__u8 flags, isolated, from_node, reason = REASON_ALLOWED_NEW;
 	__u64 now = 0;
 	__u16 n;
 	int res;
@@ -105,8 +108,24 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		return TC_ACT_OK;
 	if (res == PARSE_NOT_IP || res == PARSE_BAD_L3)
 		return verdict(skb, dir, VERDICT_DROP, REASON_UNPARSEABLE, &p, 0);
-	if (dir == DIR_EGRESS && !addr_ok(ep, &p.saddr, p.is_v6, p.proto))
+	/* The node's own packets to its pod (see below) are the node's. */
+	from_node = dir == DIR_INGRESS && skb->ingress_ifindex == 0;
+	if (p.is_v6 && !from_node) {
+		if ((addr_unspec(&p.saddr) && !unspec_ok(&p)) || addr_v4mapped(&p.saddr))
+			return verdict(skb, dir, VERDICT_DROP, REASON_SPOOFED, &p, 0);
+		if (addr_v4mapped(&p.daddr) || addr_unspec(&p.daddr))
+			return verdict(skb, dir, VERDICT_DROP, REASON_UNPARSEABLE, &p, 0);
+	}
+	if (dir == DIR_EGRESS && !addr_ok(ep, &p.saddr, p.is_v6, p.proto) && !addr_unspec(&p.saddr))
 		return verdict(skb, dir, VERDICT_DROP, REASON_SPOOFED, &p, 0);
+	if (res == PARSE_ND) {
+		if (from_node)
+			return TC_ACT_OK;
+		/* A forwarded one is invalid: its hop limit was lowered. */
+		if (dir == DIR_INGRESS || !nd_ok(&p))
+			return verdict(skb, dir, VERDICT_DROP, REASON_UNPARSEABLE, &p, 0);
+		return TC_ACT_OK;
+	}
 
 	flags = ep->flags[parity];
 	/* Service translation comes before policy, which judges the backend. */
@@ -131,7 +150,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	 * would be, tracked so the pod's reply passes an isolated egress. The
 	 * pod's egress to the node's addresses is judged like any other.
 	 */
-	if (isolated && dir == DIR_INGRESS && skb->ingress_ifindex == 0) {
+	if (isolated && from_node) {
 		isolated = 0;
 		reason = REASON_ALLOWED_NODE;
 	}
@@ -149,7 +168,9 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 				       dir == DIR_INGRESS ? REASON_POLICY_INGRESS : REASON_POLICY_EGRESS,
 				       &p, r.identity);
 	}
-	if (dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto))
+	/* Nothing answers ::, which only the node's own packets come from
+	 * here: a reply to it is judged, and dropped, as a new packet. */
+	if ((dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto)) && !addr_unspec(&p.saddr))
 		ct_create(&k, o, dir, &p, now);
 	return verdict(skb, dir, VERDICT_ALLOW, reason, &p, r.identity);
 }

@@ -327,9 +327,16 @@ const (
 	ReasonAllowedNew    Reason = 0
 	ReasonPolicyIngress Reason = 1
 	ReasonPolicyEgress  Reason = 2
-	ReasonSpoofed       Reason = 3
-	ReasonNoEndpoint    Reason = 4
-	ReasonUnparseable   Reason = 5
+	// ReasonSpoofed counts what a pod sends from an address not its own,
+	// and IPv6 packets from :: (but duplicate address detection) or from
+	// an IPv4-mapped address.
+	ReasonSpoofed    Reason = 3
+	ReasonNoEndpoint Reason = 4
+	// ReasonUnparseable counts packets that are not IP or whose headers
+	// do not parse (non-first fragments where isolated), and packets no
+	// network carries: IPv6 to :: or to an IPv4-mapped address, neighbour
+	// discovery and MLD that break their RFCs' rules (bpf/lib/nd.h).
+	ReasonUnparseable Reason = 5
 	// ReasonAllowedNode counts the packets the node itself sent to a pod
 	// whose ingress is isolated: allowed without policy (a pod cannot
 	// block its own node, whose kubelet probes it) and tracked like

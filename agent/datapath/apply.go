@@ -171,6 +171,11 @@ func (d *Datapath) writeCIDRs(want map[netip.Prefix]policy.Peer, p, q int) (map[
 	}
 	canon := make(map[netip.Prefix]uint32, len(want))
 	for pfx, class := range want {
+		// IPv4 is keyed IPv4-mapped: a mapped IPv6 prefix would be
+		// the key of an IPv4 one, whichever came last winning.
+		if err := policy.CheckNotMapped(pfx); err != nil {
+			return nil, fmt.Errorf("apply policy: %w", err)
+		}
 		canon[canonPrefix(pfx)] = uint32(class)
 	}
 	if m.cidrSet[q].valid && maps.Equal(canon, m.cidrSet[q].m) {

@@ -200,6 +200,10 @@ type endpointSvcScratch struct {
 		TcpFlags uint8
 		IcmpErr  uint8
 		L4Off    uint32
+		IcmpType uint8
+		HopLimit uint8
+		Frag     uint8
+		Pad      uint8
 	}
 	In struct {
 		_        structs.HostLayout
@@ -212,6 +216,10 @@ type endpointSvcScratch struct {
 		TcpFlags uint8
 		IcmpErr  uint8
 		L4Off    uint32
+		IcmpType uint8
+		HopLimit uint8
+		Frag     uint8
+		Pad      uint8
 	}
 	K  endpointCtKey
 	_  [4]byte

@@ -224,6 +224,7 @@ type packet struct {
 	ext          []byte  // IPv6 extension headers (chain ends in proto)
 	extFirst     uint8   // next header of the IPv6 header when ext is set
 	fragOff      uint16  // IPv4 fragment offset in 8-byte units
+	hopLimit     uint8   // IPv6 hop limit, IPv4 TTL (64 when zero)
 	ethType      uint16  // overrides the IP ethertype
 	// fromNode marks a packet the node's own stack sent: it reaches the
 	// program with ingress_ifindex 0. Every other test packet was
@@ -255,7 +256,7 @@ func frame(p packet) []byte {
 		ip[0] = 0x45
 		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(l4)))
 		binary.BigEndian.PutUint16(ip[6:], p.fragOff&0x1fff)
-		ip[8] = 64
+		ip[8] = ttl(p)
 		ip[9] = p.proto
 		s, d := src.As4(), dst.As4()
 		copy(ip[12:16], s[:])
@@ -269,7 +270,7 @@ func frame(p packet) []byte {
 		if p.ext != nil {
 			ip[6] = p.extFirst
 		}
-		ip[7] = 64
+		ip[7] = ttl(p)
 		s, d := src.As16(), dst.As16()
 		copy(ip[8:24], s[:])
 		copy(ip[24:40], d[:])
@@ -279,6 +280,14 @@ func frame(p packet) []byte {
 		binary.BigEndian.PutUint16(eth[12:], p.ethType)
 	}
 	return append(append(eth, ip...), l4...)
+}
+
+// ttl is the hop limit or TTL of p's frame.
+func ttl(p packet) uint8 {
+	if p.hopLimit == 0 {
+		return 64
+	}
+	return p.hopLimit
 }
 
 func l4Header(p packet) []byte {

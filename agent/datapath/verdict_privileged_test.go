@@ -155,10 +155,10 @@ func isolatedCases() []verdictCase {
 		{"spoofed v6 source", eg, packet{src: "fd00::9", dst: "fd00::2", proto: tcp, sport: 1, dport: 80}, actShot},
 		{"v6 link-local udp is spoofed", eg, packet{src: "fe80::1", dst: "fd00::2", proto: udp, sport: 1, dport: 53}, actShot},
 		{"v6 link-local icmpv6 echo allowed source", eg, packet{src: "fe80::1", dst: "fd00::2", proto: protoICMPv6, sport: 7}, actOK},
-		{"neighbour solicitation passes", eg, packet{src: "fe80::1", dst: "ff02::1:ff00:2", proto: protoICMPv6, icmpType: 135}, actOK},
-		{"neighbour advertisement passes in", in, packet{src: "fe80::2", dst: "fe80::1", proto: protoICMPv6, icmpType: 136}, actOK},
-		{"DAD from :: passes", eg, packet{src: "::", dst: "ff02::1:ff00:1", proto: protoICMPv6, icmpType: 135}, actOK},
-		{"MLD report behind hop-by-hop passes", eg, packet{src: "::", dst: "ff02::16", proto: protoICMPv6, icmpType: 143, ext: hbhThenICMPv6, extFirst: 0}, actOK},
+		{"neighbour solicitation passes", eg, packet{src: "fe80::1", dst: "ff02::1:ff00:2", proto: protoICMPv6, icmpType: 135, hopLimit: 255}, actOK},
+		{"neighbour advertisement from the node passes in", in, packet{src: "fe80::2", dst: "fe80::1", proto: protoICMPv6, icmpType: 136, hopLimit: 255, fromNode: true}, actOK},
+		{"DAD from :: passes", eg, packet{src: "::", dst: "ff02::1:ff00:1", proto: protoICMPv6, icmpType: 135, hopLimit: 255}, actOK},
+		{"MLD report behind hop-by-hop passes", eg, packet{src: "::", dst: "ff02::16", proto: protoICMPv6, icmpType: 143, hopLimit: 1, ext: hbhThenICMPv6, extFirst: 0}, actOK},
 		{"v6 extension headers skipped", eg, packet{src: podV6, dst: "fd00::2", proto: udp, sport: 2, dport: 53, ext: hbhThenDstThenUDP, extFirst: 0}, actOK},
 		{"v6 extension headers, port denied", eg, packet{src: podV6, dst: "fd00::2", proto: udp, sport: 2, dport: 54, ext: hbhThenDstThenUDP, extFirst: 0}, actShot},
 		{"v6 first fragment parsed", eg, packet{src: podV6, dst: "fd00::2", proto: udp, sport: 3, dport: 53, ext: fragFirst, extFirst: 44}, actOK},
@@ -487,6 +487,16 @@ func TestPrivilegedVerdictICMPErrors(t *testing.T) {
 	unreachableFromPod := func(src string) packet {
 		return packet{src: src, dst: udpIn.src, proto: protoICMP, icmpType: 3, quote: &udpIn}
 	}
+	// unreachableFromPodTo is the pod's port unreachable about quote,
+	// sent to dst, which need not be the quoted packet's source.
+	unreachableFromPodTo := func(dst string, quote packet) packet {
+		proto, typ := uint8(protoICMP), uint8(3)
+		if netip.MustParseAddr(dst).Is6() {
+			proto, typ = protoICMPv6, 1
+		}
+		return packet{src: quote.dst, dst: dst, proto: proto, icmpType: typ, quote: &quote}
+	}
+	udpIn6 := packet{src: "2001:db8::5", dst: podV6, proto: policy.ProtoUDP, sport: 5353, dport: 7000}
 
 	type step struct {
 		prog *ebpfProgram
@@ -509,6 +519,16 @@ func TestPrivilegedVerdictICMPErrors(t *testing.T) {
 		{"port unreachable the pod sends, tracked", []step{{d.toPod, udpIn}}, step{d.fromPod, unreachableFromPod(podV4)}, actOK},
 		{"port unreachable the pod sends, no connection", nil, step{d.fromPod, unreachableFromPod(podV4)}, actShot},
 		{"port unreachable from a spoofed source", []step{{d.toPod, udpIn}}, step{d.fromPod, unreachableFromPod("10.0.0.9")}, actShot},
+		// Linux conntrack's rule: an error is related to the connection it
+		// quotes only on its way to the quoted packet's source. To anyone
+		// else it is a new ICMP packet, judged by policy: the scenario
+		// allows the pod's ICMP to 10.0.0.2 and fd00::2, to no one else.
+		{"port unreachable the pod sends to a third party", []step{{d.toPod, udpIn}}, step{d.fromPod, unreachableFromPodTo("10.0.0.3", udpIn)}, actShot},
+		{"port unreachable the pod sends to a third party policy allows", []step{{d.toPod, udpIn}}, step{d.fromPod, unreachableFromPodTo("10.0.0.2", udpIn)}, actOK},
+		{"ICMPv6 unreachable the pod sends, tracked", []step{{d.toPod, udpIn6}}, step{d.fromPod, unreachableFromPodTo(udpIn6.src, udpIn6)}, actOK},
+		{"ICMPv6 unreachable the pod sends to a third party", []step{{d.toPod, udpIn6}}, step{d.fromPod, unreachableFromPodTo("2001:db8::6", udpIn6)}, actShot},
+		{"ICMPv6 unreachable the pod sends to a third party policy allows", []step{{d.toPod, udpIn6}}, step{d.fromPod, unreachableFromPodTo("fd00::2", udpIn6)}, actOK},
+		{"error about the pod's connection to another address", []step{{d.fromPod, tcpOut}}, step{d.toPod, packet{src: "10.0.0.3", dst: "10.0.0.9", proto: protoICMP, icmpType: 3, quote: &tcpOut}}, actShot},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d.flushCT(t)

@@ -481,3 +481,27 @@ func TestStatsCountLiveRulesOnly(t *testing.T) {
 	}
 	assertView(t, n, ModeNFT, open)
 }
+
+// TestApplyRefusesMappedPrefix: an IPv4-mapped IPv6 prefix in
+// Desired.CIDRs would be an IPv4 class here (newCIDRIndex unmaps), as it
+// would be an IPv4 key in the eBPF dataplane; both refuse it, and nothing
+// is run.
+func TestApplyRefusesMappedPrefix(t *testing.T) {
+	n := newFakeNode()
+	good := twoPods(300)
+	d := newTestDataplane(t, ModeNFT, n, good)
+	mustApply(t, d, good)
+	n.takeCalls()
+	for _, mapped := range []string{"::ffff:0.0.0.0/96", "::ffff:10.0.0.0/104"} {
+		bad := *good
+		bad.CIDRs = maps.Clone(good.CIDRs)
+		bad.CIDRs[prefix(mapped)] = policy.CIDRClassBit | 1
+		if err := d.Apply(&bad); !errors.Is(err, policy.ErrMappedPrefix) {
+			t.Errorf("Apply with %s = %v, want an error wrapping policy.ErrMappedPrefix", mapped, err)
+		}
+		if calls := n.takeCalls(); len(calls) != 0 {
+			t.Errorf("Apply with %s ran %d commands, want none", mapped, len(calls))
+		}
+	}
+	assertView(t, n, ModeNFT, good)
+}

@@ -102,6 +102,7 @@ func TestPrivilegedDataplanesAgree(t *testing.T) {
 		"affinity kept": states / 2, "later translated": states / 2, "reply translated": states / 2,
 		"by design: sctp-port": states / 2, "SCTP translated": states / 2,
 		"hairpin": states / 8, "later hairpin": states / 8, "reply hairpin": states / 8,
+		"ND or MLD ACCEPT": states / 8, "ND or MLD DROP": states / 2,
 	} {
 		if c.kinds[k] < least {
 			t.Errorf("only %d packets %q, want %d: the random states test too little of it (%v)", c.kinds[k], k, least, c.kinds)
@@ -153,10 +154,15 @@ func (c *comparison) nextPort() uint16 {
 	return c.port
 }
 
+// linkScope reports whether a is link-local or link-scope multicast.
+func linkScope(a netip.Addr) bool {
+	return linkLocal.Contains(a) || linkMcast.Contains(a)
+}
+
 // wireOf is the first packet of a new connection p: a TCP SYN, an ICMP
 // echo request where p says echo (ICMPv4 type 0 stands for it).
 func (c *comparison) wireOf(p testPacket) wirePacket {
-	w := wirePacket{proto: p.proto, icmpType: p.icmpType}
+	w := wirePacket{proto: p.proto, icmpType: p.icmpType, hopLimit: p.hopLimit}
 	var sport, dport uint16
 	switch {
 	case p.proto == policy.ProtoTCP:
@@ -183,6 +189,12 @@ func (c *comparison) first(p testPacket) error {
 		// No such packet reaches the node: a pod's packet to itself
 		// never leaves it (a hairpin through a frontend has two
 		// different ends), and another host's is a martian.
+		return nil
+	}
+	if p.hook == "FORWARD" && (linkScope(p.src) || linkScope(p.dst)) {
+		// Nor is one forwarded: a router forwards nothing from or to a
+		// link-local or link-scope multicast address (RFC 4291 2.5.6),
+		// the kernel answers it with an ICMPv6 error instead.
 		return nil
 	}
 	w := c.wireOf(p)
@@ -247,6 +259,9 @@ func (c *comparison) first(p testPacket) error {
 		}
 	}
 	c.kinds["first "+res.verdict]++
+	if isND(p) {
+		c.kinds["ND or MLD "+res.verdict]++
+	}
 
 	design := byDesign(c.want, p)
 	if !matches(model, res.verdict, to, res.hairpin) {

@@ -36,17 +36,23 @@
 // programs see a forwarded packet and judge it.
 //
 // LOCKSTEP-E-<if> first drops what the pod sends from an address that is
-// not its own (IPv6: except link-local ICMPv6, via LOCKSTEP-LL6), isolated
-// or not, then refuses connections to Service frontends without backends
-// (see Services). In an isolated direction the chain then returns replies of
+// not its own (IPv6: except link-local ICMPv6 and duplicate address
+// detection from ::, via LOCKSTEP-LL6), isolated or not, then refuses
+// connections to Service frontends without backends (see Services), then
+// (IPv6) drops packets to IPv4-mapped addresses and sends ICMPv6 through
+// LOCKSTEP-ND6, which drops the neighbour discovery and MLD that do not
+// keep to the link as their RFCs say (as the programs' nd_ok does).
+// LOCKSTEP-I-<if> (IPv6) first drops packets from :: and ND and MLD
+// forwarded to the pod (LOCKSTEP-ND6-IN); the node's own reach the pod
+// through OUTPUT. In an isolated direction the chain then returns replies of
 // accepted connections (conntrack ESTABLISHED,RELATED: an entry exists
 // only for a flow that was accepted), one rule per rule key and port chunk
 // (multiport holds 15 ports), and drops the rest. Rule keys for pod
 // identities that share a direction, protocol and ports are one rule,
 // matching the union set of those identities. ProtoOther keys (every
 // protocol without ports) come after TCP, UDP and SCTP are dropped, so a
-// rule with ports never admits ICMP. IPv6 neighbour discovery and MLD
-// always pass, as in the eBPF programs.
+// rule with ports never admits ICMP. The ND and MLD that LOCKSTEP-ND6
+// let through pass an isolated egress without policy, as in the programs.
 //
 // # Sets
 //

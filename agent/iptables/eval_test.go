@@ -18,8 +18,9 @@ type testPacket struct {
 	proto       uint8 // IP protocol number
 	dport       uint16
 	icmpType    uint8
-	established bool // conntrack says ESTABLISHED
-	dnat        bool // conntrack says DNAT (the nat table translated it)
+	hopLimit    uint8 // IPv6 hop limit (64 when zero)
+	established bool  // conntrack says ESTABLISHED
+	dnat        bool  // conntrack says DNAT (the nat table translated it)
 }
 
 const (
@@ -28,7 +29,15 @@ const (
 )
 
 func (p testPacket) String() string {
-	return fmt.Sprintf("%s in=%s out=%s %s->%s proto=%d dport=%d icmp=%d est=%v", p.hook, p.in, p.out, p.src, p.dst, p.proto, p.dport, p.icmpType, p.established)
+	return fmt.Sprintf("%s in=%s out=%s %s->%s proto=%d dport=%d icmp=%d hl=%d est=%v", p.hook, p.in, p.out, p.src, p.dst, p.proto, p.dport, p.icmpType, p.hl(), p.established)
+}
+
+// hl is p's hop limit.
+func (p testPacket) hl() uint8 {
+	if p.hopLimit == 0 {
+		return 64
+	}
+	return p.hopLimit
 }
 
 // evalFake runs p through the filter table of mode m in the fake and
@@ -151,7 +160,7 @@ func (n *fakeNode) matchRule(r string, p testPacket) (bool, string, error) {
 			check(protoNumbers[arg()] == p.proto)
 		case "-m":
 			switch arg() {
-			case "tcp", "udp", "sctp", "multiport", "set", "conntrack", "icmp6", "comment", "statistic", "recent":
+			case "tcp", "udp", "sctp", "multiport", "set", "conntrack", "icmp6", "comment", "statistic", "recent", "hl":
 			default:
 				return false, "", fmt.Errorf("unknown match %s", tok[i])
 			}
@@ -199,6 +208,9 @@ func (n *fakeNode) matchRule(r string, p testPacket) (bool, string, error) {
 		case "--icmpv6-type":
 			v, _ := strconv.Atoi(arg())
 			check(p.proto == protoICMPv6 && int(p.icmpType) == v)
+		case "--hl-eq":
+			v, _ := strconv.Atoi(arg())
+			check(int(p.hl()) == v)
 		case "--comment":
 			arg()
 		case "-j":
@@ -249,40 +261,88 @@ func ingressIfindex(p testPacket) int {
 }
 
 // refAllowed is what the eBPF programs decide for p (bpf/endpoint.c,
-// bpf/lib/policy.h), with p's hook saying which programs it crosses:
-// from_pod of p.in (FORWARD, INPUT) and to_pod of p.out (FORWARD, OUTPUT).
-// to_pod leaves the node's own packets (ingress_ifindex 0) to no policy.
+// bpf/lib/policy.h, bpf/lib/nd.h), with p's hook saying which programs it
+// crosses: from_pod of p.in (FORWARD, INPUT) and to_pod of p.out
+// (FORWARD, OUTPUT). to_pod leaves the node's own packets (ingress_ifindex
+// 0) to no policy and no link rule. ND and MLD pass without policy when
+// a pod sends them as their RFCs allow, and never when forwarded to one.
 func refAllowed(d *policy.Desired, p testPacket) bool {
-	if p.proto == protoICMPv6 && (p.icmpType >= 130 && p.icmpType <= 137 || p.icmpType == 143) {
-		return true
-	}
 	if ep := d.Endpoints[p.in]; ep != nil && p.hook != "OUTPUT" {
-		if !sourceOK(ep, p) {
+		if !linkOK(p) || !sourceOK(ep, p) {
 			return false
 		}
-		if ep.EgressIsolated && !p.established && !refPolicy(d, ep, policy.Egress, p.dst, p) {
+		if isND(p) {
+			if !ndOK(p) {
+				return false
+			}
+		} else if ep.EgressIsolated && !p.established && !refPolicy(d, ep, policy.Egress, p.dst, p) {
 			return false
 		}
 	}
-	if ep := d.Endpoints[p.out]; ep != nil && p.hook != "INPUT" {
-		if ep.IngressIsolated && !p.established && ingressIfindex(p) != 0 && !refPolicy(d, ep, policy.Ingress, p.src, p) {
+	if ep := d.Endpoints[p.out]; ep != nil && p.hook != "INPUT" && ingressIfindex(p) != 0 {
+		if !linkOK(p) || isND(p) {
+			return false
+		}
+		if ep.IngressIsolated && !p.established && !refPolicy(d, ep, policy.Ingress, p.src, p) {
 			return false
 		}
 	}
 	return true
 }
 
+// sourceOK is anti-spoofing: the pod's own address, or for ICMPv6 a
+// link-local one, or :: where linkOK allows it.
 func sourceOK(ep *policy.EndpointPolicy, p testPacket) bool {
 	if p.src.Is4() {
 		return ep.IPv4.IsValid() && p.src == ep.IPv4
 	}
-	if ep.IPv6.IsValid() && p.src == ep.IPv6 {
+	if ep.IPv6.IsValid() && p.src == ep.IPv6 || p.src == netip.IPv6Unspecified() {
 		return true
 	}
-	if p.proto != protoICMPv6 {
+	return p.proto == protoICMPv6 && netip.MustParsePrefix("fe80::/10").Contains(p.src)
+}
+
+var (
+	solicitedNode = netip.MustParsePrefix("ff02::1:ff00:0/104")
+	allMLDv2      = netip.MustParseAddr("ff02::16")
+	linkLocal     = netip.MustParsePrefix("fe80::/10")
+	linkMcast     = netip.MustParsePrefix("ff02::/16")
+	v4Mapped      = netip.MustParsePrefix("::ffff:0:0/96")
+)
+
+// linkOK reports whether an IPv6 packet keeps the rules of any address:
+// :: only as the source of duplicate address detection, never as the
+// destination, no IPv4-mapped address.
+func linkOK(p testPacket) bool {
+	if p.src.Is4() {
+		return true
+	}
+	if v4Mapped.Contains(p.src) || v4Mapped.Contains(p.dst) || p.dst == netip.IPv6Unspecified() {
 		return false
 	}
-	return netip.MustParsePrefix("fe80::/10").Contains(p.src) || p.src == netip.IPv6Unspecified()
+	if p.src != netip.IPv6Unspecified() {
+		return true
+	}
+	return p.proto == protoICMPv6 && (p.icmpType == 135 && solicitedNode.Contains(p.dst) || p.icmpType == 143 && p.dst == allMLDv2)
+}
+
+// isND reports whether p is neighbour discovery or MLD.
+func isND(p testPacket) bool {
+	return p.proto == protoICMPv6 && (p.icmpType >= 130 && p.icmpType <= 137 || p.icmpType == 143)
+}
+
+// ndOK is nd_ok: an ND or MLD message a pod may send.
+func ndOK(p testPacket) bool {
+	if !linkLocal.Contains(p.dst) && !linkMcast.Contains(p.dst) {
+		return false
+	}
+	switch p.icmpType {
+	case 133, 135, 136:
+		return p.hl() == 255
+	case 134, 137:
+		return false
+	}
+	return p.hl() == 1 && (linkLocal.Contains(p.src) || p.src == netip.IPv6Unspecified())
 }
 
 func refPolicy(d *policy.Desired, ep *policy.EndpointPolicy, dir policy.Direction, remote netip.Addr, p testPacket) bool {

@@ -277,7 +277,7 @@ const (
 // iptables.
 func byDesign(d *policy.Desired, p testPacket) string {
 	ep := d.Endpoints[p.in]
-	if p.proto != policy.ProtoSCTP || ep == nil || p.hook != "FORWARD" || p.established || !sourceOK(ep, p) {
+	if p.proto != policy.ProtoSCTP || ep == nil || p.hook != "FORWARD" || p.established || !sourceOK(ep, p) || !linkOK(p) {
 		return ""
 	}
 	e := d.Services[policy.ServiceFrontend{Addr: p.dst, Port: p.dport, Proto: p.proto}]
@@ -312,7 +312,7 @@ func refPaths(d *policy.Desired, p testPacket, route func(netip.Addr) string, dp
 	if e == nil || ep == nil || p.hook != "FORWARD" || p.established || dp == ebpfDataplane && byDesign(d, p) == "sctp-port" {
 		return []pathVerdict{{prob: 1, verdict: verdict(p)}}
 	}
-	if !sourceOK(ep, p) {
+	if !sourceOK(ep, p) || !linkOK(p) {
 		return []pathVerdict{{prob: 1, verdict: "DROP"}}
 	}
 	if len(e.Backends) == 0 {

@@ -30,6 +30,7 @@ type wirePacket struct {
 	proto              uint8
 	icmpType, icmpCode uint8
 	tcpFlags           uint8
+	hopLimit           uint8 // TTL or hop limit, 64 when zero
 }
 
 func (w wirePacket) String() string {
@@ -41,6 +42,14 @@ func (w wirePacket) String() string {
 		s += fmt.Sprintf(" type %d code %d", w.icmpType, w.icmpCode)
 	}
 	return s
+}
+
+// ttl is w's TTL or hop limit.
+func (w wirePacket) ttl() uint8 {
+	if w.hopLimit == 0 {
+		return 64
+	}
+	return w.hopLimit
 }
 
 // isEcho reports whether an ICMP packet of this type is an echo request
@@ -93,7 +102,7 @@ func buildFrame(w wirePacket) []byte {
 	if src.Is4() {
 		binary.BigEndian.PutUint16(frame[12:], 0x0800)
 		ip := make([]byte, 20)
-		ip[0], ip[8], ip[9] = 0x45, 64, w.proto
+		ip[0], ip[8], ip[9] = 0x45, w.ttl(), w.proto
 		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(l4)))
 		s, d := src.As4(), dst.As4()
 		copy(ip[12:], s[:])
@@ -103,7 +112,7 @@ func buildFrame(w wirePacket) []byte {
 	} else {
 		binary.BigEndian.PutUint16(frame[12:], 0x86dd)
 		ip := make([]byte, 40)
-		ip[0], ip[6], ip[7] = 0x60, w.proto, 64
+		ip[0], ip[6], ip[7] = 0x60, w.proto, w.ttl()
 		binary.BigEndian.PutUint16(ip[4:], uint16(len(l4)))
 		s, d := src.As16(), dst.As16()
 		copy(ip[8:], s[:])

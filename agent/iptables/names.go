@@ -37,7 +37,9 @@ const (
 	chainPrefix   = "LOCKSTEP-"
 	chainForward  = "LOCKSTEP-FORWARD" // from FORWARD: pod to pod, pod to remote, remote to pod
 	chainInput    = "LOCKSTEP-INPUT"   // from INPUT: pod to node
-	chainLL6      = "LOCKSTEP-LL6"     // IPv6 anti-spoofing exceptions (link-local ICMPv6)
+	chainLL6      = "LOCKSTEP-LL6"     // IPv6 anti-spoofing exceptions (link-local ICMPv6, DAD from ::)
+	chainND6      = "LOCKSTEP-ND6"     // IPv6: the ND and MLD a pod may send
+	chainND6In    = "LOCKSTEP-ND6-IN"  // IPv6: ND and MLD forwarded to a pod, all dropped
 	egressPrefix  = "LOCKSTEP-E-"      // + host ifname: what the pod sends
 	ingressPrefix = "LOCKSTEP-I-"      // + host ifname: what the pod receives
 	jumpComment   = "lockstep: NetworkPolicy"

@@ -143,6 +143,15 @@ type renderer struct {
 // created (a cluster without IPv6 pods gets almost no IPv6 rules). The
 // negated match of PeerWorld keeps its set, empty or not.
 func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*plan, map[string]*epRender, error) {
+	if !sameMap(r.lastCIDRs, want.CIDRs) {
+		// Classes are looked up unmapped (newCIDRIndex): a mapped IPv6
+		// prefix would be an IPv4 one, as in the eBPF dataplane's keys.
+		for pfx := range want.CIDRs {
+			if err := policy.CheckNotMapped(pfx); err != nil {
+				return nil, nil, fmt.Errorf("render CIDRs: %w", err)
+			}
+		}
+	}
 	names := slices.Sorted(maps.Keys(want.Endpoints))
 	next := make(map[string]*epRender, len(names))
 	refs := map[ref]bool{}
@@ -192,7 +201,7 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 		sameHas := r.lastHas[f.index()] != nil && maps.Equal(has, r.lastHas[f.index()]) && r.lastNoep[f.index()] == noep
 		r.lastHas[f.index()], r.lastNoep[f.index()] = has, noep
 		chains := map[string][]string{}
-		fwd, in := ndRules(f), ndRules(f)
+		var fwd, in []string
 		for _, name := range names {
 			er := next[name]
 			e, i := er.egressChain, er.ingressChain
@@ -223,7 +232,9 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 			chains[chainReject] = rejectRules(f)
 		}
 		if f == IPv6 {
-			chains[chainLL6] = []string{"-s fe80::/10 -p ipv6-icmp -j RETURN", "-s ::/128 -p ipv6-icmp -j RETURN", "-j DROP"}
+			chains[chainLL6] = ll6Rules()
+			chains[chainND6] = nd6Rules()
+			chains[chainND6In] = nd6InRules()
 		}
 		p.chains[f.index()] = chains
 	}
@@ -266,19 +277,6 @@ func sameEndpoint(a, b *policy.EndpointPolicy) bool {
 	return a.IPv4 == b.IPv4 && a.IPv6 == b.IPv6 &&
 		a.IngressIsolated == b.IngressIsolated && a.EgressIsolated == b.EgressIsolated &&
 		maps.EqualFunc(a.Rules, b.Rules, slices.Equal)
-}
-
-// ndRules lets IPv6 neighbour discovery, router discovery, redirects and
-// MLD (ICMPv6 types 130-137 and 143) through, as the eBPF programs do.
-func ndRules(f Family) []string {
-	if f != IPv6 {
-		return nil
-	}
-	var out []string
-	for _, t := range []int{130, 131, 132, 133, 134, 135, 136, 137, 143} {
-		out = append(out, "-p ipv6-icmp -m icmp6 --icmpv6-type "+strconv.Itoa(t)+" -j RETURN")
-	}
-	return out
 }
 
 // newEPRender validates ep and orders its rules; the chains are rendered
@@ -344,12 +342,23 @@ func (r *renderer) renderEndpoint(f Family, er *epRender, nonEmpty func(ref) boo
 	if noep != "" {
 		egress = append(egress, "-m set --match-set "+noep+" dst,dst -j "+chainReject)
 	}
+	if f == IPv6 {
+		// :: is never a destination (RFC 4291 2.5.2); an IPv4-mapped
+		// address is the programs' key of an IPv4 one: they drop IPv6
+		// packets to it (the kernel drops those from it). Neither these
+		// nor ND and MLD are ever a frontend's.
+		egress = append(egress, "-d ::/128 -j DROP", "-d ::ffff:0.0.0.0/96 -j DROP", "-p ipv6-icmp -j "+chainND6)
+	}
 	if ep.EgressIsolated {
 		egress = append(egress, r.policyRules(f, policy.Egress, er, nonEmpty)...)
 	}
 	var ingress []string
+	if f == IPv6 {
+		// :: is never forwarded (RFC 4291 2.5.2), nor are ND and MLD.
+		ingress = append(ingress, "-s ::/128 -j DROP", "-d ::/128 -j DROP", "-p ipv6-icmp -j "+chainND6In)
+	}
 	if ep.IngressIsolated {
-		ingress = r.policyRules(f, policy.Ingress, er, nonEmpty)
+		ingress = append(ingress, r.policyRules(f, policy.Ingress, er, nonEmpty)...)
 	}
 	return [2][]string{egress, ingress}
 }
@@ -384,6 +393,12 @@ func (r *renderer) policyRules(f Family, dir policy.Direction, er *epRender, non
 		word = "dst"
 	}
 	out := []string{"-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"}
+	if f == IPv6 && dir == policy.Egress {
+		// What LOCKSTEP-ND6 let through passes without policy.
+		for _, t := range append(slices.Clone(ndTypes), mldTypes...) {
+			out = append(out, icmp6Type(t)+"-j RETURN")
+		}
+	}
 	var other []string
 	for _, k := range er.keys {
 		if k.Dir != dir || er.merged[k] {

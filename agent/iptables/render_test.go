@@ -45,10 +45,11 @@ func TestRenderEndpoint(t *testing.T) {
 		fam:    IPv4,
 		egress: []string{"-j DROP"},
 	}, {
-		name:   "IPv6 anti-spoofing leaves link-local ICMPv6 to LOCKSTEP-LL6",
-		ep:     policy.EndpointPolicy{IPv6: addr("fd00::5")},
-		fam:    IPv6,
-		egress: []string{"! -s fd00::5/128 -j LOCKSTEP-LL6"},
+		name:    "IPv6 anti-spoofing leaves link-local ICMPv6 to LOCKSTEP-LL6, then ND and MLD to LOCKSTEP-ND6",
+		ep:      policy.EndpointPolicy{IPv6: addr("fd00::5")},
+		fam:     IPv6,
+		egress:  []string{"! -s fd00::5/128 -j LOCKSTEP-LL6", "-d ::/128 -j DROP", "-d ::ffff:0.0.0.0/96 -j DROP", "-p ipv6-icmp -j LOCKSTEP-ND6"},
+		ingress: []string{"-s ::/128 -j DROP", "-d ::/128 -j DROP", "-p ipv6-icmp -j LOCKSTEP-ND6-IN"},
 	}, {
 		name:   "ingress isolated, no rules: replies only",
 		ep:     policy.EndpointPolicy{IPv4: addr("10.0.0.5"), IngressIsolated: true},
@@ -120,8 +121,11 @@ func TestRenderEndpoint(t *testing.T) {
 			{Peer: policy.PeerAny, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(1, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19, 21, 21, 23, 24),
 		}},
 		fam:    IPv6,
-		egress: []string{"! -s fd00::5/128 -j LOCKSTEP-LL6"},
+		egress: []string{"! -s fd00::5/128 -j LOCKSTEP-LL6", "-d ::/128 -j DROP", "-d ::ffff:0.0.0.0/96 -j DROP", "-p ipv6-icmp -j LOCKSTEP-ND6"},
 		ingress: []string{
+			"-s ::/128 -j DROP",
+			"-d ::/128 -j DROP",
+			"-p ipv6-icmp -j LOCKSTEP-ND6-IN",
 			"-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
 			"-p tcp -m multiport --dports 1,3:4,6:7,9:10,12:13,15:16,18:19,21 -j RETURN",
 			"-p tcp -m multiport --dports 23:24 -j RETURN",
@@ -319,8 +323,8 @@ func TestUnionSets(t *testing.T) {
 		t.Errorf("sets:\n got %v\nwant %v", got, want)
 	}
 	v6 := p.chains[IPv6.index()]["LOCKSTEP-I-ep1"]
-	if !slices.Contains(v6, "-p tcp -m set --match-set "+unionSetName(ModeNFT, IPv6, "300,301")+" src -m tcp --dport 80 -j RETURN") || len(v6) != 3 {
-		t.Errorf("IPv6 ingress of ep1 %q: want the union rule only (302 has no IPv6 pod)", v6)
+	if !slices.Contains(v6, "-p tcp -m set --match-set "+unionSetName(ModeNFT, IPv6, "300,301")+" src -m tcp --dport 80 -j RETURN") || len(v6) != 6 {
+		t.Errorf("IPv6 ingress of ep1 %q: want the link rules and the union rule only (302 has no IPv6 pod)", v6)
 	}
 }
 

@@ -217,7 +217,18 @@ func randomPacketOf(rng *rand.Rand, d *policy.Desired, frontendOneIn int) testPa
 	}
 	p.proto = []uint8{6, 17, 132, icmp, 47}[rng.IntN(5)]
 	if p.proto == protoICMPv6 {
-		p.icmpType = []uint8{128, 129, 133, 135, 136, 143, 1}[rng.IntN(7)]
+		p.icmpType = []uint8{128, 129, 133, 135, 136, 143, 1, 130, 134, 137}[rng.IntN(10)]
+		if isND(p) {
+			// Hop limits and link destinations of ND and MLD, valid
+			// or not, and duplicate address detection.
+			p.hopLimit = []uint8{255, 1, 64, 254}[rng.IntN(4)]
+			if rng.IntN(2) == 0 {
+				p.dst = addr([]string{"fe80::1", "ff02::1", "ff02::2", "ff02::16", "ff02::1:ff00:5", "ff05::1:3"}[rng.IntN(6)])
+			}
+			if rng.IntN(6) == 0 {
+				p.src = netip.IPv6Unspecified()
+			}
+		}
 	}
 	return p
 }

@@ -1,11 +1,18 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 )
+
+// ErrMappedPrefix is wrapped in the error of a NetworkPolicy whose ipBlock
+// cidr or except lies inside ::ffff:0:0/96. lockstep refuses IPv4-mapped
+// IPv6 prefixes rather than guess which family was meant: write the IPv4
+// prefix instead.
+var ErrMappedPrefix = errors.New("IPv4-mapped IPv6 prefix")
 
 // Default fills in what the API server defaults in a NetworkPolicy: every
 // port's protocol (TCP) and the policy types ([Ingress], plus Egress when
@@ -355,6 +362,9 @@ func compileIPBlock(b *IPBlock) (*ipBlock, error) {
 	}
 	// Like the API server, accept host bits ("10.0.0.1/8") and drop them.
 	cidr = cidr.Masked()
+	if err := CheckNotMapped(cidr); err != nil {
+		return nil, fmt.Errorf("cidr: %w", err)
+	}
 	ib := &ipBlock{cidr: cidr}
 	for i, e := range b.Except {
 		ex, err := netip.ParsePrefix(e)
@@ -362,6 +372,9 @@ func compileIPBlock(b *IPBlock) (*ipBlock, error) {
 			return nil, fmt.Errorf("except[%d]: %w", i, err)
 		}
 		ex = ex.Masked()
+		if err := CheckNotMapped(ex); err != nil {
+			return nil, fmt.Errorf("except[%d]: %w", i, err)
+		}
 		if ex.Addr().Is4() != cidr.Addr().Is4() || ex.Bits() <= cidr.Bits() || !cidr.Contains(ex.Addr()) {
 			return nil, fmt.Errorf("except[%d]: %s is not a strict subset of cidr %s", i, ex, cidr)
 		}
@@ -376,6 +389,27 @@ func compileIPBlock(b *IPBlock) (*ipBlock, error) {
 	}
 	ib.key = k.String()
 	return ib, nil
+}
+
+// mappedIPv4 is ::ffff:0:0/96, the IPv4-mapped IPv6 addresses.
+var mappedIPv4 = netip.MustParsePrefix("::ffff:0:0/96")
+
+// CheckNotMapped refuses a prefix inside ::ffff:0:0/96 with an error
+// wrapping ErrMappedPrefix: the compiler for an ipBlock, the dataplanes for
+// any such prefix in Desired.CIDRs they are handed. The dataplanes key
+// IPv4 as IPv4-mapped IPv6 (lockstep_cidrs, the ipsets' view of classes),
+// so such a prefix would be the same key as an IPv4 one
+// (::ffff:0.0.0.0/96 is 0.0.0.0/0) and the verdicts of both would depend
+// on which was written last; on the wire those addresses appear in no
+// packet either dataplane passes (RFC 4291 2.5.5.2). A prefix that merely
+// contains the range (::/0, ::/64) is ordinary IPv6 and allowed: IPv4
+// addresses never match it.
+func CheckNotMapped(p netip.Prefix) error {
+	if p.Addr().Is4In6() && p.Bits() >= mappedIPv4.Bits() {
+		v4 := netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-mappedIPv4.Bits())
+		return fmt.Errorf("%w: %s (write the IPv4 prefix %s instead)", ErrMappedPrefix, p, v4)
+	}
+	return nil
 }
 
 // comparePrefix orders prefixes by address, then length.

@@ -208,12 +208,15 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
 
 /* ct_related reports whether the ICMP error p, in dir at ifindex, is
  * about a connection allowed earlier: the packet it quotes belongs to that
- * connection, and the error travels as that packet's reply would (a router
- * on the way may send it, so its own addresses say nothing). An error the
- * pod sends must come from the address the quoted packet was sent to: it
- * skips anti-spoofing as a tracked packet does, and pods do not route. It
- * never keeps a connection alive. It fills in the quoted packet, *o its
- * orientation in the connection's key, and h the entry.
+ * connection, and the error travels as that packet's reply would, to the
+ * quoted packet's source (Linux conntrack's rule; a router on the way may
+ * send it, so its source says nothing). An error to anyone else is judged
+ * as a new ICMP packet: quoting a tracked connection must not carry a pod's
+ * packet to a destination policy denies. An error the pod sends must come
+ * from the address the quoted packet was sent to: it skips anti-spoofing
+ * as a tracked packet does, and pods do not route. It never keeps a
+ * connection alive. It fills in the quoted packet, *o its orientation in
+ * the connection's key, and h the entry.
  */
 static __always_inline int ct_related(struct __sk_buff *skb, const struct pkt *p, __u32 ifindex,
 				      __u8 dir, __u64 now, struct pkt *in, __u32 *o, struct ct_hit *h)
@@ -222,6 +225,8 @@ static __always_inline int ct_related(struct __sk_buff *skb, const struct pkt *p
 
 	__builtin_memset(in, 0, sizeof(*in));
 	if (parse_icmp_quote(skb, p->l4_off, p->is_v6, in))
+		return 0;
+	if (!addr_eq(&p->daddr, &in->saddr))
 		return 0;
 	if (dir == DIR_EGRESS && !addr_eq(&p->saddr, &in->daddr))
 		return 0;

@@ -34,12 +34,22 @@
 #define ICMP_ECHO 8
 #define ICMPV6_ECHO_REQUEST 128
 #define ICMPV6_ECHO_REPLY 129
+#define ICMPV6_MLD_QUERY 130    /* RFC 2710 */
+#define ICMPV6_MLD_REPORT 131
+#define ICMPV6_MLD_DONE 132
+#define ICMPV6_ROUTER_SOL 133   /* RFC 4861 */
+#define ICMPV6_ROUTER_ADV 134
+#define ICMPV6_NEIGH_SOL 135
+#define ICMPV6_NEIGH_ADV 136
+#define ICMPV6_REDIRECT 137
+#define ICMPV6_MLD2_REPORT 143  /* RFC 3810 */
 
 #define TCP_FLAG_ACK 0x10
 
 enum parse_result {
 	PARSE_OK = 0,     /* addresses and (if any) ports known */
-	PARSE_PASS,       /* ARP, IPv6 neighbour discovery, MLD: always pass */
+	PARSE_PASS,       /* ARP: always passes */
+	PARSE_ND,         /* IPv6 neighbour discovery or MLD (lib/nd.h) */
 	PARSE_NOT_IP,     /* neither IPv4 nor IPv6 */
 	PARSE_BAD_L3,     /* truncated or malformed IP header */
 	PARSE_BAD_L4,     /* addresses known, L4 header not (fragment, too many
@@ -57,6 +67,10 @@ struct pkt {
 	__u8 tcp_flags;
 	__u8 icmp_err; /* an ICMP or ICMPv6 error: it quotes a packet at l4_off + 8 */
 	__u32 l4_off;  /* offset of the L4 header in the frame, once parsed */
+	__u8 icmp_type; /* ICMPv6 type, for PARSE_ND only */
+	__u8 hop_limit; /* IPv6 only */
+	__u8 frag;      /* IPv6: a fragment header was seen */
+	__u8 pad;
 };
 
 /* skb_data and skb_data_end read the packet bounds, each with one load
@@ -153,8 +167,10 @@ static __always_inline int parse_l4(struct __sk_buff *skb, struct pkt *p, __u32 
 		if (p->proto == IPPROTO_ICMPV6) {
 			/* Router/neighbour solicitation and advertisement,
 			 * redirect (133-137) and MLD (130-132, 143). */
-			if ((h[0] >= 130 && h[0] <= 137) || h[0] == 143)
-				return PARSE_PASS;
+			if ((h[0] >= ICMPV6_MLD_QUERY && h[0] <= ICMPV6_REDIRECT) || h[0] == ICMPV6_MLD2_REPORT) {
+				p->icmp_type = h[0];
+				return PARSE_ND;
+			}
 			/* Destination unreachable, packet too big, time
 			 * exceeded, parameter problem. */
 			p->icmp_err = h[0] >= 1 && h[0] <= 4;
@@ -208,6 +224,7 @@ static __always_inline int parse_ipv6(struct __sk_buff *skb, struct pkt *p)
 	__builtin_memcpy(p->saddr.addr, &ip6.saddr, 16);
 	__builtin_memcpy(p->daddr.addr, &ip6.daddr, 16);
 	p->is_v6 = 1;
+	p->hop_limit = ip6.hop_limit;
 	nexthdr = ip6.nexthdr;
 	off += sizeof(ip6);
 
@@ -234,6 +251,7 @@ static __always_inline int parse_ipv6(struct __sk_buff *skb, struct pkt *p)
 				return PARSE_BAD_L4;
 			nexthdr = h[0];
 			p->proto = nexthdr;
+			p->frag = 1;
 			/* Fragment offset is the top 13 bits of bytes 2-3. */
 			if ((((__u16)h[2] << 8) | h[3]) & 0xfff8)
 				return PARSE_BAD_L4;
