@@ -418,7 +418,7 @@ func (w *world) snapshot() *Snapshot {
 
 // deepCopy copies d's content, to check later that nobody modified it.
 func deepCopy(d *Desired) *Desired {
-	c := &Desired{Addrs: maps.Clone(d.Addrs), CIDRs: maps.Clone(d.CIDRs), Endpoints: map[string]*EndpointPolicy{}}
+	c := &Desired{Addrs: maps.Clone(d.Addrs), CIDRs: maps.Clone(d.CIDRs), Endpoints: map[string]*EndpointPolicy{}, FailedPolicies: maps.Clone(d.FailedPolicies)}
 	for name, ep := range d.Endpoints {
 		e := *ep
 		e.Rules = map[RuleKey][]PortRange{}
@@ -455,6 +455,9 @@ func diffDesired(got, want *Desired) string {
 	}
 	if !maps.Equal(got.CIDRs, want.CIDRs) {
 		out = append(out, fmt.Sprintf("cidrs: got %v, want %v", got.CIDRs, want.CIDRs))
+	}
+	if !maps.Equal(got.FailedPolicies, want.FailedPolicies) {
+		out = append(out, fmt.Sprintf("failed policies: got %v, want %v", got.FailedPolicies, want.FailedPolicies))
 	}
 	for name, we := range want.Endpoints {
 		ge := got.Endpoints[name]
