@@ -297,9 +297,9 @@ type state struct {
 	// failed is the reason of every failed policy, by namespace/name.
 	failed        map[string]string
 	failedChanged bool
-	blocks     map[string]int
-	blockByKey map[string]*ipBlock
-	classes    *cidrClasses
+	blocks        map[string]int
+	blockByKey    map[string]*ipBlock
+	classes       *cidrClasses
 
 	// Selector peers of the rules in use (those of policies selecting a
 	// local endpoint), by canonical key, by the namespace a podSelector-only

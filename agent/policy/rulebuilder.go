@@ -270,4 +270,3 @@ func forNamedPort(ports []namedPort, name string, proto uint8, fn func(port uint
 		}
 	}
 }
-
