@@ -21,8 +21,10 @@ type Limits struct {
 	// namespace together: a rule counts its peers times its ports (an
 	// empty list counting one). 0 is no bound.
 	RulesPerNamespace int
-	// Prefixes bounds the ipBlock prefixes of all namespaces together; it
-	// is the capacity of the dataplane's longest-prefix map less the two
+	// Prefixes bounds the ipBlock prefixes of all namespaces together.
+	// The eBPF dataplane's longest-prefix map holds the prefixes of the
+	// state applied and of the one being applied (one map, a class per
+	// parity), so the agent's bound is half its capacity less the two
 	// default routes. When the namespaces within their own budgets still
 	// ask for more, the largest are failed until the rest fit. 0 is no
 	// bound.
@@ -34,13 +36,13 @@ type Limits struct {
 // limits keep every compiled state within it.
 const CIDRCapacity = 65536
 
-// DefaultLimits are the agent's limits: a namespace may hold a sixteenth
-// of the node's prefix capacity and as many rule entries, so sixteen
-// tenants at their budget fill the node and no single one can.
+// DefaultLimits are the agent's limits: a namespace may hold an eighth of
+// the prefixes a state may hold (4096), and as many rule entries, so
+// eight tenants at their budget fill the node and no single one can.
 var DefaultLimits = Limits{
 	PrefixesPerNamespace: CIDRCapacity / 16,
 	RulesPerNamespace:    CIDRCapacity / 16,
-	Prefixes:             CIDRCapacity - 2,
+	Prefixes:             CIDRCapacity/2 - 2,
 }
 
 // policyCost is what a policy, or all policies of a namespace, asks of
