@@ -12,8 +12,9 @@ import (
 )
 
 // TestOnePolicyCannotStopTheNode: a policy that cannot be enforced (more
-// port ranges than a rule holds, a CIDR netip rejects, tens of thousands
-// of except prefixes in a policy that selects no pod) used to fail every
+// port ranges than a rule holds, or than its namespace's budget, a CIDR
+// netip rejects, tens of thousands of except prefixes in a policy that
+// selects no pod) used to fail every
 // apply: each later CNI ADD on the node failed, whoever's pod it was.
 // Now the apply succeeds, an unrelated pod's ADD is enforced, the pods
 // the policy selects fail closed and Failures says why.
@@ -33,12 +34,23 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 		// whether team/a's ingress fails closed.
 		failedPolicy string
 		aFails       bool
+		// roomy lifts the namespace's rule budget, which the ports alone
+		// would exceed: the rule's ranges are what fails.
+		roomy bool
 	}{
 		{
 			name: "more port ranges than a rule holds",
 			bad: &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "ports"},
 				Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{Ports: manyPorts}}}},
 			aFails: true,
+			roomy:  true,
+		},
+		{
+			name: "more port ranges than a namespace's rule budget",
+			bad: &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "ports"},
+				Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{Ports: manyPorts}}}},
+			failedPolicy: "team/ports",
+			aFails:       true,
 		},
 		{
 			name: "a cidr netip rejects",
@@ -91,6 +103,11 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 			})
 			dp := &historyDataplane{}
 			e := New(st, dp, nil)
+			if tc.roomy {
+				l := policy.DefaultLimits
+				l.RulesPerNamespace = 2 * policy.MaxPortRanges
+				e.SetLimits(l)
+			}
 			ctx := context.Background()
 			if err := e.Sync(ctx); err != nil {
 				t.Fatal(err)

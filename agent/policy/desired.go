@@ -66,11 +66,14 @@ type RuleKey struct {
 	Proto uint8
 }
 
-// MaxPortRanges is how many disjoint port ranges one RuleKey may carry (a
-// BPF map value holds them inline). The compiler merges overlapping and
-// adjacent ranges first; a direction of an endpoint where more remain
-// fails closed (see [EndpointPolicy.Failed]).
-const MaxPortRanges = 16
+// MaxPortRanges is how many disjoint port ranges one RuleKey may carry.
+// A BPF map value holds 16 inline; the eBPF dataplane splits a rule of
+// more by port into buckets, an entry each, so that a packet costs at
+// most two lookups, and the iptables one into multiport matches. The
+// bound keeps what one rule costs either of them in check. The compiler
+// merges overlapping and adjacent ranges first; a direction of an
+// endpoint where more remain fails closed (see [EndpointPolicy.Failed]).
+const MaxPortRanges = 4096
 
 // EndpointPolicy is the complete policy of one local endpoint.
 type EndpointPolicy struct {

@@ -19,7 +19,7 @@ type failWorld struct {
 	pods []*Pod
 }
 
-var failLimits = Limits{PrefixesPerNamespace: 40, RulesPerNamespace: 400, Prefixes: 200}
+var failLimits = Limits{PrefixesPerNamespace: 40, RulesPerNamespace: 4 * MaxPortRanges, Prefixes: 200}
 
 func newFailWorld(seed uint64) *failWorld {
 	w := &failWorld{rng: rand.New(rand.NewPCG(seed, 16)), nss: []string{"ns0", "ns1", "ns2", "ns3"}}
@@ -101,7 +101,11 @@ func (w *failWorld) bad(ns, name string) (np *NetworkPolicy, overBudget bool) {
 	case 3:
 		np.Spec.PodSelector = *sel("not a key!", "x")
 	case 4:
-		np.Spec.Ingress = append(np.Spec.Ingress, IngressRule{From: []NetworkPolicyPeer{{PodSelector: w.selector()}}, Ports: w.ports(MaxPortRanges + 1 + w.rng.IntN(8))})
+		var many []NetworkPolicyPort
+		for i := range MaxPortRanges + 1 + w.rng.IntN(8) {
+			many = append(many, tcp(int32(1+2*i)))
+		}
+		np.Spec.Ingress = append(np.Spec.Ingress, IngressRule{From: []NetworkPolicyPeer{{PodSelector: w.selector()}}, Ports: many})
 	default:
 		b := &IPBlock{CIDR: "10.0.0.0/8"}
 		for i := range failLimits.PrefixesPerNamespace {

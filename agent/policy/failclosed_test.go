@@ -44,10 +44,11 @@ func exceptBlock(n int) *IPBlock {
 // each of these failed the whole compilation: no endpoint of the node got
 // its policy, and every CNI ADD failed.
 func TestFailClosed(t *testing.T) {
-	var manyPorts []NetworkPolicyPort
+	var manyPorts, seventeen []NetworkPolicyPort
 	for i := int32(0); i <= MaxPortRanges; i++ {
 		manyPorts = append(manyPorts, tcp(1000+2*i))
 	}
+	seventeen = manyPorts[:17]
 	for _, tc := range []struct {
 		name   string
 		bad    []*NetworkPolicy
@@ -90,7 +91,7 @@ func TestFailClosed(t *testing.T) {
 			name: "more port ranges than a key holds",
 			bad: []*NetworkPolicy{mkPolicy("team", "ports", &LabelSelector{},
 				NetworkPolicySpec{Ingress: []IngressRule{{Ports: manyPorts}}})},
-			aFailed: [2]string{Ingress: "ingress rules for peer 0 protocol 6 need 18 port ranges, at most 16 fit (policies: team/allow-a, team/ports)"},
+			aFailed: [2]string{Ingress: "ingress rules for peer 0 protocol 6 need 4098 port ranges, at most 4096 fit (policies: team/allow-a, team/ports)"},
 		},
 		{
 			name: "namespace over its prefix budget, policy selecting no pod",
@@ -106,7 +107,7 @@ func TestFailClosed(t *testing.T) {
 		{
 			name: "namespace over its rule budget",
 			bad: []*NetworkPolicy{mkPolicy("team", "rules", sel("app", "nobody"), NetworkPolicySpec{
-				Ingress: []IngressRule{{Ports: manyPorts, From: []NetworkPolicyPeer{{PodSelector: sel("x", "1")}, {PodSelector: sel("x", "2")}}}}})},
+				Ingress: []IngressRule{{Ports: seventeen, From: []NetworkPolicyPeer{{PodSelector: sel("x", "1")}, {PodSelector: sel("x", "2")}}}}})},
 			limits:  Limits{RulesPerNamespace: 20},
 			failed:  map[string]string{"team/rules": "35 rule entries", "team/allow-a": "35 rule entries"},
 			aFailed: [2]string{Ingress: "over its budget"},

@@ -174,7 +174,7 @@ func (w *world) ports() []NetworkPolicyPort {
 	var out []NetworkPolicyPort
 	n := w.rng.IntN(3)
 	if w.chance(0.005) {
-		n = 17 // more single ports than one rule key can hold
+		n = MaxPortRanges + 1 // more single ports than one rule key can hold
 	}
 	for i := range n {
 		var p NetworkPolicyPort
@@ -183,7 +183,7 @@ func (w *world) ports() []NetworkPolicyPort {
 			p.Protocol = &proto
 		}
 		switch {
-		case n == 17:
+		case n == MaxPortRanges+1:
 			p.Port = FromInt(int32(1000 + 2*i))
 			p.Protocol = nil
 		case w.chance(0.4):
