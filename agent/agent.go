@@ -217,6 +217,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	enf := enforcer.New(st, be.dp, log)
+	if kube != nil {
+		if err := kube.reportPolicyFailures(runCtx, cfg.NodeName, st, enf, log); err != nil {
+			return err
+		}
+	}
 	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, PoolsFromStore: kube != nil, Logger: log, Enforce: func(ctx context.Context, hostIf string) error {
 		if kube != nil {
 			if err := waitForPod(ctx, st, hostIf, PodObjectWait); err != nil {

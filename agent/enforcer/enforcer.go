@@ -68,6 +68,7 @@ type Enforcer struct {
 	// failuresOf the state it was read from.
 	failures   atomic.Pointer[Failures]
 	failuresOf *policy.Desired
+	onFailures func(Failures)
 
 	// observe, when set, receives the duration of every apply, and
 	// observePhases its parts.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -108,6 +109,8 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 				l.RulesPerNamespace = 2 * policy.MaxPortRanges
 				e.SetLimits(l)
 			}
+			var heard []Failures
+			e.OnFailures(func(f Failures) { heard = append(heard, f) })
 			ctx := context.Background()
 			if err := e.Sync(ctx); err != nil {
 				t.Fatal(err)
@@ -143,6 +146,9 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 			if tc.failedPolicy != "" && f.Policies[tc.failedPolicy] == "" {
 				t.Errorf("failures %+v: want policy %s", f, tc.failedPolicy)
 			}
+			if len(heard) == 0 || !reflect.DeepEqual(heard[len(heard)-1], f) {
+				t.Errorf("OnFailures heard %+v, want the last to be %+v", heard, f)
+			}
 			if tc.aFails && (len(f.Endpoints) != 1 || f.Endpoints[0].HostIf != "lsa" || !strings.Contains(f.Endpoints[0].Reasons[policy.Ingress], "team/")) {
 				t.Errorf("failures %+v: want endpoint lsa, ingress, naming a policy of team", f)
 			}
@@ -153,6 +159,9 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 			}
 			if f := e.Failures(); !f.Empty() {
 				t.Errorf("after deleting the bad policy: failures %+v, want none", f)
+			}
+			if len(heard) == 0 || !heard[len(heard)-1].Empty() {
+				t.Errorf("after deleting the bad policy: OnFailures heard %+v, want the last empty", heard)
 			}
 		})
 	}

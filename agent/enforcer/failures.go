@@ -31,6 +31,11 @@ type EndpointFailure struct {
 // Empty reports whether nothing failed.
 func (f Failures) Empty() bool { return len(f.Policies) == 0 && len(f.Endpoints) == 0 }
 
+// OnFailures registers fn to hear the failures of every applied state
+// that changes them; call it before the first Sync. fn runs with the apply
+// lock held: it must not block.
+func (e *Enforcer) OnFailures(fn func(Failures)) { e.onFailures = fn }
+
 // Failures reports what the state applied last fails closed on; empty
 // before the first apply. It does not wait for an apply in progress.
 func (e *Enforcer) Failures() Failures {
@@ -78,4 +83,7 @@ func (e *Enforcer) noteFailures(d *policy.Desired) {
 		}
 	}
 	e.failures.Store(f)
+	if e.onFailures != nil {
+		e.onFailures(*f)
+	}
 }
