@@ -52,6 +52,8 @@ type inputs struct {
 	cost     map[objKey]policyCost
 	nsCost   map[string]policyCost
 	nsBudget map[string]string
+	// costChanged: a policy was set or deleted since updateBudget last ran.
+	costChanged bool
 
 	dirtyNS       map[string]struct{}
 	dirtyPods     map[objKey]struct{} // by podNamespace and name
@@ -85,6 +87,7 @@ func (c *Incremental) SetLimits(l Limits) {
 		return
 	}
 	c.in.limits = l
+	c.in.costChanged = true
 	c.st = nil // every policy's budget may change: rebuild
 }
 
@@ -153,6 +156,7 @@ func (c *Incremental) DeletePolicy(namespace, name string) {
 
 // setCost accounts for the policy of key k becoming np (nil: deleted).
 func (in *inputs) setCost(k objKey, np *NetworkPolicy) {
+	in.costChanged = true
 	if old, ok := in.cost[k]; ok {
 		ns := namespaceOrDefault(k.ns)
 		if in.nsCost[ns] = in.nsCost[ns].sub(old); in.nsCost[ns] == (policyCost{}) {
@@ -172,6 +176,10 @@ func (in *inputs) setCost(k objKey, np *NetworkPolicy) {
 // updateBudget finds the namespaces over budget and marks the policies
 // of those that went over or came back dirty.
 func (in *inputs) updateBudget() {
+	if !in.costChanged {
+		return
+	}
+	in.costChanged = false
 	budget := in.limits.overBudget(in.nsCost)
 	var flipped map[string]bool
 	for ns, why := range budget {
