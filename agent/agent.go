@@ -222,6 +222,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	enf := enforcer.New(st, be.dp, log)
+	if kube != nil {
+		if err := kube.reportPolicyFailures(runCtx, cfg.NodeName, st, enf, log); err != nil {
+			return err
+		}
+	}
 	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, PoolsFromStore: kube != nil, PinOptIn: kube != nil, Logger: log, Enforce: func(ctx context.Context, hostIf string) error {
 		if kube != nil {
 			if err := waitForPod(ctx, st, hostIf, PodObjectWait); err != nil {
@@ -251,8 +256,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	// Restored endpoints are enforced before the first new one is served.
+	// An apply that fails does not stop the agent: the restored pods keep
+	// what the dataplane holds, Run retries, and /readyz and lockstep
+	// status say what is wrong. (A policy alone no longer fails an apply:
+	// it fails closed for the pods it selects.)
+	ops.enforcer.Store(enf)
 	if err := enf.Sync(ctx); err != nil {
-		return err
+		if ctx.Err() != nil {
+			return startCancelled(ctx, err)
+		}
+		log.Error("apply the restored state; serving, and retrying in the background", "err", err)
 	}
 	enf.SetHeartbeat(ops.loop("enforcer"))
 	if err := masq.start(ctx, runCtx, st); err != nil {

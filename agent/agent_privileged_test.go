@@ -4,12 +4,16 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/nodesim"
 	"lockstep.dev/lockstep/internal/testenv"
 )
@@ -46,5 +50,64 @@ func TestPrivilegedRunServesAndStops(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.Socket); !os.IsNotExist(err) {
 		t.Error("socket left after shutdown")
+	}
+}
+
+// TestPrivilegedStartsWithPoliciesItCannotEnforce: manifests with a
+// policy that does not compile (a CIDR netip rejects) and one whose rule
+// lists more ports than a rule may hold and its namespace's budget
+// allows: the agent used to refuse to start (and, restarted, to exit
+// again). It starts, serves, and lockstep
+// status names both, failing closed.
+func TestPrivilegedStartsWithPoliciesItCannotEnforce(t *testing.T) {
+	testenv.Privileged(t)
+	cfg := testConfig(t, "10.244.0.0/24")
+	cfg.BPFRoot = filepath.Join(t.TempDir(), "bpf")
+	if err := nodesim.MountBPF(cfg.BPFRoot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nodesim.UnmountBPF(cfg.BPFRoot) })
+	cfg.Manifests = t.TempDir()
+	var ports strings.Builder
+	for i := range policy.MaxPortRanges + 1 {
+		fmt.Fprintf(&ports, "{port: %d}, ", 1+2*i)
+	}
+	manifest := "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: cidr, namespace: team}\nspec:\n  podSelector: {}\n  ingress: [{from: [{ipBlock: {cidr: '10.0.0.0/33'}}]}]\n" +
+		"---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: ports, namespace: other}\nspec:\n  podSelector: {}\n  ingress: [{ports: [" + ports.String() + "]}]\n"
+	if err := os.WriteFile(filepath.Join(cfg.Manifests, "policies.yaml"), []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	cfg.Ready = func() { close(ready) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		done <- nil
+		t.Fatalf("agent exited: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("agent not ready")
+	}
+	st, err := api.NewClient(cfg.Socket, 0).Status(context.Background())
+	if err != nil || st.Dataplane == nil {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	var names []string
+	for _, f := range st.Dataplane.FailedPolicies {
+		names = append(names, f.Policy)
+	}
+	if !slices.Equal(names, []string{"other/ports", "team/cidr"}) {
+		t.Errorf("failed policies %+v, want other/ports (over its namespace's rule budget) and team/cidr", st.Dataplane.FailedPolicies)
+	}
+	if st.Dataplane.LastApplyError != "" {
+		t.Errorf("last apply: %s", st.Dataplane.LastApplyError)
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os/exec"
+	"slices"
 	"time"
 
 	"lockstep.dev/lockstep/agent/api"
@@ -16,6 +18,7 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/iptables"
 	"lockstep.dev/lockstep/agent/persist"
+	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/watchdog"
 )
@@ -233,6 +236,14 @@ func dataplaneStatus(be *backend, enf *enforcer.Enforcer, cleanups *cleanup.Mana
 	svcs := enf.Services()
 	out.Services = &api.ServicesStatus{Frontends: svcs.Frontends, Backends: svcs.Backends, WithoutBackends: svcs.NoBackends,
 		LeftToKubeProxy: be.servicesLeft}
+	f := enf.Failures()
+	for _, name := range slices.Sorted(maps.Keys(f.Policies)) {
+		out.FailedPolicies = append(out.FailedPolicies, api.PolicyFailure{Policy: name, Reason: f.Policies[name]})
+	}
+	for _, ef := range f.Endpoints {
+		out.FailedEndpoints = append(out.FailedEndpoints, api.EndpointFailure{HostIf: ef.HostIf,
+			Ingress: ef.Reasons[policy.Ingress], Egress: ef.Reasons[policy.Egress]})
+	}
 	for _, c := range cleanups.Pending() {
 		out.PendingCleanups = append(out.PendingCleanups, api.CleanupStatus{
 			Backend: c.Backend, Reason: c.Reason, Since: c.Since, Attempts: c.Attempts,

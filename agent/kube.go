@@ -10,11 +10,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-memdb"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/endpoints"
+	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/routes"
 	"lockstep.dev/lockstep/agent/server"
@@ -22,6 +25,7 @@ import (
 	"lockstep.dev/lockstep/internal/watchdog"
 	kubeclient "lockstep.dev/lockstep/kube/client"
 	"lockstep.dev/lockstep/kube/nodeipam"
+	"lockstep.dev/lockstep/kube/policyevents"
 	"lockstep.dev/lockstep/kube/source"
 )
 
@@ -275,4 +279,23 @@ func (g *apiGate) Status(ctx context.Context) (*api.StatusResponse, error) {
 		return nil, err
 	}
 	return b.Status(ctx)
+}
+
+// reportPolicyFailures posts an Event on each NetworkPolicy that this
+// node enforces fail-closed, and when it no longer does
+// (kube/policyevents), until ctx ends.
+func (k *kubeMode) reportPolicyFailures(ctx context.Context, node string, st *store.Store, enf *enforcer.Enforcer, log *slog.Logger) error {
+	core, err := kubeclient.ForGroup(k.config, corev1.SchemeGroupVersion)
+	if err != nil {
+		return err
+	}
+	rep := policyevents.New(core, node, func(ns, name string) types.UID {
+		if np, _ := store.PolicyByName(st.ReadTxn(), nil, ns, name); np != nil {
+			return types.UID(np.UID)
+		}
+		return ""
+	}, log.With("component", "policy-events"))
+	enf.OnFailures(func(f enforcer.Failures) { rep.Update(f.Policies) })
+	go rep.Run(ctx)
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"lockstep.dev/lockstep/agent/cleanup"
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/enforcer"
+	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/promtext"
 )
@@ -99,6 +100,27 @@ func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store, e
 		} {
 			promtext.WriteHeader(w, g.name, g.help, "gauge")
 			promtext.WriteSample(w, g.name, float64(g.n))
+		}
+		writePolicyFailures(w, enf.Failures())
+	}
+}
+
+// writePolicyFailures writes what the state applied last fails closed on:
+// a count, then one sample per failed policy and per endpoint direction,
+// so an alert can name them.
+func writePolicyFailures(w io.Writer, f enforcer.Failures) {
+	promtext.WriteHeader(w, "lockstep_policy_failures", "NetworkPolicies the last apply could not enforce as written (they do not compile, or their namespace is over its budget); the pods they select fail closed.", "gauge")
+	promtext.WriteSample(w, "lockstep_policy_failures", float64(len(f.Policies)))
+	promtext.WriteHeader(w, "lockstep_policy_failed", "1 for each NetworkPolicy that fails closed.", "gauge")
+	for _, name := range sortedKeys(f.Policies) {
+		promtext.WriteSample(w, "lockstep_policy_failed", 1, "policy", name)
+	}
+	promtext.WriteHeader(w, "lockstep_endpoint_policy_failed", "1 for each local endpoint and direction that fails closed: isolated, with no allow.", "gauge")
+	for _, ef := range f.Endpoints {
+		for d, why := range ef.Reasons {
+			if why != "" {
+				promtext.WriteSample(w, "lockstep_endpoint_policy_failed", 1, "endpoint", ef.HostIf, "direction", policy.Direction(d).String())
+			}
 		}
 	}
 }

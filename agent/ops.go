@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/server"
 	"lockstep.dev/lockstep/internal/ops"
 	"lockstep.dev/lockstep/internal/watchdog"
@@ -32,6 +36,9 @@ type opsEndpoint struct {
 	// ready is set once the agent has finished starting, stopping once it
 	// begins to shut down.
 	ready, stopping atomic.Bool
+	// enforcer, once set, is asked whether the applied state enforces
+	// every policy as written.
+	enforcer atomic.Pointer[enforcer.Enforcer]
 }
 
 // startOps serves the ops endpoints on cfg.MetricsAddr (none when it is
@@ -44,7 +51,7 @@ func startOps(cfg Config, gate *apiGate, metrics *server.Metrics, errc chan<- er
 	loops := ops.Check{Name: "loops", Fn: o.watchdog.Check}
 	h := ops.Handler(ops.Endpoints{
 		Live:    []ops.Check{loops},
-		Ready:   []ops.Check{loops, {Name: "start-up", Fn: o.started}},
+		Ready:   []ops.Check{loops, {Name: "start-up", Fn: o.started}, {Name: "policy", Fn: o.policyApplied}},
 		Metrics: metrics.WritePrometheus,
 	})
 	srv, err := ops.Listen(cfg.MetricsAddr, h)
@@ -78,6 +85,30 @@ func (o *opsEndpoint) started(context.Context) error {
 		return errors.New("waiting for " + *o.gate.waiting.Load())
 	}
 	return errors.New("finishing start-up: opening the API socket and enabling forwarding")
+}
+
+// policyApplied is /readyz's check that the dataplane enforces every
+// policy as written: the last apply succeeded and nothing fails closed.
+// A policy that fails closed affects only the pods it selects, and the
+// agent keeps serving; readiness says that something needs fixing.
+func (o *opsEndpoint) policyApplied(context.Context) error {
+	enf := o.enforcer.Load()
+	if enf == nil {
+		return nil
+	}
+	if err := enf.LastError(); err != nil {
+		return fmt.Errorf("the last apply failed (retrying): %w", err)
+	}
+	f := enf.Failures()
+	if f.Empty() {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(f.Policies))
+	if len(names) > 5 {
+		names = append(names[:5], "...")
+	}
+	return fmt.Errorf("%d policies fail closed (%s) and %d endpoints have a direction without allows; see lockstep status",
+		len(f.Policies), strings.Join(names, ", "), len(f.Endpoints))
 }
 
 // setReady makes /readyz pass.

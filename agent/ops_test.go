@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"lockstep.dev/lockstep/agent/enforcer"
+	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/server"
+	"lockstep.dev/lockstep/agent/store"
 )
 
 // get fetches path from the ops endpoint at addr.
@@ -179,5 +182,67 @@ func TestProbesAnswerWhileWaitingForTheAPIServer(t *testing.T) {
 	code, body := get(t, addr, "/readyz")
 	if code != 503 || !strings.Contains(body, "waiting for the API server at https://127.0.0.1:1") {
 		t.Errorf("/readyz while waiting for the API server = %d %q, want 503 saying what it waits for", code, body)
+	}
+}
+
+// nopDataplane accepts every state.
+type nopDataplane struct{}
+
+func (nopDataplane) Attach(string) error         { return nil }
+func (nopDataplane) Detach(string) error         { return nil }
+func (nopDataplane) Apply(*policy.Desired) error { return nil }
+
+// TestReadyzAndMetricsNameAPolicyThatFailsClosed: a policy lockstep
+// cannot enforce leaves the agent serving; /readyz fails naming it,
+// /metrics counts it, and both recover once it is deleted.
+func TestReadyzAndMetricsNameAPolicyThatFailsClosed(t *testing.T) {
+	gate := newAPIGate()
+	o, err := startOps(Config{MetricsAddr: "127.0.0.1:0"}, gate, server.NewMetrics(gate.Status), make(chan error, 1), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.close()
+	st, err := store.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	enf := enforcer.New(st, nopDataplane{}, slog.New(slog.DiscardHandler))
+	o.enforcer.Store(enf)
+	gate.open(&agentAPI{})
+	o.setReady()
+	write := func(fn func(*store.Txn) error) {
+		t.Helper()
+		txn := st.WriteTxn()
+		defer txn.Abort()
+		if err := fn(txn); err != nil {
+			t.Fatal(err)
+		}
+		txn.Commit()
+		if err := enf.Sync(context.Background()); err != nil {
+			t.Fatalf("sync: %v", err)
+		}
+	}
+	write(func(txn *store.Txn) error {
+		return store.UpsertPolicy(txn, &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "bad"},
+			Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{IPBlock: &policy.IPBlock{CIDR: "10.0.0.0/40"}}}}}}})
+	})
+	if code, body := get(t, o.srv.Addr(), "/readyz"); code != 503 || !strings.Contains(body, "1 policies fail closed (team/bad)") {
+		t.Errorf("/readyz with a failing policy = %d %q", code, body)
+	}
+	var buf strings.Builder
+	writePolicyFailures(&buf, enf.Failures())
+	for _, want := range []string{"lockstep_policy_failures 1", `lockstep_policy_failed{policy="team/bad"} 1`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, buf.String())
+		}
+	}
+	write(func(txn *store.Txn) error { return store.DeletePolicy(txn, "team", "bad") })
+	if code, body := get(t, o.srv.Addr(), "/readyz"); code != 200 {
+		t.Errorf("/readyz after deleting the policy = %d %q", code, body)
+	}
+	buf.Reset()
+	writePolicyFailures(&buf, enf.Failures())
+	if !strings.Contains(buf.String(), "lockstep_policy_failures 0") {
+		t.Errorf("metrics after deleting the policy:\n%s", buf.String())
 	}
 }

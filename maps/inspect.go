@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -232,11 +233,20 @@ func dumpPolicy(outer *ebpf.Map) ([]Entry, error) {
 		}
 		var pk PolicyKey
 		var pv PolicyValue
+		chunks := map[PolicyKey]map[uint16][]PortRange{} // by chunk 0's key
 		iit := inner.Iterate()
 		for iit.Next(&pk, &pv) {
+			c := pk.Chunk
+			pk.Chunk = 0
+			if chunks[pk] == nil {
+				chunks[pk] = map[uint16][]PortRange{}
+			}
+			chunks[pk][c] = slices.Clone(pv.Ranges[:min(pv.NRanges&0xffff, MaxPortRanges)])
+		}
+		for pk, cs := range chunks {
 			r := PolicyRule{Peer: pk.Peer, Dir: DirString(pk.Dir), Proto: ProtoString(pk.Proto)}
 			if pk.Proto != 0 {
-				r.Ranges = slices.Clone(pv.Ranges[:min(pv.NRanges, MaxPortRanges)])
+				r.Ranges = joinBuckets(cs)
 			}
 			v.Rules = append(v.Rules, r)
 		}
@@ -256,4 +266,24 @@ func DecodeEvent(raw []byte) (Event, error) {
 		return Event{}, fmt.Errorf("decode event of %d bytes: %w", len(raw), err)
 	}
 	return e, nil
+}
+
+// joinBuckets returns a rule's ranges from its chunks: chunk 0's, and
+// those of a bucketed rule's buckets in order, the pieces of a range that
+// spans buckets joined again.
+func joinBuckets(cs map[uint16][]PortRange) []PortRange {
+	out := cs[0]
+	for _, c := range slices.Sorted(maps.Keys(cs)) {
+		if c == 0 {
+			continue
+		}
+		for _, r := range cs[c] {
+			if n := len(out); n > 0 && uint32(out[n-1].Hi)+1 == uint32(r.Lo) {
+				out[n-1].Hi = r.Hi
+				continue
+			}
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -52,8 +52,17 @@ const (
 )
 
 // MaxPortRanges is the number of port ranges a PolicyValue holds (C:
-// MAX_PORT_RANGES); it equals policy.MaxPortRanges.
+// MAX_PORT_RANGES). A rule of more is bucketed (see PolicyKey).
 const MaxPortRanges = 16
+
+// RuleBucketed is set in the NRanges of a bucketed rule's chunk 0 (C:
+// RULE_BUCKETED), with the bucket shift in bits 16-19 (see PolicyKey); the
+// low 16 bits of NRanges count an entry's ranges.
+const RuleBucketed = 1 << 31
+
+// MinBucketShift is the smallest bucket shift: a bucket of 16 ports holds
+// at most 8 disjoint, non-adjacent ranges, so every rule fits with it.
+const MinBucketShift = 4
 
 // Addr is a 16-byte address as the maps store it: IPv6, or IPv4 as
 // IPv4-mapped IPv6 (::ffff:a.b.c.d). C: struct v6addr.
@@ -100,12 +109,15 @@ type PolicyOuterKey struct {
 }
 
 // PolicyKey mirrors struct policy_key: one allow-list entry of an
-// endpoint's inner policy map.
+// endpoint's inner policy map. A rule of at most MaxPortRanges ranges is
+// chunk 0. A rule of more is bucketed: chunk 0 says RuleBucketed and a
+// shift s, and chunk 1+b holds the ranges within ports [b<<s, (b+1)<<s),
+// clipped, for each bucket b that has any.
 type PolicyKey struct {
 	Peer  uint32 `json:"peer"`
 	Dir   uint8  `json:"dir"`
 	Proto uint8  `json:"proto"`
-	Pad   uint16 `json:"-"`
+	Chunk uint16 `json:"chunk,omitempty"`
 }
 
 // PortRange mirrors struct port_range: an inclusive range of ports.
@@ -114,7 +126,8 @@ type PortRange struct {
 	Hi uint16 `json:"hi"`
 }
 
-// PolicyValue mirrors struct policy_value: the port ranges of a PolicyKey.
+// PolicyValue mirrors struct policy_value: the port ranges of a PolicyKey
+// (NRanges&0xffff of them) and RuleMore.
 type PolicyValue struct {
 	NRanges uint32                   `json:"nranges"`
 	Ranges  [MaxPortRanges]PortRange `json:"-"`

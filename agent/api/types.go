@@ -159,6 +159,27 @@ type DataplaneStatus struct {
 	// PendingCleanups are backends lockstep stopped using and has not
 	// finished cleaning yet.
 	PendingCleanups []CleanupStatus `json:"pendingCleanups"`
+	// FailedPolicies are the NetworkPolicies the last apply could not
+	// enforce as written (they do not compile, or their namespace is over
+	// its budget); the pods they select fail closed.
+	FailedPolicies []PolicyFailure `json:"failedPolicies,omitempty"`
+	// FailedEndpoints are the local endpoints with a direction that fails
+	// closed: isolated, with no allow.
+	FailedEndpoints []EndpointFailure `json:"failedEndpoints,omitempty"`
+}
+
+// PolicyFailure is a NetworkPolicy that fails closed, and why.
+type PolicyFailure struct {
+	Policy string `json:"policy"` // namespace/name
+	Reason string `json:"reason"`
+}
+
+// EndpointFailure is a local endpoint with no allow in a direction, and
+// why (empty for a direction enforced as written).
+type EndpointFailure struct {
+	HostIf  string `json:"hostIf"`
+	Ingress string `json:"ingress,omitempty"`
+	Egress  string `json:"egress,omitempty"`
 }
 
 // ServicesStatus counts the Service translation a dataplane applied.

@@ -122,7 +122,7 @@ type endpointPolicyKey struct {
 	Peer  uint32
 	Dir   uint8
 	Proto uint8
-	Pad   uint16
+	Chunk uint16
 }
 
 type endpointPolicyOuterKey struct {

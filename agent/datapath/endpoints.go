@@ -135,7 +135,7 @@ func (d *Datapath) writeRules(e *epEntry, ep *policy.EndpointPolicy, p, q int) (
 		e.src[q] = ep // no inner map stands for no rules
 		return nil, nil
 	}
-	if im != nil && im.known && fits(im.capacity, len(ep.Rules)) {
+	if im != nil && im.known && fits(im.capacity, ruleEntries(ep.Rules)) {
 		n, err := updateInner(im, ep.Rules)
 		d.stats.entries += n
 		if err != nil {
@@ -200,7 +200,7 @@ func (d *Datapath) closeOuterWrites(ws []outerWrite) {
 	}
 }
 
-// innerCapacity is the max_entries of a new inner map for n rules: room
+// innerCapacity is the max_entries of a new inner map for n entries: room
 // to grow by a quarter, rounded up to the hash table's own power of two
 // buckets, so that most edits fit in place.
 func innerCapacity(n int) int {
@@ -211,7 +211,7 @@ func innerCapacity(n int) int {
 	return c
 }
 
-// fits reports whether an inner map of capacity is right for n rules: it
+// fits reports whether an inner map of capacity is right for n entries: it
 // holds them, and is not so oversized that its buckets are mostly waste.
 func fits(capacity, n int) bool {
 	return n <= capacity && capacity <= 8*innerCapacity(n)
@@ -224,26 +224,36 @@ func fits(capacity, n int) bool {
 func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange) (int, error) {
 	var keys []bpfmaps.PolicyKey
 	var vals []bpfmaps.PolicyValue
+	var del []bpfmaps.PolicyKey
 	kept := 0 // keys of im.rules that rules has
 	for k, ranges := range rules {
-		if old, ok := im.rules[k]; ok {
+		old, ok := im.rules[k]
+		if ok {
 			kept++
 			if slices.Equal(old, ranges) {
 				continue
 			}
 		}
-		v, err := policyValue(k, ranges)
-		if err != nil {
+		start := len(keys)
+		var err error
+		if keys, vals, err = appendEntries(keys, vals, k, ranges); err != nil {
 			return 0, err
 		}
-		keys = append(keys, policyKey(k))
-		vals = append(vals, v)
+		if ok && (len(old) > bpfmaps.MaxPortRanges || len(ranges) > bpfmaps.MaxPortRanges) {
+			// The chunks of the old ranges that the new ones lack go.
+			oldKeys, _, _ := appendEntries(nil, nil, k, old)
+			for _, ok := range oldKeys {
+				if !slices.Contains(keys[start:], ok) {
+					del = append(del, ok)
+				}
+			}
+		}
 	}
-	var del []bpfmaps.PolicyKey
 	if kept < len(im.rules) {
-		for k := range im.rules {
+		for k, old := range im.rules {
 			if _, ok := rules[k]; !ok {
-				del = append(del, policyKey(k))
+				oldKeys, _, _ := appendEntries(nil, nil, k, old)
+				del = append(del, oldKeys...)
 			}
 		}
 	}
@@ -258,19 +268,98 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange) (int
 	return len(del) + len(keys), nil
 }
 
-func policyKey(k policy.RuleKey) bpfmaps.PolicyKey {
-	return bpfmaps.PolicyKey{Peer: uint32(k.Peer), Dir: uint8(k.Dir), Proto: k.Proto}
+func policyKey(k policy.RuleKey, chunk int) bpfmaps.PolicyKey {
+	return bpfmaps.PolicyKey{Peer: uint32(k.Peer), Dir: uint8(k.Dir), Proto: k.Proto, Chunk: uint16(chunk)}
 }
 
-func policyValue(k policy.RuleKey, ranges []policy.PortRange) (bpfmaps.PolicyValue, error) {
-	if len(ranges) > bpfmaps.MaxPortRanges {
-		return bpfmaps.PolicyValue{}, fmt.Errorf("rule %+v has %d port ranges: %w (at most %d)", k, len(ranges), ErrTooManyRanges, bpfmaps.MaxPortRanges)
+// ruleEntries is how many inner map entries rules take.
+func ruleEntries(rules map[policy.RuleKey][]policy.PortRange) int {
+	n := 0
+	for _, ranges := range rules {
+		if len(ranges) <= bpfmaps.MaxPortRanges {
+			n++
+			continue
+		}
+		n += 1 + len(buckets(ranges, bucketShift(ranges)))
 	}
-	v := bpfmaps.PolicyValue{NRanges: uint32(len(ranges))}
-	for i, r := range ranges {
-		v.Ranges[i] = bpfmaps.PortRange{Lo: r.Lo, Hi: r.Hi}
+	return n
+}
+
+// appendEntries appends the entries of rule k (see bpfmaps.PolicyKey):
+// one for at most bpfmaps.MaxPortRanges ranges, else chunk 0 and one per
+// bucket that has ranges. The ranges are sorted, disjoint and not
+// adjacent, as the compiler leaves them.
+func appendEntries(keys []bpfmaps.PolicyKey, vals []bpfmaps.PolicyValue, k policy.RuleKey, ranges []policy.PortRange) ([]bpfmaps.PolicyKey, []bpfmaps.PolicyValue, error) {
+	if len(ranges) > policy.MaxPortRanges {
+		return keys, vals, fmt.Errorf("rule %+v has %d port ranges: %w (at most %d)", k, len(ranges), ErrTooManyRanges, policy.MaxPortRanges)
 	}
-	return v, nil
+	value := func(part []policy.PortRange) bpfmaps.PolicyValue {
+		v := bpfmaps.PolicyValue{NRanges: uint32(len(part))}
+		for i, r := range part {
+			v.Ranges[i] = bpfmaps.PortRange{Lo: r.Lo, Hi: r.Hi}
+		}
+		return v
+	}
+	if len(ranges) <= bpfmaps.MaxPortRanges {
+		return append(keys, policyKey(k, 0)), append(vals, value(ranges)), nil
+	}
+	shift := bucketShift(ranges)
+	keys = append(keys, policyKey(k, 0))
+	vals = append(vals, bpfmaps.PolicyValue{NRanges: bpfmaps.RuleBucketed | uint32(shift)<<16})
+	for _, b := range buckets(ranges, shift) {
+		keys, vals = append(keys, policyKey(k, 1+b.n)), append(vals, value(b.ranges))
+	}
+	return keys, vals, nil
+}
+
+// bucket is the ranges of a rule within ports [n<<shift, (n+1)<<shift),
+// clipped to them.
+type bucket struct {
+	n      int
+	ranges []policy.PortRange
+}
+
+// buckets splits sorted ranges into the buckets of 1<<shift ports that
+// have any.
+func buckets(ranges []policy.PortRange, shift int) []bucket {
+	var out []bucket
+	for _, r := range ranges {
+		for n := int(r.Lo) >> shift; n <= int(r.Hi)>>shift; n++ {
+			lo, hi := max(int(r.Lo), n<<shift), min(int(r.Hi), (n+1)<<shift-1)
+			if len(out) == 0 || out[len(out)-1].n != n {
+				out = append(out, bucket{n: n})
+			}
+			b := &out[len(out)-1]
+			b.ranges = append(b.ranges, policy.PortRange{Lo: uint16(lo), Hi: uint16(hi)})
+		}
+	}
+	return out
+}
+
+// bucketShift is the largest shift (the fewest buckets, 15 down to
+// bpfmaps.MinBucketShift) whose buckets each hold at most
+// bpfmaps.MaxPortRanges ranges.
+func bucketShift(ranges []policy.PortRange) int {
+	for shift := 15; shift > bpfmaps.MinBucketShift; shift-- {
+		fit := true
+		count, cur := 0, -1
+		for _, r := range ranges {
+			for n := int(r.Lo) >> shift; n <= int(r.Hi)>>shift && fit; n++ {
+				if n != cur {
+					cur, count = n, 0
+				}
+				count++
+				fit = count <= bpfmaps.MaxPortRanges
+			}
+			if !fit {
+				break
+			}
+		}
+		if fit {
+			return shift
+		}
+	}
+	return bpfmaps.MinBucketShift
 }
 
 // newInner creates an inner policy map holding rules, sized by
@@ -279,15 +368,13 @@ func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange) (*inner
 	keys := make([]bpfmaps.PolicyKey, 0, len(rules))
 	vals := make([]bpfmaps.PolicyValue, 0, len(rules))
 	for k, ranges := range rules {
-		v, err := policyValue(k, ranges)
-		if err != nil {
+		var err error
+		if keys, vals, err = appendEntries(keys, vals, k, ranges); err != nil {
 			return nil, err
 		}
-		keys = append(keys, policyKey(k))
-		vals = append(vals, v)
 	}
 	spec := d.innerSpec.Copy()
-	capacity := innerCapacity(len(rules))
+	capacity := innerCapacity(len(keys))
 	spec.MaxEntries = uint32(capacity)
 	im, err := ebpf.NewMap(spec)
 	if err != nil {

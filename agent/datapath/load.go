@@ -29,7 +29,8 @@ var (
 	// ErrClosed is returned by Apply after Close.
 	ErrClosed = errors.New("datapath closed")
 	// ErrTooManyRanges: a rule carries more than policy.MaxPortRanges port
-	// ranges; the policy compiler must merge or reject them.
+	// ranges; the policy compiler fails such a rule's direction closed
+	// before it gets here.
 	ErrTooManyRanges = errors.New("too many port ranges")
 )
 
@@ -277,4 +278,4 @@ func (d *Datapath) PinRoot() string { return d.pinRoot }
 
 // check that the policy contract and the C side agree on the constants
 // they share.
-var _ = [1]struct{}{}[policy.MaxPortRanges-maps.MaxPortRanges]
+var _ = [1]struct{}{}[min(policy.MaxPortRanges, 1<<(16-maps.MinBucketShift))-policy.MaxPortRanges]

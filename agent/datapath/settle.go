@@ -246,7 +246,7 @@ func (d *Datapath) settleIdle() error {
 			}
 			continue
 		}
-		if !im.known || !fits(im.capacity, len(ep.Rules)) {
+		if !im.known || !fits(im.capacity, ruleEntries(ep.Rules)) {
 			continue
 		}
 		n, err := updateInner(im, ep.Rules)

@@ -64,6 +64,11 @@ type Enforcer struct {
 	// services counts the Service frontends and backends of the state
 	// applied last, readable without waiting for an apply in progress.
 	services atomic.Pointer[ServiceCounts]
+	// failures is what the state applied last fails closed on, and
+	// failuresOf the state it was read from.
+	failures   atomic.Pointer[Failures]
+	failuresOf *policy.Desired
+	onFailures func(Failures)
 
 	// observe, when set, receives the duration of every apply, and
 	// observePhases its parts.
@@ -92,7 +97,19 @@ func New(st *store.Store, dp Dataplane, log *slog.Logger) *Enforcer {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Enforcer{store: st, dp: dp, log: log, attached: map[string]bool{}}
+	e := &Enforcer{store: st, dp: dp, log: log, attached: map[string]bool{}}
+	e.feed.limits = policy.DefaultLimits
+	return e
+}
+
+// SetLimits replaces the limits on each namespace's policies
+// (policy.DefaultLimits unless set); the next apply recompiles everything.
+func (e *Enforcer) SetLimits(l policy.Limits) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.feed.limits = l
+	e.feed.reset()
+	e.applied = 0
 }
 
 // OnApply registers fn to observe how long each apply took.
@@ -263,6 +280,7 @@ func (e *Enforcer) apply(txn *store.Txn) error {
 		e.last, e.force = desired, false
 		e.services.Store(countServices(desired))
 	}
+	e.noteFailures(desired)
 	for hostIf := range e.attached {
 		if _, ok := desired.Endpoints[hostIf]; ok {
 			continue
@@ -320,12 +338,12 @@ func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
 }
 
 // Snapshot builds the full compiler's input from one store read
-// transaction: local endpoints are the Ready ones; a local pod's addresses
+// transaction, with the default limits: local endpoints are the Ready ones; a local pod's addresses
 // come from its endpoint, remote pods' from their status. The enforcer
 // itself feeds an incremental compiler the same objects (see feeder);
 // [policy.Compile] of a Snapshot is the reference its result must equal.
 func Snapshot(txn *store.Txn) (*policy.Snapshot, error) {
-	snap := &policy.Snapshot{Namespaces: map[string]*policy.Namespace{}, Identities: map[string]policy.Peer{}}
+	snap := &policy.Snapshot{Namespaces: map[string]*policy.Namespace{}, Identities: map[string]policy.Peer{}, Limits: policy.DefaultLimits}
 	nss, err := store.Namespaces(txn, nil)
 	if err != nil {
 		return nil, err

@@ -23,10 +23,13 @@ type feeder struct {
 	rev uint64
 	// localAddrs are the CNI addresses of the local pods as comp has them.
 	localAddrs map[podRef][]netip.Addr
+	// limits bound each namespace's policies (see policy.Limits); they
+	// outlive a reset.
+	limits policy.Limits
 }
 
 // reset makes the next feed start over from the whole store.
-func (f *feeder) reset() { *f = feeder{} }
+func (f *feeder) reset() { *f = feeder{limits: f.limits} }
 
 // feed brings the compiler to the revision txn reads. On error the
 // compiler's inputs are in an unknown state, and the feeder resets.
@@ -168,6 +171,7 @@ func (f *feeder) refeedPod(txn *store.Txn, ref podRef) error {
 // feedAll gives a new compiler every object of the store.
 func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
 	f.comp = policy.NewIncremental()
+	f.comp.SetLimits(f.limits)
 	nss, err := store.Namespaces(txn, nil)
 	if err != nil {
 		return err

@@ -11,8 +11,11 @@
 // (namespace "default", TCP protocols, policy types, the
 // kubernetes.io/metadata.name label) and validated; an object the API
 // server would reject fails the load with an error naming the file and
-// the document. Kinds lockstep does not use are skipped and reported in
-// [Objects.Warnings].
+// the document. A named NetworkPolicy lockstep cannot compile is the
+// exception: it is loaded, with a warning in [Objects.Warnings], and the
+// compiler fails it closed for the pods it selects, as it does one from
+// the API server, so that one bad policy does not stop a node. Kinds
+// lockstep does not use are skipped and reported in [Objects.Warnings].
 //
 // A Service must name its ClusterIP (spec.clusterIP, and spec.clusterIPs
 // for a dual-stack one), or "None" for a headless Service: without an API

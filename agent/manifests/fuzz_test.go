@@ -3,6 +3,7 @@ package manifests
 import (
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,6 +46,7 @@ func FuzzLoadDocument(f *testing.F) {
 	f.Add([]byte("---\n---\n"))
 	f.Add([]byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {a: b}}\nspec: {containers: [{ports: [{name: http, containerPort: 80}]}]}\nstatus: {podIPs: [{ip: 10.0.0.1}, {ip: 'fd00::1'}]}\n"))
 	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec:\n  podSelector: {matchExpressions: [{key: a, operator: NotIn, values: [x]}]}\n  egress: [{to: [{ipBlock: {cidr: '::/0', except: ['fd00::/8']}}], ports: [{port: 1, endPort: 65535, protocol: SCTP}]}]\n"))
+	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec:\n  podSelector: {}\n  ingress: [{from: [{ipBlock: {cidr: '10.0.0.0/8', except: ['11.0.0.0/16']}}], ports: [{port: 0}]}]\n"))
 	f.Add([]byte(serviceDocs))
 	f.Add([]byte("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {type: ExternalName, clusterIP: '10.0.0.1', ports: [{port: 1, targetPort: 0}]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -81,10 +83,16 @@ func FuzzLoadDocument(f *testing.F) {
 			}
 			s.Local = append(s.Local, policy.LocalEndpoint{HostIfName: p.Namespace + "/" + p.Name, Namespace: p.Namespace, PodName: p.Name})
 		}
-		// Too many port ranges for one key is the only thing valid objects
-		// may still fail on: it is a limit of the dataplane, not the API.
-		if _, err := policy.Compile(s); err != nil && !strings.Contains(err.Error(), "port ranges") {
+		// Loaded objects always compile: a policy that cannot be enforced
+		// as written fails closed, with a warning of the load.
+		d, err := policy.Compile(s)
+		if err != nil {
 			t.Fatalf("loaded objects do not compile: %v", err)
+		}
+		for name := range d.FailedPolicies {
+			if !slices.ContainsFunc(objs.Warnings, func(w string) bool { return strings.Contains(w, "networkpolicy "+name+":") }) {
+				t.Fatalf("policy %s fails closed (%s) without a warning of the load: %q", name, d.FailedPolicies[name], objs.Warnings)
+			}
 		}
 	})
 }

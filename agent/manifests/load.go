@@ -283,8 +283,23 @@ func (l *loader) object(where string, j []byte, listOK bool) error {
 			return err
 		}
 		np.Default()
-		if err := l.add(where, &np.TypeMeta, &np.ObjectMeta, np.Validate); err != nil {
+		// A policy that does not compile is loaded all the same, with a
+		// warning: the compiler fails it closed for the pods it selects,
+		// as it does a policy from the API server, and the rest of the
+		// directory stays in force. Only a nameless one cannot be keyed.
+		var invalid error
+		validate := func() error {
+			if np.Name == "" {
+				return np.Validate()
+			}
+			invalid = np.Validate()
+			return nil
+		}
+		if err := l.add(where, &np.TypeMeta, &np.ObjectMeta, validate); err != nil {
 			return err
+		}
+		if invalid != nil {
+			l.objs.Warnings = append(l.objs.Warnings, fmt.Sprintf("%s: %v (the pods it selects fail closed)", where, invalid))
 		}
 		l.objs.Policies = append(l.objs.Policies, &np)
 	case "Service":

@@ -201,9 +201,6 @@ func TestLoadErrors(t *testing.T) {
 		{"no name", map[string]string{"a.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {}\n"}, "metadata.name is required"},
 		{"bad container port", map[string]string{"a.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{ports: [{containerPort: 0}]}]}\n"}, "pod default/x: spec.containers[0].ports[0]: containerPort 0"},
 		{"bad pod IP", map[string]string{"a.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nstatus: {podIP: 10.0.0.256}\n"}, `pod default/x: address "10.0.0.256"`},
-		{"invalid policy names file, document and policy", map[string]string{"a.yaml": "---\n" + policyDoc("  podSelector: {}\n  ingress: [{ports: [{port: 80, endPort: 70}]}]\n")},
-			"a.yaml document 2: networkpolicy team/p: spec.ingress[0]: ports[0]: endPort 70 is less than port 80"},
-		{"bad operator", map[string]string{"a.yaml": policyDoc("  podSelector: {matchExpressions: [{key: a, operator: Equals, values: [b]}]}\n")}, "unknown operator"},
 		{"port not int32", map[string]string{"a.yaml": policyDoc("  podSelector: {}\n  ingress: [{ports: [{port: 1.5}]}]\n")}, "a.yaml document 1"},
 		{"duplicate across files", map[string]string{"a.yaml": policyDoc("  podSelector: {}\n"), "b.yaml": policyDoc("  podSelector: {}\n")},
 			"b.yaml document 1: duplicate NetworkPolicy team/p (first in "},
@@ -220,6 +217,38 @@ func TestLoadErrors(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Error("loading a missing directory succeeded")
+	}
+}
+
+// TestLoadInvalidPolicyFailsClosed: a policy that does not compile no
+// longer makes the whole directory unreadable (and the agent refuse to
+// start): it is loaded with a warning naming file, document and policy,
+// and the compiler fails it closed.
+func TestLoadInvalidPolicyFailsClosed(t *testing.T) {
+	policyDoc := func(spec string) string {
+		return "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: team}\nspec:\n" + spec
+	}
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"endPort below port", "---\n" + policyDoc("  podSelector: {}\n  ingress: [{ports: [{port: 80, endPort: 70}]}]\n"),
+			"a.yaml document 2: networkpolicy team/p: spec.ingress[0]: ports[0]: endPort 70 is less than port 80"},
+		{"bad operator", policyDoc("  podSelector: {matchExpressions: [{key: a, operator: Equals, values: [b]}]}\n"), "unknown operator"},
+		{"cidr netip rejects", policyDoc("  podSelector: {}\n  ingress: [{from: [{ipBlock: {cidr: 'fe80::/64%eth0'}}]}]\n"), "ipBlock: cidr"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := Load(writeDir(t, map[string]string{"a.yaml": tc.doc}))
+			if err != nil {
+				t.Fatalf("load: %v", err)
+			}
+			if len(objs.Policies) != 1 || len(objs.Warnings) != 1 || !strings.Contains(objs.Warnings[0], tc.want) {
+				t.Fatalf("policies %d, warnings %q; want the policy and a warning containing %q", len(objs.Policies), objs.Warnings, tc.want)
+			}
+			d, err := policy.Compile(&policy.Snapshot{Policies: objs.Policies})
+			if err != nil || d.FailedPolicies["team/p"] == "" {
+				t.Errorf("compile: %v, failed %v; want team/p to fail closed", err, d.FailedPolicies)
+			}
+		})
 	}
 }
 

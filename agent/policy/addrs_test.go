@@ -185,25 +185,12 @@ func TestCompileLocalAddressesFromEndpoint(t *testing.T) {
 
 func TestCompileErrors(t *testing.T) {
 	podA := mkPod("team", "a", ips("10.0.0.1"), "app", "a")
-	manyPorts := func() []NetworkPolicyPort {
-		var ps []NetworkPolicyPort
-		for i := int32(0); i <= MaxPortRanges; i++ {
-			ps = append(ps, tcp(1000+2*i))
-		}
-		return ps
-	}
 	for _, tc := range []struct {
 		name  string
 		sc    scenario
 		tweak func(*Snapshot)
 		want  string
 	}{
-		{
-			name: "invalid policy",
-			sc: scenario{pods: []*Pod{podA}, policies: []*NetworkPolicy{mkPolicy("team", "bad", &LabelSelector{},
-				NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(0)}}}})}},
-			want: "networkpolicy team/bad: spec.ingress[0]: ports[0]: port 0 out of range",
-		},
 		{
 			name:  "missing identity",
 			sc:    scenario{pods: []*Pod{podA}},
@@ -234,12 +221,6 @@ func TestCompileErrors(t *testing.T) {
 			name: "bad pod address",
 			sc:   scenario{pods: []*Pod{mkPod("team", "a", ips("10.0.0.300"))}},
 			want: `pod team/a: address "10.0.0.300"`,
-		},
-		{
-			name: "too many port ranges",
-			sc: scenario{pods: []*Pod{podA}, local: localA, policies: []*NetworkPolicy{mkPolicy("team", "ports", &LabelSelector{},
-				NetworkPolicySpec{Ingress: []IngressRule{{Ports: manyPorts()}}})}},
-			want: "endpoint lxc-a (pod team/a): ingress rules for peer 0 protocol 6 need 17 port ranges, at most 16 fit (policies: team/ports)",
 		},
 		{
 			name: "duplicate endpoint",

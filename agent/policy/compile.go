@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 )
 
 // LocalEndpoint is a pod on this node with a host-side veth: one endpoint
@@ -29,7 +28,9 @@ type Snapshot struct {
 	// their CNI allocations.
 	Pods []*Pod
 	// Policies is every NetworkPolicy. They are validated (and defaulted)
-	// by Compile; an invalid one fails the compilation.
+	// by Compile; an invalid one fails closed: the pods it selects get no
+	// allow in the directions it applies to, and it is listed in
+	// Desired.FailedPolicies.
 	Policies []*NetworkPolicy
 	// Identities maps the IdentityKey of every pod that has an address or
 	// a local endpoint to its identity (>= FirstPodIdentity). A missing
@@ -43,6 +44,10 @@ type Snapshot struct {
 	// that cannot be used (an address that does not parse) is left out.
 	Services       []*Service
 	EndpointSlices []*EndpointSlice
+	// Limits bound what each namespace's policies may ask of the node; a
+	// namespace over them has its policies failed closed (see
+	// compileOrFail). The zero Limits bounds nothing.
+	Limits Limits
 }
 
 // Compile computes the desired dataplane state of s. It does not modify s.
@@ -79,11 +84,18 @@ func Compile(s *Snapshot) (*Desired, error) {
 		nsCache:  make(map[string][]string),
 		inBlock:  make(map[string][]*identInfo),
 	}
+	costs := map[string]policyCost{}
+	for _, p := range s.Policies {
+		ns := policyNamespace(p)
+		costs[ns] = costs[ns].add(costOf(p))
+	}
+	budget := s.Limits.overBudget(costs)
+	failed := map[string]string{}
 	var blocks []*ipBlock
 	for _, p := range s.Policies {
-		cp, err := compilePolicy(p)
-		if err != nil {
-			return nil, err
+		cp := compileOrFail(p, budget[policyNamespace(p)])
+		if cp.failed != "" {
+			failed[cp.name] = cp.failed
 		}
 		c.policies[cp.ns] = append(c.policies[cp.ns], cp)
 		for _, rules := range cp.rules {
@@ -104,6 +116,8 @@ func Compile(s *Snapshot) (*Desired, error) {
 		Addrs:     make(map[netip.Addr]AddrEntry, len(c.owner)),
 		CIDRs:     c.classes.lpm,
 		Endpoints: make(map[string]*EndpointPolicy, len(s.Local)),
+
+		FailedPolicies: failed,
 	}
 	for a, claim := range c.owner {
 		if claim.ident == nil {
@@ -120,11 +134,7 @@ func Compile(s *Snapshot) (*Desired, error) {
 		if _, dup := d.Endpoints[le.HostIfName]; dup {
 			return nil, fmt.Errorf("local endpoint %s listed twice", le.HostIfName)
 		}
-		ep, err := c.endpoint(le)
-		if err != nil {
-			return nil, err
-		}
-		d.Endpoints[le.HostIfName] = ep
+		d.Endpoints[le.HostIfName] = c.endpoint(le)
 	}
 	svcs, err := compileServices(s.Services, s.EndpointSlices)
 	if err != nil {
@@ -272,24 +282,32 @@ func (c *compiler) identity(ns string, pod *Pod) (*identInfo, error) {
 	return info, nil
 }
 
-// endpoint compiles the policy of one local endpoint.
-func (c *compiler) endpoint(le *LocalEndpoint) (*EndpointPolicy, error) {
+// endpoint compiles the policy of one local endpoint. A direction that
+// a failed policy selects it for, or whose rules need more port ranges
+// than a key holds, has no rule at all (see EndpointPolicy.Failed).
+func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 	ep := &EndpointPolicy{IPv4: le.IPv4.Unmap(), IPv6: le.IPv6, Rules: make(map[RuleKey][]PortRange)}
 	pod := c.pods[le.Namespace+"/"+le.PodName]
 	if pod == nil {
-		return ep, nil // unknown pod: not isolated, see Compile
+		return ep // unknown pod: not isolated, see Compile
 	}
 	local := namedPorts(pod)
-	var selecting [2][]string
+	var selecting [2][]*compiledPolicy
 	for _, cp := range c.policies[podNamespace(pod)] {
 		if !cp.podSel.matches(pod.Labels) {
 			continue
 		}
 		for d := Ingress; d <= Egress; d++ {
-			if !cp.applies[d] {
-				continue
+			if cp.applies[d] {
+				selecting[d] = append(selecting[d], cp)
 			}
-			selecting[d] = append(selecting[d], cp.name)
+		}
+	}
+	for d := Ingress; d <= Egress; d++ {
+		if ep.Failed[d] = failedReasons(selecting[d]); ep.Failed[d] != "" {
+			continue
+		}
+		for _, cp := range selecting[d] {
 			for _, r := range cp.rules[d] {
 				c.addRule(ep.Rules, d, cp, r, local)
 			}
@@ -297,14 +315,36 @@ func (c *compiler) endpoint(le *LocalEndpoint) (*EndpointPolicy, error) {
 	}
 	ep.IngressIsolated = len(selecting[Ingress]) > 0
 	ep.EgressIsolated = len(selecting[Egress]) > 0
+	// The first key, in the order of (peer, protocol), of each direction
+	// that needs too many ranges names the failure.
+	var over [2]*RuleKey
+	var overN [2]int
 	for k, rs := range ep.Rules {
 		rs = mergeRanges(rs)
-		if len(rs) > MaxPortRanges {
-			return nil, errTooManyRanges(le, k, len(rs), strings.Join(selecting[k.Dir], ", "))
-		}
 		ep.Rules[k] = rs
+		if len(rs) <= MaxPortRanges {
+			continue
+		}
+		if o := over[k.Dir]; o == nil || k.Peer < o.Peer || k.Peer == o.Peer && k.Proto < o.Proto {
+			over[k.Dir], overN[k.Dir] = &k, len(rs)
+		}
 	}
-	return ep, nil
+	for d, k := range over {
+		if k == nil {
+			continue
+		}
+		var names []string
+		for _, cp := range selecting[d] {
+			names = append(names, cp.name)
+		}
+		ep.Failed[d] = tooManyReason(*k, overN[d], names)
+		for k := range ep.Rules {
+			if k.Dir == Direction(d) {
+				delete(ep.Rules, k)
+			}
+		}
+	}
+	return ep
 }
 
 // allProtocols are the keys a rule without ports allows: every port of

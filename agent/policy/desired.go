@@ -66,10 +66,14 @@ type RuleKey struct {
 	Proto uint8
 }
 
-// MaxPortRanges is how many disjoint port ranges one RuleKey may carry (a
-// BPF map value holds them inline). The compiler merges overlapping and
-// adjacent ranges first, and reports an error when more remain.
-const MaxPortRanges = 16
+// MaxPortRanges is how many disjoint port ranges one RuleKey may carry.
+// A BPF map value holds 16 inline; the eBPF dataplane splits a rule of
+// more by port into buckets, an entry each, so that a packet costs at
+// most two lookups, and the iptables one into multiport matches. The
+// bound keeps what one rule costs either of them in check. The compiler
+// merges overlapping and adjacent ranges first; a direction of an
+// endpoint where more remain fails closed (see [EndpointPolicy.Failed]).
+const MaxPortRanges = 4096
 
 // EndpointPolicy is the complete policy of one local endpoint.
 type EndpointPolicy struct {
@@ -83,6 +87,14 @@ type EndpointPolicy struct {
 	// Rules is the allow-list for the isolated directions. Ranges are sorted,
 	// disjoint and non-adjacent; at most MaxPortRanges per key.
 	Rules map[RuleKey][]PortRange
+	// Failed says, by Direction, why the endpoint has no allow at all in
+	// that direction: a policy selecting it for the direction could not be
+	// compiled or was over its namespace's budget, or the direction's
+	// rules do not fit the dataplane. Such a direction is isolated and
+	// Rules has no key of it: what lockstep cannot enforce fails closed,
+	// for the endpoints the offending policies select and no other. ""
+	// when the direction compiled.
+	Failed [2]string
 }
 
 // AddrEntry is what the dataplane knows about one pod address.
@@ -141,4 +153,10 @@ type Desired struct {
 	// pointer in successive results of one [Incremental]. Nil means no
 	// Service.
 	Services map[ServiceFrontend]*ServiceEntry
+	// FailedPolicies maps each policy (namespace/name) that could not be
+	// compiled, or whose namespace is over its budget (see [Limits]), to
+	// the reason; the endpoints it selects fail closed. It is for
+	// reporting: dataplanes ignore it. Like Endpoints, it is the previous
+	// result's very map when it did not change.
+	FailedPolicies map[string]string
 }

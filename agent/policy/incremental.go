@@ -46,6 +46,15 @@ type inputs struct {
 	local      []LocalEndpoint
 	svc        serviceInputs
 
+	// limits, what every policy costs, the costs of each namespace, and
+	// the namespaces over budget as of the last Compile (see Limits).
+	limits   Limits
+	cost     map[objKey]policyCost
+	nsCost   map[string]policyCost
+	nsBudget map[string]string
+	// costChanged: a policy was set or deleted since updateBudget last ran.
+	costChanged bool
+
 	dirtyNS       map[string]struct{}
 	dirtyPods     map[objKey]struct{} // by podNamespace and name
 	dirtyPolicies map[objKey]struct{}
@@ -65,7 +74,21 @@ func NewIncremental() *Incremental {
 		dirtyPolicies: map[objKey]struct{}{},
 		dirtyIDs:      map[string]struct{}{},
 		svc:           newServiceInputs(),
+		cost:          map[objKey]policyCost{},
+		nsCost:        map[string]policyCost{},
+		nsBudget:      map[string]string{},
 	}}
+}
+
+// SetLimits bounds what each namespace's policies may ask of the node
+// (see Snapshot.Limits).
+func (c *Incremental) SetLimits(l Limits) {
+	if c.in.limits == l {
+		return
+	}
+	c.in.limits = l
+	c.in.costChanged = true
+	c.st = nil // every policy's budget may change: rebuild
 }
 
 // SetNamespace adds ns, or replaces the namespace of its name.
@@ -117,6 +140,7 @@ func (c *Incremental) SetPolicy(np *NetworkPolicy) {
 	}
 	c.in.policies[k] = np
 	c.in.dirtyPolicies[k] = struct{}{}
+	c.in.setCost(k, np)
 }
 
 // DeletePolicy removes the policy namespace/name.
@@ -127,6 +151,64 @@ func (c *Incremental) DeletePolicy(namespace, name string) {
 	}
 	delete(c.in.policies, k)
 	c.in.dirtyPolicies[k] = struct{}{}
+	c.in.setCost(k, nil)
+}
+
+// setCost accounts for the policy of key k becoming np (nil: deleted).
+func (in *inputs) setCost(k objKey, np *NetworkPolicy) {
+	in.costChanged = true
+	if old, ok := in.cost[k]; ok {
+		ns := namespaceOrDefault(k.ns)
+		if in.nsCost[ns] = in.nsCost[ns].sub(old); in.nsCost[ns] == (policyCost{}) {
+			delete(in.nsCost, ns)
+		}
+		delete(in.cost, k)
+	}
+	if np == nil {
+		return
+	}
+	c := costOf(np)
+	in.cost[k] = c
+	ns := policyNamespace(np)
+	in.nsCost[ns] = in.nsCost[ns].add(c)
+}
+
+// updateBudget finds the namespaces over budget and marks the policies
+// of those that went over or came back dirty.
+func (in *inputs) updateBudget() {
+	if !in.costChanged {
+		return
+	}
+	in.costChanged = false
+	budget := in.limits.overBudget(in.nsCost)
+	var flipped map[string]bool
+	for ns, why := range budget {
+		if in.nsBudget[ns] != why {
+			mak(&flipped)[ns] = true
+		}
+	}
+	for ns := range in.nsBudget {
+		if _, ok := budget[ns]; !ok {
+			mak(&flipped)[ns] = true
+		}
+	}
+	in.nsBudget = budget
+	if len(flipped) == 0 {
+		return
+	}
+	for k, np := range in.policies {
+		if flipped[policyNamespace(np)] {
+			in.dirtyPolicies[k] = struct{}{}
+		}
+	}
+}
+
+// mak returns *m, making it first if it is nil.
+func mak[K comparable, V any](m *map[K]V) map[K]V {
+	if *m == nil {
+		*m = map[K]V{}
+	}
+	return *m
 }
 
 // SetIdentity assigns id to the identity key (see Snapshot.Identities).
@@ -166,6 +248,7 @@ func (c *Incremental) Compile() (*Desired, error) {
 		st = newState(c.last, len(c.in.pods))
 		c.in.markAllDirty()
 	}
+	c.in.updateBudget()
 	d, err := st.update(&c.in)
 	c.in.clearDirty()
 	if err != nil {
@@ -219,9 +302,12 @@ type state struct {
 	// and the ipBlocks of all of them (key -> references).
 	policies   map[objKey]*policyState
 	nsPolicies map[string]map[*policyState]struct{}
-	blocks     map[string]int
-	blockByKey map[string]*ipBlock
-	classes    *cidrClasses
+	// failed is the reason of every failed policy, by namespace/name.
+	failed        map[string]string
+	failedChanged bool
+	blocks        map[string]int
+	blockByKey    map[string]*ipBlock
+	classes       *cidrClasses
 
 	// Selector peers of the rules in use (those of policies selecting a
 	// local endpoint), by canonical key, by the namespace a podSelector-only
@@ -288,6 +374,7 @@ type state struct {
 func newState(prev *Desired, pods int) *state {
 	return &state{
 		policies:      map[objKey]*policyState{},
+		failed:        map[string]string{},
 		nsPolicies:    map[string]map[*policyState]struct{}{},
 		blocks:        map[string]int{},
 		blockByKey:    map[string]*ipBlock{},
@@ -328,9 +415,11 @@ func newState(prev *Desired, pods int) *state {
 func (st *state) update(in *inputs) (*Desired, error) {
 	blockSeen := map[string]bool{} // ipBlock key -> in use before
 	for _, k := range sortedKeys(in.dirtyPolicies, compareObjKey) {
-		if err := st.setPolicy(k, in.policies[k], blockSeen); err != nil {
-			return nil, err
+		var budget string
+		if np := in.policies[k]; np != nil {
+			budget = in.nsBudget[policyNamespace(np)]
 		}
+		st.setPolicy(k, in.policies[k], budget, blockSeen)
 	}
 	for key, was := range blockSeen {
 		if was != (st.blocks[key] > 0) {
@@ -361,9 +450,7 @@ func (st *state) update(in *inputs) (*Desired, error) {
 		st.reclassAddrs()
 	}
 	st.settleIdentities()
-	if err := st.updateEndpoints(); err != nil {
-		return nil, err
-	}
+	st.updateEndpoints()
 	if err := st.updateServices(&in.svc); err != nil {
 		return nil, err
 	}
@@ -375,7 +462,11 @@ func (st *state) update(in *inputs) (*Desired, error) {
 func (st *state) publish() *Desired {
 	d := &Desired{CIDRs: st.classes.lpm, Services: st.publishServices(st.out == nil)}
 	if st.out != nil {
-		d.Addrs, d.Endpoints = st.out.Addrs, st.out.Endpoints
+		d.Addrs, d.Endpoints, d.FailedPolicies = st.out.Addrs, st.out.Endpoints, st.out.FailedPolicies
+	}
+	if st.out == nil || st.failedChanged {
+		d.FailedPolicies = maps.Clone(st.failed)
+		st.failedChanged = false
 	}
 	if st.out == nil || len(st.dirtyAddrs) > 0 {
 		var m map[netip.Addr]AddrEntry
@@ -413,6 +504,9 @@ func (st *state) publish() *Desired {
 		}
 		if maps.Equal(d.Endpoints, st.prev.Endpoints) {
 			d.Endpoints = st.prev.Endpoints
+		}
+		if maps.Equal(d.FailedPolicies, st.prev.FailedPolicies) && st.prev.FailedPolicies != nil {
+			d.FailedPolicies = st.prev.FailedPolicies
 		}
 		st.prev = nil
 	}

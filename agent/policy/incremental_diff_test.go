@@ -174,7 +174,7 @@ func (w *world) ports() []NetworkPolicyPort {
 	var out []NetworkPolicyPort
 	n := w.rng.IntN(3)
 	if w.chance(0.005) {
-		n = 17 // more single ports than one rule key can hold
+		n = MaxPortRanges + 1 // more single ports than one rule key can hold
 	}
 	for i := range n {
 		var p NetworkPolicyPort
@@ -183,7 +183,7 @@ func (w *world) ports() []NetworkPolicyPort {
 			p.Protocol = &proto
 		}
 		switch {
-		case n == 17:
+		case n == MaxPortRanges+1:
 			p.Port = FromInt(int32(1000 + 2*i))
 			p.Protocol = nil
 		case w.chance(0.4):
@@ -418,7 +418,7 @@ func (w *world) snapshot() *Snapshot {
 
 // deepCopy copies d's content, to check later that nobody modified it.
 func deepCopy(d *Desired) *Desired {
-	c := &Desired{Addrs: maps.Clone(d.Addrs), CIDRs: maps.Clone(d.CIDRs), Endpoints: map[string]*EndpointPolicy{}}
+	c := &Desired{Addrs: maps.Clone(d.Addrs), CIDRs: maps.Clone(d.CIDRs), Endpoints: map[string]*EndpointPolicy{}, FailedPolicies: maps.Clone(d.FailedPolicies)}
 	for name, ep := range d.Endpoints {
 		e := *ep
 		e.Rules = map[RuleKey][]PortRange{}
@@ -455,6 +455,9 @@ func diffDesired(got, want *Desired) string {
 	}
 	if !maps.Equal(got.CIDRs, want.CIDRs) {
 		out = append(out, fmt.Sprintf("cidrs: got %v, want %v", got.CIDRs, want.CIDRs))
+	}
+	if !maps.Equal(got.FailedPolicies, want.FailedPolicies) {
+		out = append(out, fmt.Sprintf("failed policies: got %v, want %v", got.FailedPolicies, want.FailedPolicies))
 	}
 	for name, we := range want.Endpoints {
 		ge := got.Endpoints[name]

@@ -107,7 +107,7 @@ func (st *state) reselect(e *endpointState) {
 // use are activated before any rule is computed; those that went out of
 // use are deactivated after, so that a selector peer an edited policy
 // keeps is never dropped and recomputed.
-func (st *state) updateEndpoints() error {
+func (st *state) updateEndpoints() {
 	dirty := make([]*endpointState, 0, len(st.dirtyEPs))
 	for e := range st.dirtyEPs {
 		dirty = append(dirty, e)
@@ -130,14 +130,10 @@ func (st *state) updateEndpoints() error {
 	}
 	st.inheriting = st.inheriting[:0]
 	for _, e := range dirty {
-		var err error
 		if e.full {
-			err = st.computeFull(e)
+			st.computeFull(e)
 		} else {
-			err = st.computePeers(e)
-		}
-		if err != nil {
-			return err
+			st.computePeers(e)
 		}
 		e.full, e.peers = false, nil
 	}
@@ -148,12 +144,17 @@ func (st *state) updateEndpoints() error {
 		}
 	}
 	reset(&st.touchedPols)
-	return nil
 }
 
-// computeFull recomputes every rule of e.
-func (st *state) computeFull(e *endpointState) error {
+// computeFull recomputes every rule of e. A direction a failed policy
+// selects e for, or whose rules need too many port ranges, has no rule
+// (see EndpointPolicy.Failed).
+func (st *state) computeFull(e *endpointState) {
+	var failed [2]string
 	for d := range e.sel {
+		if failed[d] = e.failedReasons(Direction(d)); failed[d] != "" {
+			continue
+		}
 		for _, ps := range e.sel[d] {
 			for _, r := range ps.rules[d] {
 				st.addRuleCached(&st.rb, r, e.local)
@@ -164,14 +165,16 @@ func (st *state) computeFull(e *endpointState) error {
 	if e.out != nil {
 		old = e.out.Rules
 	}
-	rules, changed, err := st.rb.rebuild(old, &e.patches, e.tooMany)
-	if err != nil {
-		return err
+	rules, changed := st.rb.rebuild(old, &e.patches)
+	for d, o := range st.rb.over {
+		if o.n > 0 {
+			failed[d] = e.tooMany(o)
+		}
 	}
 	ep := &EndpointPolicy{
 		IPv4: e.le.IPv4.Unmap(), IPv6: e.le.IPv6,
 		IngressIsolated: len(e.sel[Ingress]) > 0, EgressIsolated: len(e.sel[Egress]) > 0,
-		Rules: rules,
+		Rules: rules, Failed: failed,
 	}
 	// Rules that did not change are e.out's very map (and a first
 	// computation always changes them): only the rest needs comparing.
@@ -179,12 +182,17 @@ func (st *state) computeFull(e *endpointState) error {
 		e.out = ep
 		st.epsChanged = true
 	}
-	return nil
 }
 
 // computePeers recomputes the entries of e keyed by the identities in
 // e.peers; e's policy is replaced (copied) only if one of them changed.
-func (st *state) computePeers(e *endpointState) error {
+// An endpoint with a failed direction, before or after, is recomputed
+// whole.
+func (st *state) computePeers(e *endpointState) {
+	if e.out.Failed != [2]string{} {
+		st.computeFull(e)
+		return
+	}
 	for id := range e.peers {
 		x := st.byID[id]
 		if x == nil {
@@ -198,9 +206,10 @@ func (st *state) computePeers(e *endpointState) error {
 			}
 		}
 	}
-	fresh, err := st.rb.build(e.tooMany)
-	if err != nil {
-		return err
+	fresh := st.rb.build()
+	if st.rb.over != [2]overKey{} {
+		st.computeFull(e)
+		return
 	}
 	old := e.out.Rules
 	changed := false
@@ -210,7 +219,7 @@ func (st *state) computePeers(e *endpointState) error {
 		changed = changed || inOld != inNew || !slices.Equal(a, b)
 	})
 	if !changed {
-		return nil
+		return
 	}
 	rules := maps.Clone(old)
 	e.eachPeerKey(func(k RuleKey) {
@@ -224,7 +233,26 @@ func (st *state) computePeers(e *endpointState) error {
 	ep.Rules = rules
 	e.out = &ep
 	st.epsChanged = true
-	return nil
+}
+
+// failedReasons joins the reasons of the failed policies selecting e for
+// d, as compiler.endpoint does.
+func (e *endpointState) failedReasons(d Direction) string {
+	cps := make([]*compiledPolicy, 0, len(e.sel[d]))
+	for _, ps := range e.sel[d] {
+		cps = append(cps, ps.cp)
+	}
+	return failedReasons(cps)
+}
+
+// tooMany is the reason a direction of e fails whose key o.k needs o.n
+// port ranges.
+func (e *endpointState) tooMany(o overKey) string {
+	var names []string
+	for _, ps := range e.sel[o.k.Dir] {
+		names = append(names, ps.cp.name)
+	}
+	return tooManyReason(o.k, o.n, names)
 }
 
 // eachPeerKey calls fn with every rule key an identity of e.peers can have.

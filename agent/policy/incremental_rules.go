@@ -1,7 +1,5 @@
 package policy
 
-import "strings"
-
 // policyState is one compiled policy and the local endpoints it selects.
 // While it selects any (active), its rules' selector peers are registered
 // and kept up to date.
@@ -80,20 +78,26 @@ func selPeerKey(ns string, p compiledPeer) string {
 	return key
 }
 
-// setPolicy replaces the policy of key k with np (nil: deletes it). It
+// setPolicy replaces the policy of key k with np (nil: deletes it);
+// budget is why np's namespace is over its budget, "" when it is not. It
 // records in blockSeen whether each ipBlock key it touches was in use
 // before this compilation.
-func (st *state) setPolicy(k objKey, np *NetworkPolicy, blockSeen map[string]bool) error {
+func (st *state) setPolicy(k objKey, np *NetworkPolicy, budget string, blockSeen map[string]bool) {
 	old := st.policies[k]
 	if old != nil {
 		st.dropPolicy(old, blockSeen)
+		if old.cp.failed != "" {
+			delete(st.failed, old.cp.name)
+			st.failedChanged = true
+		}
 	}
 	if np == nil {
-		return nil
+		return
 	}
-	cp, err := compilePolicy(np)
-	if err != nil {
-		return err
+	cp := compileOrFail(np, budget)
+	if cp.failed != "" {
+		st.failed[cp.name] = cp.failed
+		st.failedChanged = true
 	}
 	ps := &policyState{key: k, cp: cp}
 	if old != nil && old.active {
@@ -125,7 +129,6 @@ func (st *state) setPolicy(k objKey, np *NetworkPolicy, blockSeen map[string]boo
 			st.markFull(e)
 		}
 	}
-	return nil
 }
 
 // dropPolicy removes a policy that was replaced or deleted.
@@ -381,18 +384,9 @@ func (st *state) addPeerRule(b *ruleBuilder, r *ruleState, x *identState, local 
 	}
 }
 
-// tooMany is the error of a key of e that needs n port ranges.
-func (e *endpointState) tooMany(k RuleKey, n int) error {
-	var names []string
-	for _, ps := range e.sel[k.Dir] {
-		names = append(names, ps.cp.name)
-	}
-	return errTooManyRanges(&e.le, k, n, strings.Join(names, ", "))
-}
-
 // sameAddrsAndIsolation reports whether a and b are equal but for their
 // rules.
 func sameAddrsAndIsolation(a, b *EndpointPolicy) bool {
 	return a.IPv4 == b.IPv4 && a.IPv6 == b.IPv6 &&
-		a.IngressIsolated == b.IngressIsolated && a.EgressIsolated == b.EgressIsolated
+		a.IngressIsolated == b.IngressIsolated && a.EgressIsolated == b.EgressIsolated && a.Failed == b.Failed
 }

@@ -158,23 +158,24 @@ func TestIncrementalSharesUnchanged(t *testing.T) {
 	}
 }
 
-// TestIncrementalRecoversAfterError: a compilation that fails (an invalid
-// policy) leaves no state behind; fixing the input compiles again.
+// TestIncrementalRecoversAfterError: a compilation that fails (a local
+// endpoint listed twice) leaves no state behind; fixing the input compiles
+// again.
 func TestIncrementalRecoversAfterError(t *testing.T) {
 	inc := NewIncremental()
 	p := mkPod("team", "a", ips("10.0.0.1"), "app", "a")
 	inc.SetPod(p)
 	inc.SetIdentity(IdentityKey(nil, p), FirstPodIdentity)
-	inc.SetLocal([]LocalEndpoint{{HostIfName: "lxc-a", Namespace: "team", PodName: "a", IPv4: addr("10.0.0.1")}})
-	bad := mkPolicy("team", "p", sel("app", "a"), NetworkPolicySpec{PolicyTypes: []PolicyType{"Sideways"}})
-	inc.SetPolicy(bad)
-	if _, err := inc.Compile(); err == nil {
-		t.Fatal("invalid policy: want an error")
-	}
-	if _, err := inc.Compile(); err == nil {
-		t.Fatal("invalid policy, second compilation: want the error again")
-	}
 	inc.SetPolicy(mkPolicy("team", "p", sel("app", "a"), NetworkPolicySpec{}))
+	le := LocalEndpoint{HostIfName: "lxc-a", Namespace: "team", PodName: "a", IPv4: addr("10.0.0.1")}
+	inc.SetLocal([]LocalEndpoint{le, le})
+	if _, err := inc.Compile(); err == nil {
+		t.Fatal("endpoint listed twice: want an error")
+	}
+	if _, err := inc.Compile(); err == nil {
+		t.Fatal("endpoint listed twice, second compilation: want the error again")
+	}
+	inc.SetLocal([]LocalEndpoint{le})
 	d, err := inc.Compile()
 	if err != nil {
 		t.Fatalf("after the fix: %v", err)

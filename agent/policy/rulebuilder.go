@@ -2,7 +2,6 @@ package policy
 
 import (
 	"cmp"
-	"fmt"
 	"maps"
 	"slices"
 )
@@ -22,6 +21,9 @@ type ruleBuilder struct {
 	sorted []ruleEnt
 	groups []ruleGroup
 	ranges []PortRange
+	// over is, by direction, the first key of the last build that needs
+	// more than MaxPortRanges ranges (n == 0: none).
+	over [2]overKey
 }
 
 // ruleEnt is one entry; hi and lo order it by key, then range.
@@ -135,11 +137,13 @@ func radixSortKeys(keys, spare []uint64) (sorted, other []uint64) {
 }
 
 // group sorts the entries collected since the last build and merges each
-// key's ranges into b.groups and b.ranges. It reports the first key that
-// needs more than MaxPortRanges ranges with tooMany.
-func (b *ruleBuilder) group(tooMany func(k RuleKey, n int) error) error {
+// key's ranges into b.groups and b.ranges. A direction with a key that
+// needs more than MaxPortRanges ranges keeps no group: b.over records
+// the first such key of each direction.
+func (b *ruleBuilder) group() {
 	ents := b.sortEnts(b.ents)
 	b.ents = ents[:0]
+	b.over = [2]overKey{}
 	groups, ranges := b.groups[:0], b.ranges[:0]
 	defer func() { b.groups, b.ranges = groups, ranges }()
 	for i := 0; i < len(ents); {
@@ -154,23 +158,28 @@ func (b *ruleBuilder) group(tooMany func(k RuleKey, n int) error) error {
 			ranges = append(ranges, r)
 		}
 		k := ents[i].key()
-		if n := len(ranges) - start; n > MaxPortRanges {
-			return tooMany(k, n)
+		if n := len(ranges) - start; n > MaxPortRanges && b.over[k.Dir].n == 0 {
+			b.over[k.Dir] = overKey{k: k, n: n}
 		}
 		groups = append(groups, ruleGroup{k: k, start: start, end: len(ranges)})
 		i = j
 	}
-	return nil
+	if b.over[Ingress].n > 0 || b.over[Egress].n > 0 {
+		groups = slices.DeleteFunc(groups, func(g ruleGroup) bool { return b.over[g.k.Dir].n > 0 })
+	}
 }
 
-// build returns the rules collected since the last build, or an error
-// naming the first key that needs more than MaxPortRanges ranges (tooMany
-// formats it).
-func (b *ruleBuilder) build(tooMany func(k RuleKey, n int) error) (map[RuleKey][]PortRange, error) {
-	if err := b.group(tooMany); err != nil {
-		return nil, err
-	}
-	return b.fresh(), nil
+// overKey is a key that needs n > MaxPortRanges ranges.
+type overKey struct {
+	k RuleKey
+	n int
+}
+
+// build returns the rules collected since the last build, without the
+// directions b.over names.
+func (b *ruleBuilder) build() map[RuleKey][]PortRange {
+	b.group()
+	return b.fresh()
 }
 
 // fresh returns a new map of the grouped rules, in a new backing array.
@@ -195,10 +204,8 @@ const maxPatches = 8
 // replaced and the others sharing old's ranges, which is cheaper than
 // inserting every key into a new map; *patches counts such rebuilds since
 // the last fresh one.
-func (b *ruleBuilder) rebuild(old map[RuleKey][]PortRange, patches *int, tooMany func(k RuleKey, n int) error) (rules map[RuleKey][]PortRange, changed bool, err error) {
-	if err := b.group(tooMany); err != nil {
-		return nil, false, err
-	}
+func (b *ruleBuilder) rebuild(old map[RuleKey][]PortRange, patches *int) (rules map[RuleKey][]PortRange, changed bool) {
+	b.group()
 	found, kept := 0, 0
 	for i := range b.groups {
 		g := &b.groups[i]
@@ -211,12 +218,12 @@ func (b *ruleBuilder) rebuild(old map[RuleKey][]PortRange, patches *int, tooMany
 		}
 	}
 	if old != nil && kept == len(b.groups) && found == len(old) {
-		return old, false, nil
+		return old, false
 	}
 	removed := len(old) - found
 	if old == nil || *patches >= maxPatches || 2*(len(b.groups)-kept+removed) > len(b.groups) {
 		*patches = 0
-		return b.fresh(), true, nil
+		return b.fresh(), true
 	}
 	*patches++
 	rules = maps.Clone(old)
@@ -240,7 +247,7 @@ func (b *ruleBuilder) rebuild(old map[RuleKey][]PortRange, patches *int, tooMany
 			rules[g.k] = backing[len(backing)-(g.end-g.start) : len(backing) : len(backing)]
 		}
 	}
-	return rules, true, nil
+	return rules, true
 }
 
 // compareGroupKey orders keys as a build orders its groups.
@@ -262,11 +269,4 @@ func forNamedPort(ports []namedPort, name string, proto uint8, fn func(port uint
 			fn(np.port)
 		}
 	}
-}
-
-// errTooManyRanges is Compile's error for an endpoint key that needs more
-// than MaxPortRanges ranges; policies names those selecting the endpoint.
-func errTooManyRanges(le *LocalEndpoint, k RuleKey, n int, policies string) error {
-	return fmt.Errorf("endpoint %s (pod %s/%s): %s rules for peer %d protocol %d need %d port ranges, at most %d fit (policies: %s); merge ports into ranges with endPort",
-		le.HostIfName, le.Namespace, le.PodName, k.Dir, k.Peer, k.Proto, n, MaxPortRanges, policies)
 }

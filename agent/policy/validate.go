@@ -123,6 +123,10 @@ type compiledPolicy struct {
 	podSel  *selector
 	applies [2]bool // by Direction: the policy type is set
 	rules   [2][]*compiledRule
+	// failed is why the policy fails closed ("" when it compiled): it
+	// has no rules, and the endpoints it selects no allow in the
+	// directions it applies to (see compileOrFail).
+	failed string
 }
 
 // compiledRule is one ingress or egress rule.

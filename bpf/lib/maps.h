@@ -33,6 +33,9 @@
 #define NO_CIDR_CLASS 0x80000000U
 
 #define MAX_PORT_RANGES 16
+/* policy_value.nranges of a bucketed rule's chunk 0 (see policy_key). */
+#define RULE_BUCKETED 0x80000000U
+#define RULE_SHIFT(nranges) (((nranges) >> 16) & 0xf)
 
 /* Reasons index lockstep_drops and fill event.reason. */
 enum reason {
@@ -75,11 +78,20 @@ struct policy_outer_key {
 	__u32 parity;
 };
 
+/* A rule of at most MAX_PORT_RANGES port ranges is one entry, chunk 0.
+ * One of more is bucketed: its chunk 0 holds no range and says
+ * RULE_BUCKETED with a shift s (4 to 15) in nranges, and the ranges within
+ * ports [b << s, (b + 1) << s) are in chunk 1 + b, clipped to them, for
+ * every bucket b that has any. A bucket of 16 ports holds at most 8
+ * disjoint ranges, so every rule fits; the agent picks the largest s whose
+ * buckets fit, which makes the fewest entries. nranges' low 16 bits count
+ * an entry's ranges.
+ */
 struct policy_key {
 	__u32 peer;
 	__u8 dir;
 	__u8 proto;
-	__u16 pad;
+	__u16 chunk;
 };
 
 struct port_range {

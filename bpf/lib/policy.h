@@ -47,7 +47,8 @@ static __always_inline __u8 policy_proto(__u8 proto)
 }
 
 /* rule_allows reports whether inner has an entry for peer that covers
- * dport (every port for PROTO_OTHER).
+ * dport (every port for PROTO_OTHER). A bucketed rule (more ranges than
+ * one value holds) costs a second lookup: the bucket of dport.
  */
 static __always_inline int rule_allows(void *inner, __u32 peer, __u8 dir, __u8 proto, __u16 dport)
 {
@@ -64,6 +65,14 @@ static __always_inline int rule_allows(void *inner, __u32 peer, __u8 dir, __u8 p
 	if (proto == PROTO_OTHER)
 		return 1;
 	n = v->nranges;
+	if (n & RULE_BUCKETED) {
+		k.chunk = 1 + (dport >> RULE_SHIFT(n));
+		v = bpf_map_lookup_elem(inner, &k);
+		if (!v)
+			return 0;
+		n = v->nranges;
+	}
+	n &= 0xffff;
 	for (i = 0; i < MAX_PORT_RANGES; i++) {
 		if (i >= n)
 			break;

@@ -73,6 +73,20 @@ func writeStatus(out io.Writer, st *api.StatusResponse, now time.Time) error {
 			}
 			fmt.Fprintln(w)
 		}
+		if len(dp.FailedPolicies) > 0 || len(dp.FailedEndpoints) > 0 {
+			fmt.Fprintf(w, "Failing closed:\t%d policies, %d endpoints (isolated, no allow; fix or delete the policies)\n", len(dp.FailedPolicies), len(dp.FailedEndpoints))
+		}
+		for _, f := range dp.FailedPolicies {
+			fmt.Fprintf(w, "  policy %s:\t%s\n", f.Policy, f.Reason)
+		}
+		for _, f := range dp.FailedEndpoints {
+			if f.Ingress != "" {
+				fmt.Fprintf(w, "  endpoint %s ingress:\t%s\n", f.HostIf, f.Ingress)
+			}
+			if f.Egress != "" {
+				fmt.Fprintf(w, "  endpoint %s egress:\t%s\n", f.HostIf, f.Egress)
+			}
+		}
 		if len(dp.PendingCleanups) == 0 {
 			fmt.Fprintf(w, "Pending clean-ups:\tnone\n")
 		} else {

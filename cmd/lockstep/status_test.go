@@ -37,6 +37,15 @@ func TestWriteStatus(t *testing.T) {
 			want: []string{"3 frontends, 4 backends (translated by kube-proxy, not lockstep)"},
 		},
 		{
+			name: "a policy fails closed",
+			st: api.StatusResponse{Dataplane: &api.DataplaneStatus{
+				Name: "ebpf", LastApply: now.Add(-time.Second),
+				FailedPolicies:  []api.PolicyFailure{{Policy: "team/cidr", Reason: "networkpolicy team/cidr: spec.ingress[0]: from[0]: ipBlock: cidr: bad"}},
+				FailedEndpoints: []api.EndpointFailure{{HostIf: "ls1", Ingress: "networkpolicy team/cidr: spec.ingress[0]"}},
+			}},
+			want: []string{"1 policies, 1 endpoints (isolated, no allow", "policy team/cidr:", "ipBlock: cidr: bad", "endpoint ls1 ingress:"},
+		},
+		{
 			name: "apply failed",
 			st:   api.StatusResponse{Dataplane: &api.DataplaneStatus{Name: "ebpf", LastApplyError: "attach ls1: no such device"}},
 			want: []string{"FAILED: attach ls1: no such device", "Pending clean-ups:  none"},

@@ -38,7 +38,8 @@ type lookupFunc func(k kind, key string) (any, bool)
 
 // converter turns informer objects into policy objects for the agent of
 // node. An object it cannot convert is left out of the store, as if it
-// did not exist, and logged.
+// did not exist, and logged; except a NetworkPolicy, which is stored as
+// converted for the compiler to fail closed (see ConvertNetworkPolicy).
 type converter struct {
 	node string
 	log  *slog.Logger
@@ -103,8 +104,8 @@ func (c converter) policy(obj any) *policy.NetworkPolicy {
 	}
 	out, err := ConvertNetworkPolicy(np)
 	if err != nil {
-		c.log.Error("network policy cannot be enforced and is left out", "policy", np.Namespace+"/"+np.Name, "err", err)
-		return nil
+		// Stored all the same: the compiler fails it closed.
+		c.log.Error("network policy cannot be enforced as written; the pods it selects fail closed", "policy", np.Namespace+"/"+np.Name, "err", err)
 	}
 	return out
 }

@@ -131,15 +131,19 @@ func TestBatchIsOneTransaction(t *testing.T) {
 		}
 	})
 
-	t.Run("a policy that turns invalid leaves the store", func(t *testing.T) {
+	t.Run("a policy that turns invalid stays in the store, to fail closed", func(t *testing.T) {
 		c[kindPolicy]["prod/allow"] = &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "allow", Namespace: "prod"},
 			Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
 				{IPBlock: &networkingv1.IPBlock{CIDR: "nonsense"}}}}}}}
 		if changed, _, _ := commit(t, st, c, [numKinds][]string{nil, nil, {"prod/allow"}}); !changed {
 			t.Fatal("nothing changed")
 		}
-		if np, _ := store.PolicyByName(st.ReadTxn(), nil, "prod", "allow"); np != nil {
-			t.Error("invalid policy still stored")
+		np, _ := store.PolicyByName(st.ReadTxn(), nil, "prod", "allow")
+		if np == nil || np.Spec.Ingress[0].From[0].IPBlock.CIDR != "nonsense" {
+			t.Fatalf("stored %+v, want the invalid policy as converted (left out, its pods would lose their isolation)", np)
+		}
+		if np.Validate() == nil {
+			t.Error("the stored policy validates")
 		}
 	})
 

@@ -93,7 +93,11 @@ func appendContainer(cs []policy.Container, c corev1.Container) []policy.Contain
 
 // ConvertNetworkPolicy returns the policy form of np, defaulted and
 // validated as the compiler will read it. An error means the compiler
-// would refuse the policy; the caller leaves it out.
+// cannot enforce the policy as written (the API server accepts what
+// lockstep does not, such as a CIDR with a zone): the policy is still
+// returned, and the caller stores it, so that the compiler fails it
+// closed for the pods it selects. Leaving it out would leave those pods
+// without the isolation it declares.
 func ConvertNetworkPolicy(np *networkingv1.NetworkPolicy) (*policy.NetworkPolicy, error) {
 	out := &policy.NetworkPolicy{
 		TypeMeta:   policy.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
@@ -111,7 +115,7 @@ func ConvertNetworkPolicy(np *networkingv1.NetworkPolicy) (*policy.NetworkPolicy
 	}
 	out.Default()
 	if err := out.Validate(); err != nil {
-		return nil, fmt.Errorf("convert network policy: %w", err)
+		return out, fmt.Errorf("convert network policy: %w", err)
 	}
 	return out, nil
 }

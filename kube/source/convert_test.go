@@ -302,9 +302,10 @@ func TestConvertNetworkPolicy(t *testing.T) {
 	}
 }
 
-// TestConvertNetworkPolicyRefusesInvalid: what the compiler would refuse is
-// refused here, so one bad object cannot fail every compilation.
-func TestConvertNetworkPolicyRefusesInvalid(t *testing.T) {
+// TestConvertNetworkPolicyReportsInvalid: what the compiler cannot
+// enforce as written is reported here, and still converted, so that it
+// is stored and fails closed rather than leave its pods without isolation.
+func TestConvertNetworkPolicyReportsInvalid(t *testing.T) {
 	tests := []struct {
 		name string
 		spec networkingv1.NetworkPolicySpec
@@ -319,8 +320,16 @@ func TestConvertNetworkPolicyRefusesInvalid(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "prod"}, Spec: tc.spec}
-			if got, err := ConvertNetworkPolicy(np); err == nil {
-				t.Fatalf("converted %s", show(got))
+			got, err := ConvertNetworkPolicy(np)
+			if err == nil {
+				t.Fatalf("converted %s without an error", show(got))
+			}
+			if got == nil || got.Name != "bad" || got.Namespace != "prod" {
+				t.Fatalf("got %v with the error %v, want the policy as converted", got, err)
+			}
+			d, err := policy.Compile(&policy.Snapshot{Policies: []*policy.NetworkPolicy{got}})
+			if err != nil || d.FailedPolicies["prod/bad"] == "" {
+				t.Errorf("compile the converted policy: %v, failed %v; want prod/bad to fail closed", err, d.FailedPolicies)
 			}
 		})
 	}

@@ -1,0 +1,89 @@
+package enforcer
+
+import (
+	"slices"
+
+	"lockstep.dev/lockstep/agent/policy"
+)
+
+// Failures is what the state applied last fails closed on: a policy that
+// does not compile (or that lockstep could not convert), one whose
+// namespace is over its budget, an endpoint whose rules do not fit. Each
+// affects only the endpoints it selects, which get no allow in the
+// directions concerned; everything else is enforced as written.
+type Failures struct {
+	// Policies maps each failed policy (namespace/name) to the reason.
+	Policies map[string]string
+	// Endpoints lists the local endpoints with a direction that fails
+	// closed, by host interface.
+	Endpoints []EndpointFailure
+}
+
+// EndpointFailure is a local endpoint with no allow in a direction that
+// policies isolate it for.
+type EndpointFailure struct {
+	HostIf string
+	// Reasons says why, by policy.Direction ("" when the direction is
+	// enforced as written).
+	Reasons [2]string
+}
+
+// Empty reports whether nothing failed.
+func (f Failures) Empty() bool { return len(f.Policies) == 0 && len(f.Endpoints) == 0 }
+
+// OnFailures registers fn to hear the failures of every applied state
+// that changes them; call it before the first Sync. fn runs with the apply
+// lock held: it must not block.
+func (e *Enforcer) OnFailures(fn func(Failures)) { e.onFailures = fn }
+
+// Failures reports what the state applied last fails closed on; empty
+// before the first apply. It does not wait for an apply in progress.
+func (e *Enforcer) Failures() Failures {
+	if f := e.failures.Load(); f != nil {
+		return *f
+	}
+	return Failures{}
+}
+
+// noteFailures records the failures of d, the state just applied (or
+// found equal to the one applied last). The failures noted last are still
+// right when d shares their state's endpoints and failed policies.
+func (e *Enforcer) noteFailures(d *policy.Desired) {
+	if last := e.failuresOf; last != nil && sameMap(d.Endpoints, last.Endpoints) && sameMap(d.FailedPolicies, last.FailedPolicies) {
+		return
+	}
+	e.failuresOf = d
+	f := &Failures{Policies: d.FailedPolicies}
+	for hostIf, ep := range d.Endpoints {
+		if ep.Failed != [2]string{} {
+			f.Endpoints = append(f.Endpoints, EndpointFailure{HostIf: hostIf, Reasons: ep.Failed})
+		}
+	}
+	slices.SortFunc(f.Endpoints, func(a, b EndpointFailure) int {
+		switch {
+		case a.HostIf < b.HostIf:
+			return -1
+		case a.HostIf > b.HostIf:
+			return 1
+		}
+		return 0
+	})
+	var before map[string]string
+	if prev := e.failures.Load(); prev != nil {
+		before = prev.Policies
+	}
+	for name, why := range f.Policies {
+		if before[name] != why {
+			e.log.Warn("network policy fails closed: the pods it selects get no allow in the directions it declares", "policy", name, "reason", why)
+		}
+	}
+	for name := range before {
+		if _, ok := f.Policies[name]; !ok {
+			e.log.Info("network policy enforced again", "policy", name)
+		}
+	}
+	e.failures.Store(f)
+	if e.onFailures != nil {
+		e.onFailures(*f)
+	}
+}

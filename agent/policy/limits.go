@@ -1,0 +1,193 @@
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Limits bound what the policies of one namespace, and of all namespaces
+// together, may ask of a node. A node is shared by every tenant: without a
+// bound, one namespace's policies could fill a dataplane map and leave
+// every other pod of the node without its policy. The zero Limits bounds
+// nothing.
+type Limits struct {
+	// PrefixesPerNamespace bounds the ipBlock prefixes of all policies of
+	// one namespace together: every cidr and every except counts one, in
+	// every rule and policy that lists it. 0 is no bound.
+	PrefixesPerNamespace int
+	// RulesPerNamespace bounds the rule entries of all policies of one
+	// namespace together: a rule counts its peers times its ports (an
+	// empty list counting one). 0 is no bound.
+	RulesPerNamespace int
+	// Prefixes bounds the ipBlock prefixes of all namespaces together.
+	// The eBPF dataplane's longest-prefix map holds the prefixes of the
+	// state applied and of the one being applied (one map, a class per
+	// parity), so the agent's bound is half its capacity less the two
+	// default routes. When the namespaces within their own budgets still
+	// ask for more, the largest are failed until the rest fit. 0 is no
+	// bound.
+	Prefixes int
+}
+
+// CIDRCapacity is the number of entries of the eBPF dataplane's
+// longest-prefix map of ipBlock prefixes (lockstep_cidrs); the agent's
+// limits keep every compiled state within it.
+const CIDRCapacity = 65536
+
+// DefaultLimits are the agent's limits: a namespace may hold an eighth of
+// the prefixes a state may hold (4096), and as many rule entries, so
+// eight tenants at their budget fill the node and no single one can.
+var DefaultLimits = Limits{
+	PrefixesPerNamespace: CIDRCapacity / 16,
+	RulesPerNamespace:    CIDRCapacity / 16,
+	Prefixes:             CIDRCapacity/2 - 2,
+}
+
+// policyCost is what a policy, or all policies of a namespace, asks of
+// the node.
+type policyCost struct {
+	prefixes, rules int
+}
+
+func (c policyCost) add(o policyCost) policyCost {
+	return policyCost{c.prefixes + o.prefixes, c.rules + o.rules}
+}
+
+func (c policyCost) sub(o policyCost) policyCost {
+	return policyCost{c.prefixes - o.prefixes, c.rules - o.rules}
+}
+
+// costOf counts np's prefixes and rule entries from its spec as written,
+// valid or not: a policy that does not compile still counts.
+func costOf(np *NetworkPolicy) policyCost {
+	var c policyCost
+	rule := func(peers []NetworkPolicyPeer, ports int) {
+		c.rules += max(1, len(peers)) * max(1, ports)
+		for _, p := range peers {
+			if p.IPBlock != nil {
+				c.prefixes += 1 + len(p.IPBlock.Except)
+			}
+		}
+	}
+	for _, r := range np.Spec.Ingress {
+		rule(r.From, len(r.Ports))
+	}
+	for _, r := range np.Spec.Egress {
+		rule(r.To, len(r.Ports))
+	}
+	return c
+}
+
+// policyNamespace is the namespace a policy belongs to.
+func policyNamespace(np *NetworkPolicy) string { return namespaceOrDefault(np.Namespace) }
+
+// namespaceOrDefault is ns, or "default" for "", as the API server reads
+// an object without a namespace.
+func namespaceOrDefault(ns string) string {
+	if ns == "" {
+		return "default"
+	}
+	return ns
+}
+
+// overBudget returns, for every namespace whose policies the limits do not
+// allow, why. A namespace over its own budget fails; if the namespaces
+// within theirs still ask for more prefixes than the node holds, the
+// largest (then the greatest name, so the result depends on nothing but
+// the costs) fail until the rest fit.
+func (l Limits) overBudget(costs map[string]policyCost) map[string]string {
+	out := map[string]string{}
+	var within []string
+	total := 0
+	for ns, c := range costs {
+		switch {
+		case l.PrefixesPerNamespace > 0 && c.prefixes > l.PrefixesPerNamespace:
+			out[ns] = fmt.Sprintf("namespace %s is over its budget: its policies hold %d ipBlock prefixes, at most %d", ns, c.prefixes, l.PrefixesPerNamespace)
+		case l.RulesPerNamespace > 0 && c.rules > l.RulesPerNamespace:
+			out[ns] = fmt.Sprintf("namespace %s is over its budget: its policies hold %d rule entries (peers times ports), at most %d", ns, c.rules, l.RulesPerNamespace)
+		default:
+			within = append(within, ns)
+			total += c.prefixes
+		}
+	}
+	if l.Prefixes <= 0 || total <= l.Prefixes {
+		return out
+	}
+	slices.SortFunc(within, func(a, b string) int {
+		if c := cmp.Compare(costs[b].prefixes, costs[a].prefixes); c != 0 {
+			return c
+		}
+		return strings.Compare(b, a)
+	})
+	for _, ns := range within {
+		if total <= l.Prefixes {
+			break
+		}
+		total -= costs[ns].prefixes
+		out[ns] = fmt.Sprintf("the node's ipBlock prefixes are full (at most %d) and namespace %s holds %d of them, one of the largest shares", l.Prefixes, ns, costs[ns].prefixes)
+	}
+	return out
+}
+
+// compileOrFail compiles np; when np does not compile, or budget (the
+// reason its namespace is over budget, "" if it is not) fails it, it
+// returns the policy's fail-closed stand-in: the pods it selects, in the
+// directions it declares, and no rule. Where the selector or the policy
+// types are what does not compile, the stand-in selects every pod of the
+// namespace, in both directions: what lockstep cannot read fails closed.
+func compileOrFail(np *NetworkPolicy, budget string) *compiledPolicy {
+	cp, err := compilePolicy(np)
+	if err == nil && budget == "" {
+		return cp
+	}
+	ns := policyNamespace(np)
+	failed := &compiledPolicy{name: ns + "/" + np.Name, ns: ns}
+	if err != nil {
+		failed.failed = err.Error()
+	} else {
+		failed.failed = fmt.Sprintf("networkpolicy %s: %s", failed.name, budget)
+	}
+	if cp != nil {
+		failed.podSel, failed.applies = cp.podSel, cp.applies
+		return failed
+	}
+	if sel, err := compileSelector(&np.Spec.PodSelector); err == nil {
+		failed.podSel = sel
+	} else {
+		failed.podSel, _ = compileSelector(&LabelSelector{})
+	}
+	failed.applies = [2]bool{true, true}
+	types := policyTypes(&np.Spec)
+	if !slices.ContainsFunc(types, func(t PolicyType) bool { return t != PolicyTypeIngress && t != PolicyTypeEgress }) {
+		failed.applies = [2]bool{}
+		for _, t := range types {
+			failed.applies[Egress] = failed.applies[Egress] || t == PolicyTypeEgress
+			failed.applies[Ingress] = failed.applies[Ingress] || t == PolicyTypeIngress
+		}
+	}
+	return failed
+}
+
+// failedReasons joins the reasons of the failed policies among ps, in
+// the order of their names.
+func failedReasons(ps []*compiledPolicy) string {
+	var reasons []string
+	for _, cp := range ps {
+		if cp.failed != "" {
+			reasons = append(reasons, cp.failed)
+		}
+	}
+	slices.Sort(reasons)
+	return strings.Join(reasons, "; ")
+}
+
+// tooManyReason is the reason a direction of an endpoint fails when its
+// rules for key k need n port ranges; policies names those selecting the
+// endpoint for the direction.
+func tooManyReason(k RuleKey, n int, policies []string) string {
+	policies = slices.Sorted(slices.Values(policies))
+	return fmt.Sprintf("%s rules for peer %d protocol %d need %d port ranges, at most %d fit (policies: %s); merge ports into ranges with endPort",
+		k.Dir, k.Peer, k.Proto, n, MaxPortRanges, strings.Join(policies, ", "))
+}
