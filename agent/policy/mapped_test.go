@@ -42,8 +42,8 @@ func TestCheckNotMapped(t *testing.T) {
 }
 
 // TestMappedIPBlockRefused: a policy with an IPv4-mapped ipBlock cidr or
-// except fails validation and compilation with an error naming the policy,
-// the field and the IPv4 prefix meant, in both compilers; the IPv4 and
+// except fails validation with an error naming the policy, the field and
+// the IPv4 prefix meant, and fails closed in both compilers with it; the IPv4 and
 // IPv6 default routes it would have collided with still compile apart.
 func TestMappedIPBlockRefused(t *testing.T) {
 	egressTo := func(b IPBlock) NetworkPolicySpec {
@@ -76,14 +76,27 @@ func TestMappedIPBlockRefused(t *testing.T) {
 				pods:       []*Pod{mkPod("team", "a", ips("10.0.0.1", "fd00::1"))},
 				policies:   []*NetworkPolicy{np},
 			}
-			if _, err := Compile(sc.snapshot()); !errors.Is(err, ErrMappedPrefix) {
-				t.Errorf("Compile = %v, want an error wrapping ErrMappedPrefix", err)
+			// The compilers fail the policy alone, closed: its reason names
+			// the field, and none of its prefixes reaches the maps.
+			d, err := Compile(sc.snapshot())
+			if err != nil {
+				t.Fatalf("Compile = %v, want the policy to fail alone", err)
 			}
 			inc := NewIncremental()
-			inc.SetNamespace(sc.namespaces[0])
-			inc.SetPolicy(np)
-			if _, err := inc.Compile(); !errors.Is(err, ErrMappedPrefix) {
-				t.Errorf("Incremental.Compile = %v, want an error wrapping ErrMappedPrefix", err)
+			feedSnapshot(inc, sc.snapshot())
+			id, err := inc.Compile()
+			if err != nil {
+				t.Fatalf("Incremental.Compile = %v, want the policy to fail alone", err)
+			}
+			for name, got := range map[string]*Desired{"Compile": d, "Incremental.Compile": id} {
+				if why := got.FailedPolicies["team/np"]; !strings.Contains(why, tc.want) {
+					t.Errorf("%s: team/np fails with %q, want a reason containing %q", name, why, tc.want)
+				}
+				for pfx := range got.CIDRs {
+					if err := CheckNotMapped(pfx); err != nil {
+						t.Errorf("%s: %v", name, err)
+					}
+				}
 			}
 		})
 	}
