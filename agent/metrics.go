@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"io"
 	"sort"
 
@@ -9,18 +10,28 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/promtext"
+	"lockstep.dev/lockstep/maps"
 )
 
-// ebpfMetrics writes, at scrape time, the BPF verdict counters by reason
-// and the entry count of every map.
+// ebpfMetrics writes, at scrape time, the BPF verdict counters by reason,
+// each endpoint's conntrack entries and refusals, and the entry count of
+// every map.
 func ebpfMetrics(dp *datapath.Datapath) func(io.Writer) {
 	return func(w io.Writer) {
 		if counters, err := dp.Counters(); err == nil {
-			promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, allowed-node: packets of the node itself to pods whose ingress is isolated, and service-no-backend: connections to a Service without a ready backend, refused).", "counter")
+			promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, allowed-node: packets of the node itself to pods whose ingress is isolated, service-no-backend: connections to a Service without a ready backend, refused, and conntrack-share: new connections beyond their endpoint's conntrack share, dropped).", "counter")
 			promtext.WriteHeader(w, "lockstep_datapath_bytes_total", "Bytes of the packets in lockstep_datapath_packets_total.", "counter")
 			for _, reason := range sortedKeys(counters) {
 				promtext.WriteSample(w, "lockstep_datapath_packets_total", float64(counters[reason].Packets), "reason", reason)
 				promtext.WriteSample(w, "lockstep_datapath_bytes_total", float64(counters[reason].Bytes), "reason", reason)
+			}
+		}
+		if shares, err := dp.ConntrackShares(); err == nil {
+			promtext.WriteHeader(w, "lockstep_datapath_conntrack_entries", fmt.Sprintf("Conntrack entries an endpoint holds (the programs' estimate, never below the truth), by host interface; each may hold %d.", maps.CTShareLimit), "gauge")
+			promtext.WriteHeader(w, "lockstep_datapath_conntrack_refused_total", "New connections dropped because their endpoint held its whole conntrack share, by host interface.", "counter")
+			for _, name := range sortedKeys(shares) {
+				promtext.WriteSample(w, "lockstep_datapath_conntrack_entries", float64(shares[name].Entries), "interface", name)
+				promtext.WriteSample(w, "lockstep_datapath_conntrack_refused_total", float64(shares[name].Refused), "interface", name)
 			}
 		}
 		if stats, err := dp.Stats(); err == nil {

@@ -43,15 +43,6 @@ const ctReclaimInterval = 10 * time.Second
 // reclaimer to delete it: the programs read a tick-resolution clock.
 const ctExpiredSlack = uint64(time.Second)
 
-// ConntrackShare is one endpoint's use of its conntrack share.
-type ConntrackShare struct {
-	// Entries is the programs' estimate of the entries the endpoint holds
-	// in lockstep_ct and lockstep_svc_ct (never below the truth).
-	Entries uint64
-	// Refused counts its new connections dropped at its share.
-	Refused uint64
-}
-
 // ConntrackShares returns the conntrack share use of every endpoint with
 // a slot, by host interface name ("ifindex N" for one no longer
 // attached).

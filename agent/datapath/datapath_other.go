@@ -53,6 +53,11 @@ func (d *Datapath) Counters() (map[string]maps.Counter, error) {
 	return nil, errUnsupported("read eBPF counters")
 }
 
+// ConntrackShares fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) ConntrackShares() (map[string]ConntrackShare, error) {
+	return nil, errUnsupported("read eBPF conntrack shares")
+}
+
 // Stats fails with an error wrapping errors.ErrUnsupported.
 func (d *Datapath) Stats() (map[string]int, error) { return nil, errUnsupported("read eBPF map sizes") }
 
