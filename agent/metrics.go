@@ -56,7 +56,8 @@ func ebpfCounts(dp *datapath.Datapath) func() map[string]int {
 }
 
 // dataplaneMetrics writes, at scrape time, the backend's own samples, the
-// backend in use, pending clean-ups and their attempts, gauges of the
+// backend in use, the endpoints resyncs attached again, pending clean-ups
+// and their attempts, gauges of the
 // committed policy state (endpoints, identities, selectors, policies,
 // Services, EndpointSlices) and of the Service translation last applied.
 func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store, enf *enforcer.Enforcer) func(io.Writer) {
@@ -71,6 +72,8 @@ func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store, e
 		for _, c := range pending {
 			promtext.WriteSample(w, "lockstep_dataplane_cleanups_pending", float64(c.Attempts), "backend", c.Backend)
 		}
+		promtext.WriteHeader(w, "lockstep_dataplane_reattached_total", "Endpoints a periodic resync found without the dataplane's hooks on their host interface (removed behind lockstep's back, so not enforced) and attached again.", "counter")
+		promtext.WriteSample(w, "lockstep_dataplane_reattached_total", float64(enf.Reattached()))
 		attempts := cleanups.AttemptCounts()
 		promtext.WriteHeader(w, "lockstep_dataplane_cleanup_attempts_total", "Clean-up attempts of unused dataplane backends since the agent started, by result.", "counter")
 		for _, b := range sortedKeys(attempts) {

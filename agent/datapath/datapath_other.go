@@ -42,6 +42,11 @@ func Load(Options) (*Datapath, error) { return nil, errUnsupported("load eBPF da
 // Attach fails with an error wrapping errors.ErrUnsupported.
 func (d *Datapath) Attach(ifname string) error { return errUnsupported("attach to " + ifname) }
 
+// Attached fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) Attached(ifname string) (bool, error) {
+	return false, errUnsupported("check filters of " + ifname)
+}
+
 // Detach fails with an error wrapping errors.ErrUnsupported.
 func (d *Datapath) Detach(ifname string) error { return errUnsupported("detach from " + ifname) }
 
