@@ -29,7 +29,10 @@
  * four-tuple: it is not tracked, so policy judges it and a Service
  * translates it anew, and its entries replace the old ones. A SYN of a
  * connection still opening (a retransmission) finds an entry without the
- * marks and keeps its backend. Packets with SYN, FIN or RST never use the
+ * marks and keeps its backend. A packet whose tuple has a closing entry in
+ * lockstep_ct and a live one, not closing, in lockstep_svc_ct belongs to
+ * a translated connection that reuses the tuple of an untranslated one
+ * closed before: the translated entry decides. Packets with SYN, FIN or RST never use the
  * flow cache, FIN and RST drop this CPU's slot, and a closing entry is
  * never cached: the marks are only ever read from the table. A forged FIN
  * or RST that matches a connection's four-tuple only makes policy judge
@@ -233,7 +236,8 @@ static __always_inline void ct_cache_put(struct ct_cache_slot *c, const struct c
  * connections lockstep translates for Services); a hit in a table moves
  * the entry's deadline out to expires (0: never), at most about once a
  * second, marks a closing connection (ct_refresh) and caches the entry. A
- * pure SYN over a closing entry is no hit (ct_reopens).
+ * pure SYN over a closing entry is no hit (ct_reopens), and a closing
+ * lockstep_ct entry yields to a live lockstep_svc_ct one.
  */
 static __always_inline int ct_find(const struct ct_key *k, __u32 o, __u8 dir, __u64 expires, __u8 tcpf,
 				   __u64 now, struct ct_hit *h)
@@ -262,6 +266,13 @@ static __always_inline int ct_find(const struct ct_key *k, __u32 o, __u8 dir, __
 
 	v = bpf_map_lookup_elem(&lockstep_ct, k);
 	if (v && v->expires >= now && (v->flags & want) && !ct_reopens(v->flags, tcpf)) {
+		/* A closing connection's tuple may already carry a new
+		 * translated one, which then decides. */
+		if (v->flags & CT_CLOSING) {
+			s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
+			if (s && s->expires >= now && (s->flags & want) && !(s->flags & CT_CLOSING))
+				goto svc;
+		}
 		/* Written through v: should the LRU have recycled the element
 		 * for another key meanwhile, that connection lives longer; no
 		 * bit moves. */
@@ -277,6 +288,7 @@ static __always_inline int ct_find(const struct ct_key *k, __u32 o, __u8 dir, __
 	s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
 	if (!s || s->expires < now || !(s->flags & want) || ct_reopens(s->flags, tcpf))
 		return 0;
+svc:
 	h->refreshed = ct_refresh(&s->expires, &s->flags, tcpf, expires, now);
 	h->flags = s->flags;
 	h->nat_port = s->nat_port;
@@ -317,19 +329,6 @@ static __always_inline void ct_mark_twin(const struct ct_key *k, const struct pk
 	s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
 	if (s && s->expires >= now)
 		ct_refresh(&s->expires, &s->flags, p->tcp_flags, now + ct_timeout(p), now);
-}
-
-/* ct_forget_closed deletes the lockstep_ct entry of k when it is closing
- * or expired: a translated connection that reuses the four-tuple of an
- * untranslated one must not meet its entry, which lockstep_ct's place
- * before lockstep_svc_ct in ct_find would let decide its packets.
- */
-static __always_inline void ct_forget_closed(const struct ct_key *k, __u64 now)
-{
-	struct ct_entry *v = bpf_map_lookup_elem(&lockstep_ct, k);
-
-	if (v && ((v->flags & CT_CLOSING) || v->expires < now))
-		bpf_map_delete_elem(&lockstep_ct, k);
 }
 
 /* ct_admit reports whether the endpoint of ifindex may create n more

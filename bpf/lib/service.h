@@ -336,13 +336,9 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	if (!ct_admit(ifindex, 2))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_CT_SHARE, t, r.identity);
 	o = ct_fill_key(&s->k, ifindex, p);
-	if (p->proto == IPPROTO_TCP)
-		ct_forget_closed(&s->k, now);
 	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o), CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0),
 		      &s->b.addr, s->b.port, p, now, &s->n);
 	o = ct_fill_key(&s->k, ifindex, t);
-	if (p->proto == IPPROTO_TCP)
-		ct_forget_closed(&s->k, now);
 	/* Hairpin: the translated packet reaches the pod from the frontend's
 	 * address, as if it came in; its replies go out through from_pod. */
 	ct_create_svc(&s->k, hairpin ? ct_bit(DIR_INGRESS, o) : ct_bit(DIR_EGRESS, o),
