@@ -150,7 +150,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 				       &p, r.identity);
 	}
 	if (dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto)) {
-		if (!ct_admit(ifindex, 1))
+		if (!ct_admit(ifindex, 1, dir == DIR_INGRESS && skb->ingress_ifindex == 0))
 			return verdict(skb, dir, VERDICT_DROP, REASON_CT_SHARE, &p, r.identity);
 		ct_create(&k, o, dir, &p, now);
 	}

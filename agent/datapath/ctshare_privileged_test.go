@@ -122,6 +122,12 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	if got := counter(t, d, maps.ReasonCTShare) - before; got != uint64(dropped) {
 		t.Errorf("conntrack-share grew by %d, want %d", got, dropped)
 	}
+	// The node's own connection to the pod (a kubelet probe) is never
+	// refused.
+	probe := packet{src: "10.0.0.3", dst: podV4, proto: policy.ProtoTCP, sport: 5555, dport: 8080, fromNode: true}
+	if got := run(t, d.toPod, probe); got != actOK {
+		t.Errorf("the node's probe to the pod at its share: got %s, want OK", actName(got))
+	}
 	if got := countCT(t, d, otherIdx); got != idle {
 		t.Errorf("the other endpoint holds %d of its %d idle entries after the burst", got, idle)
 	}
@@ -129,7 +135,7 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := shares[podIf], (ConntrackShare{Entries: maps.CTShareLimit, Refused: uint64(dropped)}); got != want {
+	if got, want := shares[podIf], (ConntrackShare{Entries: maps.CTShareLimit + 1, Refused: uint64(dropped)}); got != want {
 		t.Errorf("%s's share: %+v, want %+v", podIf, got, want)
 	}
 	if got, want := shares[otherIf], (ConntrackShare{Entries: idle}); got != want {
@@ -143,8 +149,8 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != maps.CTShareLimit {
-		t.Errorf("reclaimer deleted %d entries, want the %d expired", n, maps.CTShareLimit)
+	if n != maps.CTShareLimit+1 {
+		t.Errorf("reclaimer deleted %d entries, want the %d expired", n, maps.CTShareLimit+1)
 	}
 	if shares, err = d.ConntrackShares(); err != nil {
 		t.Fatal(err)

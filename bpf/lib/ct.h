@@ -336,10 +336,12 @@ static __always_inline void ct_mark_twin(const struct ct_key *k, const struct pk
  * Its estimate of the entries the endpoint holds, created less released,
  * is never below the truth but by a race: two CPUs that both read one
  * below the share both create, so an endpoint may exceed its share by
- * one new connection per CPU at most. Without a slot (more than
- * CT_SHARE_SLOTS endpoints) nothing is counted and the entry is made.
+ * one new connection per CPU at most. always admits (and counts) beyond
+ * the share: the node's own connections to its pod (kubelet's probes)
+ * are never refused. Without a slot (more than CT_SHARE_SLOTS endpoints)
+ * nothing is counted and the entry is made.
  */
-static __always_inline int ct_admit(__u32 ifindex, __u32 n)
+static __always_inline int ct_admit(__u32 ifindex, __u32 n, int always)
 {
 	struct ct_share *s = bpf_map_lookup_elem(&lockstep_ct_share, &ifindex);
 	__u64 *rel, held;
@@ -356,7 +358,7 @@ static __always_inline int ct_admit(__u32 ifindex, __u32 n)
 	held = s->created - (rel ? *rel : 0);
 	if (rel && *rel > s->created)
 		held = 0;
-	if (held + n > CT_SHARE) {
+	if (held + n > CT_SHARE && !always) {
 		__sync_fetch_and_add(&s->refused, 1);
 		return 0;
 	}
