@@ -320,3 +320,40 @@ func TestPrivilegedServiceFourTupleReuseAfterClose(t *testing.T) {
 		t.Errorf("after a direct connection closed, the translated connection's SYN-ACK comes from %s, want %s", got, svcWeb4)
 	}
 }
+
+// A pod that reaches itself through its Service and closes: both entries
+// of the hairpin connection are marked closing, whichever side sends the
+// FIN.
+func TestPrivilegedServiceHairpinClose(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	s := svcScenario()
+	tcp := policy.ProtoTCP
+	s.Endpoints[podIf].Rules[policy.RuleKey{Peer: idPod, Dir: policy.Egress, Proto: tcp}] = ports(8080, 8080)
+	s.Endpoints[podIf].Rules[policy.RuleKey{Peer: idPod, Dir: policy.Ingress, Proto: tcp}] = ports(8080, 8080)
+	mustApply(t, d, s)
+	syn := packet{src: podV4, dst: svcSelf4, proto: tcp, sport: 41000, dport: 80}
+	// The backend side's packets, before translation: from the pod's 8080
+	// to the frontend's address at the client's port.
+	back := packet{src: podV4, dst: svcSelf4, proto: tcp, sport: 8080, dport: 41000}
+	translated := packet{src: svcSelf4, dst: podV4, proto: tcp, sport: 41000, dport: 8080}
+	for _, tc := range []struct {
+		name string
+		fin  packet
+	}{{"client's FIN", with(syn, tcpFIN|tcpACK)}, {"backend's FIN", with(back, tcpFIN|tcpACK)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d.flushCT(t)
+			for _, p := range []packet{with(syn, tcpSYN), with(back, tcpSYN|tcpACK), tc.fin} {
+				if ret, _ := runOut(t, d.fromPod, csumFrame(p)); ret != actRedirect {
+					t.Fatalf("%+v: got %s (%d), want it redirected back to the pod", p, actName(ret), ret)
+				}
+			}
+			for _, k := range []maps.CTKey{ctKeyOf(loIfindex, syn), ctKeyOf(loIfindex, translated)} {
+				if left, flags := ctDeadline(t, d.svcCT, k); flags&maps.CTFin == 0 || left > 2*time.Minute {
+					t.Errorf("entry %+v: flags %#x, expires in %v; want a FIN mark, at most 2m", k, flags, left)
+				}
+			}
+		})
+	}
+}
