@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"io"
 	"sort"
 
@@ -10,18 +11,28 @@ import (
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/promtext"
+	"lockstep.dev/lockstep/maps"
 )
 
-// ebpfMetrics writes, at scrape time, the BPF verdict counters by reason
-// and the entry count of every map.
+// ebpfMetrics writes, at scrape time, the BPF verdict counters by reason,
+// each endpoint's conntrack entries and refusals, and the entry count of
+// every map.
 func ebpfMetrics(dp *datapath.Datapath) func(io.Writer) {
 	return func(w io.Writer) {
 		if counters, err := dp.Counters(); err == nil {
-			promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, allowed-node: packets of the node itself to pods whose ingress is isolated, and service-no-backend: connections to a Service without a ready backend, refused).", "counter")
+			promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, allowed-node: packets of the node itself to pods whose ingress is isolated, service-no-backend: connections to a Service without a ready backend, refused, and conntrack-share: new connections beyond their endpoint's conntrack share, dropped).", "counter")
 			promtext.WriteHeader(w, "lockstep_datapath_bytes_total", "Bytes of the packets in lockstep_datapath_packets_total.", "counter")
 			for _, reason := range sortedKeys(counters) {
 				promtext.WriteSample(w, "lockstep_datapath_packets_total", float64(counters[reason].Packets), "reason", reason)
 				promtext.WriteSample(w, "lockstep_datapath_bytes_total", float64(counters[reason].Bytes), "reason", reason)
+			}
+		}
+		if shares, err := dp.ConntrackShares(); err == nil {
+			promtext.WriteHeader(w, "lockstep_datapath_conntrack_entries", fmt.Sprintf("Conntrack entries an endpoint holds (the programs' estimate, never below the truth), by host interface; each may hold %d.", maps.CTShareLimit), "gauge")
+			promtext.WriteHeader(w, "lockstep_datapath_conntrack_refused_total", "New connections dropped because their endpoint held its whole conntrack share, by host interface.", "counter")
+			for _, name := range sortedKeys(shares) {
+				promtext.WriteSample(w, "lockstep_datapath_conntrack_entries", float64(shares[name].Entries), "interface", name)
+				promtext.WriteSample(w, "lockstep_datapath_conntrack_refused_total", float64(shares[name].Refused), "interface", name)
 			}
 		}
 		if stats, err := dp.Stats(); err == nil {
@@ -46,7 +57,8 @@ func ebpfCounts(dp *datapath.Datapath) func() map[string]int {
 }
 
 // dataplaneMetrics writes, at scrape time, the backend's own samples, the
-// backend in use, pending clean-ups and their attempts, gauges of the
+// backend in use, the endpoints resyncs attached again, pending clean-ups
+// and their attempts, gauges of the
 // committed policy state (endpoints, identities, selectors, policies,
 // Services, EndpointSlices) and of the Service translation last applied.
 func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store, enf *enforcer.Enforcer) func(io.Writer) {
@@ -61,6 +73,8 @@ func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store, e
 		for _, c := range pending {
 			promtext.WriteSample(w, "lockstep_dataplane_cleanups_pending", float64(c.Attempts), "backend", c.Backend)
 		}
+		promtext.WriteHeader(w, "lockstep_dataplane_reattached_total", "Endpoints a periodic resync found without the dataplane's hooks on their host interface (removed behind lockstep's back, so not enforced) and attached again.", "counter")
+		promtext.WriteSample(w, "lockstep_dataplane_reattached_total", float64(enf.Reattached()))
 		attempts := cleanups.AttemptCounts()
 		promtext.WriteHeader(w, "lockstep_dataplane_cleanup_attempts_total", "Clean-up attempts of unused dataplane backends since the agent started, by result.", "counter")
 		for _, b := range sortedKeys(attempts) {

@@ -88,7 +88,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 				return svc_related(skb, &p, &s->in, dir, qo, &h);
 		}
 		o = ct_fill_key(&k, ifindex, &p);
-		if (ct_lookup(&k, o, dir, now + ct_timeout(&p), now, &h)) {
+		if (ct_track(&k, o, dir, &p, now, &h)) {
 			if (h.flags & CT_SVC)
 				return svc_tracked(skb, &p, dir, o, &h, now);
 			return TC_ACT_OK;
@@ -170,8 +170,11 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	}
 	/* Nothing answers ::, which only the node's own packets come from
 	 * here: a reply to it is judged, and dropped, as a new packet. */
-	if ((dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto)) && !addr_unspec(&p.saddr))
+	if ((dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto)) && !addr_unspec(&p.saddr)) {
+		if (!ct_admit(ifindex, 1, dir == DIR_INGRESS && skb->ingress_ifindex == 0))
+			return verdict(skb, dir, VERDICT_DROP, REASON_CT_SHARE, &p, r.identity);
 		ct_create(&k, o, dir, &p, now);
+	}
 	return verdict(skb, dir, VERDICT_ALLOW, reason, &p, r.identity);
 }
 

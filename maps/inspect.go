@@ -160,6 +160,10 @@ func Dump(pinRoot, name string) ([]Entry, error) {
 		out, err = dumpCTCache(m)
 	case CTEpochMap:
 		out, err = dumpAll[uint32, uint32](m)
+	case CTShareMap:
+		out, err = dumpAll[uint32, CTShare](m)
+	case CTReleasedMap:
+		out, err = dumpAll[uint32, uint64](m)
 	case CountersMap:
 		out, err = dumpCounters(m)
 	case PolicyMap:

@@ -43,6 +43,7 @@ func TestLayoutMatchesBTF(t *testing.T) {
 		{"backend_value", BackendValue{}},
 		{"affinity_key", AffinityKey{}},
 		{"affinity_value", AffinityValue{}},
+		{"ct_share", CTShare{}},
 		{"counter", Counter{}},
 		{"event", Event{}},
 	} {
@@ -98,9 +99,10 @@ func TestMapSpecsMatchNames(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		want uint32
-	}{{ServicesMap, 2 * MaxFrontends}, {BackendsMap, 2 * MaxBackends}} {
+	}{{ServicesMap, 2 * MaxFrontends}, {BackendsMap, 2 * MaxBackends}, {CTMap, CTCapacity}, {SvcCTMap, SvcCTCapacity},
+		{CTShareMap, CTShareSlots}, {CTReleasedMap, CTShareSlots}} {
 		if got := spec.Maps[c.name].MaxEntries; got != c.want {
-			t.Errorf("%s has %d entries, want %d (both parities)", c.name, got, c.want)
+			t.Errorf("%s has %d entries, want %d", c.name, got, c.want)
 		}
 	}
 	if len(Reasons()) > NumReasons {

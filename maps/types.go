@@ -22,11 +22,15 @@ const (
 	BackendsMap  = "lockstep_backends"
 	SvcCTMap     = "lockstep_svc_ct"
 	AffinityMap  = "lockstep_affinity"
+	// CTShareMap and CTReleasedMap hold each endpoint's conntrack share
+	// (see CTShare).
+	CTShareMap    = "lockstep_ct_share"
+	CTReleasedMap = "lockstep_ct_released"
 )
 
 // Names lists every pinned map, in the order `lockstep maps list` prints
 // them.
-var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, ServicesMap, BackendsMap, CTMap, SvcCTMap, AffinityMap, CTCacheMap, CTEpochMap, CountersMap, EventsMap}
+var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, ServicesMap, BackendsMap, CTMap, SvcCTMap, AffinityMap, CTCacheMap, CTEpochMap, CTShareMap, CTReleasedMap, CountersMap, EventsMap}
 
 // Capacities of the Service maps (C: SVC_MAX_FRONTENDS, SVC_MAX_BACKENDS):
 // frontends and backends per parity. ServicesMap and BackendsMap hold both
@@ -34,6 +38,17 @@ var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, 
 const (
 	MaxFrontends = 32768
 	MaxBackends  = 131072
+)
+
+// Capacities of the conntrack tables (CTMap, SvcCTMap) and the share of
+// one endpoint (C: CT_SHARE): the entries it may hold in both together
+// before its new connections are refused. CTShareSlots is the size of
+// CTShareMap and CTReleasedMap (C: CT_SHARE_SLOTS).
+const (
+	CTCapacity    = 131072
+	SvcCTCapacity = 131072
+	CTShareLimit  = 16384
+	CTShareSlots  = 8192
 )
 
 // SvcAbsent in SvcValue.Count says that the parity has no such frontend
@@ -218,7 +233,23 @@ const (
 	// translated too (to the frontend's) and the packet goes straight
 	// back to the pod.
 	CTSvcHairpin uint32 = 1 << 10
+	// CTFin and CTRst, in CTEntry.Flags and SvcCTEntry.Flags, say that a
+	// FIN or a RST of the TCP connection was seen: the entry is closing,
+	// and a pure SYN over it starts a new connection (C: CT_FIN, CT_RST).
+	CTFin uint32 = 1 << 11
+	CTRst uint32 = 1 << 12
 )
+
+// CTShare mirrors struct ct_share: the value of CTShareMap, keyed by a
+// host veth's ifindex (uint32). The programs count the conntrack entries
+// the endpoint created and the new connections refused beyond its share;
+// the agent writes, in CTReleasedMap (a uint64 per ifindex), how many of
+// those created are gone. Created less released is the programs'
+// estimate of the entries the endpoint holds.
+type CTShare struct {
+	Created uint64 `json:"created"`
+	Refused uint64 `json:"refused"`
+}
 
 // SvcCTEntry mirrors struct svc_ct_entry: the value of SvcCTMap, keyed by
 // a CTKey, for a connection the dataplane translates for a Service.
@@ -359,8 +390,12 @@ const (
 	// Service frontend without a ready backend, which the dataplane
 	// refuses (VerdictReject).
 	ReasonServiceNoBackend Reason = 7
+	// ReasonCTShare counts the packets of new connections dropped
+	// because their endpoint holds its whole conntrack share
+	// (CTShareLimit).
+	ReasonCTShare Reason = 8
 	// NumReasons is the size of lockstep_drops (C: REASON_MAX).
-	NumReasons = 8
+	NumReasons = 9
 )
 
 var reasonNames = [...]string{
@@ -372,11 +407,12 @@ var reasonNames = [...]string{
 	ReasonUnparseable:      "unparseable",
 	ReasonAllowedNode:      "allowed-node",
 	ReasonServiceNoBackend: "service-no-backend",
+	ReasonCTShare:          "conntrack-share",
 }
 
 // Reasons lists the defined reasons in index order.
 func Reasons() []Reason {
-	return []Reason{ReasonAllowedNew, ReasonPolicyIngress, ReasonPolicyEgress, ReasonSpoofed, ReasonNoEndpoint, ReasonUnparseable, ReasonAllowedNode, ReasonServiceNoBackend}
+	return []Reason{ReasonAllowedNew, ReasonPolicyIngress, ReasonPolicyEgress, ReasonSpoofed, ReasonNoEndpoint, ReasonUnparseable, ReasonAllowedNode, ReasonServiceNoBackend, ReasonCTShare}
 }
 
 func (r Reason) String() string {

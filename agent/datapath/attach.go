@@ -5,7 +5,9 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -68,6 +70,47 @@ func (d *Datapath) Attach(ifname string) error {
 	delete(d.ctGone, uint32(idx))
 	d.mu.Unlock()
 	return nil
+}
+
+// Attached reports whether ifname in the current network namespace still
+// has both of d's filters: from_pod on its ingress hook and to_pod on its
+// egress hook, at Attach's priority and handle, running d's programs.
+// Someone with CAP_NET_ADMIN can remove them (`tc filter del`, deleting
+// the clsact qdisc) or replace them, and the endpoint is then not
+// enforced; the agent's periodic resync asks, and attaches again what is
+// missing. It implements enforcer.AttachChecker.
+func (d *Datapath) Attached(ifname string) (bool, error) {
+	link, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return false, fmt.Errorf("check filters of %s: find link: %w", ifname, err)
+	}
+	for _, f := range []struct {
+		parent uint32
+		prog   *ebpf.Program
+	}{
+		{netlink.HANDLE_MIN_INGRESS, d.fromPod},
+		{netlink.HANDLE_MIN_EGRESS, d.toPod},
+	} {
+		info, err := f.prog.Info()
+		if err != nil {
+			return false, fmt.Errorf("check filters of %s: read program info: %w", ifname, err)
+		}
+		id, _ := info.ID()
+		filters, err := netlink.FilterList(link, f.parent)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return false, nil // no clsact qdisc
+		}
+		if err != nil {
+			return false, fmt.Errorf("check filters of %s: list filters: %w", ifname, err)
+		}
+		if !slices.ContainsFunc(filters, func(nf netlink.Filter) bool {
+			bf, ok := nf.(*netlink.BpfFilter)
+			return ok && bf.Handle == filterHandle && bf.Priority == filterPriority && bf.Id == int(id)
+		}) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // Detach removes lockstep's filters from ifname in the current network

@@ -61,7 +61,7 @@ func benchAddr(i int) netip.Addr {
 //     lookups)
 //   - allow-new: to_pod, a new connection a rule allows, creating its CT
 //     entry
-//   - ct-hit: to_pod, a packet of an established connection (after its
+//   - ct-hit: to_pod, a packet (an ACK) of an established connection (after its
 //     first run, from the CPU's flow cache)
 //   - ct-table: the same, found in the conntrack table (no CPU's flow
 //     cache holds it)
@@ -72,8 +72,10 @@ func BenchmarkVerdict(b *testing.B) {
 		d := newTestDatapath(b)
 		d.fakeAttach(podIf, loIfindex)
 		mustApply(b, d, benchDesired(nrules))
-		into := func(from int, sport uint16) []byte {
-			return frame(packet{src: benchAddr(from).String(), dst: podV4, proto: policy.ProtoTCP, sport: sport, dport: 80})
+		// into is a packet from peer from to the pod: a SYN (new) or,
+		// as every later packet of a connection, an ACK.
+		into := func(from int, sport uint16, flags uint8) []byte {
+			return frame(packet{src: benchAddr(from).String(), dst: podV4, proto: policy.ProtoTCP, sport: sport, dport: 80, tcpFlags: flags})
 		}
 
 		b.Run(fmt.Sprintf("rules=%d/deny", nrules), func(b *testing.B) {
@@ -90,15 +92,15 @@ func BenchmarkVerdict(b *testing.B) {
 			// with BenchmarkVerdictFloor/single, not /repeat.
 			frames := make([][]byte, 4096)
 			for i := range frames {
-				frames[i] = into(i%nrules, uint16(1024+i))
+				frames[i] = into(i%nrules, uint16(1024+i), tcpSYN)
 			}
 			d.flushCT(b)
 			benchSingle(b, d.toPod, frames, actOK, func() { d.flushCT(b) })
 		})
 		b.Run(fmt.Sprintf("rules=%d/ct-hit", nrules), func(b *testing.B) {
-			pkt := into(0, 999)
+			pkt := into(0, 999, tcpACK)
 			d.flushCT(b)
-			if ret := runRaw(b, d.toPod, pkt); ret != actOK {
+			if ret := runRaw(b, d.toPod, into(0, 999, tcpSYN)); ret != actOK {
 				b.Fatalf("first packet: %s", actName(ret))
 			}
 			benchRepeat(b, d.toPod, pkt, actOK)
@@ -108,9 +110,9 @@ func BenchmarkVerdict(b *testing.B) {
 			// connection: found in lockstep_ct. Each run is its own
 			// BPF_PROG_TEST_RUN, the caches emptied before it (the
 			// epoch bumped): compare with BenchmarkVerdictFloor/single.
-			pkt := into(0, 999)
+			pkt := into(0, 999, tcpACK)
 			d.flushCT(b)
-			if ret := runRaw(b, d.toPod, pkt); ret != actOK {
+			if ret := runRaw(b, d.toPod, into(0, 999, tcpSYN)); ret != actOK {
 				b.Fatalf("first packet: %s", actName(ret))
 			}
 			benchSingle(b, d.toPod, [][]byte{pkt}, actOK, func() {
@@ -121,10 +123,10 @@ func BenchmarkVerdict(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("rules=%d/ct-reply", nrules), func(b *testing.B) {
 			d.flushCT(b)
-			if ret := runRaw(b, d.toPod, into(0, 999)); ret != actOK {
+			if ret := runRaw(b, d.toPod, into(0, 999, tcpSYN)); ret != actOK {
 				b.Fatalf("request: %s", actName(ret))
 			}
-			reply := frame(packet{src: podV4, dst: benchAddr(0).String(), proto: policy.ProtoTCP, sport: 80, dport: 999})
+			reply := frame(packet{src: podV4, dst: benchAddr(0).String(), proto: policy.ProtoTCP, sport: 80, dport: 999, tcpFlags: tcpACK})
 			benchRepeat(b, d.fromPod, reply, actOK)
 		})
 	}

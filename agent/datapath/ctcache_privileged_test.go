@@ -15,33 +15,38 @@ import (
 // entry only while the copy is of the packet's own connection, allows the
 // packet's direction and sender, is younger than its deadline and was made
 // in the current epoch. Each case writes one copy into every slot of
-// every CPU, with the conntrack table empty, and sends the reply of an
-// egress connection: policy alone drops it (ingress allows 8080 only), so
-// only the cache can pass it.
+// every CPU, with the conntrack table empty, and sends the reply (an ACK)
+// of an egress connection: policy alone drops it (ingress allows 8080
+// only), so only the cache can pass it. A packet with SYN, FIN or RST
+// never takes its verdict from the cache (see TCP close in bpf/lib/ct.h).
 func TestPrivilegedFlowCache(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, true))
-	reply := flowReply
+	reply := with(flowReply, tcpACK)
 	key := requestKey()
 	egressByPod := maps.CTAllowed(uint8(policy.Egress), 0)
 
 	for _, tc := range []struct {
-		name string
-		edit func(s *maps.CTCacheSlot)
-		want uint32
+		name  string
+		edit  func(s *maps.CTCacheSlot)
+		want  uint32
+		flags uint8 // of the reply, ACK when zero
 	}{
-		{"a live copy passes the reply", func(*maps.CTCacheSlot) {}, actOK},
-		{"empty", func(s *maps.CTCacheSlot) { *s = maps.CTCacheSlot{} }, actShot},
-		{"made before the epoch changed", func(s *maps.CTCacheSlot) { s.Epoch-- }, actShot},
-		{"past its deadline", func(s *maps.CTCacheSlot) { s.ValidUntil = coarseNow(t) - uint64(time.Millisecond) }, actShot},
-		{"another port", func(s *maps.CTCacheSlot) { s.Key.Port[0]++ }, actShot},
-		{"another address", func(s *maps.CTCacheSlot) { s.Key.Addr[1][15]++ }, actShot},
-		{"another endpoint", func(s *maps.CTCacheSlot) { s.Key.Ifindex++ }, actShot},
-		{"another protocol", func(s *maps.CTCacheSlot) { s.Key.Proto = policy.ProtoUDP }, actShot},
-		{"opened in the other direction", func(s *maps.CTCacheSlot) { s.Flags = maps.CTAllowed(uint8(policy.Ingress), 0) }, actShot},
-		{"opened by the other end", func(s *maps.CTCacheSlot) { s.Flags = maps.CTAllowed(uint8(policy.Egress), 1) }, actShot},
+		{"a live copy passes the reply", func(*maps.CTCacheSlot) {}, actOK, 0},
+		{"a live copy does not pass a SYN-ACK", func(*maps.CTCacheSlot) {}, actShot, tcpSYN | tcpACK},
+		{"a live copy does not pass a FIN", func(*maps.CTCacheSlot) {}, actShot, tcpFIN | tcpACK},
+		{"a live copy does not pass a RST", func(*maps.CTCacheSlot) {}, actShot, tcpRST},
+		{"empty", func(s *maps.CTCacheSlot) { *s = maps.CTCacheSlot{} }, actShot, 0},
+		{"made before the epoch changed", func(s *maps.CTCacheSlot) { s.Epoch-- }, actShot, 0},
+		{"past its deadline", func(s *maps.CTCacheSlot) { s.ValidUntil = coarseNow(t) - uint64(time.Millisecond) }, actShot, 0},
+		{"another port", func(s *maps.CTCacheSlot) { s.Key.Port[0]++ }, actShot, 0},
+		{"another address", func(s *maps.CTCacheSlot) { s.Key.Addr[1][15]++ }, actShot, 0},
+		{"another endpoint", func(s *maps.CTCacheSlot) { s.Key.Ifindex++ }, actShot, 0},
+		{"another protocol", func(s *maps.CTCacheSlot) { s.Key.Proto = policy.ProtoUDP }, actShot, 0},
+		{"opened in the other direction", func(s *maps.CTCacheSlot) { s.Flags = maps.CTAllowed(uint8(policy.Ingress), 0) }, actShot, 0},
+		{"opened by the other end", func(s *maps.CTCacheSlot) { s.Flags = maps.CTAllowed(uint8(policy.Egress), 1) }, actShot, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d.flushCT(t)
@@ -51,7 +56,11 @@ func TestPrivilegedFlowCache(t *testing.T) {
 			}
 			tc.edit(&s)
 			d.fillCTCache(t, s)
-			if got := run(t, d.toPod, reply); got != tc.want {
+			p := reply
+			if tc.flags != 0 {
+				p = with(reply, tc.flags)
+			}
+			if got := run(t, d.toPod, p); got != tc.want {
 				t.Errorf("reply: got %s, want %s", actName(got), actName(tc.want))
 			}
 		})
@@ -67,7 +76,7 @@ func TestPrivilegedFlowCacheFilledByConntrackHits(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, true))
 	d.flushCT(t)
-	req, reply := flowRequest, flowReply
+	req, reply := flowRequest, with(flowReply, tcpACK)
 	onOneCPU(t)
 	if got := run(t, d.fromPod, req); got != actOK {
 		t.Fatalf("request: got %s, want OK", actName(got))

@@ -58,11 +58,15 @@ func (d *Datapath) takeCTGone() map[uint32]struct{} {
 }
 
 // flushConntrack deletes every conntrack entry of the ifindexes in gone,
-// in lockstep_ct and lockstep_svc_ct, and returns how many it deleted.
+// in lockstep_ct and lockstep_svc_ct, and their share slots
+// (ctshare.go), and returns how many entries it deleted.
 // Called without d.mu: it reads the whole tables.
 func (d *Datapath) flushConntrack(gone map[uint32]struct{}) (int, error) {
+	d.ctMu.Lock()
+	defer d.ctMu.Unlock()
 	n, err := flushTable[bpfmaps.CTEntry](d.ct, bpfmaps.CTMap, gone)
 	ns, serr := flushTable[bpfmaps.SvcCTEntry](d.svcCT, bpfmaps.SvcCTMap, gone)
+	serr = errors.Join(serr, d.forgetShares(gone))
 	if n+ns > 0 {
 		// Also after a partial delete: what went must not live on in
 		// a cache.

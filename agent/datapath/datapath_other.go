@@ -42,6 +42,11 @@ func Load(Options) (*Datapath, error) { return nil, errUnsupported("load eBPF da
 // Attach fails with an error wrapping errors.ErrUnsupported.
 func (d *Datapath) Attach(ifname string) error { return errUnsupported("attach to " + ifname) }
 
+// Attached fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) Attached(ifname string) (bool, error) {
+	return false, errUnsupported("check filters of " + ifname)
+}
+
 // Detach fails with an error wrapping errors.ErrUnsupported.
 func (d *Datapath) Detach(ifname string) error { return errUnsupported("detach from " + ifname) }
 
@@ -51,6 +56,11 @@ func (d *Datapath) Apply(*policy.Desired) error { return errUnsupported("apply e
 // Counters fails with an error wrapping errors.ErrUnsupported.
 func (d *Datapath) Counters() (map[string]maps.Counter, error) {
 	return nil, errUnsupported("read eBPF counters")
+}
+
+// ConntrackShares fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) ConntrackShares() (map[string]ConntrackShare, error) {
+	return nil, errUnsupported("read eBPF conntrack shares")
 }
 
 // Stats fails with an error wrapping errors.ErrUnsupported.

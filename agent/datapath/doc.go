@@ -76,10 +76,15 @@
 // ingress packet makes an entry only when it is addressed to one of the
 // pod's own addresses (or is link-local ICMPv6, which the pod may answer
 // from fe80::/10). Entries expire after 60 s idle (2 h for TCP once a
-// packet with ACK was seen), measured on the coarse monotonic clock, and
-// the table is an LRU. Policy changes do not cut established connections, as
-// with most NetworkPolicy implementations. When an Apply removes an
-// endpoint, the settler deletes its entries after the next grace period,
+// packet with ACK was seen; 2 min once a FIN was seen, 10 s after a RST),
+// measured on the coarse monotonic clock, and the table is an LRU. A pure
+// SYN over the entry of a closed connection starts a new one, judged and
+// translated anew. Each endpoint may hold a share of the entries (see
+// ctshare.go): a background reclaimer deletes expired entries and tells
+// the programs how many of each endpoint's went, and a new connection
+// beyond the share is dropped. Policy changes do not cut established
+// connections, as with most NetworkPolicy implementations. When an Apply
+// removes an endpoint, the settler deletes its entries after the next grace period,
 // so its veth passes nothing more while it lingers. Non-first fragments carry no
 // ports and are dropped in isolated directions.
 //

@@ -88,6 +88,12 @@ type endpointCtKey struct {
 	Addr    [2]endpointV6addr
 }
 
+type endpointCtShare struct {
+	_       structs.HostLayout
+	Created uint64
+	Refused uint64
+}
+
 type endpointEndpointInfo struct {
 	_     structs.HostLayout
 	Flags [2]uint8
@@ -298,6 +304,8 @@ type endpointMapSpecs struct {
 	LockstepCt            *ebpf.MapSpec `ebpf:"lockstep_ct"`
 	LockstepCtCache       *ebpf.MapSpec `ebpf:"lockstep_ct_cache"`
 	LockstepCtEpoch       *ebpf.MapSpec `ebpf:"lockstep_ct_epoch"`
+	LockstepCtReleased    *ebpf.MapSpec `ebpf:"lockstep_ct_released"`
+	LockstepCtShare       *ebpf.MapSpec `ebpf:"lockstep_ct_share"`
 	LockstepDrops         *ebpf.MapSpec `ebpf:"lockstep_drops"`
 	LockstepEndpoints     *ebpf.MapSpec `ebpf:"lockstep_endpoints"`
 	LockstepEvents        *ebpf.MapSpec `ebpf:"lockstep_events"`
@@ -345,6 +353,8 @@ type endpointMaps struct {
 	LockstepCt            *ebpf.Map `ebpf:"lockstep_ct"`
 	LockstepCtCache       *ebpf.Map `ebpf:"lockstep_ct_cache"`
 	LockstepCtEpoch       *ebpf.Map `ebpf:"lockstep_ct_epoch"`
+	LockstepCtReleased    *ebpf.Map `ebpf:"lockstep_ct_released"`
+	LockstepCtShare       *ebpf.Map `ebpf:"lockstep_ct_share"`
 	LockstepDrops         *ebpf.Map `ebpf:"lockstep_drops"`
 	LockstepEndpoints     *ebpf.Map `ebpf:"lockstep_endpoints"`
 	LockstepEvents        *ebpf.Map `ebpf:"lockstep_events"`
@@ -368,6 +378,8 @@ func (m *endpointMaps) Close() error {
 		m.LockstepCt,
 		m.LockstepCtCache,
 		m.LockstepCtEpoch,
+		m.LockstepCtReleased,
+		m.LockstepCtShare,
 		m.LockstepDrops,
 		m.LockstepEndpoints,
 		m.LockstepEvents,

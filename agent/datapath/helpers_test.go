@@ -103,10 +103,26 @@ func (d *Datapath) waitSettled(tb testing.TB) {
 	}
 }
 
-// flushCT empties lockstep_ct and bumps the epoch, as a flush does.
+// flushCT empties lockstep_ct and lockstep_svc_ct, forgets every
+// endpoint's share use, and bumps the epoch, as a flush does.
 func (d *Datapath) flushCT(tb testing.TB) {
 	tb.Helper()
 	deleteCTEntries(tb, d)
+	for _, m := range []*ebpf.Map{d.ctShare, d.ctReleased} {
+		var keys []uint32
+		var k uint32
+		var v []byte
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			keys = append(keys, k)
+		}
+		if err := it.Err(); err != nil {
+			tb.Fatalf("list share slots: %v", err)
+		}
+		if err := deleteAll(m, keys); err != nil {
+			tb.Fatalf("delete share slots: %v", err)
+		}
+	}
 	if err := d.bumpCTEpoch(); err != nil {
 		tb.Fatalf("flush CT: %v", err)
 	}

@@ -79,6 +79,8 @@ type Datapath struct {
 	ct             *ebpf.Map
 	svcCT          *ebpf.Map
 	ctEpoch        *ebpf.Map
+	ctShare        *ebpf.Map
+	ctReleased     *ebpf.Map
 	counters       *ebpf.Map
 	events         *ebpf.Map
 	innerSpec      *ebpf.MapSpec
@@ -100,6 +102,12 @@ type Datapath struct {
 	// ctGone are the ifindexes of removed endpoints whose conntrack
 	// entries the settler deletes next (see ctflush.go).
 	ctGone map[uint32]struct{}
+	// ctMu serialises the walks of the conntrack tables that delete
+	// entries and write share slots: the flush of removed endpoints and
+	// the reclaimer (ctshare.go).
+	ctMu sync.Mutex
+	// reclaimStop ends the reclaimer, which closes reclaimDone.
+	reclaimStop, reclaimDone chan struct{}
 
 	// beforeFlip, when set (tests), runs after the idle parity is
 	// written and before gen flips.
@@ -164,6 +172,8 @@ func Load(opts Options) (*Datapath, error) {
 		ct:            coll.Maps[maps.CTMap],
 		svcCT:         coll.Maps[maps.SvcCTMap],
 		ctEpoch:       coll.Maps[maps.CTEpochMap],
+		ctShare:       coll.Maps[maps.CTShareMap],
+		ctReleased:    coll.Maps[maps.CTReleasedMap],
 		counters:      coll.Maps[maps.CountersMap],
 		events:        coll.Maps[maps.EventsMap],
 		innerSpec:     spec.Maps[maps.PolicyMap].InnerMap.Copy(),
@@ -195,6 +205,7 @@ func Load(opts Options) (*Datapath, error) {
 		d.closeObjects()
 		return nil, err
 	}
+	d.startReclaimer()
 	return d, nil
 }
 
@@ -238,6 +249,7 @@ func (d *Datapath) probeInnerCompat() error {
 // filters stay: they keep enforcing the last applied state until a new
 // agent loads and adopts them, or Remove cleans up.
 func (d *Datapath) Close() error {
+	d.stopReclaimer()
 	d.stopSettler()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -247,7 +259,7 @@ func (d *Datapath) Close() error {
 }
 
 func (d *Datapath) closeObjects() {
-	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.counters, d.events} {
+	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.ctShare, d.ctReleased, d.counters, d.events} {
 		if c != nil {
 			c.Close()
 		}

@@ -22,6 +22,10 @@
 // gives. When it is the state applied last, object for object (a change
 // that concerns no local endpoint), the dataplane is not called.
 //
+// A resync also asks a dataplane that is an [AttachChecker] whether every
+// attached endpoint still has its hooks (someone may have removed the eBPF
+// filters from a host veth), and attaches again those that lost them.
+//
 // The CNI ADD path calls [Enforcer.Sync] after its confirm commits and
 // replies only once Sync returns: the pod's policy is in force before the
 // runtime starts the pod's containers.

@@ -41,6 +41,15 @@ type Invalidator interface {
 	Invalidate()
 }
 
+// AttachChecker is implemented by dataplanes whose hooks on an endpoint's
+// interface someone else can remove (the eBPF filters: `tc filter del`
+// needs only CAP_NET_ADMIN on the node): Attached reports whether hostIf
+// still has them. The resync asks for every attached endpoint and attaches
+// again what is missing: until then the endpoint is not enforced.
+type AttachChecker interface {
+	Attached(hostIf string) (bool, error)
+}
+
 // ErrNotEnforced: Sync finished but the endpoint is not enforced, e.g. its
 // host link vanished before it could be attached.
 var ErrNotEnforced = errors.New("endpoint not enforced")
@@ -69,6 +78,9 @@ type Enforcer struct {
 	failures   atomic.Pointer[Failures]
 	failuresOf *policy.Desired
 	onFailures func(Failures)
+	// reattached counts the endpoints a resync found without their hooks
+	// (AttachChecker).
+	reattached atomic.Uint64
 
 	// observe, when set, receives the duration of every apply, and
 	// observePhases its parts.
@@ -151,10 +163,11 @@ func (e *Enforcer) Sync(ctx context.Context) error {
 
 // Resync applies the latest committed state even if nothing changed in the
 // store: it repairs drift in the dataplane (entries changed behind
-// lockstep's back). It also recompiles from the whole store rather than
-// from what changed, so that state the incremental compiler carries
-// between applies is rebuilt from scratch periodically. It takes the same
-// lock as Sync.
+// lockstep's back, and, with an AttachChecker, endpoints whose hooks were
+// removed, which it attaches again). It also recompiles from the whole
+// store rather than from what changed, so that state the incremental
+// compiler carries between applies is rebuilt from scratch periodically.
+// It takes the same lock as Sync.
 func (e *Enforcer) Resync(ctx context.Context) error {
 	e.mu.Lock()
 	e.applied = 0
@@ -163,9 +176,37 @@ func (e *Enforcer) Resync(ctx context.Context) error {
 	if inv, ok := e.dp.(Invalidator); ok {
 		inv.Invalidate()
 	}
+	e.recheckAttached()
 	e.mu.Unlock()
 	return e.Sync(ctx)
 }
+
+// recheckAttached forgets the attached endpoints whose hooks the dataplane
+// no longer has, so that the apply that follows attaches them again. An
+// endpoint it cannot check (its link may be on its way out) stays as it
+// is. Called with e.mu held.
+func (e *Enforcer) recheckAttached() {
+	c, ok := e.dp.(AttachChecker)
+	if !ok {
+		return
+	}
+	for hostIf := range e.attached {
+		ok, err := c.Attached(hostIf)
+		if err != nil {
+			e.log.Warn("check the hooks of an endpoint; leaving it as it is", "if", hostIf, "err", err)
+			continue
+		}
+		if !ok {
+			e.log.Warn("the hooks of an endpoint were removed behind lockstep's back: it was not enforced; attaching them again", "if", hostIf)
+			delete(e.attached, hostIf)
+			e.reattached.Add(1)
+		}
+	}
+}
+
+// Reattached counts the endpoints resyncs found without their hooks and
+// attached again, since the Enforcer was made.
+func (e *Enforcer) Reattached() uint64 { return e.reattached.Load() }
 
 // Enforced reports whether hostIf is attached as of the last apply.
 func (e *Enforcer) Enforced(hostIf string) bool {

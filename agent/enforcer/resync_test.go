@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/seedtest"
 )
 
 // invalidatingDataplane counts Invalidate calls.
@@ -36,5 +37,52 @@ func TestResyncInvalidatesDiffingDataplanes(t *testing.T) {
 	}
 	if dp.invalidated != 1 {
 		t.Fatalf("Resync invalidated the dataplane %d times, want 1", dp.invalidated)
+	}
+}
+
+// hookDataplane keeps each endpoint's hooks like the eBPF dataplane does,
+// and lets a test remove them behind the enforcer's back.
+type hookDataplane struct {
+	*setDataplane
+	hooked  map[string]bool
+	attachs map[string]int
+}
+
+func (d *hookDataplane) Attach(hostIf string) error {
+	d.hooked[hostIf] = true
+	d.attachs[hostIf]++
+	return nil
+}
+
+func (d *hookDataplane) Attached(hostIf string) (bool, error) { return d.hooked[hostIf], nil }
+
+// A resync attaches again an endpoint whose hooks were removed behind
+// lockstep's back, and only that one; a Sync does not look.
+func TestResyncAttachesMissingHooks(t *testing.T) {
+	st := seedtest.Store(t)
+	dp := &hookDataplane{setDataplane: newSetDataplane(), hooked: map[string]bool{}, attachs: map[string]int{}}
+	e := New(st, dp, nil)
+	ctx := context.Background()
+	if err := e.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !dp.hooked["ls-a"] || !dp.hooked["ls-b"] {
+		t.Fatalf("after the first apply, hooks on %v; want ls-a and ls-b", dp.hooked)
+	}
+	delete(dp.hooked, "ls-a") // tc filter del
+	if err := e.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !dp.hooked["ls-a"] {
+		t.Error("a resync left ls-a without its hooks")
+	}
+	if dp.attachs["ls-a"] != 2 || dp.attachs["ls-b"] != 1 {
+		t.Errorf("attachments %v; want ls-a twice (again by the resync), ls-b once", dp.attachs)
+	}
+	if got := e.Reattached(); got != 1 {
+		t.Errorf("Reattached() = %d, want 1", got)
+	}
+	if !e.Enforced("ls-a") {
+		t.Error("ls-a not enforced after the resync")
 	}
 }

@@ -16,7 +16,78 @@
 #define NSEC_PER_SEC 1000000000ULL
 #define CT_TIMEOUT_TCP (2ULL * 3600 * NSEC_PER_SEC) /* once a packet carried ACK */
 #define CT_TIMEOUT_OTHER (60ULL * NSEC_PER_SEC)      /* UDP, SCTP, ICMP, TCP SYN */
+#define CT_TIMEOUT_FIN (120ULL * NSEC_PER_SEC)       /* TCP, once a FIN was seen */
+#define CT_TIMEOUT_RST (10ULL * NSEC_PER_SEC)        /* TCP, once a RST was seen */
 #define CT_REFRESH_SLACK (1ULL * NSEC_PER_SEC)     /* refresh at most ~once a second */
+
+/* Closing TCP connections, as netfilter's conntrack closes them, without
+ * its window checks. A FIN or RST of a tracked connection marks its entry
+ * (CT_FIN, CT_RST, in either table) and brings its deadline in to
+ * CT_TIMEOUT_FIN or CT_TIMEOUT_RST; later packets move it out again by at
+ * most that much, never back to CT_TIMEOUT_TCP. A pure SYN (no ACK, FIN or
+ * RST) that finds a closing entry is a new connection reusing the
+ * four-tuple: it is not tracked, so policy judges it and a Service
+ * translates it anew, and its entries replace the old ones. A SYN of a
+ * connection still opening (a retransmission) finds an entry without the
+ * marks and keeps its backend. A packet whose tuple has a closing entry in
+ * lockstep_ct and a live one, not closing, in lockstep_svc_ct belongs to
+ * a translated connection that reuses the tuple of an untranslated one
+ * closed before: the translated entry decides. Packets with SYN, FIN or RST never use the
+ * flow cache, FIN and RST drop this CPU's slot, and a closing entry is
+ * never cached: the marks are only ever read from the table. A forged FIN
+ * or RST that matches a connection's four-tuple only makes policy judge
+ * the connection again sooner; it never lets anything through.
+ */
+#define TCP_FLAGS_CT (TCP_FLAG_SYN | TCP_FLAG_FIN | TCP_FLAG_RST)
+
+/* ct_reopens reports whether a packet with TCP flags tcpf starts a new
+ * connection over an entry of flags f: a pure SYN over a closing entry.
+ */
+static __always_inline int ct_reopens(__u32 f, __u8 tcpf)
+{
+	return (f & CT_CLOSING) && (tcpf & (TCP_FLAGS_CT | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+}
+
+/* ct_refresh updates the deadline *e and flags *f of an entry a packet
+ * with TCP flags tcpf hit: moves the deadline out to expires (0: leave the
+ * entry alone) when that is more than CT_REFRESH_SLACK later; marks the
+ * entry closing on a FIN or RST, and caps a closing entry's deadline (see
+ * above), moving it in at once when the packet marked it. It returns
+ * whether the deadline moved out.
+ */
+static __always_inline int ct_refresh(__u64 *e, __u32 *f, __u8 tcpf, __u64 expires, __u64 now)
+{
+	__u32 closing = *f & CT_CLOSING;
+	__u64 cap;
+
+	if (!expires)
+		return 0;
+	if (!closing && !(tcpf & (TCP_FLAG_FIN | TCP_FLAG_RST))) {
+		if (expires <= *e + CT_REFRESH_SLACK)
+			return 0;
+		*e = expires;
+		return 1;
+	}
+	if (tcpf & TCP_FLAG_RST)
+		closing |= CT_RST;
+	if (tcpf & TCP_FLAG_FIN)
+		closing |= CT_FIN;
+	cap = now + ((closing & CT_RST) ? CT_TIMEOUT_RST : CT_TIMEOUT_FIN);
+	if (expires > cap)
+		expires = cap;
+	if (closing & ~*f) {
+		/* Written through the element: should the LRU have recycled it
+		 * for another key meanwhile, that connection is judged by
+		 * policy again sooner; no allowed bit moves. */
+		*f |= closing;
+		*e = expires;
+		return 0;
+	}
+	if (expires <= *e + CT_REFRESH_SLACK)
+		return 0;
+	*e = expires;
+	return 1;
+}
 
 /* ct_now is the clock of ct_entry.expires: CLOCK_MONOTONIC at tick
  * resolution, which is plenty for timeouts of a minute or more and costs a
@@ -145,16 +216,31 @@ static __always_inline void ct_cache_fill(struct ct_cache_slot *c, const struct 
 		c->valid_until = expires;
 }
 
-/* ct_lookup reports whether a packet of key k sent by end o, in dir at the
- * endpoint of k, belongs to a live connection allowed earlier: in dir with
- * the same sender, or in the other direction with the other sender (the
- * packet is a reply), and fills h. It asks this CPU's flow cache first,
- * then lockstep_ct, then lockstep_svc_ct (the connections lockstep
- * translates for Services); a hit in a table moves the entry's deadline
- * out to expires (0: never), at most about once a second, and caches it.
+/* ct_cache_put caches an entry of flags h->flags a packet with TCP flags
+ * tcpf hit, unless it is closing; a FIN or RST empties the slot.
  */
-static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
-				     __u64 expires, __u64 now, struct ct_hit *h)
+static __always_inline void ct_cache_put(struct ct_cache_slot *c, const struct ct_key *k, __u32 epoch,
+					 __u64 now, __u64 expires, const struct ct_hit *h, __u8 tcpf)
+{
+	if ((h->flags & CT_CLOSING) || (tcpf & (TCP_FLAG_FIN | TCP_FLAG_RST)))
+		c->valid_until = 0;
+	else
+		ct_cache_fill(c, k, epoch, now, expires, h);
+}
+
+/* ct_find reports whether a packet of key k sent by end o, in dir at the
+ * endpoint of k, with TCP flags tcpf, belongs to a live connection allowed
+ * earlier: in dir with the same sender, or in the other direction with the
+ * other sender (the packet is a reply), and fills h. It asks this CPU's
+ * flow cache first, then lockstep_ct, then lockstep_svc_ct (the
+ * connections lockstep translates for Services); a hit in a table moves
+ * the entry's deadline out to expires (0: never), at most about once a
+ * second, marks a closing connection (ct_refresh) and caches the entry. A
+ * pure SYN over a closing entry is no hit (ct_reopens), and a closing
+ * lockstep_ct entry yields to a live lockstep_svc_ct one.
+ */
+static __always_inline int ct_find(const struct ct_key *k, __u32 o, __u8 dir, __u64 expires, __u8 tcpf,
+				   __u64 now, struct ct_hit *h)
 {
 	__u32 want = ct_bit(dir, o) | ct_bit(dir ^ 1, o ^ 1);
 	struct ct_cache_slot *c;
@@ -168,7 +254,8 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
 	if (!e || !c)
 		return 0; /* cannot happen: both are arrays */
 	epoch = *(volatile __u32 *)e;
-	if (c->epoch == epoch && now < c->valid_until && (c->flags & want) && ct_key_eq(&c->key, k)) {
+	if (!(tcpf & TCP_FLAGS_CT) && c->epoch == epoch && now < c->valid_until && (c->flags & want) &&
+	    ct_key_eq(&c->key, k)) {
 		h->flags = c->flags;
 		if (c->flags & CT_SVC) {
 			h->nat_port = c->nat_port;
@@ -178,14 +265,20 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
 	}
 
 	v = bpf_map_lookup_elem(&lockstep_ct, k);
-	if (v && v->expires >= now && (v->flags & want)) {
+	if (v && v->expires >= now && (v->flags & want) && !ct_reopens(v->flags, tcpf)) {
+		/* A closing connection's tuple may already carry a new
+		 * translated one, which then decides. */
+		if (v->flags & CT_CLOSING) {
+			s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
+			if (s && s->expires >= now && (s->flags & want) && !(s->flags & CT_CLOSING))
+				goto svc;
+		}
 		/* Written through v: should the LRU have recycled the element
 		 * for another key meanwhile, that connection lives longer; no
 		 * bit moves. */
-		if (expires > v->expires + CT_REFRESH_SLACK)
-			v->expires = expires;
+		ct_refresh(&v->expires, &v->flags, tcpf, expires, now);
 		h->flags = v->flags;
-		ct_cache_fill(c, k, epoch, now, v->expires, h);
+		ct_cache_put(c, k, epoch, now, v->expires, h, tcpf);
 		return 1;
 	}
 
@@ -193,16 +286,83 @@ static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
 	if (k->proto != IPPROTO_TCP && k->proto != IPPROTO_UDP && k->proto != IPPROTO_SCTP)
 		return 0;
 	s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
-	if (!s || s->expires < now || !(s->flags & want))
+	if (!s || s->expires < now || !(s->flags & want) || ct_reopens(s->flags, tcpf))
 		return 0;
-	if (expires > s->expires + CT_REFRESH_SLACK) {
-		s->expires = expires;
-		h->refreshed = 1;
-	}
+svc:
+	h->refreshed = ct_refresh(&s->expires, &s->flags, tcpf, expires, now);
 	h->flags = s->flags;
 	h->nat_port = s->nat_port;
 	h->nat_addr = s->nat_addr;
-	ct_cache_fill(c, k, epoch, now, s->expires, h);
+	ct_cache_put(c, k, epoch, now, s->expires, h, tcpf);
+	return 1;
+}
+
+/* ct_lookup is ct_find for a packet whose TCP flags do not count (an ICMP
+ * error's quote).
+ */
+static __always_inline int ct_lookup(const struct ct_key *k, __u32 o, __u8 dir,
+				     __u64 expires, __u64 now, struct ct_hit *h)
+{
+	return ct_find(k, o, dir, expires, 0, now, h);
+}
+
+/* ct_track is ct_find for packet p of key k, sent by end o in dir: a hit
+ * keeps the connection for ct_timeout(p) more.
+ */
+static __always_inline int ct_track(const struct ct_key *k, __u32 o, __u8 dir, const struct pkt *p,
+				    __u64 now, struct ct_hit *h)
+{
+	return ct_find(k, o, dir, now + ct_timeout(p), p->tcp_flags, now, h);
+}
+
+/* ct_mark_twin marks closing, on a FIN or RST p of a translated connection
+ * (ct_refresh), the connection's other lockstep_svc_ct entry: that of key
+ * k, the tuple p has after translation. The marks of the entry p hit are
+ * ct_find's.
+ */
+static __always_inline void ct_mark_twin(const struct ct_key *k, const struct pkt *p, __u64 now)
+{
+	struct svc_ct_entry *s;
+
+	if (!(p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)))
+		return;
+	s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
+	if (s && s->expires >= now)
+		ct_refresh(&s->expires, &s->flags, p->tcp_flags, now + ct_timeout(p), now);
+}
+
+/* ct_admit reports whether the endpoint of ifindex may create n more
+ * conntrack entries, and counts them or the refusal (lockstep_ct_share).
+ * Its estimate of the entries the endpoint holds, created less released,
+ * is never below the truth but by a race: two CPUs that both read one
+ * below the share both create, so an endpoint may exceed its share by
+ * one new connection per CPU at most. always admits (and counts) beyond
+ * the share: the node's own connections to its pod (kubelet's probes)
+ * are never refused. Without a slot (more than CT_SHARE_SLOTS endpoints)
+ * nothing is counted and the entry is made.
+ */
+static __always_inline int ct_admit(__u32 ifindex, __u32 n, int always)
+{
+	struct ct_share *s = bpf_map_lookup_elem(&lockstep_ct_share, &ifindex);
+	__u64 *rel, held;
+
+	if (!s) {
+		struct ct_share z = {};
+
+		bpf_map_update_elem(&lockstep_ct_share, &ifindex, &z, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&lockstep_ct_share, &ifindex);
+		if (!s)
+			return 1;
+	}
+	rel = bpf_map_lookup_elem(&lockstep_ct_released, &ifindex);
+	held = s->created - (rel ? *rel : 0);
+	if (rel && *rel > s->created)
+		held = 0;
+	if (held + n > CT_SHARE && !always) {
+		__sync_fetch_and_add(&s->refused, 1);
+		return 0;
+	}
+	__sync_fetch_and_add(&s->created, n);
 	return 1;
 }
 

@@ -47,7 +47,8 @@ enum reason {
 	REASON_UNPARSEABLE = 5,
 	REASON_ALLOWED_NODE = 6,  /* allowed, new: the node's own packet to its pod */
 	REASON_SERVICE_NO_BACKEND = 7, /* to a Service frontend without a ready backend: refused */
-	REASON_MAX = 8,
+	REASON_CT_SHARE = 8, /* a new connection beyond its endpoint's conntrack share: dropped */
+	REASON_MAX = 9,
 };
 
 enum verdict {
@@ -148,6 +149,13 @@ struct ct_entry {
 #define CT_SVC_REV (1U << 9)     /* source := nat (the frontend) */
 #define CT_SVC_HAIRPIN (1U << 10) /* client and backend are one pod: see lib/service.h */
 #define CT_SVC (CT_SVC_FWD | CT_SVC_REV)
+
+/* Flags of entries of both tables: the TCP connection is closing (see
+ * lib/ct.h). A pure SYN that finds such an entry starts a new connection.
+ */
+#define CT_FIN (1U << 11) /* a FIN was seen */
+#define CT_RST (1U << 12) /* a RST was seen */
+#define CT_CLOSING (CT_FIN | CT_RST)
 
 /* A connection lockstep translated for a Service: the flags and lifetime
  * of a ct_entry, and the address and port the translation writes. Keyed
@@ -326,6 +334,41 @@ struct {
 	__type(value, struct ct_entry);
 	__uint(pinning, PIN_BY_NAME);
 } lockstep_ct SEC(".maps");
+
+/* The conntrack share of an endpoint (lib/ct.h): the entries it may hold
+ * in lockstep_ct and lockstep_svc_ct together. lockstep_ct_share counts,
+ * per host veth ifindex, the entries the programs created and the new
+ * connections they refused beyond the share; lockstep_ct_released, written
+ * by the agent only, how many of those created are gone (expired and
+ * deleted, or evicted). Each map has one writer per field, so neither
+ * loses the other's counts. 8192 slots: every endpoint, and as many
+ * removed ones whose slots wait for the agent's flush.
+ */
+#define CT_SHARE 16384
+#define CT_SHARE_SLOTS 8192
+
+struct ct_share {
+	__u64 created; /* entries created (atomic adds) */
+	__u64 refused; /* new connections refused beyond the share */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CT_SHARE_SLOTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct ct_share);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_ct_share SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CT_SHARE_SLOTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_ct_released SEC(".maps");
 
 /* The per-CPU flow cache in front of lockstep_ct (lib/ct.h). */
 #define CT_CACHE_SLOTS 64

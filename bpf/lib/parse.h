@@ -44,6 +44,9 @@
 #define ICMPV6_REDIRECT 137
 #define ICMPV6_MLD2_REPORT 143  /* RFC 3810 */
 
+#define TCP_FLAG_FIN 0x01
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_RST 0x04
 #define TCP_FLAG_ACK 0x10
 
 enum parse_result {

@@ -163,6 +163,33 @@ static __always_inline int svc_to_pod(struct __sk_buff *skb)
 	return bpf_redirect_peer(skb->ifindex, 0);
 }
 
+/* svc_close_twin marks closing, on a FIN or RST p of a translated
+ * connection (h) that is translated from one side (src: its source, else
+ * its destination), the connection's other lockstep_svc_ct entry: that of
+ * the tuple p has after translation (see ct_mark_twin).
+ */
+static __always_inline void svc_close_twin(__u32 ifindex, const struct pkt *p, const struct ct_hit *h,
+					   int src, __u64 now)
+{
+	struct svc_scratch *s;
+
+	if (!(p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)))
+		return;
+	s = svc_scratch();
+	if (!s)
+		return;
+	s->t = *p;
+	if (src) {
+		s->t.saddr = h->nat_addr;
+		s->t.sport = h->nat_port;
+	} else {
+		s->t.daddr = h->nat_addr;
+		s->t.dport = h->nat_port;
+	}
+	ct_fill_key(&s->k, ifindex, &s->t);
+	ct_mark_twin(&s->k, &s->t, now);
+}
+
 /* svc_tracked translates a packet of a connection ct_lookup found in
  * lockstep_svc_ct (h), sent by end o of its key in dir, and returns the tc
  * action.
@@ -178,6 +205,7 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *
 		 * (forward translation and hairpin replies are from_pod's). */
 		if ((h->flags & (CT_SVC_REV | CT_SVC_HAIRPIN)) != CT_SVC_REV || !(h->flags & ct_bit(DIR_EGRESS, o ^ 1)))
 			return TC_ACT_OK;
+		svc_close_twin(skb->ifindex, p, h, 1, now);
 		return nat_one(skb, p, p->is_v6 ? IP6_SADDR_OFF : IP4_SADDR_OFF, p->l4_off, &p->saddr,
 			       &h->nat_addr, p->sport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
 	}
@@ -187,9 +215,11 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *
 		return TC_ACT_OK;
 	if (fwd && h->refreshed)
 		svc_affinity_touch(p, h, now);
-	if (fwd && !(h->flags & CT_SVC_HAIRPIN))
+	if (fwd && !(h->flags & CT_SVC_HAIRPIN)) {
+		svc_close_twin(skb->ifindex, p, h, 0, now);
 		return nat_one(skb, p, p->is_v6 ? IP6_DADDR_OFF : IP4_DADDR_OFF, p->l4_off + 2, &p->daddr,
 			       &h->nat_addr, p->dport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
+	}
 	if (!(h->flags & CT_SVC_HAIRPIN))
 		return TC_ACT_OK; /* a client's packet matching its reply entry: not translated */
 	/* Hairpin: both addresses change, and the packet goes back to the pod. */
@@ -202,6 +232,12 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *
 		t.saddr = h->nat_addr;
 		t.sport = h->nat_port;
 		t.daddr = p->saddr;
+	}
+	if (p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) {
+		struct ct_key k;
+
+		ct_fill_key(&k, skb->ifindex, &t);
+		ct_mark_twin(&k, &t, now);
 	}
 	if (nat_rewrite(skb, p, &t))
 		return TC_ACT_SHOT;
@@ -297,6 +333,8 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 			return verdict(skb, DIR_INGRESS, VERDICT_DROP, REASON_POLICY_INGRESS, t, self.identity);
 	}
 
+	if (!ct_admit(ifindex, 2, 0))
+		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_CT_SHARE, t, r.identity);
 	o = ct_fill_key(&s->k, ifindex, p);
 	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o), CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0),
 		      &s->b.addr, s->b.port, p, now, &s->n);

@@ -1,0 +1,231 @@
+//go:build linux
+
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	bpfmaps "lockstep.dev/lockstep/maps"
+)
+
+// Each endpoint's share of conntrack (bpf/lib/ct.h, ct_admit). The tables
+// are LRUs of the node: without shares, one pod's burst of short flows
+// evicts the idle established connections of every other pod. So an
+// endpoint may hold at most bpfmaps.CTShareLimit entries in lockstep_ct
+// and lockstep_svc_ct together; a new connection beyond that is dropped
+// (reason conntrack-share) and counted as the endpoint's refusal. Eight
+// endpoints at their share fill lockstep_ct; fewer cannot make the LRU
+// evict anything.
+//
+// The programs cannot tell when an entry goes: an LRU evicts silently and
+// an expired entry stays until it is replaced. They count the entries
+// they create (lockstep_ct_share, atomic adds, the programs its only
+// writer); the reclaimer counts the ones that went (lockstep_ct_released,
+// the agent its only writer). Every ctReclaimInterval it reads the
+// created counts, then walks both tables, deletes the entries that
+// expired, counts those left per endpoint, and writes released = created
+// (as read before the walk) less left. An entry created during the walk
+// may be counted as left and again as created since: the estimate,
+// created less released, is never below the entries an endpoint holds,
+// and the next round corrects it. The only way past a share is a race of
+// CPUs that each read one below it (see ct_admit).
+
+// ctReclaimInterval is how often the reclaimer runs: an endpoint at its
+// share gets back what expired within that time.
+const ctReclaimInterval = 10 * time.Second
+
+// ctExpiredSlack is how long past its deadline an entry must be for the
+// reclaimer to delete it: the programs read a tick-resolution clock.
+const ctExpiredSlack = uint64(time.Second)
+
+// ConntrackShares returns the conntrack share use of every endpoint with
+// a slot, by host interface name ("ifindex N" for one no longer
+// attached).
+func (d *Datapath) ConntrackShares() (map[string]ConntrackShare, error) {
+	created, err := readShares(d.ctShare)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	names := make(map[uint32]string, len(d.attached))
+	for name, idx := range d.attached {
+		names[uint32(idx)] = name
+	}
+	d.mu.Unlock()
+	out := make(map[string]ConntrackShare, len(created))
+	for idx, s := range created {
+		var released uint64
+		if err := d.ctReleased.Lookup(idx, &released); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, fmt.Errorf("read %s: %w", bpfmaps.CTReleasedMap, err)
+		}
+		name, ok := names[idx]
+		if !ok {
+			name = fmt.Sprintf("ifindex %d", idx)
+		}
+		out[name] = ConntrackShare{Entries: s.Created - min(released, s.Created), Refused: s.Refused}
+	}
+	return out, nil
+}
+
+// readShares reads lockstep_ct_share whole.
+func readShares(m *ebpf.Map) (map[uint32]bpfmaps.CTShare, error) {
+	out := make(map[uint32]bpfmaps.CTShare)
+	var k uint32
+	var v bpfmaps.CTShare
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out[k] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", bpfmaps.CTShareMap, err)
+	}
+	return out, nil
+}
+
+// startReclaimer starts the goroutine that runs reclaimConntrack every
+// ctReclaimInterval until stopReclaimer.
+func (d *Datapath) startReclaimer() {
+	stop, done := make(chan struct{}), make(chan struct{})
+	d.reclaimStop, d.reclaimDone = stop, done
+	go func() {
+		defer close(done)
+		t := time.NewTicker(ctReclaimInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			if n, err := d.reclaimConntrack(); err != nil {
+				d.log.Warn("reclaim expired conntrack entries; endpoints may meet their share early", "err", err, "deleted", n)
+			}
+		}
+	}()
+}
+
+// stopReclaimer ends the reclaimer and waits for it.
+func (d *Datapath) stopReclaimer() {
+	if d.reclaimStop == nil {
+		return
+	}
+	close(d.reclaimStop)
+	<-d.reclaimDone
+	d.reclaimStop = nil
+}
+
+// reclaimConntrack deletes the expired conntrack entries and brings every
+// endpoint's released count up to date (see above). It returns how many
+// entries it deleted.
+func (d *Datapath) reclaimConntrack() (int, error) {
+	d.ctMu.Lock()
+	defer d.ctMu.Unlock()
+	created, err := readShares(d.ctShare)
+	if err != nil {
+		return 0, err
+	}
+	now, err := coarseMonotonic()
+	if err != nil {
+		return 0, err
+	}
+	left := make(map[uint32]uint64, len(created))
+	n, err := reclaimTable(d.ct, bpfmaps.CTMap, now, left, func(v bpfmaps.CTEntry) uint64 { return v.Expires })
+	ns, serr := reclaimTable(d.svcCT, bpfmaps.SvcCTMap, now, left, func(v bpfmaps.SvcCTEntry) uint64 { return v.Expires })
+	if err := errors.Join(err, serr); err != nil {
+		return n + ns, err
+	}
+	for idx, s := range created {
+		released := s.Created - min(left[idx], s.Created)
+		if err := d.ctReleased.Put(idx, released); err != nil {
+			return n + ns, fmt.Errorf("write %s: %w", bpfmaps.CTReleasedMap, err)
+		}
+	}
+	// Released counts of endpoints whose slot went with a flush.
+	var stale []uint32
+	var k uint32
+	var v uint64
+	it := d.ctReleased.Iterate()
+	for it.Next(&k, &v) {
+		if _, ok := created[k]; !ok {
+			stale = append(stale, k)
+		}
+	}
+	if err := errors.Join(it.Err(), deleteAll(d.ctReleased, stale)); err != nil {
+		return n + ns, fmt.Errorf("clean %s: %w", bpfmaps.CTReleasedMap, err)
+	}
+	return n + ns, nil
+}
+
+// reclaimTable deletes the entries of table (keyed by ct_key, with values
+// V whose deadline expires reads) that expired before now, counts those
+// left per ifindex into left, and returns how many it deleted. An entry
+// is read again just before it is deleted, so that one a new connection
+// made meanwhile stays, but for the moment between the two syscalls.
+func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint32]uint64, expires func(V) uint64) (int, error) {
+	var doomed []bpfmaps.CTKey
+	keys := make([]bpfmaps.CTKey, ctBatch)
+	vals := make([]V, ctBatch)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := table.BatchLookup(&cursor, keys, vals, nil)
+		for i, k := range keys[:n] {
+			if expires(vals[i])+ctExpiredSlack < now {
+				doomed = append(doomed, k)
+				continue
+			}
+			left[k.Ifindex]++
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", name, err)
+		}
+	}
+	deleted := 0
+	for _, k := range doomed {
+		var v V
+		if err := table.Lookup(k, &v); err != nil {
+			continue // gone already
+		}
+		if expires(v)+ctExpiredSlack >= now {
+			left[k.Ifindex]++
+			continue
+		}
+		if err := table.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return deleted, fmt.Errorf("delete expired entries of %s: %w", name, err)
+		}
+		deleted++
+	}
+	return deleted, nil
+}
+
+// forgetShares deletes the share slots of the ifindexes in gone.
+func (d *Datapath) forgetShares(gone map[uint32]struct{}) error {
+	keys := make([]uint32, 0, len(gone))
+	for idx := range gone {
+		keys = append(keys, idx)
+	}
+	if err := deleteAll(d.ctShare, keys); err != nil {
+		return fmt.Errorf("delete %s slots of removed endpoints: %w", bpfmaps.CTShareMap, err)
+	}
+	if err := deleteAll(d.ctReleased, keys); err != nil {
+		return fmt.Errorf("delete %s slots of removed endpoints: %w", bpfmaps.CTReleasedMap, err)
+	}
+	return nil
+}
+
+// coarseMonotonic reads the programs' conntrack clock (ct_now:
+// bpf_ktime_get_coarse_ns, CLOCK_MONOTONIC at tick resolution).
+func coarseMonotonic() (uint64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
+		return 0, fmt.Errorf("read CLOCK_MONOTONIC_COARSE: %w", err)
+	}
+	return uint64(ts.Nano()), nil
+}

@@ -1,0 +1,208 @@
+//go:build linux
+
+package datapath
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/maps"
+)
+
+// twoEndpoints makes a netns holding a second device (a veth, both ends
+// in it) beside its loopback,
+// so that test runs inside it (node.Do) can be packets of two endpoints:
+// podIf at the loopback (loIfindex, runRaw) and other at the device
+// (runAtIfindex). It returns the netns and the device's ifindex.
+func twoEndpoints(tb testing.TB) (ns.NetNS, uint32) {
+	tb.Helper()
+	node, err := nodesim.Create(nodesim.Name("lsdp"))
+	if err != nil {
+		tb.Fatalf("create netns: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := nodesim.Delete(node); err != nil {
+			tb.Errorf("delete netns: %v", err)
+		}
+	})
+	var idx int
+	err = node.Do(func(ns.NetNS) error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "lsdp-b"}, PeerName: "lsdp-bp"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName("lsdp-b")
+		if err != nil {
+			return err
+		}
+		idx = l.Attrs().Index
+		return netlink.LinkSetUp(l)
+	})
+	if err != nil {
+		tb.Fatalf("add a device to the netns: %v", err)
+	}
+	return node, uint32(idx)
+}
+
+// runAtIfindex runs prog on raw, a frame the node forwarded, as seen on
+// the device ifindex of the current netns.
+func runAtIfindex(tb testing.TB, prog *ebpf.Program, raw []byte, ifindex uint32) uint32 {
+	tb.Helper()
+	ret, err := prog.Run(&ebpf.RunOptions{Data: raw, Context: skbContext{IngressIfindex: forwardedIfindex, Ifindex: ifindex}})
+	if err != nil {
+		tb.Fatalf("run %s at ifindex %d: %v", prog, ifindex, err)
+	}
+	return ret
+}
+
+// One endpoint's burst of new connections cannot flush the conntrack
+// entries of another: it is refused at its share, and counted; the
+// reclaimer gives it back what expired.
+func TestPrivilegedConntrackShare(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	node, otherIdx := twoEndpoints(t)
+	const otherIf, otherV4 = "lsdp-b", "10.0.0.9"
+	d.fakeAttach(podIf, loIfindex)
+	d.fakeAttach(otherIf, int(otherIdx))
+	s := scenario(false, false)
+	s.Addrs[addr(otherV4)] = policy.AddrEntry{Identity: 401, CIDRClass: policy.NoCIDRClass}
+	s.Endpoints[otherIf] = &policy.EndpointPolicy{IPv4: addr(otherV4)}
+	mustApply(t, d, s)
+	d.flushCT(t)
+	onOneCPU(t)
+
+	// The other endpoint's idle connections.
+	const idle = 64
+	err := node.Do(func(ns.NetNS) error {
+		for i := range idle {
+			raw := frame(packet{src: otherV4, dst: "10.0.0.2", proto: policy.ProtoUDP, sport: uint16(2000 + i), dport: 53})
+			if got := runAtIfindex(t, d.fromPod, raw, otherIdx); got != actOK {
+				t.Fatalf("the other endpoint's flow %d: got %s, want OK", i, actName(got))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A burst of short flows, more than the table holds.
+	flood := maps.CTCapacity + 8192
+	raw := frame(packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoUDP, sport: 1, dport: 53})
+	const dstOff, sportOff = 14 + 16, 14 + 20
+	before := counter(t, d, maps.ReasonCTShare)
+	var passed, dropped int
+	err = node.Do(func(ns.NetNS) error {
+		for i := range flood {
+			raw[dstOff+3] = byte(10 + i/60000)
+			binary.BigEndian.PutUint16(raw[sportOff:], uint16(1024+i%60000))
+			switch runRaw(t, d.fromPod, raw) {
+			case actOK:
+				passed++
+			default:
+				dropped++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if passed != maps.CTShareLimit || dropped != flood-maps.CTShareLimit {
+		t.Errorf("burst of %d new flows: %d passed, %d dropped; want %d passed (the share)", flood, passed, dropped, maps.CTShareLimit)
+	}
+	if got := counter(t, d, maps.ReasonCTShare) - before; got != uint64(dropped) {
+		t.Errorf("conntrack-share grew by %d, want %d", got, dropped)
+	}
+	// The node's own connection to the pod (a kubelet probe) is never
+	// refused.
+	probe := packet{src: "10.0.0.3", dst: podV4, proto: policy.ProtoTCP, sport: 5555, dport: 8080, fromNode: true}
+	if got := run(t, d.toPod, probe); got != actOK {
+		t.Errorf("the node's probe to the pod at its share: got %s, want OK", actName(got))
+	}
+	if got := countCT(t, d, otherIdx); got != idle {
+		t.Errorf("the other endpoint holds %d of its %d idle entries after the burst", got, idle)
+	}
+	shares, err := d.ConntrackShares()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := shares[podIf], (ConntrackShare{Entries: maps.CTShareLimit + 1, Refused: uint64(dropped)}); got != want {
+		t.Errorf("%s's share: %+v, want %+v", podIf, got, want)
+	}
+	if got, want := shares[otherIf], (ConntrackShare{Entries: idle}); got != want {
+		t.Errorf("%s's share: %+v, want %+v", otherIf, got, want)
+	}
+
+	// The burst's entries expire: the reclaimer deletes them and the
+	// endpoint opens connections again; the other's entries stay.
+	ageCT(t, d, loIfindex)
+	n, err := d.reclaimConntrack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != maps.CTShareLimit+1 {
+		t.Errorf("reclaimer deleted %d entries, want the %d expired", n, maps.CTShareLimit+1)
+	}
+	if shares, err = d.ConntrackShares(); err != nil {
+		t.Fatal(err)
+	}
+	if got := shares[podIf].Entries; got != 0 {
+		t.Errorf("%s holds %d entries after the reclaim, want 0", podIf, got)
+	}
+	if got := shares[otherIf].Entries; got != idle {
+		t.Errorf("%s holds %d entries after the reclaim, want %d", otherIf, got, idle)
+	}
+	if got := run(t, d.fromPod, packet{src: podV4, dst: "10.0.0.3", proto: policy.ProtoUDP, sport: 7, dport: 53}); got != actOK {
+		t.Errorf("a new flow after the reclaim: got %s, want OK", actName(got))
+	}
+}
+
+// countCT counts the lockstep_ct entries at ifindex.
+func countCT(tb testing.TB, d *Datapath, ifindex uint32) int {
+	tb.Helper()
+	var k maps.CTKey
+	var v maps.CTEntry
+	n := 0
+	it := d.ct.Iterate()
+	for it.Next(&k, &v) {
+		if k.Ifindex == ifindex {
+			n++
+		}
+	}
+	if err := it.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// ageCT makes every lockstep_ct entry at ifindex expired a minute ago.
+func ageCT(tb testing.TB, d *Datapath, ifindex uint32) {
+	tb.Helper()
+	var keys []maps.CTKey
+	var k maps.CTKey
+	var v maps.CTEntry
+	it := d.ct.Iterate()
+	for it.Next(&k, &v) {
+		if k.Ifindex == ifindex {
+			keys = append(keys, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	past := coarseNow(tb) - 60e9
+	for _, k := range keys {
+		if err := d.ct.Update(k, maps.CTEntry{Expires: past, Flags: maps.CTAllowed(uint8(policy.Egress), 0)}, ebpf.UpdateExist); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
