@@ -197,6 +197,9 @@ static __always_inline void svc_close_twin(__u32 ifindex, const struct pkt *p, c
 static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u32 o,
 				       const struct ct_hit *h, __u64 now)
 {
+	/* Read once, up front: clang may otherwise keep a pointer into the
+	 * context across the calls below, which the verifier refuses. */
+	__u32 ifindex = skb->ifindex;
 	__u32 fwd, rev;
 	struct pkt t;
 
@@ -205,7 +208,7 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *
 		 * (forward translation and hairpin replies are from_pod's). */
 		if ((h->flags & (CT_SVC_REV | CT_SVC_HAIRPIN)) != CT_SVC_REV || !(h->flags & ct_bit(DIR_EGRESS, o ^ 1)))
 			return TC_ACT_OK;
-		svc_close_twin(skb->ifindex, p, h, 1, now);
+		svc_close_twin(ifindex, p, h, 1, now);
 		return nat_one(skb, p, p->is_v6 ? IP6_SADDR_OFF : IP4_SADDR_OFF, p->l4_off, &p->saddr,
 			       &h->nat_addr, p->sport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
 	}
@@ -216,7 +219,7 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *
 	if (fwd && h->refreshed)
 		svc_affinity_touch(p, h, now);
 	if (fwd && !(h->flags & CT_SVC_HAIRPIN)) {
-		svc_close_twin(skb->ifindex, p, h, 0, now);
+		svc_close_twin(ifindex, p, h, 0, now);
 		return nat_one(skb, p, p->is_v6 ? IP6_DADDR_OFF : IP4_DADDR_OFF, p->l4_off + 2, &p->daddr,
 			       &h->nat_addr, p->dport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
 	}
@@ -236,7 +239,7 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *
 	if (p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) {
 		struct ct_key k;
 
-		ct_fill_key(&k, skb->ifindex, &t);
+		ct_fill_key(&k, ifindex, &t);
 		ct_mark_twin(&k, &t, now);
 	}
 	if (nat_rewrite(skb, p, &t))
