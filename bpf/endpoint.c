@@ -171,7 +171,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	/* Nothing answers ::, which only the node's own packets come from
 	 * here: a reply to it is judged, and dropped, as a new packet. */
 	if ((dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto)) && !addr_unspec(&p.saddr)) {
-		if (!ct_admit(ifindex, 1, dir == DIR_INGRESS && skb->ingress_ifindex == 0))
+		if (!ct_admit(ifindex, dir, 1, dir == DIR_INGRESS && skb->ingress_ifindex == 0, now))
 			return verdict(skb, dir, VERDICT_DROP, REASON_CT_SHARE, &p, r.identity);
 		ct_create(&k, o, dir, &p, now);
 	}

@@ -48,7 +48,7 @@ const (
 	CTCapacity    = 131072
 	SvcCTCapacity = 131072
 	CTShareLimit  = 16384
-	CTShareSlots  = 8192
+	CTShareSlots  = 16384
 )
 
 // SvcAbsent in SvcValue.Count says that the parity has no such frontend
@@ -240,12 +240,34 @@ const (
 	CTRst uint32 = 1 << 12
 )
 
-// CTShare mirrors struct ct_share: the value of CTShareMap, keyed by a
-// host veth's ifindex (uint32). The programs count the conntrack entries
-// the endpoint created and the new connections refused beyond its share;
-// the agent writes, in CTReleasedMap (a uint64 per ifindex), how many of
-// those created are gone. Created less released is the programs'
-// estimate of the entries the endpoint holds.
+// CTShareKey is the key of CTShareMap and CTReleasedMap for the
+// connections of the endpoint of ifindex opened in dir (0 ingress, 1
+// egress; C: ct_share_key).
+func CTShareKey(ifindex uint32, dir uint8) uint32 { return ifindex<<1 | uint32(dir) }
+
+// CTReclaimKey is the key of CTReleasedMap that holds the time of the
+// agent's last reclaim (C: CT_RECLAIM_KEY): that of ifindex 0, which no
+// endpoint has.
+const CTReclaimKey uint32 = 0
+
+// CTEntryDir is the direction (0 ingress, 1 egress) a CTMap entry's
+// connection was opened in: the direction of its one allowed bit.
+func CTEntryDir(flags uint32) uint8 {
+	if flags&0b1100 != 0 {
+		return 1
+	}
+	return 0
+}
+
+// CTShare mirrors struct ct_share: the value of CTShareMap, keyed by
+// CTShareKey (a host veth's ifindex and the direction its connections were
+// opened in). The programs count the conntrack entries the endpoint
+// created and the new connections refused beyond its share; the agent
+// writes, in CTReleasedMap (a uint64 per key), how many of those created
+// are gone, and at CTReclaimKey the CLOCK_MONOTONIC_COARSE time of its
+// last reclaim: the programs refuse nothing while that is older than 30 s.
+// Created less released is the programs' estimate of the entries the
+// endpoint holds in that direction.
 type CTShare struct {
 	Created uint64 `json:"created"`
 	Refused uint64 `json:"refused"`

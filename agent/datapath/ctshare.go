@@ -13,14 +13,23 @@ import (
 	bpfmaps "lockstep.dev/lockstep/maps"
 )
 
-// Each endpoint's share of conntrack (bpf/lib/ct.h, ct_admit). The tables
-// are LRUs of the node: without shares, one pod's burst of short flows
-// evicts the idle established connections of every other pod. So an
+// Each endpoint's shares of conntrack (bpf/lib/ct.h, ct_admit). The
+// tables are LRUs of the node: without shares, one pod's burst of short
+// flows evicts the idle established connections of every other pod. So an
 // endpoint may hold at most bpfmaps.CTShareLimit entries in lockstep_ct
-// and lockstep_svc_ct together; a new connection beyond that is dropped
-// (reason conntrack-share) and counted as the endpoint's refusal. Eight
-// endpoints at their share fill lockstep_ct; fewer cannot make the LRU
-// evict anything.
+// and lockstep_svc_ct together for the connections it opens, and as many
+// for those opened towards it; a new connection beyond its direction's
+// share is dropped (reason conntrack-share) and counted as the endpoint's
+// refusal. Separate shares keep others from spending what a pod needs to
+// open its own connections: a flood towards a pod fills only the share of
+// connections towards it. Four endpoints at both shares fill lockstep_ct,
+// which then evicts: the shares bound what one pod takes from the node,
+// they do not make eviction impossible.
+//
+// The shares hold only while the reclaimer runs: it writes the time of
+// each run at bpfmaps.CTReclaimKey, and the programs refuse nothing once
+// that is 30 s old (an agent that is down releases nothing, and pods must
+// not lose new connections to its absence).
 //
 // The programs cannot tell when an entry goes: an LRU evicts silently and
 // an expired entry stays until it is replaced. They count the entries
@@ -44,8 +53,8 @@ const ctReclaimInterval = 10 * time.Second
 const ctExpiredSlack = uint64(time.Second)
 
 // ConntrackShares returns the conntrack share use of every endpoint with
-// a slot, by host interface name ("ifindex N" for one no longer
-// attached).
+// a slot, both directions together, by host interface name ("ifindex N"
+// for one no longer attached).
 func (d *Datapath) ConntrackShares() (map[string]ConntrackShare, error) {
 	created, err := readShares(d.ctShare)
 	if err != nil {
@@ -58,16 +67,20 @@ func (d *Datapath) ConntrackShares() (map[string]ConntrackShare, error) {
 	}
 	d.mu.Unlock()
 	out := make(map[string]ConntrackShare, len(created))
-	for idx, s := range created {
+	for key, s := range created {
 		var released uint64
-		if err := d.ctReleased.Lookup(idx, &released); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := d.ctReleased.Lookup(key, &released); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil, fmt.Errorf("read %s: %w", bpfmaps.CTReleasedMap, err)
 		}
+		idx := key >> 1
 		name, ok := names[idx]
 		if !ok {
 			name = fmt.Sprintf("ifindex %d", idx)
 		}
-		out[name] = ConntrackShare{Entries: s.Created - min(released, s.Created), Refused: s.Refused}
+		sum := out[name]
+		sum.Entries += s.Created - min(released, s.Created)
+		sum.Refused += s.Refused
+		out[name] = sum
 	}
 	return out, nil
 }
@@ -134,16 +147,24 @@ func (d *Datapath) reclaimConntrack() (int, error) {
 		return 0, err
 	}
 	left := make(map[uint32]uint64, len(created))
-	n, err := reclaimTable(d.ct, bpfmaps.CTMap, now, left, func(v bpfmaps.CTEntry) uint64 { return v.Expires })
-	ns, serr := reclaimTable(d.svcCT, bpfmaps.SvcCTMap, now, left, func(v bpfmaps.SvcCTEntry) uint64 { return v.Expires })
+	n, err := reclaimTable(d.ct, bpfmaps.CTMap, now, left, func(v bpfmaps.CTEntry) (uint64, uint8) {
+		return v.Expires, bpfmaps.CTEntryDir(v.Flags)
+	})
+	// Translated connections are charged to the client's egress share.
+	ns, serr := reclaimTable(d.svcCT, bpfmaps.SvcCTMap, now, left, func(v bpfmaps.SvcCTEntry) (uint64, uint8) {
+		return v.Expires, 1
+	})
 	if err := errors.Join(err, serr); err != nil {
 		return n + ns, err
 	}
-	for idx, s := range created {
-		released := s.Created - min(left[idx], s.Created)
-		if err := d.ctReleased.Put(idx, released); err != nil {
+	for key, s := range created {
+		released := s.Created - min(left[key], s.Created)
+		if err := d.ctReleased.Put(key, released); err != nil {
 			return n + ns, fmt.Errorf("write %s: %w", bpfmaps.CTReleasedMap, err)
 		}
+	}
+	if err := d.ctReleased.Put(bpfmaps.CTReclaimKey, now); err != nil {
+		return n + ns, fmt.Errorf("write %s: %w", bpfmaps.CTReleasedMap, err)
 	}
 	// Released counts of endpoints whose slot went with a flush.
 	var stale []uint32
@@ -151,7 +172,7 @@ func (d *Datapath) reclaimConntrack() (int, error) {
 	var v uint64
 	it := d.ctReleased.Iterate()
 	for it.Next(&k, &v) {
-		if _, ok := created[k]; !ok {
+		if _, ok := created[k]; !ok && k != bpfmaps.CTReclaimKey {
 			stale = append(stale, k)
 		}
 	}
@@ -162,11 +183,12 @@ func (d *Datapath) reclaimConntrack() (int, error) {
 }
 
 // reclaimTable deletes the entries of table (keyed by ct_key, with values
-// V whose deadline expires reads) that expired before now, counts those
-// left per ifindex into left, and returns how many it deleted. An entry
+// V whose deadline and share direction of reads) that expired before now,
+// counts those left per share key into left, and returns how many it
+// deleted. An entry
 // is read again just before it is deleted, so that one a new connection
 // made meanwhile stays, but for the moment between the two syscalls.
-func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint32]uint64, expires func(V) uint64) (int, error) {
+func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint32]uint64, of func(V) (expires uint64, dir uint8)) (int, error) {
 	var doomed []bpfmaps.CTKey
 	keys := make([]bpfmaps.CTKey, ctBatch)
 	vals := make([]V, ctBatch)
@@ -174,11 +196,12 @@ func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint
 	for {
 		n, err := table.BatchLookup(&cursor, keys, vals, nil)
 		for i, k := range keys[:n] {
-			if expires(vals[i])+ctExpiredSlack < now {
+			expires, dir := of(vals[i])
+			if expires+ctExpiredSlack < now {
 				doomed = append(doomed, k)
 				continue
 			}
-			left[k.Ifindex]++
+			left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			break
@@ -193,8 +216,8 @@ func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint
 		if err := table.Lookup(k, &v); err != nil {
 			continue // gone already
 		}
-		if expires(v)+ctExpiredSlack >= now {
-			left[k.Ifindex]++
+		if expires, dir := of(v); expires+ctExpiredSlack >= now {
+			left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
 			continue
 		}
 		if err := table.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -207,9 +230,9 @@ func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint
 
 // forgetShares deletes the share slots of the ifindexes in gone.
 func (d *Datapath) forgetShares(gone map[uint32]struct{}) error {
-	keys := make([]uint32, 0, len(gone))
+	keys := make([]uint32, 0, 2*len(gone))
 	for idx := range gone {
-		keys = append(keys, idx)
+		keys = append(keys, bpfmaps.CTShareKey(idx, 0), bpfmaps.CTShareKey(idx, 1))
 	}
 	if err := deleteAll(d.ctShare, keys); err != nil {
 		return fmt.Errorf("delete %s slots of removed endpoints: %w", bpfmaps.CTShareMap, err)

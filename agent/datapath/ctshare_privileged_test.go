@@ -78,6 +78,7 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	mustApply(t, d, s)
 	d.flushCT(t)
 	onOneCPU(t)
+	reclaimerRan(t, d)
 
 	// The other endpoint's idle connections.
 	const idle = 64
@@ -163,6 +164,103 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	}
 	if got := run(t, d.fromPod, packet{src: podV4, dst: "10.0.0.3", proto: policy.ProtoUDP, sport: 7, dport: 53}); got != actOK {
 		t.Errorf("a new flow after the reclaim: got %s, want OK", actName(got))
+	}
+}
+
+// reclaimerRan runs the reclaimer once, as the agent does every 10 s: the
+// programs enforce the shares only while it runs.
+func reclaimerRan(tb testing.TB, d *Datapath) {
+	tb.Helper()
+	if _, err := d.reclaimConntrack(); err != nil {
+		tb.Fatalf("reclaim: %v", err)
+	}
+}
+
+// newFlows sends n new UDP flows from one address to another through
+// prog, each from its own source port, and returns how many passed. The
+// peer's address (the destination of the pod's flows through d.fromPod,
+// the source of those towards it) changes every 60000 flows.
+func newFlows(tb testing.TB, d *Datapath, prog *ebpf.Program, from, to string, n int) (passed int) {
+	tb.Helper()
+	raw := frame(packet{src: from, dst: to, proto: policy.ProtoUDP, sport: 1, dport: 53})
+	const srcOff, dstOff, sportOff = 14 + 12, 14 + 16, 14 + 20
+	peerOff := srcOff
+	if prog == d.fromPod {
+		peerOff = dstOff
+	}
+	for i := range n {
+		raw[peerOff+3] = byte(100 + i/60000)
+		binary.BigEndian.PutUint16(raw[sportOff:], uint16(1024+i%60000))
+		if runRaw(tb, prog, raw) == actOK {
+			passed++
+		}
+	}
+	return passed
+}
+
+// What others open towards a pod spends only the share of connections
+// towards it: a flood of new flows to a pod can fill that share, and the
+// pod still opens its own connections (its DNS lookups) from its other.
+func TestPrivilegedConntrackShareDirections(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, scenario(false, false))
+	d.flushCT(t)
+	onOneCPU(t)
+	reclaimerRan(t, d)
+
+	flood := maps.CTShareLimit + 100
+	if got := newFlows(t, d, d.toPod, "10.0.0.2", podV4, flood); got != maps.CTShareLimit {
+		t.Errorf("a flood of %d new flows towards the pod: %d passed, want %d (the share)", flood, got, maps.CTShareLimit)
+	}
+	if got := newFlows(t, d, d.fromPod, podV4, "10.0.0.3", 100); got != 100 {
+		t.Errorf("the pod's own new flows after a flood towards it: %d of 100 passed", got)
+	}
+	shares, err := d.ConntrackShares()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := shares[podIf], (ConntrackShare{Entries: maps.CTShareLimit + 100, Refused: 100}); got != want {
+		t.Errorf("%s's shares: %+v, want %+v", podIf, got, want)
+	}
+}
+
+// Without a reclaimer (the agent down), nothing releases what a pod's
+// connections held: the programs then refuse nothing, rather than cut a
+// busy pod off until the agent is back.
+func TestPrivilegedConntrackShareNeedsReclaimer(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, scenario(false, false))
+	for _, tc := range []struct {
+		name string
+		beat func() // what the reclaimer left at maps.CTReclaimKey
+	}{
+		{"never ran", func() {}},
+		{"last ran a minute ago", func() {
+			if err := d.ctReleased.Put(maps.CTReclaimKey, coarseNow(t)-60e9); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d.flushCT(t)
+			onOneCPU(t)
+			tc.beat()
+			flood := maps.CTShareLimit + 100
+			if got := newFlows(t, d, d.fromPod, podV4, "10.0.0.3", flood); got != flood {
+				t.Errorf("%d new flows with no reclaimer running: %d passed, want all", flood, got)
+			}
+		})
+	}
+	// Once it runs again, the share holds.
+	d.flushCT(t)
+	reclaimerRan(t, d)
+	flood := maps.CTShareLimit + 100
+	if got := newFlows(t, d, d.fromPod, podV4, "10.0.0.3", flood); got != maps.CTShareLimit {
+		t.Errorf("%d new flows with the reclaimer running: %d passed, want %d", flood, got, maps.CTShareLimit)
 	}
 }
 

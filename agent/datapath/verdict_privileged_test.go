@@ -130,6 +130,11 @@ func isolatedCases() []verdictCase {
 		{"v4 icmp echo, ProtoOther rule", eg, out("10.0.0.2", protoICMP, 0), actOK},
 		{"v6 icmp echo, ProtoOther rule", eg, out("fd00::2", protoICMPv6, 0), actOK},
 		{"v4 icmp echo to other identity", eg, out("10.0.0.3", protoICMP, 0), actShot},
+		// ICMPv6 in IPv4 (and ICMP in IPv6) is just another protocol:
+		// not neighbour discovery, judged by the ProtoOther rules.
+		{"v4 protocol 58 shaped as an NS, ProtoOther rule", eg, packet{src: podV4, dst: "10.0.0.2", proto: protoICMPv6, icmpType: 135}, actOK},
+		{"v4 protocol 58 shaped as an NS to other identity", eg, packet{src: podV4, dst: "10.0.0.3", proto: protoICMPv6, icmpType: 135}, actShot},
+		{"v6 protocol 1 shaped as an echo, ProtoOther rule", eg, packet{src: podV6, dst: "fd00::2", proto: protoICMP, icmpType: 8}, actOK},
 		{"v4 tcp to other identity", eg, out("10.0.0.3", tcp, 80), actShot},
 		{"PeerAny udp to pod", eg, out("10.0.0.3", udp, 123), actOK},
 		{"PeerAny udp to world", eg, out("8.8.8.8", udp, 123), actOK},
@@ -255,6 +260,25 @@ func TestPrivilegedVerdictConntrackReply(t *testing.T) {
 	raw[14+20] = 0
 	if got := runRaw(t, d.toPod, raw); got != actOK {
 		t.Errorf("echo reply: got %s, want OK", actName(got))
+	}
+	// The peer's own echo request with the pod's identifier is no reply:
+	// the pod's ingress is isolated, so it is dropped (netfilter tells a
+	// request from a reply by its type; so does lockstep).
+	peerReq := packet{src: "10.0.0.2", dst: podV4, proto: protoICMP, sport: 77}
+	if got := run(t, d.toPod, peerReq); got != actShot {
+		t.Errorf("the peer's echo request with the pod's identifier: got %s, want SHOT", actName(got))
+	}
+	// And the pod's reply to a request its ingress never let in passes
+	// its egress only as policy allows it: to 10.0.0.3 it does not.
+	d.flushCT(t)
+	strayReq := packet{src: "10.0.0.3", dst: podV4, proto: protoICMP, sport: 78}
+	if got := run(t, d.toPod, strayReq); got != actShot {
+		t.Errorf("echo request from 10.0.0.3: got %s, want SHOT", actName(got))
+	}
+	out := frame(packet{src: podV4, dst: "10.0.0.3", proto: protoICMP, sport: 78})
+	out[14+20] = 0 // an echo reply
+	if got := runRaw(t, d.fromPod, out); got != actShot {
+		t.Errorf("echo reply to 10.0.0.3, which policy denies: got %s, want SHOT", actName(got))
 	}
 }
 

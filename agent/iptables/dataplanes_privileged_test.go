@@ -309,7 +309,10 @@ func (c *comparison) first(p testPacket) error {
 	}
 	c.n.mu.Unlock()
 
-	tracked := p.proto == policy.ProtoTCP || p.proto == policy.ProtoUDP || p.proto == policy.ProtoSCTP || isEcho(w.proto, w.icmpType)
+	// An echo reply opens nothing: netfilter's conntrack starts a
+	// connection on an echo request only, and so does lockstep's.
+	tracked := p.proto == policy.ProtoTCP || p.proto == policy.ProtoUDP || p.proto == policy.ProtoSCTP ||
+		w.proto == protoICMP && w.icmpType == 8 || w.proto == protoICMPv6 && w.icmpType == 128
 	if design == "" && res.verdict == "ACCEPT" && tracked {
 		f := &flow{p: p, sent: w, got: res.pkt, via: res.out, hairpin: res.hairpin, to: choice.to, out: p.out}
 		if f.to.IsValid() {

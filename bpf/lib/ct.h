@@ -331,33 +331,48 @@ static __always_inline void ct_mark_twin(const struct ct_key *k, const struct pk
 		ct_refresh(&s->expires, &s->flags, p->tcp_flags, now + ct_timeout(p), now);
 }
 
-/* ct_admit reports whether the endpoint of ifindex may create n more
- * conntrack entries, and counts them or the refusal (lockstep_ct_share).
- * Its estimate of the entries the endpoint holds, created less released,
- * is never below the truth but by a race: two CPUs that both read one
- * below the share both create, so an endpoint may exceed its share by
- * one new connection per CPU at most. always admits (and counts) beyond
- * the share: the node's own connections to its pod (kubelet's probes)
- * are never refused. Without a slot (more than CT_SHARE_SLOTS endpoints)
- * nothing is counted and the entry is made.
+/* ct_share_key is the key of the share of ifindex's connections opened
+ * in dir.
  */
-static __always_inline int ct_admit(__u32 ifindex, __u32 n, int always)
+static __always_inline __u32 ct_share_key(__u32 ifindex, __u8 dir)
 {
-	struct ct_share *s = bpf_map_lookup_elem(&lockstep_ct_share, &ifindex);
-	__u64 *rel, held;
+	return ifindex << 1 | dir;
+}
+
+/* ct_admit reports whether the endpoint of ifindex may create n more
+ * conntrack entries for a connection opened in dir, and counts them or the
+ * refusal (lockstep_ct_share). Its estimate of the entries the endpoint
+ * holds in dir, created less released, is never below the truth but by a
+ * race: two CPUs that both read one below the share both create, so an
+ * endpoint may exceed its share by one new connection per CPU at most.
+ * always admits (and counts) beyond the share: the node's own connections
+ * to its pod (kubelet's probes) are never refused. Nothing is refused
+ * either while the agent's reclaimer does not run (its last run, at
+ * CT_RECLAIM_KEY, older than CT_RECLAIM_STALE): nothing would be released.
+ * Without a slot (more than CT_SHARE_SLOTS) nothing is counted and the
+ * entry is made.
+ */
+static __always_inline int ct_admit(__u32 ifindex, __u8 dir, __u32 n, int always, __u64 now)
+{
+	__u32 key = ct_share_key(ifindex, dir), beat_key = CT_RECLAIM_KEY;
+	struct ct_share *s = bpf_map_lookup_elem(&lockstep_ct_share, &key);
+	__u64 *rel, *beat, held;
 
 	if (!s) {
 		struct ct_share z = {};
 
-		bpf_map_update_elem(&lockstep_ct_share, &ifindex, &z, BPF_NOEXIST);
-		s = bpf_map_lookup_elem(&lockstep_ct_share, &ifindex);
+		bpf_map_update_elem(&lockstep_ct_share, &key, &z, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&lockstep_ct_share, &key);
 		if (!s)
 			return 1;
 	}
-	rel = bpf_map_lookup_elem(&lockstep_ct_released, &ifindex);
+	rel = bpf_map_lookup_elem(&lockstep_ct_released, &key);
 	held = s->created - (rel ? *rel : 0);
 	if (rel && *rel > s->created)
 		held = 0;
+	beat = bpf_map_lookup_elem(&lockstep_ct_released, &beat_key);
+	if (!beat || *beat + CT_RECLAIM_STALE < now)
+		always = 1;
 	if (held + n > CT_SHARE && !always) {
 		__sync_fetch_and_add(&s->refused, 1);
 		return 0;

@@ -335,17 +335,24 @@ struct {
 	__uint(pinning, PIN_BY_NAME);
 } lockstep_ct SEC(".maps");
 
-/* The conntrack share of an endpoint (lib/ct.h): the entries it may hold
- * in lockstep_ct and lockstep_svc_ct together. lockstep_ct_share counts,
- * per host veth ifindex, the entries the programs created and the new
- * connections they refused beyond the share; lockstep_ct_released, written
- * by the agent only, how many of those created are gone (expired and
- * deleted, or evicted). Each map has one writer per field, so neither
- * loses the other's counts. 8192 slots: every endpoint, and as many
- * removed ones whose slots wait for the agent's flush.
+/* The conntrack shares of an endpoint (lib/ct.h): the entries it may hold
+ * in lockstep_ct and lockstep_svc_ct together, per direction the
+ * connections were opened in: what others open towards a pod never spends
+ * the share of what the pod opens itself. Both maps are keyed by
+ * ct_share_key (ifindex << 1 | dir). lockstep_ct_share counts the entries
+ * the programs created and the new connections they refused beyond the
+ * share; lockstep_ct_released, written by the agent only, how many of
+ * those created are gone (expired and deleted, or evicted), and at
+ * CT_RECLAIM_KEY when its reclaimer last ran: the shares are enforced only
+ * while it runs, for without it nothing is ever released. Each map has one
+ * writer per field, so neither loses the other's counts. 16384 slots: both
+ * directions of every endpoint, and as many of removed ones whose slots
+ * wait for the agent's flush.
  */
 #define CT_SHARE 16384
-#define CT_SHARE_SLOTS 8192
+#define CT_SHARE_SLOTS 16384
+#define CT_RECLAIM_KEY 0 /* ifindex 0, ingress: no endpoint's slot */
+#define CT_RECLAIM_STALE (30ULL * 1000000000ULL) /* three missed reclaims */
 
 struct ct_share {
 	__u64 created; /* entries created (atomic adds) */

@@ -135,6 +135,17 @@ static __always_inline int addr_eq(const struct v6addr *a, const struct v6addr *
 	return x[0] == y[0] && x[1] == y[1];
 }
 
+/* echo_ports fills p's ports for an ICMP echo of identifier id: the
+ * requester's end carries the identifier, the other end 0. A reply then
+ * matches its request's reversed tuple, and a request the peer sends with
+ * the same identifier does not: it is a connection of its own, judged by
+ * policy, as netfilter's conntrack tells requests from replies by type.
+ */
+static __always_inline void echo_ports(struct pkt *p, int request, __u16 id)
+{
+	p->sport = request ? id : 0;
+	p->dport = request ? 0 : id;
+}
 /* parse_l4 reads ports at off for proto. */
 static __always_inline int parse_l4(struct __sk_buff *skb, struct pkt *p, __u32 off)
 {
@@ -165,9 +176,12 @@ static __always_inline int parse_l4(struct __sk_buff *skb, struct pkt *p, __u32 
 	case IPPROTO_ICMPV6: {
 		__u8 h[8]; /* type, code, checksum, id, sequence */
 
+		/* ICMP in IPv6, or ICMPv6 in IPv4, is just another protocol. */
+		if (p->proto != (p->is_v6 ? IPPROTO_ICMPV6 : IPPROTO_ICMP))
+			return PARSE_OK;
 		if (load(skb, off, h, sizeof(h)))
 			return PARSE_BAD_L4;
-		if (p->proto == IPPROTO_ICMPV6) {
+		if (p->is_v6) {
 			/* Router/neighbour solicitation and advertisement,
 			 * redirect (133-137) and MLD (130-132, 143). */
 			if ((h[0] >= ICMPV6_MLD_QUERY && h[0] <= ICMPV6_REDIRECT) || h[0] == ICMPV6_MLD2_REPORT) {
@@ -185,10 +199,7 @@ static __always_inline int parse_l4(struct __sk_buff *skb, struct pkt *p, __u32 
 			p->icmp_err = h[0] == 3 || h[0] == 11 || h[0] == 12;
 			return PARSE_OK;
 		}
-		/* Echo: the identifier stands in for both ports, so a reply
-		 * matches its request's reversed tuple. */
-		p->sport = ((__u16)h[4] << 8) | h[5];
-		p->dport = p->sport;
+		echo_ports(p, h[0] == ICMP_ECHO || h[0] == ICMPV6_ECHO_REQUEST, ((__u16)h[4] << 8) | h[5]);
 		return PARSE_OK;
 	}
 	}
@@ -315,8 +326,7 @@ static __always_inline int parse_icmp_quote(struct __sk_buff *skb, __u32 off, __
 		return 0;
 	}
 	if (in->proto == icmp && (l4[0] == echo_req || l4[0] == echo_rep)) {
-		in->sport = ((__u16)l4[4] << 8) | l4[5];
-		in->dport = in->sport;
+		echo_ports(in, l4[0] == echo_req, ((__u16)l4[4] << 8) | l4[5]);
 		return 0;
 	}
 	return -1;

@@ -336,7 +336,7 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 			return verdict(skb, DIR_INGRESS, VERDICT_DROP, REASON_POLICY_INGRESS, t, self.identity);
 	}
 
-	if (!ct_admit(ifindex, 2, 0))
+	if (!ct_admit(ifindex, DIR_EGRESS, 2, 0, now))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_CT_SHARE, t, r.identity);
 	o = ct_fill_key(&s->k, ifindex, p);
 	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o), CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0),
