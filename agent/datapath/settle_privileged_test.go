@@ -103,6 +103,20 @@ func TestPrivilegedApplyWaitsItselfWhenTheSettlerFailed(t *testing.T) {
 	mustApply(t, d, stateA())
 	<-entered
 	results <- errors.New("injected failure")
+	// Let the settler record its failure first: an Apply that came before
+	// would kick it into a wait of its own, which the next receive on
+	// entered would take for Apply's.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		d.mu.Lock()
+		failed := d.settler.failed
+		d.mu.Unlock()
+		if failed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the settler did not record its failed wait within 30s")
+		}
+	}
 
 	done := make(chan error, 1)
 	go func() { done <- d.Apply(stateB()) }()
