@@ -80,9 +80,17 @@ func check(path string, size int64, lockTimeout time.Duration) (legacy bool, err
 		}
 		return false, corrupt(path, err)
 	}
-	err = checkPages(path, f, size)
-	f.Close()
-	if err != nil {
+	// An agent committing to the file while its pages are read would make
+	// a sound file look corrupt: read them under a reader's lock, which a
+	// writer's exclusive one excludes, and held until bbolt has its own.
+	defer f.Close()
+	switch locked, err := lockShared(f, lockTimeout); {
+	case err != nil:
+		return false, fmt.Errorf("lock state file %s: %w", path, err)
+	case !locked:
+		return false, fmt.Errorf("open state file %s: %w: is a second lockstep agent running?", path, ErrLocked)
+	}
+	if err := checkPages(path, f, size); err != nil {
 		return false, err
 	}
 	bdb, err := boltOpen(path, bolt.Options{ReadOnly: true, Timeout: lockTimeout, PreLoadFreelist: true})

@@ -378,3 +378,48 @@ func breakRootPage(t *testing.T, file []byte) {
 	native.PutUint32(p[pageHeaderSize+4:], 1)
 	native.PutUint64(p[pageHeaderSize+8:], m.root)
 }
+
+// TestOpenWhileAnotherAgentCommits: a file another agent holds and commits
+// to is locked, never corrupt: its pages are read only under a reader's
+// lock, so a commit in flight cannot make a sound file look damaged (and
+// the operator is never told to move a live file aside).
+func TestOpenWhileAnotherAgentCommits(t *testing.T) {
+	good, _ := realisticFile(t, 50)
+	dir := t.TempDir()
+	path := filepath.Join(dir, FileName)
+	write0(t, path, good)
+	other, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = other.Update(func(tx *bolt.Tx) error {
+				b, err := tx.CreateBucketIfNotExists([]byte("endpoints"))
+				if err != nil {
+					return err
+				}
+				return b.Put(fmt.Appendf(nil, "churn-%d", i%500), bytes.Repeat([]byte{byte(i)}, 200+i%3000))
+			})
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 100 {
+		db, err := Open(dir, time.Millisecond)
+		if err == nil {
+			db.Close()
+			t.Fatalf("open %d: succeeded while another agent holds the file", i)
+		}
+		if !errors.Is(err, ErrLocked) {
+			t.Fatalf("open %d: %v, want %v", i, err, ErrLocked)
+		}
+	}
+}
