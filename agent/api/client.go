@@ -15,10 +15,18 @@ import (
 // DefaultSocket is where the agent listens unless told otherwise.
 const DefaultSocket = "/run/lockstep/lockstep.sock"
 
-// DefaultTimeout bounds every client call, connection attempts included. A
-// plugin must never hang on a stuck agent: past this the call fails with
-// CodeTryAgainLater.
+// DefaultTimeout bounds every client call, connection attempts included, of
+// clients that ask for no other (lockstep status). Past it the call fails
+// with CodeTryAgainLater.
 const DefaultTimeout = 2 * time.Second
+
+// PluginTimeout bounds the plugin's calls. A plugin must never hang on a
+// stuck agent, and it must outwait the agent's own deadline (the server's
+// RequestTimeout, answered a fifth of it later at the latest: 6 s): a
+// plugin that gave up first would report an ADD failed that the agent
+// then completes, and the runtime's DEL, sent at once, would find nothing
+// to undo yet.
+const PluginTimeout = 8 * time.Second
 
 // MaxLine bounds one request or response line.
 const MaxLine = 4 << 20

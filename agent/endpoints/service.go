@@ -234,6 +234,11 @@ func (s *Service) write(ctx context.Context, fn func(*store.Txn) error) error {
 	s.writingSince.Store(time.Now().UnixNano())
 	txn := s.store.WriteTxn()
 	defer txn.Abort()
+	// The store's writer lock may have been held by another writer (a
+	// source's, which takes no turn here) past the deadline.
+	if ctx.Err() != nil {
+		return s.busy(ctx)
+	}
 	if err := fn(txn); err != nil {
 		return err
 	}

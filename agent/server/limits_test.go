@@ -161,3 +161,12 @@ func TestRefusalIsAResponse(t *testing.T) {
 		t.Fatalf("refusal %s (%v), want a try-again-later error", line, err)
 	}
 }
+
+// TestPluginOutwaitsTheServer: the plugin's client waits longer than the
+// server takes to answer at the latest, so the plugin hears "try again
+// later" instead of timing out on an ADD the agent may still complete.
+func TestPluginOutwaitsTheServer(t *testing.T) {
+	if answerBy := RequestTimeout + RequestTimeout/5; answerBy >= api.PluginTimeout {
+		t.Errorf("the server answers by %s, the plugin gives up at %s", answerBy, api.PluginTimeout)
+	}
+}

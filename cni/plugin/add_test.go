@@ -282,8 +282,8 @@ func TestAddAgentUnreachable(t *testing.T) {
 	err := h.plugin.add(t.Context(), h.cmdArgs(stdin))
 	took := time.Since(start)
 	wantCode(t, err, types.ErrTryAgainLater, "lockstep agent unreachable at "+h.socket+".absent")
-	if took > api.DefaultTimeout+time.Second {
-		t.Fatalf("ADD took %s against an absent agent, want about %s", took, api.DefaultTimeout)
+	if took > api.PluginTimeout+time.Second {
+		t.Fatalf("ADD took %s against an absent agent, want about %s", took, api.PluginTimeout)
 	}
 	if got := h.events.list(); slices.Contains(got, "setup "+hostIf) {
 		t.Fatalf("steps = %q, want no wiring", got)

@@ -72,7 +72,7 @@ type plugin struct {
 // newPlugin returns a plugin wired to the real agent client and netsetup.
 func newPlugin() *plugin {
 	return &plugin{
-		agent:     func(socket string) agentClient { return api.NewClient(socket, 0) },
+		agent:     func(socket string) agentClient { return api.NewClient(socket, api.PluginTimeout) },
 		setup:     netsetup.Setup,
 		teardown:  netsetup.Teardown,
 		check:     netsetup.Check,
