@@ -14,7 +14,7 @@ import (
 // there is nothing left to save.
 var (
 	// ErrEmptyStateFile marks a state file of zero bytes. lockstep never
-	// writes one (a new file is built aside and renamed into place), so
+	// writes one (a new file is built aside and linked into place), so
 	// the allocations it should hold are lost: starting empty would hand
 	// the addresses of running pods to new ones.
 	ErrEmptyStateFile = errors.New("state file is empty (0 bytes)")
