@@ -120,6 +120,17 @@ func TestFailClosed(t *testing.T) {
 			failed:  map[string]string{"team/cidrs": "prefixes are full (at most 20)", "team/allow-a": "namespace team holds 31"},
 			aFailed: [2]string{Ingress: "team/allow-a"},
 		},
+		{
+			name: "invalid policies' prefixes take no room on the node",
+			bad: []*NetworkPolicy{
+				mkPolicy("a1", "bad", sel("app", "nobody"), NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(0)},
+					From: []NetworkPolicyPeer{{IPBlock: &IPBlock{CIDR: "172.16.0.0/12"}}}}}}),
+				mkPolicy("a2", "bad", sel("app", "nobody"), NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(0)},
+					From: []NetworkPolicyPeer{{IPBlock: &IPBlock{CIDR: "172.16.0.0/12"}}}}}}),
+			},
+			limits: Limits{PrefixesPerNamespace: 100, Prefixes: 2},
+			failed: map[string]string{"a1/bad": "port 0 out of range", "a2/bad": "port 0 out of range"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := isolationScenario()
