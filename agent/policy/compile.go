@@ -306,6 +306,7 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 			}
 		}
 	}
+	ep.FailedPolicies = failedNames(selecting)
 	for d := Ingress; d <= Egress; d++ {
 		if ep.Failed[d] = failedReasons(selecting[d]); ep.Failed[d] != "" {
 			continue

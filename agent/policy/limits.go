@@ -205,6 +205,22 @@ func failedReasons(ps []*compiledPolicy) string {
 	return strings.Join(reasons, "; ")
 }
 
+// failedNames lists, sorted and once each, the names of the failed
+// policies among selecting (see EndpointPolicy.FailedPolicies); nil when
+// none failed.
+func failedNames(selecting [2][]*compiledPolicy) []string {
+	var names []string
+	for _, ps := range selecting {
+		for _, cp := range ps {
+			if cp.failed != "" {
+				names = append(names, cp.name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
 // tooManyReason is the reason a direction of an endpoint fails when its
 // rules for key k need n port ranges; policies names those selecting the
 // endpoint for the direction.
