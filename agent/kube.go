@@ -283,7 +283,10 @@ func (g *apiGate) Status(ctx context.Context) (*api.StatusResponse, error) {
 
 // reportPolicyFailures posts an Event on each NetworkPolicy that this
 // node enforces fail-closed, and when it no longer does
-// (kube/policyevents), until ctx ends.
+// (kube/policyevents), until ctx ends. Only the failed policies that
+// select a pod of this node count (enforcer.Failures.Local): the node
+// that fails a pod closed tells its owner, the others stay quiet. Status
+// and metrics still show every failed policy of the cluster.
 func (k *kubeMode) reportPolicyFailures(ctx context.Context, node string, st *store.Store, enf *enforcer.Enforcer, log *slog.Logger) error {
 	core, err := kubeclient.ForGroup(k.config, corev1.SchemeGroupVersion)
 	if err != nil {
@@ -295,7 +298,7 @@ func (k *kubeMode) reportPolicyFailures(ctx context.Context, node string, st *st
 		}
 		return ""
 	}, log.With("component", "policy-events"))
-	enf.OnFailures(func(f enforcer.Failures) { rep.Update(f.Policies) })
+	enf.OnFailures(func(f enforcer.Failures) { rep.Update(f.Local) })
 	go rep.Run(ctx)
 	return nil
 }

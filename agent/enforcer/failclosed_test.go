@@ -35,6 +35,9 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 		// whether team/a's ingress fails closed.
 		failedPolicy string
 		aFails       bool
+		// local is whether the failed policy selects a pod of the node,
+		// and so is one it reports (Failures.Local).
+		local bool
 		// roomy lifts the namespace's rule budget, which the ports alone
 		// would exceed: the rule's ranges are what fails.
 		roomy bool
@@ -52,6 +55,7 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 				Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{Ports: manyPorts}}}},
 			failedPolicy: "team/ports",
 			aFails:       true,
+			local:        true,
 		},
 		{
 			name: "a cidr netip rejects",
@@ -59,6 +63,7 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 				Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{IPBlock: &policy.IPBlock{CIDR: "10.0.0.0/8 "}}}}}}},
 			failedPolicy: "team/cidr",
 			aFails:       true,
+			local:        true,
 		},
 		{
 			name: "tens of thousands of excepts, selecting no pod",
@@ -145,6 +150,13 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 			f := e.Failures()
 			if tc.failedPolicy != "" && f.Policies[tc.failedPolicy] == "" {
 				t.Errorf("failures %+v: want policy %s", f, tc.failedPolicy)
+			}
+			var wantLocal map[string]string
+			if tc.local {
+				wantLocal = map[string]string{tc.failedPolicy: f.Policies[tc.failedPolicy]}
+			}
+			if !reflect.DeepEqual(f.Local, wantLocal) {
+				t.Errorf("failures %+v: local %v, want %v", f, f.Local, wantLocal)
 			}
 			if len(heard) == 0 || !reflect.DeepEqual(heard[len(heard)-1], f) {
 				t.Errorf("OnFailures heard %+v, want the last to be %+v", heard, f)

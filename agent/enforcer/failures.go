@@ -12,8 +12,15 @@ import (
 // affects only the endpoints it selects, which get no allow in the
 // directions concerned; everything else is enforced as written.
 type Failures struct {
-	// Policies maps each failed policy (namespace/name) to the reason.
+	// Policies maps each failed policy (namespace/name) of the cluster to
+	// the reason: what status and metrics show.
 	Policies map[string]string
+	// Local is the part of Policies that selects an endpoint of this node
+	// (see policy.EndpointPolicy.FailedPolicies): the policies this node
+	// fails closed on, and so the only ones it posts Events about. Every
+	// node compiles every policy; were each to report them all, K failed
+	// policies on N nodes would post K times N Events. Nil when none.
+	Local map[string]string
 	// Endpoints lists the local endpoints with a direction that fails
 	// closed, by host interface.
 	Endpoints []EndpointFailure
@@ -57,6 +64,14 @@ func (e *Enforcer) noteFailures(d *policy.Desired) {
 	for hostIf, ep := range d.Endpoints {
 		if ep.Failed != [2]string{} {
 			f.Endpoints = append(f.Endpoints, EndpointFailure{HostIf: hostIf, Reasons: ep.Failed})
+		}
+		for _, name := range ep.FailedPolicies {
+			if why, ok := d.FailedPolicies[name]; ok {
+				if f.Local == nil {
+					f.Local = map[string]string{}
+				}
+				f.Local[name] = why
+			}
 		}
 	}
 	slices.SortFunc(f.Endpoints, func(a, b EndpointFailure) int {

@@ -85,15 +85,18 @@ func Compile(s *Snapshot) (*Desired, error) {
 		inBlock:  make(map[string][]*identInfo),
 	}
 	costs := map[string]policyCost{}
-	for _, p := range s.Policies {
+	compiled := make([]*compiledPolicy, len(s.Policies))
+	errs := make([]error, len(s.Policies))
+	for i, p := range s.Policies {
+		compiled[i], errs[i] = compilePolicy(p)
 		ns := policyNamespace(p)
-		costs[ns] = costs[ns].add(costOf(p))
+		costs[ns] = costs[ns].add(costOf(p, errs[i] == nil))
 	}
 	budget := s.Limits.overBudget(costs)
 	failed := map[string]string{}
 	var blocks []*ipBlock
-	for _, p := range s.Policies {
-		cp := compileOrFail(p, budget[policyNamespace(p)])
+	for i, p := range s.Policies {
+		cp := failClosed(p, compiled[i], errs[i], budget[policyNamespace(p)])
 		if cp.failed != "" {
 			failed[cp.name] = cp.failed
 		}
@@ -303,6 +306,7 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 			}
 		}
 	}
+	ep.FailedPolicies = failedNames(selecting)
 	for d := Ingress; d <= Egress; d++ {
 		if ep.Failed[d] = failedReasons(selecting[d]); ep.Failed[d] != "" {
 			continue

@@ -95,6 +95,12 @@ type EndpointPolicy struct {
 	// for the endpoints the offending policies select and no other. ""
 	// when the direction compiled.
 	Failed [2]string
+	// FailedPolicies names (namespace/name, sorted) the policies of
+	// Desired.FailedPolicies that select the endpoint in a direction they
+	// declare: those this node fails closed on, and so the ones whose
+	// owners it tells (a node must not report every failed policy of the
+	// cluster). Nil when none. It is for reporting: dataplanes ignore it.
+	FailedPolicies []string
 }
 
 // AddrEntry is what the dataplane knows about one pod address.

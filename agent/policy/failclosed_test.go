@@ -58,34 +58,41 @@ func TestFailClosed(t *testing.T) {
 		// ("": that direction compiles as without the bad policies).
 		failed  map[string]string
 		aFailed [2]string
+		// aPolicies are the failed policies that select lxc-a (its
+		// FailedPolicies): the ones its node reports.
+		aPolicies []string
 	}{
 		{
 			name: "invalid port",
 			bad: []*NetworkPolicy{mkPolicy("team", "bad", &LabelSelector{},
 				NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(0)}}}})},
-			failed:  map[string]string{"team/bad": "port 0 out of range"},
-			aFailed: [2]string{Ingress: "networkpolicy team/bad: spec.ingress[0]: ports[0]: port 0 out of range"},
+			failed:    map[string]string{"team/bad": "port 0 out of range"},
+			aFailed:   [2]string{Ingress: "networkpolicy team/bad: spec.ingress[0]: ports[0]: port 0 out of range"},
+			aPolicies: []string{"team/bad"},
 		},
 		{
 			name: "cidr netip rejects, egress only",
 			bad: []*NetworkPolicy{mkPolicy("team", "bad", sel("app", "a"), NetworkPolicySpec{PolicyTypes: []PolicyType{PolicyTypeEgress},
 				Egress: []EgressRule{{To: []NetworkPolicyPeer{{IPBlock: &IPBlock{CIDR: "10.0.0.0/8 "}}}}}})},
-			failed:  map[string]string{"team/bad": "spec.egress[0]: to[0]: ipBlock: cidr"},
-			aFailed: [2]string{Egress: "networkpolicy team/bad"},
+			failed:    map[string]string{"team/bad": "spec.egress[0]: to[0]: ipBlock: cidr"},
+			aFailed:   [2]string{Egress: "networkpolicy team/bad"},
+			aPolicies: []string{"team/bad"},
 		},
 		{
 			name: "unknown policy type fails both directions",
 			bad: []*NetworkPolicy{mkPolicy("team", "bad", sel("app", "a"),
 				NetworkPolicySpec{PolicyTypes: []PolicyType{"Sideways"}})},
-			failed:  map[string]string{"team/bad": `unknown policy type "Sideways"`},
-			aFailed: [2]string{Ingress: "team/bad", Egress: "team/bad"},
+			failed:    map[string]string{"team/bad": `unknown policy type "Sideways"`},
+			aFailed:   [2]string{Ingress: "team/bad", Egress: "team/bad"},
+			aPolicies: []string{"team/bad"},
 		},
 		{
 			name: "invalid pod selector selects the whole namespace",
 			bad: []*NetworkPolicy{mkPolicy("team", "bad", sel("not a key!", "x"),
 				NetworkPolicySpec{Ingress: []IngressRule{{}}})},
-			failed:  map[string]string{"team/bad": "spec.podSelector"},
-			aFailed: [2]string{Ingress: "team/bad"},
+			failed:    map[string]string{"team/bad": "spec.podSelector"},
+			aFailed:   [2]string{Ingress: "team/bad"},
+			aPolicies: []string{"team/bad"},
 		},
 		{
 			name: "more port ranges than a key holds",
@@ -102,23 +109,37 @@ func TestFailClosed(t *testing.T) {
 				"team/cidrs":   "namespace team is over its budget: its policies hold 301 ipBlock prefixes, at most 100",
 				"team/allow-a": "namespace team is over its budget",
 			},
-			aFailed: [2]string{Ingress: "team/allow-a: namespace team is over its budget"},
+			aFailed:   [2]string{Ingress: "team/allow-a: namespace team is over its budget"},
+			aPolicies: []string{"team/allow-a"},
 		},
 		{
 			name: "namespace over its rule budget",
 			bad: []*NetworkPolicy{mkPolicy("team", "rules", sel("app", "nobody"), NetworkPolicySpec{
 				Ingress: []IngressRule{{Ports: seventeen, From: []NetworkPolicyPeer{{PodSelector: sel("x", "1")}, {PodSelector: sel("x", "2")}}}}})},
-			limits:  Limits{RulesPerNamespace: 20},
-			failed:  map[string]string{"team/rules": "35 rule entries", "team/allow-a": "35 rule entries"},
-			aFailed: [2]string{Ingress: "over its budget"},
+			limits:    Limits{RulesPerNamespace: 20},
+			failed:    map[string]string{"team/rules": "35 rule entries", "team/allow-a": "35 rule entries"},
+			aFailed:   [2]string{Ingress: "over its budget"},
+			aPolicies: []string{"team/allow-a"},
 		},
 		{
 			name: "node's prefixes full: the largest namespace fails",
 			bad: []*NetworkPolicy{mkPolicy("team", "cidrs", sel("app", "nobody"), NetworkPolicySpec{
 				Ingress: []IngressRule{{From: []NetworkPolicyPeer{{IPBlock: exceptBlock(30)}}}}})},
-			limits:  Limits{PrefixesPerNamespace: 100, Prefixes: 20},
-			failed:  map[string]string{"team/cidrs": "prefixes are full (at most 20)", "team/allow-a": "namespace team holds 31"},
-			aFailed: [2]string{Ingress: "team/allow-a"},
+			limits:    Limits{PrefixesPerNamespace: 100, Prefixes: 20},
+			failed:    map[string]string{"team/cidrs": "prefixes are full (at most 20)", "team/allow-a": "namespace team holds 31"},
+			aFailed:   [2]string{Ingress: "team/allow-a"},
+			aPolicies: []string{"team/allow-a"},
+		},
+		{
+			name: "invalid policies' prefixes take no room on the node",
+			bad: []*NetworkPolicy{
+				mkPolicy("a1", "bad", sel("app", "nobody"), NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(0)},
+					From: []NetworkPolicyPeer{{IPBlock: &IPBlock{CIDR: "172.16.0.0/12"}}}}}}),
+				mkPolicy("a2", "bad", sel("app", "nobody"), NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(0)},
+					From: []NetworkPolicyPeer{{IPBlock: &IPBlock{CIDR: "172.16.0.0/12"}}}}}}),
+			},
+			limits: Limits{PrefixesPerNamespace: 100, Prefixes: 2},
+			failed: map[string]string{"a1/bad": "port 0 out of range", "a2/bad": "port 0 out of range"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,6 +179,9 @@ func TestFailClosed(t *testing.T) {
 				}
 			}
 			a, wa := got.Endpoints["lxc-a"], want.Endpoints["lxc-a"]
+			if !slices.Equal(a.FailedPolicies, tc.aPolicies) {
+				t.Errorf("lxc-a: failed policies selecting it %v, want %v", a.FailedPolicies, tc.aPolicies)
+			}
 			for d := Ingress; d <= Egress; d++ {
 				isolated := [2]bool{a.IngressIsolated, a.EgressIsolated}[d]
 				wasIsolated := [2]bool{wa.IngressIsolated, wa.EgressIsolated}[d]

@@ -167,7 +167,8 @@ func (in *inputs) setCost(k objKey, np *NetworkPolicy) {
 	if np == nil {
 		return
 	}
-	c := costOf(np)
+	_, err := compilePolicy(np)
+	c := costOf(np, err == nil)
 	in.cost[k] = c
 	ns := policyNamespace(np)
 	in.nsCost[ns] = in.nsCost[ns].add(c)

@@ -174,7 +174,7 @@ func (st *state) computeFull(e *endpointState) {
 	ep := &EndpointPolicy{
 		IPv4: e.le.IPv4.Unmap(), IPv6: e.le.IPv6,
 		IngressIsolated: len(e.sel[Ingress]) > 0, EgressIsolated: len(e.sel[Egress]) > 0,
-		Rules: rules, Failed: failed,
+		Rules: rules, Failed: failed, FailedPolicies: e.failedPolicies(),
 	}
 	// Rules that did not change are e.out's very map (and a first
 	// computation always changes them): only the rest needs comparing.
@@ -243,6 +243,18 @@ func (e *endpointState) failedReasons(d Direction) string {
 		cps = append(cps, ps.cp)
 	}
 	return failedReasons(cps)
+}
+
+// failedPolicies names the failed policies selecting e, as
+// compiler.endpoint does (see EndpointPolicy.FailedPolicies).
+func (e *endpointState) failedPolicies() []string {
+	var cps [2][]*compiledPolicy
+	for d := range e.sel {
+		for _, ps := range e.sel[d] {
+			cps[d] = append(cps[d], ps.cp)
+		}
+	}
+	return failedNames(cps)
 }
 
 // tooMany is the reason a direction of e fails whose key o.k needs o.n

@@ -1,5 +1,7 @@
 package policy
 
+import "slices"
+
 // policyState is one compiled policy and the local endpoints it selects.
 // While it selects any (active), its rules' selector peers are registered
 // and kept up to date.
@@ -388,5 +390,6 @@ func (st *state) addPeerRule(b *ruleBuilder, r *ruleState, x *identState, local 
 // rules.
 func sameAddrsAndIsolation(a, b *EndpointPolicy) bool {
 	return a.IPv4 == b.IPv4 && a.IPv6 == b.IPv6 &&
-		a.IngressIsolated == b.IngressIsolated && a.EgressIsolated == b.EgressIsolated && a.Failed == b.Failed
+		a.IngressIsolated == b.IngressIsolated && a.EgressIsolated == b.EgressIsolated && a.Failed == b.Failed &&
+		slices.Equal(a.FailedPolicies, b.FailedPolicies)
 }

@@ -25,9 +25,11 @@ type Limits struct {
 	// The eBPF dataplane's longest-prefix map holds the prefixes of the
 	// state applied and of the one being applied (one map, a class per
 	// parity), so the agent's bound is half its capacity less the two
-	// default routes. When the namespaces within their own budgets still
-	// ask for more, the largest are failed until the rest fit. 0 is no
-	// bound.
+	// default routes. Only prefixes the node would load count: not those
+	// of a policy that does not compile, nor those of a namespace over its
+	// own budget. When the namespaces within their own budgets still ask
+	// for more, the largest are failed until the rest fit, and namespaces
+	// of equal size fail together (see Limits.overBudget). 0 is no bound.
 	Prefixes int
 }
 
@@ -48,20 +50,27 @@ var DefaultLimits = Limits{
 // policyCost is what a policy, or all policies of a namespace, asks of
 // the node.
 type policyCost struct {
+	// prefixes and rules count the spec as written, valid or not: they
+	// are what the namespace's own budget bounds.
 	prefixes, rules int
+	// loaded counts the prefixes the node would load: those of a policy
+	// that compiles. A policy that does not compile fails closed with no
+	// rule, so its prefixes take no room in the node's maps and must not
+	// push another namespace out of them.
+	loaded int
 }
 
 func (c policyCost) add(o policyCost) policyCost {
-	return policyCost{c.prefixes + o.prefixes, c.rules + o.rules}
+	return policyCost{c.prefixes + o.prefixes, c.rules + o.rules, c.loaded + o.loaded}
 }
 
 func (c policyCost) sub(o policyCost) policyCost {
-	return policyCost{c.prefixes - o.prefixes, c.rules - o.rules}
+	return policyCost{c.prefixes - o.prefixes, c.rules - o.rules, c.loaded - o.loaded}
 }
 
-// costOf counts np's prefixes and rule entries from its spec as written,
-// valid or not: a policy that does not compile still counts.
-func costOf(np *NetworkPolicy) policyCost {
+// costOf counts np's prefixes and rule entries from its spec as written;
+// valid says whether np compiles, and so whether its prefixes are loaded.
+func costOf(np *NetworkPolicy, valid bool) policyCost {
 	var c policyCost
 	rule := func(peers []NetworkPolicyPeer, ports int) {
 		c.rules += max(1, len(peers)) * max(1, ports)
@@ -76,6 +85,9 @@ func costOf(np *NetworkPolicy) policyCost {
 	}
 	for _, r := range np.Spec.Egress {
 		rule(r.To, len(r.Ports))
+	}
+	if valid {
+		c.loaded = c.prefixes
 	}
 	return c
 }
@@ -93,10 +105,17 @@ func namespaceOrDefault(ns string) string {
 }
 
 // overBudget returns, for every namespace whose policies the limits do not
-// allow, why. A namespace over its own budget fails; if the namespaces
-// within theirs still ask for more prefixes than the node holds, the
-// largest (then the greatest name, so the result depends on nothing but
-// the costs) fail until the rest fit.
+// allow, why. A namespace over its own budget fails. If the namespaces
+// within theirs still ask the node to load more prefixes than it holds,
+// the largest fail until the rest fit, and every namespace as large as
+// the last one failed fails with it: among namespaces of equal size none
+// is preferred, so no tenant can push another out by how it names its
+// namespaces. The result depends on the costs alone, never on the names.
+//
+// This bounds what naming can do, not what numbers can: a tenant with
+// many namespaces just smaller than another's can still make that one
+// the largest, and so the first to fail. The per-namespace budget, and
+// who may create namespaces, bound that.
 func (l Limits) overBudget(costs map[string]policyCost) map[string]string {
 	out := map[string]string{}
 	var within []string
@@ -109,24 +128,22 @@ func (l Limits) overBudget(costs map[string]policyCost) map[string]string {
 			out[ns] = fmt.Sprintf("namespace %s is over its budget: its policies hold %d rule entries (peers times ports), at most %d", ns, c.rules, l.RulesPerNamespace)
 		default:
 			within = append(within, ns)
-			total += c.prefixes
+			total += c.loaded
 		}
 	}
 	if l.Prefixes <= 0 || total <= l.Prefixes {
 		return out
 	}
-	slices.SortFunc(within, func(a, b string) int {
-		if c := cmp.Compare(costs[b].prefixes, costs[a].prefixes); c != 0 {
-			return c
-		}
-		return strings.Compare(b, a)
-	})
+	slices.SortFunc(within, func(a, b string) int { return cmp.Compare(costs[b].loaded, costs[a].loaded) })
+	cut := 0 // the size of the last namespace failed
 	for _, ns := range within {
-		if total <= l.Prefixes {
+		n := costs[ns].loaded
+		if total <= l.Prefixes && n != cut {
 			break
 		}
-		total -= costs[ns].prefixes
-		out[ns] = fmt.Sprintf("the node's ipBlock prefixes are full (at most %d) and namespace %s holds %d of them, one of the largest shares", l.Prefixes, ns, costs[ns].prefixes)
+		total -= n
+		cut = n
+		out[ns] = fmt.Sprintf("the node's ipBlock prefixes are full (at most %d) and namespace %s holds %d of them, one of the largest shares (namespaces of equal share fail together)", l.Prefixes, ns, n)
 	}
 	return out
 }
@@ -139,6 +156,11 @@ func (l Limits) overBudget(costs map[string]policyCost) map[string]string {
 // namespace, in both directions: what lockstep cannot read fails closed.
 func compileOrFail(np *NetworkPolicy, budget string) *compiledPolicy {
 	cp, err := compilePolicy(np)
+	return failClosed(np, cp, err, budget)
+}
+
+// failClosed is compileOrFail given what compilePolicy returned for np.
+func failClosed(np *NetworkPolicy, cp *compiledPolicy, err error, budget string) *compiledPolicy {
 	if err == nil && budget == "" {
 		return cp
 	}
@@ -181,6 +203,22 @@ func failedReasons(ps []*compiledPolicy) string {
 	}
 	slices.Sort(reasons)
 	return strings.Join(reasons, "; ")
+}
+
+// failedNames lists, sorted and once each, the names of the failed
+// policies among selecting (see EndpointPolicy.FailedPolicies); nil when
+// none failed.
+func failedNames(selecting [2][]*compiledPolicy) []string {
+	var names []string
+	for _, ps := range selecting {
+		for _, cp := range ps {
+			if cp.failed != "" {
+				names = append(names, cp.name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // tooManyReason is the reason a direction of an endpoint fails when its

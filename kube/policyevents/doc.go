@@ -1,7 +1,9 @@
 // Package policyevents tells a NetworkPolicy's owner, on the policy
 // itself, that this node enforces it fail-closed: a Warning Event on the
 // NetworkPolicy when it starts to fail (or fails for a new reason), a
-// Normal one when it is enforced as written again. `kubectl describe
+// Normal one when it is enforced as written again. A node reports only the
+// failed policies that select one of its pods, and announces the end of a
+// failure only on a policy it reported that still exists. `kubectl describe
 // networkpolicy` shows them, where a tenant who cannot read the agent's
 // log or metrics looks.
 //

@@ -29,7 +29,10 @@ const (
 const maxMessage = 1024
 
 // Reporter posts an Event on every NetworkPolicy whose failure on this
-// node starts, changes or ends.
+// node starts, changes or ends. It is given only the failed policies that
+// select a pod of this node (enforcer.Failures.Local): every node compiles
+// every policy, and were each to report them all, K failed policies on N
+// nodes would post K times N Events.
 type Reporter struct {
 	core rest.Interface
 	node string
@@ -44,14 +47,15 @@ type Reporter struct {
 
 // New returns a Reporter posting through core, a core/v1 REST client (see
 // kube/client.ForGroup), as the agent of node. uid returns the UID of a
-// policy the agent holds, so that the Event refers to that very object
-// ("" if unknown).
+// policy the agent holds, so that the Event refers to that very object,
+// and "" for one it no longer holds: a policy deleted gets no Enforced
+// Event, there is no object left to carry it.
 func New(core rest.Interface, node string, uid func(namespace, name string) types.UID, log *slog.Logger) *Reporter {
 	return &Reporter{core: core, node: node, uid: uid, log: log, next: make(chan map[string]string, 1), reported: map[string]string{}}
 }
 
 // Update hands the Reporter the failed policies (namespace/name to reason)
-// of the state just applied. It never blocks: a set Run has not taken yet
+// of the state just applied that select a pod of this node. It never blocks: a set Run has not taken yet
 // is replaced.
 func (r *Reporter) Update(failed map[string]string) {
 	for {
@@ -94,6 +98,10 @@ func (r *Reporter) post(ctx context.Context, failed map[string]string) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.reported)) {
 		if _, ok := failed[name]; ok {
+			continue
+		}
+		if ns, n, _ := strings.Cut(name, "/"); r.uid(ns, n) == "" {
+			delete(r.reported, name) // deleted: nothing to post on
 			continue
 		}
 		if err := r.event(ctx, name, corev1.EventTypeNormal, ReasonEnforced, fmt.Sprintf("node %s enforces this policy as written again", r.node)); err != nil {

@@ -45,6 +45,7 @@ func (s *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Warning event, naming it with its UID and the reason; the same failure
 // applied again posts nothing; a new reason posts again; the policy
 // enforced again gets one Normal event. Another policy is never touched.
+// A policy deleted while it failed gets no Normal event: it is gone.
 func TestReporterPostsAChangeOnce(t *testing.T) {
 	srv := &apiServer{}
 	ts := httptest.NewServer(srv)
@@ -53,20 +54,33 @@ func TestReporterPostsAChangeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := New(core, "node-a", func(ns, name string) types.UID { return types.UID("uid-" + ns + "-" + name) }, slog.New(slog.DiscardHandler))
+	deleted := map[string]bool{}
+	r := New(core, "node-a", func(ns, name string) types.UID {
+		if deleted[ns+"/"+name] {
+			return ""
+		}
+		return types.UID("uid-" + ns + "-" + name)
+	}, slog.New(slog.DiscardHandler))
 	ctx := context.Background()
 	steps := []struct {
-		failed map[string]string
-		want   []string // reason and involved object of each new event
+		failed  map[string]string
+		deleted string   // a policy the agent no longer holds
+		want    []string // reason and involved object of each new event
 	}{
-		{map[string]string{"team/bad": "cidr: bad"}, []string{"Warning FailsClosed team/bad uid-team-bad cidr: bad"}},
-		{map[string]string{"team/bad": "cidr: bad"}, nil},
-		{map[string]string{"team/bad": "port 0"}, []string{"Warning FailsClosed team/bad uid-team-bad port 0"}},
-		{map[string]string{}, []string{"Normal Enforced team/bad uid-team-bad enforces this policy as written again"}},
-		{map[string]string{}, nil},
+		{map[string]string{"team/bad": "cidr: bad"}, "", []string{"Warning FailsClosed team/bad uid-team-bad cidr: bad"}},
+		{map[string]string{"team/bad": "cidr: bad"}, "", nil},
+		{map[string]string{"team/bad": "port 0"}, "", []string{"Warning FailsClosed team/bad uid-team-bad port 0"}},
+		{map[string]string{}, "", []string{"Normal Enforced team/bad uid-team-bad enforces this policy as written again"}},
+		{map[string]string{}, "", nil},
+		{map[string]string{"team/gone": "port 0"}, "", []string{"Warning FailsClosed team/gone uid-team-gone port 0"}},
+		{map[string]string{}, "team/gone", nil},
+		{map[string]string{}, "", nil},
 	}
 	seen := 0
 	for i, s := range steps {
+		if s.deleted != "" {
+			deleted[s.deleted] = true
+		}
 		r.post(ctx, s.failed)
 		srv.mu.Lock()
 		got := srv.events[seen:]
