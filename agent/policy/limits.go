@@ -38,11 +38,14 @@ type Limits struct {
 // limits keep every compiled state within it.
 const CIDRCapacity = 65536
 
-// DefaultLimits are the agent's limits: a namespace may hold an eighth of
-// the prefixes a state may hold (4096), and as many rule entries, so
-// eight tenants at their budget fill the node and no single one can.
+// DefaultLimits are the agent's limits: a state may hold half of
+// lockstep_cidrs but the two default routes (32766 prefixes: the map
+// holds the applied state's and the next one's), and a namespace an
+// eighth of that (4095), so that eight tenants at their budget still fit
+// the node and no single one can fill it; a namespace may hold 4096 rule
+// entries.
 var DefaultLimits = Limits{
-	PrefixesPerNamespace: CIDRCapacity / 16,
+	PrefixesPerNamespace: (CIDRCapacity/2 - 2) / 8,
 	RulesPerNamespace:    CIDRCapacity / 16,
 	Prefixes:             CIDRCapacity/2 - 2,
 }

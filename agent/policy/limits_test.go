@@ -141,7 +141,7 @@ func failedSizes(costs map[string]policyCost, out map[string]string) []string {
 	return s
 }
 
-// TestNodeBudgetAttackByName is the scenario of a tenant creating seven
+// TestNodeBudgetAttackByName is the scenario of a tenant creating eight
 // namespaces as large as prod's, whose names sort before it, through
 // Compile and the incremental compiler: prod's pod is failed only
 // together with every namespace of its size, whatever prod is called.
@@ -150,14 +150,17 @@ func TestNodeBudgetAttackByName(t *testing.T) {
 		t.Run(victim, func(t *testing.T) {
 			big := func(ns string) *NetworkPolicy {
 				return mkPolicy(ns, "p", &LabelSelector{}, NetworkPolicySpec{
-					Ingress: []IngressRule{{From: []NetworkPolicyPeer{{IPBlock: exceptBlock(4095)}}}}})
+					// The cidr and its excepts: the namespace's whole budget.
+					Ingress: []IngressRule{{From: []NetworkPolicyPeer{{IPBlock: exceptBlock(DefaultLimits.PrefixesPerNamespace - 1)}}}}})
 			}
 			sc := scenario{
 				pods:     []*Pod{mkPod(victim, "web", ips("10.0.0.1"), "app", "web")},
 				policies: []*NetworkPolicy{big(victim)},
 				local:    []LocalEndpoint{{HostIfName: "lxc-web", Namespace: victim, PodName: "web", IPv4: addr("10.0.0.1")}},
 			}
-			for i := 1; i <= 7; i++ {
+			// Eight namespaces at their budget fit the node; a ninth
+			// does not.
+			for i := 1; i <= 8; i++ {
 				sc.policies = append(sc.policies, big(fmt.Sprintf("a%d", i)))
 			}
 			s := sc.snapshot()
@@ -174,8 +177,8 @@ func TestNodeBudgetAttackByName(t *testing.T) {
 			} else if diff := diffDesired(igot, got); diff != "" {
 				t.Errorf("incremental result differs from Compile:\n%s", diff)
 			}
-			if len(got.FailedPolicies) != 8 {
-				t.Errorf("failed %v, want all eight namespaces of 4096 prefixes failed together", slices.Sorted(maps.Keys(got.FailedPolicies)))
+			if len(got.FailedPolicies) != 9 {
+				t.Errorf("failed %v, want all nine namespaces at their budget failed together", slices.Sorted(maps.Keys(got.FailedPolicies)))
 			}
 			if why := got.FailedPolicies[victim+"/p"]; !strings.Contains(why, "equal share fail together") {
 				t.Errorf("%s/p: reason %q, want the node's prefixes full, shared by the tie", victim, why)

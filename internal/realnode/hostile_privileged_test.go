@@ -28,7 +28,7 @@ func TestPrivilegedRealNodeHostilePolicy(t *testing.T) {
 	victim := net.JoinHostPort(waitReady(t, c, hog, "victim")["victim"].ip("4"), "8080")
 
 	// As written, the policy lets all of IPv4 but 5000 addresses reach the
-	// victim: 5001 prefixes, more than a namespace's budget of 4096.
+	// victim: 5001 prefixes, more than a namespace's budget of 4095.
 	excepts := make([]string, 5000)
 	for i := range excepts {
 		excepts[i] = fmt.Sprintf("198.18.%d.%d/32", i/250, i%250+1)
