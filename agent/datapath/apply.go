@@ -178,6 +178,26 @@ func (d *Datapath) writeCIDRs(want map[netip.Prefix]policy.Peer, p, q int) (map[
 		}
 		canon[canonPrefix(pfx)] = uint32(class)
 	}
+	// Prefixes an apply that failed left behind, in neither the live
+	// parity's table nor the new one, go first: the trie may be full of
+	// them (a state too large for it), and their live slot repeats what
+	// the live table's own prefixes give, so no live lookup changes.
+	if live := m.cidrSet[p]; live.valid && len(m.trie) > len(live.m) {
+		for pfx := range m.trie {
+			if _, ok := canon[pfx]; ok {
+				continue
+			}
+			if _, ok := live.m[pfx]; ok {
+				continue
+			}
+			k := bpfmaps.CIDRKey{PrefixLen: uint32(pfx.Bits()), Addr: bpfmaps.Addr(pfx.Addr().As16())}
+			d.stats.entries++
+			if err := d.cidrs.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return nil, fmt.Errorf("delete %s from %s: %w", pfx, bpfmaps.CIDRsMap, err)
+			}
+			m.delTrie(pfx)
+		}
+	}
 	if m.cidrSet[q].valid && maps.Equal(canon, m.cidrSet[q].m) {
 		canon = m.cidrSet[q].m // every trie entry's slot q is already right
 	} else {
