@@ -65,23 +65,6 @@ func listPodsConsistent(ctx context.Context, c rest.Interface, node string) (*co
 	return list, nil
 }
 
-// slimPod keeps of a pod what the orphan reconcile reads, so the informer
-// cache holds a few strings per pod rather than whole specs.
-func slimPod(obj client.Object) client.Object {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: p.Namespace, Name: p.Name, UID: p.UID,
-			ResourceVersion: p.ResourceVersion,
-		},
-		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
-		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
-	}
-}
-
 // podOf converts a pod to what endpoints.Orphaned judges.
 func podOf(p *corev1.Pod) endpoints.Pod {
 	out := endpoints.Pod{

@@ -181,7 +181,7 @@ func New(opts Options) (*Syncer, error) {
 	s.nodeInf = client.NewInformer(coreListWatch(core, "nodes", nodeSelector(s.name)), s.log)
 	s.ipamInf = client.NewInformer(s.ipams.ListWatchName(s.name), s.log)
 	s.podInf = client.NewInformer(coreListWatch(core, "pods", podSelector(s.name)), s.log)
-	s.podInf.SetTransform(slimPod)
+	s.podInf.SetTransform(client.SlimPod)
 	poke := func(client.Object) { s.poke(s.kick) }
 	for _, inf := range []*client.Informer{s.nodeInf, s.ipamInf} {
 		inf.AddHandler(client.Handler{

@@ -66,7 +66,7 @@ func newController(c *clients, cfg *Config, o *opsState) *controller {
 	ctl.pools = client.NewInformer(c.lockstep.IPPools().ListWatch(nil), cfg.Logger)
 	ctl.ipams = client.NewInformer(c.lockstep.NodeIPAMs().ListWatch(nil), cfg.Logger)
 	ctl.pods = client.NewInformer(c.podListWatch(), cfg.Logger)
-	ctl.pods.SetTransform(trimPod)
+	ctl.pods.SetTransform(client.SlimPod)
 	return ctl
 }
 

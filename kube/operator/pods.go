@@ -6,9 +6,6 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"lockstep.dev/lockstep/kube/client"
 )
 
 // podAddr is one address a pod holds, as the operator's pod informer last
@@ -86,21 +83,4 @@ func podIPs(p *corev1.Pod) []netip.Addr {
 		}
 	}
 	return out
-}
-
-// trimPod keeps of a pod what the release check reads, so that the cache
-// of a large cluster's pods holds a few strings per pod, not their specs.
-func trimPod(obj client.Object) client.Object {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: p.Namespace, Name: p.Name, UID: p.UID,
-			ResourceVersion: p.ResourceVersion,
-		},
-		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork},
-		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
-	}
 }
