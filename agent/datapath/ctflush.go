@@ -84,27 +84,38 @@ func (d *Datapath) flushConntrack(gone map[uint32]struct{}) (int, error) {
 // V) whose ifindex is in gone, and returns how many it found.
 func flushTable[V any](table *ebpf.Map, name string, gone map[uint32]struct{}) (int, error) {
 	var doomed []bpfmaps.CTKey
-	keys := make([]bpfmaps.CTKey, ctBatch)
-	vals := make([]V, ctBatch)
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := table.BatchLookup(&cursor, keys, vals, nil)
-		for _, k := range keys[:n] {
-			if _, ok := gone[k.Ifindex]; ok {
-				doomed = append(doomed, k)
-			}
+	err := scanCT(table, name, func(k bpfmaps.CTKey, _ V) {
+		if _, ok := gone[k.Ifindex]; ok {
+			doomed = append(doomed, k)
 		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break // the end of the table
-		}
-		if err != nil {
-			return 0, fmt.Errorf("read %s: %w", name, err)
-		}
+	})
+	if err != nil {
+		return 0, err
 	}
 	if err := deleteAll(table, doomed); err != nil {
 		return len(doomed), fmt.Errorf("delete entries of removed endpoints from %s: %w", name, err)
 	}
 	return len(doomed), nil
+}
+
+// scanCT calls fn for every entry of table (keyed by ct_key, with values
+// V), read in batches.
+func scanCT[V any](table *ebpf.Map, name string, fn func(bpfmaps.CTKey, V)) error {
+	keys := make([]bpfmaps.CTKey, ctBatch)
+	vals := make([]V, ctBatch)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := table.BatchLookup(&cursor, keys, vals, nil)
+		for i, k := range keys[:n] {
+			fn(k, vals[i])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil // the end of the table
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+	}
 }
 
 // bumpCTEpoch changes lockstep_ct_epoch, so that the programs stop using

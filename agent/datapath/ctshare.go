@@ -185,30 +185,21 @@ func (d *Datapath) reclaimConntrack() (int, error) {
 // reclaimTable deletes the entries of table (keyed by ct_key, with values
 // V whose deadline and share direction of reads) that expired before now,
 // counts those left per share key into left, and returns how many it
-// deleted. An entry
-// is read again just before it is deleted, so that one a new connection
-// made meanwhile stays, but for the moment between the two syscalls.
+// deleted. An entry is read again just before it is deleted, so that one a
+// new connection made meanwhile stays, but for the moment between the two
+// syscalls.
 func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint32]uint64, of func(V) (expires uint64, dir uint8)) (int, error) {
 	var doomed []bpfmaps.CTKey
-	keys := make([]bpfmaps.CTKey, ctBatch)
-	vals := make([]V, ctBatch)
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := table.BatchLookup(&cursor, keys, vals, nil)
-		for i, k := range keys[:n] {
-			expires, dir := of(vals[i])
-			if expires+ctExpiredSlack < now {
-				doomed = append(doomed, k)
-				continue
-			}
-			left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
+	err := scanCT(table, name, func(k bpfmaps.CTKey, v V) {
+		expires, dir := of(v)
+		if expires+ctExpiredSlack < now {
+			doomed = append(doomed, k)
+			return
 		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break
-		}
-		if err != nil {
-			return 0, fmt.Errorf("read %s: %w", name, err)
-		}
+		left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
+	})
+	if err != nil {
+		return 0, err
 	}
 	deleted := 0
 	for _, k := range doomed {
