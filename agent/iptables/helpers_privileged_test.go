@@ -56,14 +56,14 @@ func (r nsRunner) Run(ctx context.Context, name string, args []string, stdin []b
 	return out, runErr
 }
 
-// requireTools skips unless both iptables modes and ipset are installed,
-// and the kernel lets each create rules and sets in a namespace.
+// requireTools fails (see testenv.Missing) unless both iptables modes and
+// ipset are installed.
 func requireTools(tb testing.TB) {
 	tb.Helper()
 	testenv.Privileged(tb)
 	for _, tool := range []string{"iptables-legacy-restore", "iptables-nft-restore", "ip6tables-legacy-restore", "ip6tables-nft-restore", "ipset"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			tb.Skipf("%s not installed: %v", tool, err)
+			testenv.Missing(tb, tool, err)
 		}
 	}
 }

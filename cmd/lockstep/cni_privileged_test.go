@@ -17,6 +17,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/internal/testenv"
 )
 
 // hostLinks lists lockstep's host-side links in the node namespace.
@@ -258,9 +259,10 @@ func TestPrivilegedCNIErrors(t *testing.T) {
 // lockstep in one config list: it must receive lockstep's result as
 // prevResult and program a DNAT to the pod.
 func TestPrivilegedPortmapChaining(t *testing.T) {
+	testenv.Privileged(t)
 	const refDir = "/usr/lib/cni"
 	if _, err := os.Stat(refDir + "/portmap"); err != nil {
-		t.Skip("portmap not installed (make deps installs containernetworking-plugins)")
+		testenv.Missing(t, "the reference portmap plugin (containernetworking-plugins)", err)
 	}
 	work := t.TempDir()
 	conf := `{"cniVersion":"1.0.0","name":"lockstep","plugins":[

@@ -55,9 +55,6 @@ func TestPrivilegedProbeCommand(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	if strings.Contains(stderr.String(), "unknown command") || strings.Contains(stderr.String(), "not merged yet") {
-		t.Skipf("probe is not wired up yet: %s", stderr.String())
-	}
 	if err != nil {
 		t.Fatalf("lockstep probe: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -136,9 +133,6 @@ func TestPrivilegedProbeCommandSIGTERM(t *testing.T) {
 		}
 	}
 	err = cmd.Wait()
-	if strings.Contains(seen.String(), "unknown command") || strings.Contains(seen.String(), "not merged yet") {
-		t.Skipf("probe is not wired up yet: %s", seen.String())
-	}
 	if !strings.Contains(seen.String(), "creating ") {
 		t.Fatalf("probe never started creating pods (%v):\n%s", err, seen.String())
 	}
