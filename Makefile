@@ -48,14 +48,14 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-## test: everything, privileged tests included (run as root); the real-node tests run last, alone
+## test: everything, privileged tests included (run as root); the real-node tests run last, alone; as root a skipped test fails the run (tools/noskip)
 test: deps build vet cross check-generated kube-testenv
-	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /internal/realnode)
+	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) run ./tools/noskip -count=1 -timeout 20m $$($(GO) list ./... | grep -v /internal/realnode)
 	$(MAKE) test-realnode
 
 ## test-realnode: the tests on a real two-node cluster (internal/realnode): brings one up, replacing any make e2e-up left, and takes it down
 test-realnode:
-	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) test -count=1 -timeout 40m ./internal/realnode/
+	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) run ./tools/noskip -count=1 -timeout 40m ./internal/realnode/
 
 ## test-unit: only the tests that need no privileges
 test-unit:
