@@ -42,7 +42,7 @@
 // the agent can load before it serves and follow afterwards without
 // reading the files twice; between loads it only hashes them.
 //
-// The YAML decoder (sigs.k8s.io/yaml) is not free to initialise; the
+// The YAML decoder (go.yaml.in/yaml/v3) is not free to initialise; the
 // package is meant for the agent, and cmd/lockstep's deps test decides
 // whether it may be linked into the binary the CNI plugin shares.
 package manifests

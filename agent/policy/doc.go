@@ -3,10 +3,11 @@
 //
 // The object types (Namespace, Pod, NetworkPolicy and their parts) mirror
 // the Kubernetes v1 API field for field, with the same JSON names, so that
-// a manifest written for Kubernetes parses unchanged. lockstep keeps its own
-// copies instead of importing k8s.io/api because this package is linked into
-// the one binary whose CNI plugin starts on every pod ADD, and the Kubernetes
-// API packages cost start-up time there (see cmd/lockstep/deps_test.go).
+// a manifest written for Kubernetes parses unchanged. They are lockstep's
+// own types rather than k8s.io/api's so that the compiler, the manifest
+// loader and `lockstep probe` depend on no Kubernetes library and no API
+// release: the agent converts the API server's objects once, where it
+// watches them (kube/source), and everything after that speaks these types.
 //
 // The compiler is pure: given a consistent snapshot (namespaces, pods with
 // their addresses and identities, policies, local endpoints) it computes a
