@@ -85,7 +85,9 @@ func relay(r io.Reader, w io.Writer) (skipped []string, err error) {
 		case ev.Action == "build-output":
 			fmt.Fprint(w, ev.Output)
 		case ev.Test == "" && ev.Action == "output":
-			fmt.Fprint(w, ev.Output)
+			if ev.Output != "PASS\n" { // go test -json's own; a plain go test prints only "ok"
+				fmt.Fprint(w, ev.Output)
+			}
 		case ev.Action == "output":
 			held[k] = append(held[k], ev.Output)
 		case ev.Action == "fail":

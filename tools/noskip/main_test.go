@@ -24,6 +24,7 @@ func TestRelay(t *testing.T) {
 		`{"Action":"output","Package":"p","Test":"TestGone/sub","Output":"--- SKIP: TestGone/sub (0.00s)\n"}`,
 		`{"Action":"skip","Package":"p","Test":"TestGone/sub"}`,
 		`{"Action":"output","Package":"p","Output":"FAIL\tp\t0.01s\n"}`,
+		`{"Action":"output","Package":"q","Output":"PASS\n"}`,
 		`# p [p.test]`,
 		`{"Action":"skip","Package":"q"}`,
 		`{"Action":"build-output","ImportPath":"r","Output":"r/x.go:1: syntax error\n"}`,
@@ -44,7 +45,7 @@ func TestRelay(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "quiet log") {
+	if strings.Contains(got, "quiet log") || strings.Contains(got, "PASS") {
 		t.Errorf("output has a passing test's log:\n%s", got)
 	}
 }
