@@ -13,6 +13,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/backoff"
 	"lockstep.dev/lockstep/internal/watchdog"
 )
 
@@ -134,14 +135,8 @@ func (m *Manager) AttemptCounts() map[string]Attempts {
 
 // backoff is the wait after the attempts-th failure.
 func (m *Manager) backoff(attempts int) time.Duration {
-	if attempts <= 0 {
-		return 0
-	}
-	d := m.MinBackoff
-	for i := 1; i < attempts && d < m.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, m.MaxBackoff)
+	schedule := backoff.Backoff{First: m.MinBackoff, Max: m.MaxBackoff}
+	return schedule.After(attempts)
 }
 
 // RunOnce attempts every clean-up that is due and returns how long until

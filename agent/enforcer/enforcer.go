@@ -15,6 +15,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/backoff"
 	"lockstep.dev/lockstep/internal/watchdog"
 )
 
@@ -225,7 +226,7 @@ func (e *Enforcer) LastError() error {
 // Run applies every committed change until ctx ends, retrying a failed
 // apply with backoff, and resyncs every resync interval (0 disables).
 func (e *Enforcer) Run(ctx context.Context, resync time.Duration) {
-	backoff := 100 * time.Millisecond
+	retry := backoff.Backoff{First: 100 * time.Millisecond, Max: 5 * time.Second}
 	var tick <-chan time.Time
 	if resync > 0 {
 		t := time.NewTicker(resync)
@@ -241,16 +242,14 @@ func (e *Enforcer) Run(ctx context.Context, resync time.Duration) {
 			ws.Add(ch)
 		}
 		if err := e.Sync(ctx); err != nil && ctx.Err() == nil {
-			e.log.Error("apply dataplane state; retrying", "err", err, "in", backoff)
-			select {
-			case <-ctx.Done():
+			wait := retry.Next(time.Now())
+			e.log.Error("apply dataplane state; retrying", "err", err, "in", wait)
+			if !backoff.Sleep(ctx, wait) {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(backoff*2, 5*time.Second)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		retry.Reset()
 		select {
 		case <-ctx.Done():
 			return

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/iptables"
+	"lockstep.dev/lockstep/internal/backoff"
 )
 
 // Backoff bounds the wait before Manager retries a failed Sync.
@@ -78,7 +79,7 @@ func (m *Manager) Sync(ctx context.Context) error {
 func (m *Manager) Run(ctx context.Context, resync time.Duration) {
 	ticker := time.NewTicker(resync)
 	defer ticker.Stop()
-	backoff := time.Duration(0)
+	schedule := backoff.Backoff{First: minBackoff, Max: maxBackoff}
 	var retry <-chan time.Time
 	for {
 		select {
@@ -92,11 +93,12 @@ func (m *Manager) Run(ctx context.Context, resync time.Duration) {
 			if ctx.Err() != nil {
 				return
 			}
-			backoff = min(max(2*backoff, minBackoff), maxBackoff)
-			m.log.Error("program masquerade rules; retrying", "err", err, "retry_in", backoff)
-			retry = time.After(backoff)
+			wait := schedule.Next(time.Now())
+			m.log.Error("program masquerade rules; retrying", "err", err, "retry_in", wait)
+			retry = time.After(wait)
 			continue
 		}
-		backoff, retry = 0, nil
+		schedule.Reset()
+		retry = nil
 	}
 }

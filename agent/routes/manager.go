@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"lockstep.dev/lockstep/internal/backoff"
 	"lockstep.dev/lockstep/internal/watchdog"
 )
 
@@ -66,7 +67,7 @@ func (m *Manager) SetHeartbeat(hb *watchdog.Loop) { m.heartbeat = hb }
 func (m *Manager) Run(ctx context.Context, resync time.Duration) {
 	ticker := time.NewTicker(resync)
 	defer ticker.Stop()
-	backoff := time.Duration(0)
+	schedule := backoff.Backoff{First: minBackoff, Max: maxBackoff}
 	var retry <-chan time.Time
 	for {
 		m.heartbeat.Beat()
@@ -88,12 +89,13 @@ func (m *Manager) Run(ctx context.Context, resync time.Duration) {
 		res, err := m.apply(desired)
 		m.report(res)
 		if err != nil {
-			backoff = min(max(2*backoff, minBackoff), maxBackoff)
-			m.log.Error("program routes to other nodes; retrying", "err", err, "retry_in", backoff)
-			retry = time.After(backoff)
+			wait := schedule.Next(time.Now())
+			m.log.Error("program routes to other nodes; retrying", "err", err, "retry_in", wait)
+			retry = time.After(wait)
 			continue
 		}
-		backoff, retry = 0, nil
+		schedule.Reset()
+		retry = nil
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"lockstep.dev/lockstep/internal/backoff"
 )
 
 // ListWatch lists and watches one kind of object for an Informer.
@@ -89,10 +91,9 @@ type Informer struct {
 	items map[string]Object
 
 	// Owned by Run's goroutine.
-	lastRV      string
-	rvTooOld    bool
-	backoffNext time.Duration
-	backoffLast time.Time
+	lastRV   string
+	rvTooOld bool
+	retry    backoff.Backoff
 }
 
 // NewInformer returns an Informer on lw that logs the API server's
@@ -102,7 +103,8 @@ func NewInformer(lw ListWatch, log *slog.Logger) *Informer {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Informer{lw: lw, log: log, items: map[string]Object{}}
+	return &Informer{lw: lw, log: log, items: map[string]Object{},
+		retry: backoff.Backoff{First: backoffFirst, Max: backoffMax, ResetAfter: backoffReset, Jitter: true}}
 }
 
 // SetTransform makes the Informer cache fn(obj) instead of each object the
@@ -206,22 +208,7 @@ func (i *Informer) Run(ctx context.Context) {
 
 // sleep waits the next backoff step and reports false if ctx ended first.
 func (i *Informer) sleep(ctx context.Context) bool {
-	now := time.Now()
-	if i.backoffNext == 0 || now.Sub(i.backoffLast) > backoffReset {
-		i.backoffNext = backoffFirst
-	}
-	i.backoffLast = now
-	d := i.backoffNext
-	d += rand.N(d) // jitter: up to twice the step
-	i.backoffNext = min(2*i.backoffNext, backoffMax)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return backoff.Sleep(ctx, i.retry.Next(time.Now()))
 }
 
 // relistVersion is the resourceVersion the next list asks for: 0 at first

@@ -1,11 +1,9 @@
 package source
 
 import (
-	"context"
 	"log/slog"
 	"reflect"
 	"slices"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -363,16 +361,4 @@ func (s *Source) publishNodes() {
 		s.log.Warn("node left out of routing", "problem", p)
 	}
 	s.opts.OnNodes(view)
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/internal/backoff"
 	"lockstep.dev/lockstep/internal/watchdog"
 	"lockstep.dev/lockstep/kube/client"
 )
@@ -28,9 +29,10 @@ const (
 	// progressInterval is how often WaitSynced says what it still waits
 	// for.
 	progressInterval = 10 * time.Second
-	// retryDelay is how long a batch that failed to commit waits before
-	// the next attempt.
-	retryDelay = time.Second
+	// retryFirst and retryMax bound how long a batch that failed to
+	// commit waits before the next attempt, doubling while it fails.
+	retryFirst = time.Second
+	retryMax   = 30 * time.Second
 )
 
 // Options configures a Source.
@@ -176,15 +178,18 @@ func (s *Source) Run(ctx context.Context) {
 	if !s.waitInformers(ctx, all) {
 		return
 	}
+	retry := backoff.Backoff{First: retryFirst, Max: retryMax}
 	for {
 		s.opts.Heartbeat.Beat()
 		if err := s.commitAll(); err != nil {
-			s.log.Error("commit the API server's objects to the store; retrying", "err", err)
-			if !sleep(ctx, retryDelay) {
+			wait := retry.Next(time.Now())
+			s.log.Error("commit the API server's objects to the store; retrying", "err", err, "in", wait)
+			if !backoff.Sleep(ctx, wait) {
 				return
 			}
 			continue
 		}
+		retry.Reset()
 		break
 	}
 	s.publishNodes()
@@ -200,12 +205,15 @@ func (s *Source) Run(ctx context.Context) {
 			continue
 		case <-s.wake:
 		}
-		if s.opts.BatchDelay > 0 && !sleep(ctx, s.opts.BatchDelay) {
+		if s.opts.BatchDelay > 0 && !backoff.Sleep(ctx, s.opts.BatchDelay) {
 			return
 		}
 		if err := s.commitDirty(); err != nil {
-			s.log.Error("commit changes from the API server to the store; retrying", "err", err)
-			time.AfterFunc(retryDelay, s.poke)
+			wait := retry.Next(time.Now())
+			s.log.Error("commit changes from the API server to the store; retrying", "err", err, "in", wait)
+			time.AfterFunc(wait, s.poke)
+		} else {
+			retry.Reset()
 		}
 		s.publishNodesIfDirty()
 	}
