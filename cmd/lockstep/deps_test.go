@@ -75,9 +75,11 @@ func TestPluginDeps(t *testing.T) {
 //     and 204 for a static hello world built with the same flags (1.4 MB).
 //     The iptables dataplane's regexp for kubelet's hint chains, compiled
 //     in init, became plain code: 584 KiB. What lockstep's own packages
-//     still allocate in init is bounded by ownInitBudget. A build of cni/plugin alone (no
-//     agent, no Kubernetes) starts in 1.9 ms of CPU and 302 page faults:
-//     the rest is what the one binary links for the agent and operator.
+//     still allocate in init is bounded by ownInitBudget. Interleaved
+//     under load: lockstep 2.4-3.0 ms of CPU and 660 page faults per
+//     VERSION, the hello world 0.7-0.8 ms and 190-220, and a build of
+//     cni/plugin alone (no agent, no Kubernetes) 1.0-1.1 ms and 300: the
+//     difference is what the one binary links for the agent and operator.
 //
 // What remains is Kubernetes: of the 187 initialisers, 109 (467 KiB, four
 // fifths of the bytes) go away only with every k8s.io and sigs.k8s.io
@@ -89,7 +91,9 @@ func TestPluginDeps(t *testing.T) {
 // goyaml.v2 26 KiB and json-iterator 18 KiB (both through
 // structured-merge-diff, which apimachinery/pkg/runtime imports). client-go's
 // rest alone brings 29 of them (67 KiB): a lockstep REST client of its own
-// would take those, not the API types. Outside Kubernetes: go.yaml.in/yaml/v3
+// would take those, not the API types. The four k8s.io/api groups lockstep
+// imports (core, coordination, discovery, networking) are 136 KiB that
+// lockstep's own slim types would take. Outside Kubernetes: go.yaml.in/yaml/v3
 // 25 KiB (agent/manifests, for YAML 1.2's core schema) and encoding/xml
 // 18 KiB (cilium/ebpf's internal/testutils/testmain, which its internal/sys
 // imports).
