@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -117,9 +116,40 @@ func (m Mode) tool(f Family) string {
 // set of sets per network namespace, which is why set names carry the mode.
 const ipsetTool = "ipset"
 
-// kubeletHint matches the chains kubelet (1.17+) creates in the mangle
-// table of the mode the node uses.
-var kubeletHint = regexp.MustCompile(`(?m)^:(KUBE-IPTABLES-HINT|KUBE-KUBELET-CANARY)\b`)
+// kubeletChains are the chains kubelet (1.17+) creates in the mangle table
+// of the mode the node uses.
+var kubeletChains = [...]string{"KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"}
+
+// hasKubeletHint reports whether iptables-save output declares one of
+// kubeletChains (a line ":CHAIN ..."). It is plain code rather than a
+// regexp so that the package initialises nothing: the binary the CNI plugin
+// shares runs every package's initialiser on each pod ADD.
+func hasKubeletHint(save []byte) bool {
+	for len(save) > 0 {
+		line := save
+		if i := bytes.IndexByte(save, '\n'); i >= 0 {
+			line, save = save[:i], save[i+1:]
+		} else {
+			save = nil
+		}
+		name, ok := bytes.CutPrefix(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		for _, chain := range kubeletChains {
+			if rest, ok := bytes.CutPrefix(name, []byte(chain)); ok && (len(rest) == 0 || !isWordByte(rest[0])) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// isWordByte reports whether c is an ASCII letter, digit or underscore: a
+// chain name goes on past it.
+func isWordByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
 
 // Detect guesses which iptables mode the node uses, with the heuristic of
 // kube-proxy's iptables-wrapper (kubernetes-sigs/iptables-wrappers):
@@ -148,14 +178,14 @@ func Detect(ctx context.Context, r Runner) (Mode, error) {
 		return out
 	}
 	for _, f := range families {
-		if kubeletHint.Match(save(ModeNFT, f, "-t", "mangle")) {
+		if hasKubeletHint(save(ModeNFT, f, "-t", "mangle")) {
 			return ModeNFT, nil
 		}
 	}
 	var legacy [2][]byte
 	for i, f := range families {
 		legacy[i] = save(ModeLegacy, f)
-		if kubeletHint.Match(legacy[i]) {
+		if hasKubeletHint(legacy[i]) {
 			return ModeLegacy, nil
 		}
 	}

@@ -37,6 +37,7 @@ type bench struct {
 	cfg     config
 	workDir string
 	sides   []*side
+	hello   *hello
 	pods    []ns.NetNS
 }
 
@@ -74,6 +75,10 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	if err := b.startNodes(ctx, binDir); err != nil {
 		return nil, err
 	}
+	logf("building the %s reference (go build %s)", helloName, shellWords(helloBuildFlags))
+	if b.hello, err = buildHello(ctx, dir, findSide(b.sides, lockstepKey).node); err != nil {
+		return nil, err
+	}
 	if err := b.createPods(ctx); err != nil {
 		return nil, err
 	}
@@ -92,8 +97,23 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 			burstErrs = append(burstErrs, err)
 		}
 	}
-	rep := &report{cfg: b.cfg, facts: gatherFacts(b.cfg, binDir, dir, load), sides: b.sides}
+	rep := &report{cfg: b.cfg, facts: gatherFacts(b.cfg, binDir, dir, load), sides: b.sides, hello: b.hello}
+	rep.sizes = binSizes{
+		lockstep:  fileSize(filepath.Join(binDir, "lockstep")),
+		reference: fileSize(filepath.Join(b.cfg.refPlugins, "ptp")),
+		hello:     b.hello.size,
+	}
 	return rep, errors.Join(burstErrs...)
+}
+
+// fileSize returns the size of the file at path, or 0 when it cannot be
+// read (the report then shows no size).
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
 }
 
 // checkRefPlugins makes sure the reference plugins are where -ref-plugins

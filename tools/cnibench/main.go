@@ -44,7 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprintln(stderr, "Benchmarks lockstep's CNI ADD/DEL against ptp + host-local in throwaway network namespaces.")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.out, "out", "", "markdown file whose cnibench section is (re)written; empty prints the section to stdout")
+	fs.StringVar(&c.out, "out", "", "markdown file whose cnibench section is (re)written; empty or - prints the section to stdout")
 	fs.IntVar(&c.n, "n", 300, "timed sequential ADD+DEL iterations per plugin")
 	fs.IntVar(&c.warmup, "warmup", 20, "untimed ADD+DEL iterations per plugin before the timed ones")
 	fs.IntVar(&c.burst, "burst", 128, "pods ADDed at once in the burst")
@@ -64,6 +64,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-warmup %d: cannot be negative", c.warmup)
 	case c.burst < 1:
 		return c, fmt.Errorf("-burst %d: need at least one pod", c.burst)
+	}
+	if c.out == "-" {
+		c.out = ""
 	}
 	c.args = args
 	return c, nil

@@ -38,7 +38,8 @@ type side struct {
 
 	add, del, addDel []time.Duration
 	addCPU           []time.Duration // plugin CPU (user+sys) of each timed ADD
-	execFloor        []time.Duration
+	execFloor        []time.Duration // wall time of each timed CNI VERSION
+	execCPU          []time.Duration // plugin CPU of each timed CNI VERSION
 	burst            burstResult
 }
 
@@ -94,31 +95,50 @@ func (s *side) iterate(ctx context.Context, i int) (sample, error) {
 	return m, nil
 }
 
-// version times one CNI VERSION call of the side's plugin.
-func (s *side) version(ctx context.Context) (time.Duration, error) {
-	start := time.Now()
-	_, err := s.node.CNI.GetVersionInfo(ctx, s.pluginType)
-	d := time.Since(start)
-	if err != nil {
-		return 0, fmt.Errorf("%s: ask %s for VERSION: %w", s.name, s.pluginType, err)
-	}
-	return d, nil
+// starter is a binary whose start measureExecFloor times: a side's plugin
+// or the hello-world reference.
+type starter struct {
+	name, pluginType string
+	cni              *libcni.CNIConfig
+	wall, cpu        *[]time.Duration
 }
 
-// measureExecFloor times CNI VERSION for both plugins, alternating.
+// version times one CNI VERSION call: the wall time of libcni's call and
+// the CPU of the process it started.
+func (st starter) version(ctx context.Context) (wall, cpu time.Duration, err error) {
+	before := childCPU()
+	start := time.Now()
+	_, err = st.cni.GetVersionInfo(ctx, st.pluginType)
+	wall = time.Since(start)
+	cpu = childCPU() - before
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: ask %s for VERSION: %w", st.name, st.pluginType, err)
+	}
+	return wall, cpu, nil
+}
+
+// measureExecFloor times CNI VERSION for both plugins and the hello-world
+// reference, taking turns.
 func (b *bench) measureExecFloor(ctx context.Context) error {
-	logf("exec floor: %d CNI VERSION calls per plugin (+%d warm-up)", execFloorRounds, execFloorRounds)
+	var starters []starter
+	for _, s := range b.sides {
+		starters = append(starters, starter{name: s.name, pluginType: s.pluginType, cni: s.node.CNI, wall: &s.execFloor, cpu: &s.execCPU})
+	}
+	h := b.hello
+	starters = append(starters, starter{name: helloName, pluginType: helloType, cni: h.cni, wall: &h.execFloor, cpu: &h.execCPU})
+	logf("exec floor: %d CNI VERSION calls per plugin and the %s (+%d warm-up)", execFloorRounds, helloName, execFloorRounds)
 	for i := range 2 * execFloorRounds {
-		for _, s := range alternate(b.sides, i) {
+		for _, st := range alternate(starters, i) {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			d, err := s.version(ctx)
+			wall, cpu, err := st.version(ctx)
 			if err != nil {
 				return err
 			}
 			if i >= execFloorRounds {
-				s.execFloor = append(s.execFloor, d)
+				*st.wall = append(*st.wall, wall)
+				*st.cpu = append(*st.cpu, cpu)
 			}
 		}
 	}
@@ -271,13 +291,13 @@ func childCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// alternate returns the sides in order on even rounds and reversed on odd
-// ones, so neither plugin always runs right after the other.
-func alternate(sides []*side, round int) []*side {
+// alternate returns xs in order on even rounds and reversed on odd ones, so
+// that no plugin always runs right after the same other one.
+func alternate[T any](xs []T, round int) []T {
 	if round%2 == 0 {
-		return sides
+		return xs
 	}
-	rev := slices.Clone(sides)
+	rev := slices.Clone(xs)
 	slices.Reverse(rev)
 	return rev
 }
