@@ -26,7 +26,7 @@ func (s *Service) Add(ctx context.Context, req api.AddRequest) (*api.AddResponse
 	}
 	att := toStore(req.Attachment)
 	now := s.cfg.Now()
-	ep := &store.Endpoint{
+	proto := store.Endpoint{
 		Attachment: att,
 		Netns:      req.Netns,
 		HostIfName: api.HostIfName(att.ContainerID, att.IfName),
@@ -36,7 +36,11 @@ func (s *Service) Add(ctx context.Context, req api.AddRequest) (*api.AddResponse
 		Deadline:   now.Add(s.cfg.AddLease),
 		Created:    now,
 	}
+	var ep *store.Endpoint
 	err := s.write(ctx, func(txn *store.Txn) error {
+		// A write may run more than once: start from the request each time.
+		e := proto
+		ep = &e
 		old, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil {
 			return err
@@ -228,6 +232,7 @@ func (s *Service) Del(ctx context.Context, a api.Attachment) (*api.DelResponse, 
 	att := toStore(a)
 	var waitFor *store.Endpoint
 	err := s.write(ctx, func(txn *store.Txn) error {
+		waitFor = nil // a write may run more than once
 		e, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil || e == nil || !s.inFlight(e) {
 			return err
