@@ -71,7 +71,7 @@ type Service struct {
 	cursorMu sync.Mutex
 	cursors  map[string]netip.Addr
 
-	// onWrite, when set, is told how long each durable write took.
+	// onWrite, when set, is told how long each state file commit took.
 	onWrite func(time.Duration)
 
 	// disk writes each change durably before it is committed: db, or a
@@ -127,7 +127,9 @@ func New(st *store.Store, db *persist.DB, cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// OnWrite registers a function told the duration of every durable write.
+// OnWrite registers a function told the duration of every durable write:
+// one per state file commit, which a group of concurrent changes shares
+// (see write), so the number of calls is the number of fsync'd commits.
 func (s *Service) OnWrite(fn func(time.Duration)) { s.onWrite = fn }
 
 // ValidatePools checks a pool configuration: valid, masked, non-empty,
