@@ -432,3 +432,41 @@ func BenchmarkBurstAdd(b *testing.B) {
 	b.ReportMetric(float64(commits.Load())/float64(adds), "fsyncs/add")
 	b.ReportMetric(float64(adds)/b.Elapsed().Seconds(), "adds/s")
 }
+
+// TestConfirmEnforcesTheRevisionThatHoldsItReady: Confirm asks for its
+// policy as of a store revision that holds the endpoint Ready, whether it
+// changed it or found it confirmed already, so the enforcer can tell
+// whether an apply already covers it.
+func TestConfirmEnforcesTheRevisionThatHoldsItReady(t *testing.T) {
+	type call struct {
+		hostIf string
+		rev    uint64
+	}
+	var calls []call
+	f := newFixture(t, t.TempDir(), Config{Enforce: func(_ context.Context, hostIf string, rev uint64) error {
+		calls = append(calls, call{hostIf, rev})
+		return nil
+	}}, "10.0.0.0/24")
+	resp := f.add(t, att(1))
+	// Another change commits; a repeated confirm finds the endpoint Ready.
+	f.add(t, att(2))
+	if err := f.svc.Confirm(ctx, api.OpRequest{Attachment: att(1), OpID: resp.OpID}); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 3 {
+		t.Fatalf("Enforce called %d times, want 3", len(calls))
+	}
+	e, err := store.EndpointByAttachment(f.svc.store.ReadTxn(), nil, toStore(att(1)))
+	if err != nil || e == nil || e.State != store.EndpointReady {
+		t.Fatalf("endpoint after confirm: %+v, %v", e, err)
+	}
+	for i, c := range []call{calls[0], calls[2]} {
+		if c.hostIf != resp.HostIfName || c.rev < e.ModifyRevision {
+			t.Errorf("confirm %d: Enforce(%s, revision %d); want %s at revision %d or later, where it became Ready",
+				i+1, c.hostIf, c.rev, resp.HostIfName, e.ModifyRevision)
+		}
+	}
+	if calls[1].rev <= calls[0].rev {
+		t.Errorf("the second ADD's confirm asked for revision %d, not newer than the first's %d", calls[1].rev, calls[0].rev)
+	}
+}

@@ -53,10 +53,11 @@ type Config struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Enforce, when set, is called after an ADD's confirm commits and must
-	// return only once the endpoint's policy is in force on hostIf; its
-	// error fails the confirm, so the plugin rolls the ADD back and the
-	// pod never runs unprotected.
-	Enforce func(ctx context.Context, hostIf string) error
+	// return only once the endpoint's policy is in force on hostIf, as of
+	// store revision rev (which holds the confirmed endpoint) or a newer
+	// one; its error fails the confirm, so the plugin rolls the ADD back
+	// and the pod never runs unprotected.
+	Enforce func(ctx context.Context, hostIf string, rev uint64) error
 }
 
 // Service implements the agent side of the CNI API.
