@@ -103,3 +103,47 @@ func TestBurstOfADDsSharesApplies(t *testing.T) {
 		}
 	}
 }
+
+// flakyAttachDataplane fails the first attach of one interface, as an
+// attach fails whose link the kernel does not show yet.
+type flakyAttachDataplane struct {
+	*setDataplane
+	flaky  string
+	failed bool
+}
+
+func (d *flakyAttachDataplane) Attach(hostIf string) error {
+	if hostIf == d.flaky && !d.failed {
+		d.failed = true
+		return fmt.Errorf("attach %s: link not found", hostIf)
+	}
+	return d.setDataplane.Attach(hostIf)
+}
+
+// TestEnforceEndpointRetriesAFailedAttach: an ADD whose endpoint another
+// ADD's apply already covered, but could not attach, is not answered
+// "not enforced" on that apply's word: it applies the latest state again,
+// which attaches it.
+func TestEnforceEndpointRetriesAFailedAttach(t *testing.T) {
+	st := seedtest.Store(t)
+	dp := &flakyAttachDataplane{setDataplane: newSetDataplane(), flaky: "ls-x"}
+	e := New(st, dp, nil)
+	ctx := context.Background()
+	txn := st.WriteTxn()
+	if err := store.AttachEndpoint(txn, seedtest.Endpoint("x", netip.MustParseAddr("10.244.0.99"))); err != nil {
+		txn.Abort()
+		t.Fatal(err)
+	}
+	rev := txn.Revision()
+	txn.Commit()
+	if err := e.Sync(ctx); err != nil { // another ADD's apply
+		t.Fatal(err)
+	}
+	if !dp.failed || e.Enforced("ls-x") {
+		t.Fatalf("the first apply attached ls-x (failed attach: %v)", dp.failed)
+	}
+	seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes", "moved": "on"})
+	if err := e.EnforceEndpoint(ctx, "ls-x", rev); err != nil {
+		t.Fatalf("EnforceEndpoint after a failed attach: %v", err)
+	}
+}

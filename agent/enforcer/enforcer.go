@@ -153,7 +153,17 @@ func (e *Enforcer) Sync(ctx context.Context) error {
 func (e *Enforcer) EnforceEndpoint(ctx context.Context, hostIf string, rev uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	applied := false
 	if e.applied < rev || e.lastErr != nil {
+		if err := e.syncLocked(ctx); err != nil {
+			return err
+		}
+		applied = true
+	}
+	if !e.attached[hostIf] && !applied {
+		// The apply that covered rev could not attach hostIf (an attach
+		// that fails leaves its endpoint out of the apply): try again
+		// with the latest state, as Sync would.
 		if err := e.syncLocked(ctx); err != nil {
 			return err
 		}
