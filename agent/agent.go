@@ -227,19 +227,16 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, PoolsFromStore: kube != nil, PinOptIn: kube != nil, Logger: log, Enforce: func(ctx context.Context, hostIf string) error {
+	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, PoolsFromStore: kube != nil, PinOptIn: kube != nil, Logger: log, Enforce: func(ctx context.Context, hostIf string, rev uint64) error {
 		if kube != nil {
 			if err := waitForPod(ctx, st, hostIf, PodObjectWait); err != nil {
 				return err
 			}
+			// The pod's labels select its policies: enforce a state that
+			// holds the pod too.
+			rev = max(rev, store.Revision(st.ReadTxn(), ""))
 		}
-		if err := enf.Sync(ctx); err != nil {
-			return err
-		}
-		if !enf.Enforced(hostIf) {
-			return fmt.Errorf("%s: %w", hostIf, enforcer.ErrNotEnforced)
-		}
-		return nil
+		return enf.EnforceEndpoint(ctx, hostIf, rev)
 	}})
 	if err != nil {
 		return err

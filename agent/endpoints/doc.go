@@ -7,6 +7,12 @@
 // to the state file before the transaction commits and before the caller
 // gets an answer (see package persist). An address is therefore never
 // handed out twice across a crash, and a release is never forgotten.
+// Changes that arrive while one is being written are committed together
+// (group commit): one committer at a time runs every queued change, in
+// order, in one store transaction and writes them with one fsync, so a
+// burst of ADDs does not queue behind one fsync each. A change that fails
+// is left out of its group and fails alone; one that cannot start before
+// its deadline fails with CodeTryAgainLater, having changed nothing.
 //
 // ADD is two calls with the plugin's netlink work in between. The endpoint
 // is Pending from Add to Confirm. A DEL that arrives meanwhile marks it

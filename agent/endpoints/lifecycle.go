@@ -26,7 +26,7 @@ func (s *Service) Add(ctx context.Context, req api.AddRequest) (*api.AddResponse
 	}
 	att := toStore(req.Attachment)
 	now := s.cfg.Now()
-	ep := &store.Endpoint{
+	proto := store.Endpoint{
 		Attachment: att,
 		Netns:      req.Netns,
 		HostIfName: api.HostIfName(att.ContainerID, att.IfName),
@@ -36,7 +36,11 @@ func (s *Service) Add(ctx context.Context, req api.AddRequest) (*api.AddResponse
 		Deadline:   now.Add(s.cfg.AddLease),
 		Created:    now,
 	}
+	var ep *store.Endpoint
 	err := s.write(ctx, func(txn *store.Txn) error {
+		// A write may run more than once: start from the request each time.
+		e := proto
+		ep = &e
 		old, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil {
 			return err
@@ -171,6 +175,9 @@ func ParsePins(value string) ([2]netip.Addr, error) {
 func (s *Service) Confirm(ctx context.Context, req api.OpRequest) error {
 	att := toStore(req.Attachment)
 	var hostIf string
+	// rev is a store revision that holds the endpoint Ready: the one
+	// this write commits as when it changes it, else the last committed.
+	var rev uint64
 	err := s.write(ctx, func(txn *store.Txn) error {
 		e, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil {
@@ -184,16 +191,20 @@ func (s *Service) Confirm(ctx context.Context, req api.OpRequest) error {
 				Details: "the ADD has been rolled back; the runtime may retry it",
 			}
 		case e.State == store.EndpointReady:
-			hostIf = e.HostIfName
+			hostIf, rev = e.HostIfName, store.Revision(txn, "")
 			return nil
 		}
 		hostIf = e.HostIfName
 		e = e.Copy()
 		e.State, e.Deadline = store.EndpointReady, time.Time{}
-		return store.UpsertEndpoint(txn, e)
+		if err := store.UpsertEndpoint(txn, e); err != nil {
+			return err
+		}
+		rev = store.Revision(txn, "")
+		return nil
 	})
 	if err == nil && s.cfg.Enforce != nil {
-		if err := s.cfg.Enforce(ctx, hostIf); err != nil {
+		if err := s.cfg.Enforce(ctx, hostIf, rev); err != nil {
 			return &api.Error{
 				Code:    api.CodeInternal,
 				Msg:     fmt.Sprintf("policy for %s/%s could not be put in force", att.ContainerID, att.IfName),
@@ -228,6 +239,7 @@ func (s *Service) Del(ctx context.Context, a api.Attachment) (*api.DelResponse, 
 	att := toStore(a)
 	var waitFor *store.Endpoint
 	err := s.write(ctx, func(txn *store.Txn) error {
+		waitFor = nil // a write may run more than once
 		e, err := store.EndpointByAttachment(txn, nil, att)
 		if err != nil || e == nil || !s.inFlight(e) {
 			return err

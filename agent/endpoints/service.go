@@ -53,10 +53,11 @@ type Config struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Enforce, when set, is called after an ADD's confirm commits and must
-	// return only once the endpoint's policy is in force on hostIf; its
-	// error fails the confirm, so the plugin rolls the ADD back and the
-	// pod never runs unprotected.
-	Enforce func(ctx context.Context, hostIf string) error
+	// return only once the endpoint's policy is in force on hostIf, as of
+	// store revision rev (which holds the confirmed endpoint) or a newer
+	// one; its error fails the confirm, so the plugin rolls the ADD back
+	// and the pod never runs unprotected.
+	Enforce func(ctx context.Context, hostIf string, rev uint64) error
 }
 
 // Service implements the agent side of the CNI API.
@@ -71,18 +72,19 @@ type Service struct {
 	cursorMu sync.Mutex
 	cursors  map[string]netip.Addr
 
-	// onWrite, when set, is told how long each durable write took.
+	// onWrite, when set, is told how long each state file commit took.
 	onWrite func(time.Duration)
 
 	// disk writes each change durably before it is committed: db, or a
 	// test's slow disk.
 	disk committer
-	// writeSlot is held by the one write in progress: a request waits
-	// for it only until its deadline, where the store's own writer lock
-	// cannot be given up (a write hung in fsync holds it for as long as
-	// the disk hangs). writingSince is when the holder took it, in Unix
-	// nanoseconds.
-	writeSlot    chan struct{}
+	// queueMu guards queue, the writes waiting for the committer, and
+	// committing, whether a committer goroutine runs (see write).
+	queueMu    sync.Mutex
+	queue      []*writeReq
+	committing bool
+	// writingSince is when the committer started the batch it is
+	// writing, in Unix nanoseconds; 0 when it writes none.
 	writingSince atomic.Int64
 }
 
@@ -119,14 +121,16 @@ func New(st *store.Store, db *persist.DB, cfg Config) (*Service, error) {
 			return nil, err
 		}
 	}
-	s := &Service{store: st, db: db, disk: db, writeSlot: make(chan struct{}, 1), cfg: cfg, log: cfg.Logger, cursors: map[string]netip.Addr{}}
+	s := &Service{store: st, db: db, disk: db, cfg: cfg, log: cfg.Logger, cursors: map[string]netip.Addr{}}
 	if err := s.restore(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// OnWrite registers a function told the duration of every durable write.
+// OnWrite registers a function told the duration of every durable write:
+// one per state file commit, which a group of concurrent changes shares
+// (see write), so the number of calls is the number of fsync'd commits.
 func (s *Service) OnWrite(fn func(time.Duration)) { s.onWrite = fn }
 
 // ValidatePools checks a pool configuration: valid, masked, non-empty,
@@ -212,58 +216,6 @@ func (s *Service) restorePool(txn *store.Txn, ref store.AddressRef) error {
 		return fmt.Errorf("address %s is outside its pool %s", ref.Addr, pool.CIDR)
 	}
 	return nil
-}
-
-// write runs fn in a store write transaction, writes the durable changes to
-// the state file, and commits. fn's error aborts everything. Writes take
-// turns; one that cannot start before ctx ends fails with
-// CodeTryAgainLater, having changed nothing.
-func (s *Service) write(ctx context.Context, fn func(*store.Txn) error) error {
-	select {
-	case s.writeSlot <- struct{}{}:
-	case <-ctx.Done():
-		return s.busy(ctx)
-	}
-	defer func() {
-		s.writingSince.Store(0)
-		<-s.writeSlot
-	}()
-	if ctx.Err() != nil {
-		return s.busy(ctx)
-	}
-	s.writingSince.Store(time.Now().UnixNano())
-	txn := s.store.WriteTxn()
-	defer txn.Abort()
-	// The store's writer lock may have been held by another writer (a
-	// source's, which takes no turn here) past the deadline.
-	if ctx.Err() != nil {
-		return s.busy(ctx)
-	}
-	if err := fn(txn); err != nil {
-		return err
-	}
-	start := time.Now()
-	wrote, err := s.disk.Commit(txn)
-	if err != nil {
-		return &api.Error{Code: api.CodeInternal, Msg: "lockstep agent could not record the change durably", Details: err.Error()}
-	}
-	if wrote && s.onWrite != nil {
-		s.onWrite(time.Since(start))
-	}
-	return nil
-}
-
-// busy is the error of a write that gave up waiting for its turn.
-func (s *Service) busy(ctx context.Context) error {
-	msg := "lockstep agent is busy: the change before this one is still being written to the state file"
-	if since := s.writingSince.Load(); since != 0 {
-		msg += fmt.Sprintf(" (for %s)", time.Since(time.Unix(0, since)).Round(time.Millisecond))
-	}
-	return &api.Error{
-		Code:    api.CodeTryAgainLater,
-		Msg:     msg,
-		Details: fmt.Sprintf("%v; the state file's disk may be slow or hung; nothing was changed, the runtime retries", context.Cause(ctx)),
-	}
 }
 
 func newOpID() uint64 {

@@ -26,7 +26,9 @@
 // attached endpoint still has its hooks (someone may have removed the eBPF
 // filters from a host veth), and attaches again those that lost them.
 //
-// The CNI ADD path calls [Enforcer.Sync] after its confirm commits and
-// replies only once Sync returns: the pod's policy is in force before the
-// runtime starts the pod's containers.
+// The CNI ADD path calls [Enforcer.EnforceEndpoint] with the revision its
+// confirm committed as, and replies only once it returns: the pod's
+// policy is in force before the runtime starts the pod's containers. An
+// apply serves every ADD confirmed before it began, so a burst of ADDs
+// shares applies instead of queueing for the apply lock one apply each.
 package enforcer

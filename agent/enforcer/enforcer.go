@@ -141,6 +141,42 @@ func (e *Enforcer) SetHeartbeat(hb *watchdog.Loop) { e.heartbeat = hb }
 func (e *Enforcer) Sync(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.syncLocked(ctx)
+}
+
+// EnforceEndpoint returns once the state of store revision rev, or a
+// newer one, is in force, with hostIf enforced in it (ErrNotEnforced if
+// it is not). A CNI ADD calls it with the revision its confirm committed
+// as: one apply serves every ADD confirmed before it began, so a burst of
+// ADDs shares a few applies rather than taking the apply lock for one
+// each, and the answer is read under the same hold of the lock as the
+// apply, not behind the next apply of another ADD.
+func (e *Enforcer) EnforceEndpoint(ctx context.Context, hostIf string, rev uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	applied := false
+	if e.applied < rev || e.lastErr != nil {
+		if err := e.syncLocked(ctx); err != nil {
+			return err
+		}
+		applied = true
+	}
+	if !e.attached[hostIf] && !applied {
+		// The apply that covered rev could not attach hostIf (an attach
+		// that fails leaves its endpoint out of the apply): try again
+		// with the latest state, as Sync would.
+		if err := e.syncLocked(ctx); err != nil {
+			return err
+		}
+	}
+	if !e.attached[hostIf] {
+		return fmt.Errorf("%s: %w", hostIf, ErrNotEnforced)
+	}
+	return nil
+}
+
+// syncLocked is Sync, called with e.mu held.
+func (e *Enforcer) syncLocked(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

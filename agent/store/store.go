@@ -35,6 +35,8 @@ func New() (*Store, error) {
 type Txn struct {
 	*memdb.Txn
 	rev uint64
+	// writes counts the Inserts and Deletes made through the Txn.
+	writes uint64
 }
 
 // ReadTxn opens a read transaction on a consistent snapshot.
@@ -67,6 +69,37 @@ func Revision(txn *Txn, table string) uint64 {
 		return 0
 	}
 	return raw.(*TableRevision).Revision
+}
+
+// Writes counts the inserts and deletes made through t so far. One
+// transaction that runs several callers' changes in turn (the agent's
+// group commit) tells by it whether a change that failed wrote anything
+// before it failed: one that wrote nothing can simply be left out.
+func (t *Txn) Writes() uint64 { return t.writes }
+
+// Insert shadows memdb.Txn.Insert to count the write (see Writes).
+func (t *Txn) Insert(table string, obj any) error {
+	t.writes++
+	return t.Txn.Insert(table, obj)
+}
+
+// Delete shadows memdb.Txn.Delete to count the write (see Writes).
+func (t *Txn) Delete(table string, obj any) error {
+	t.writes++
+	return t.Txn.Delete(table, obj)
+}
+
+// DeleteAll shadows memdb.Txn.DeleteAll to count the write (see Writes).
+func (t *Txn) DeleteAll(table, index string, args ...any) (int, error) {
+	t.writes++
+	return t.Txn.DeleteAll(table, index, args...)
+}
+
+// DeletePrefix shadows memdb.Txn.DeletePrefix to count the write (see
+// Writes).
+func (t *Txn) DeletePrefix(table, index, prefix string) (bool, error) {
+	t.writes++
+	return t.Txn.DeletePrefix(table, index, prefix)
 }
 
 // touch records that table changed in this transaction.

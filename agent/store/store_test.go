@@ -272,3 +272,42 @@ func TestCleanupRecordKeepsItsRevisions(t *testing.T) {
 		t.Error("a clean-up without a backend was accepted")
 	}
 }
+
+// TestWritesCountsWhatAFailedChangeWrote: reads leave Writes as it was;
+// a helper that fails before it writes leaves it too, and one that fails
+// half-way (the second address of an endpoint is taken) does not, which
+// is how the agent's group commit tells a change it may simply leave out
+// of a transaction from one it must abort.
+func TestWritesCountsWhatAFailedChangeWrote(t *testing.T) {
+	s := mustStore(t)
+	commit(t, s, func(txn *Txn) error { return AttachEndpoint(txn, endpoint("a", "eth0", "lsa", "", "10.244.0.2")) })
+
+	txn := s.WriteTxn()
+	defer txn.Abort()
+	steps := []struct {
+		name      string
+		fn        func() error
+		wantErr   bool
+		wantWrote bool
+	}{
+		{"read", func() error {
+			_, err := EndpointByAttachment(txn, nil, Attachment{ContainerID: "a", IfName: "eth0"})
+			return err
+		}, false, false},
+		{"attach an attached endpoint", func() error { return AttachEndpoint(txn, endpoint("a", "eth0", "lsa", "")) }, true, false},
+		{"attach with a taken second address", func() error {
+			return AttachEndpoint(txn, endpoint("b", "eth0", "lsb", "", "fd00::2", "10.244.0.2"))
+		}, true, true},
+		{"release", func() error { _, err := ReleaseEndpoint(txn, Attachment{ContainerID: "a", IfName: "eth0"}); return err }, false, true},
+	}
+	for _, st := range steps {
+		before := txn.Writes()
+		err := st.fn()
+		if (err != nil) != st.wantErr {
+			t.Errorf("%s: error %v, want error: %v", st.name, err, st.wantErr)
+		}
+		if wrote := txn.Writes() != before; wrote != st.wantWrote {
+			t.Errorf("%s: Writes went from %d to %d; want a write: %v", st.name, before, txn.Writes(), st.wantWrote)
+		}
+	}
+}
