@@ -149,7 +149,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer db.Close()
-	st, err := store.New()
+	db.OnWrite(metrics.ObserveWrite)
+	st, err := store.NewDurable(db)
 	if err != nil {
 		return err
 	}
@@ -282,7 +283,6 @@ func Run(ctx context.Context, cfg Config) error {
 		slices.SetHeartbeat(ops.loop("endpointslice"))
 		go slices.Run(runCtx)
 	}
-	svc.OnWrite(metrics.ObserveWrite)
 	var lastApply atomic.Int64
 	enf.OnApply(func(d time.Duration) {
 		metrics.ObservePolicyApply(d)

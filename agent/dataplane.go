@@ -199,8 +199,7 @@ func dropCleanup(st *store.Store, db *persist.DB, backend string) error {
 	if err := store.DeleteCleanup(txn, backend); err != nil {
 		return err
 	}
-	_, err := db.Commit(txn)
-	return err
+	return txn.Commit()
 }
 
 // agentAPI is the API the agent serves: the endpoint service's, with the

@@ -65,6 +65,8 @@ func commitObjects(st *store.Store, objs *manifests.Objects, log *slog.Logger) (
 	if err != nil {
 		return false, err
 	}
-	txn.Commit()
+	if err := txn.Commit(); err != nil {
+		return false, err
+	}
 	return changed || slicesChanged, nil
 }

@@ -69,6 +69,11 @@ type Attempts struct {
 // New returns a Manager writing to st and db, cleaning the backends of
 // cleaners (keyed by store.Cleanup.Backend).
 func New(st *store.Store, db *persist.DB, cleaners map[string]Cleaner, log *slog.Logger) *Manager {
+	if !st.Durable() {
+		// A programming error: clean-ups recorded in memory only would be
+		// forgotten by a restart, the very race they exist to close.
+		panic("cleanup.New: the store is not durable (use store.NewDurable with the state file)")
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -86,15 +91,14 @@ func (m *Manager) Restore() error {
 	if err != nil {
 		return err
 	}
-	txn := m.st.WriteTxn()
+	txn := m.st.RestoreTxn()
 	defer txn.Abort()
 	for _, c := range pending {
 		if err := store.UpsertCleanup(txn, c); err != nil {
 			return err
 		}
 	}
-	txn.Commit()
-	return nil
+	return txn.Commit()
 }
 
 // Schedule records, durably, that backend must be cleaned. Scheduling a
@@ -109,7 +113,7 @@ func (m *Manager) Schedule(backend, reason string) error {
 	if err := store.UpsertCleanup(txn, &store.Cleanup{Backend: backend, Reason: reason, Since: m.now()}); err != nil {
 		return err
 	}
-	if _, err := m.db.Commit(txn); err != nil {
+	if err := txn.Commit(); err != nil {
 		return fmt.Errorf("schedule clean-up of %s: %w", backend, err)
 	}
 	m.log.Warn("scheduled clean-up of a dataplane backend lockstep no longer uses", "backend", backend, "reason", reason)
@@ -214,7 +218,7 @@ func (m *Manager) attempt(ctx context.Context, c *store.Cleanup) error {
 		m.log.Error("clean up dataplane backend; will retry", "backend", c.Backend, "attempt", next.Attempts,
 			"retry in", m.backoff(next.Attempts), "err", err)
 	}
-	if _, err := m.db.Commit(txn); err != nil {
+	if err := txn.Commit(); err != nil {
 		return fmt.Errorf("record clean-up of %s: %w", c.Backend, err)
 	}
 	return nil

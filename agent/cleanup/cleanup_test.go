@@ -48,7 +48,7 @@ func open(t *testing.T, dir string, cleaners map[string]Cleaner) (*Manager, *per
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.New()
+	st, err := store.NewDurable(db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,13 +133,9 @@ func (s *Service) commit(txn *store.Txn, batch []*writeReq) {
 	if len(batch) == 0 {
 		return
 	}
-	start := time.Now()
-	wrote, err := s.disk.Commit(txn)
+	err := txn.Commit()
 	switch {
 	case err == nil:
-		if wrote && s.onWrite != nil {
-			s.onWrite(time.Since(start))
-		}
 		for _, r := range batch {
 			r.done <- nil
 		}

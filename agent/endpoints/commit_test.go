@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-memdb"
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/store"
@@ -21,28 +22,28 @@ import (
 // the next batch. refuse, when set, may refuse a transaction before
 // anything is written (as bbolt refuses a record it cannot store).
 type heldDisk struct {
-	inner   committer
+	inner   store.Persister
 	entered chan struct{}
 	hold    chan struct{}
-	refuse  func(*store.Txn) error
-	calls   atomic.Int32 // Commits called
-	wrote   atomic.Int32 // Commits that wrote the file
+	refuse  func(memdb.Changes) error
+	calls   atomic.Int32 // Persists called
+	wrote   atomic.Int32 // Persists that wrote the file
 }
 
-func newHeldDisk(inner committer) *heldDisk {
+func newHeldDisk(inner store.Persister) *heldDisk {
 	return &heldDisk{inner: inner, entered: make(chan struct{}, 64), hold: make(chan struct{})}
 }
 
-func (d *heldDisk) Commit(txn *store.Txn) (bool, error) {
+func (d *heldDisk) Persist(changes memdb.Changes) (bool, error) {
 	d.calls.Add(1)
 	d.entered <- struct{}{}
 	<-d.hold
 	if d.refuse != nil {
-		if err := d.refuse(txn); err != nil {
+		if err := d.refuse(changes); err != nil {
 			return false, err
 		}
 	}
-	wrote, err := d.inner.Commit(txn)
+	wrote, err := d.inner.Persist(changes)
 	if wrote {
 		d.wrote.Add(1)
 	}
@@ -112,7 +113,7 @@ func TestConcurrentAddsShareOneCommit(t *testing.T) {
 	dir := t.TempDir()
 	f := newFixture(t, dir, Config{}, "10.0.0.0/24", "fd00::/120")
 	d := newHeldDisk(f.db)
-	f.svc.disk = d
+	f.disk.set(d)
 	first := holdFirstWrite(t, f, d)
 
 	type result struct {
@@ -176,7 +177,7 @@ func TestConcurrentAddsShareOneCommit(t *testing.T) {
 func TestFailedChangeFailsAloneInItsBatch(t *testing.T) {
 	f := newFixture(t, t.TempDir(), Config{}, "10.0.0.0/24")
 	d := newHeldDisk(f.db)
-	f.svc.disk = d
+	f.disk.set(d)
 	first := holdFirstWrite(t, f, d)
 
 	a := store.Attachment{ContainerID: "a", IfName: "eth0"}
@@ -270,7 +271,7 @@ func TestQueuedWriteGivesUpAtItsDeadline(t *testing.T) {
 	}{
 		{"disk holds the write before it", func(t *testing.T, f *fixture) func() {
 			d := newHeldDisk(f.db)
-			f.svc.disk = d
+			f.disk.set(d)
 			first := holdFirstWrite(t, f, d)
 			return func() {
 				close(d.hold)
@@ -332,8 +333,8 @@ func TestQueuedWriteGivesUpAtItsDeadline(t *testing.T) {
 // refuses fails; a commit that fails (persist.ErrCommitFailed) fails the
 // whole batch, and nothing of it is visible.
 func TestRefusedBatchIsCommittedChangeByChange(t *testing.T) {
-	holds := func(txn *store.Txn, id string) bool {
-		for _, ch := range txn.Changes() {
+	holds := func(changes memdb.Changes, id string) bool {
+		for _, ch := range changes {
 			if e, ok := ch.After.(*store.Endpoint); ok && e.ContainerID == id {
 				return true
 			}
@@ -342,18 +343,18 @@ func TestRefusedBatchIsCommittedChangeByChange(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		refuse func(*store.Txn) error
+		refuse func(memdb.Changes) error
 		// wantOK are the ADDs (of att(1..3)) that succeed.
 		wantOK []bool
 	}{
-		{"one record refused", func(txn *store.Txn) error {
-			if holds(txn, att(2).ContainerID) {
+		{"one record refused", func(changes memdb.Changes) error {
+			if holds(changes, att(2).ContainerID) {
 				return errors.New("key too large")
 			}
 			return nil
 		}, []bool{true, false, true}},
-		{"commit failed", func(txn *store.Txn) error {
-			if holds(txn, att(2).ContainerID) {
+		{"commit failed", func(changes memdb.Changes) error {
+			if holds(changes, att(2).ContainerID) {
 				return fmt.Errorf("commit to state file: %w: fdatasync: input/output error", persist.ErrCommitFailed)
 			}
 			return nil
@@ -364,7 +365,7 @@ func TestRefusedBatchIsCommittedChangeByChange(t *testing.T) {
 			f := newFixture(t, t.TempDir(), Config{}, "10.0.0.0/24")
 			d := newHeldDisk(f.db)
 			d.refuse = tc.refuse
-			f.svc.disk = d
+			f.disk.set(d)
 			first := holdFirstWrite(t, f, d)
 			answers := make([]chan error, 3)
 			for i := range answers {
@@ -407,7 +408,7 @@ func BenchmarkBurstAdd(b *testing.B) {
 	for i := range b.N {
 		b.StopTimer()
 		f := newFixture(t, b.TempDir(), Config{}, "10.0.0.0/16")
-		f.svc.OnWrite(func(time.Duration) { commits.Add(1) })
+		f.db.OnWrite(func(time.Duration) { commits.Add(1) })
 		var wg sync.WaitGroup
 		b.StartTimer()
 		for j := range burst {

@@ -8,23 +8,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-memdb"
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/server"
 	"lockstep.dev/lockstep/agent/store"
 )
 
-// hungDisk is a state file whose fsync hangs until released: each Commit
+// hungDisk is a state file whose fsync hangs until released: each Persist
 // says it started, then waits.
 type hungDisk struct {
-	inner    committer
+	inner    store.Persister
 	entered  chan struct{}
 	released chan struct{}
 }
 
-func (d *hungDisk) Commit(txn *store.Txn) (bool, error) {
+func (d *hungDisk) Persist(changes memdb.Changes) (bool, error) {
 	d.entered <- struct{}{}
 	<-d.released
-	return d.inner.Commit(txn)
+	return d.inner.Persist(changes)
 }
 
 // TestHungDiskAnswersTryAgainLater: with the state file's disk hung, the
@@ -35,7 +36,7 @@ func (d *hungDisk) Commit(txn *store.Txn) (bool, error) {
 func TestHungDiskAnswersTryAgainLater(t *testing.T) {
 	f := newFixture(t, t.TempDir(), Config{}, "10.244.0.0/24")
 	disk := &hungDisk{inner: f.db, entered: make(chan struct{}, 4), released: make(chan struct{})}
-	f.svc.disk = disk
+	f.disk.set(disk)
 	released := false
 	release := func() {
 		if !released {

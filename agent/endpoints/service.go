@@ -72,12 +72,6 @@ type Service struct {
 	cursorMu sync.Mutex
 	cursors  map[string]netip.Addr
 
-	// onWrite, when set, is told how long each state file commit took.
-	onWrite func(time.Duration)
-
-	// disk writes each change durably before it is committed: db, or a
-	// test's slow disk.
-	disk committer
 	// queueMu guards queue, the writes waiting for the committer, and
 	// committing, whether a committer goroutine runs (see write).
 	queueMu    sync.Mutex
@@ -88,16 +82,12 @@ type Service struct {
 	writingSince atomic.Int64
 }
 
-// committer writes a store transaction's durable changes, then commits
-// it (persist.DB.Commit).
-type committer interface {
-	Commit(txn *store.Txn) (wrote bool, err error)
-}
-
 // PoolName is the store name of a configured pool: its CIDR.
 func PoolName(p netip.Prefix) string { return p.Masked().String() }
 
-// New restores the store from the state file and returns the service.
+// New restores the store from the state file and returns the service. st
+// must be durable through db (store.NewDurable(db)): every write of the
+// service commits through it.
 // Endpoints whose pool is no longer configured keep their addresses in a
 // draining pool; the agent never hands those out again until released.
 func New(st *store.Store, db *persist.DB, cfg Config) (*Service, error) {
@@ -121,17 +111,15 @@ func New(st *store.Store, db *persist.DB, cfg Config) (*Service, error) {
 			return nil, err
 		}
 	}
-	s := &Service{store: st, db: db, disk: db, cfg: cfg, log: cfg.Logger, cursors: map[string]netip.Addr{}}
+	if !st.Durable() {
+		return nil, errors.New("create endpoint service: the store is not durable (store.NewDurable with the state file): an address handed out would not survive a restart")
+	}
+	s := &Service{store: st, db: db, cfg: cfg, log: cfg.Logger, cursors: map[string]netip.Addr{}}
 	if err := s.restore(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
-
-// OnWrite registers a function told the duration of every durable write:
-// one per state file commit, which a group of concurrent changes shares
-// (see write), so the number of calls is the number of fsync'd commits.
-func (s *Service) OnWrite(fn func(time.Duration)) { s.onWrite = fn }
 
 // ValidatePools checks a pool configuration: valid, masked, non-empty,
 // non-overlapping CIDRs including at least one IPv4 pool.
@@ -167,7 +155,7 @@ func (s *Service) restore() error {
 	if err != nil {
 		return err
 	}
-	txn := s.store.WriteTxn()
+	txn := s.store.RestoreTxn()
 	defer txn.Abort()
 	for _, p := range s.cfg.Pools {
 		if err := store.UpsertPool(txn, store.Pool{Name: PoolName(p), CIDR: p}); err != nil {
@@ -184,7 +172,9 @@ func (s *Service) restore() error {
 			return fmt.Errorf("restore %s/%s from %s: state file is inconsistent: %w", e.ContainerID, e.IfName, s.db.Path(), err)
 		}
 	}
-	txn.Commit()
+	if err := txn.Commit(); err != nil {
+		return err
+	}
 	if len(eps) > 0 {
 		s.log.Info("restored endpoints from state file", "count", len(eps), "file", s.db.Path())
 	}

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-memdb"
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/policy"
@@ -19,9 +21,30 @@ import (
 var ctx = context.Background()
 
 type fixture struct {
-	dir string
-	db  *persist.DB
-	svc *Service
+	dir  string
+	db   *persist.DB
+	disk *diskSwitch
+	svc  *Service
+}
+
+// diskSwitch is the fixture store's Persister: the state file, or a fault
+// a test puts in front of it.
+type diskSwitch struct {
+	mu sync.Mutex
+	p  store.Persister
+}
+
+func (d *diskSwitch) Persist(changes memdb.Changes) (bool, error) {
+	d.mu.Lock()
+	p := d.p
+	d.mu.Unlock()
+	return p.Persist(changes)
+}
+
+func (d *diskSwitch) set(p store.Persister) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.p = p
 }
 
 func newFixture(t *testing.T, dir string, cfg Config, pools ...string) *fixture {
@@ -36,13 +59,14 @@ func newFixture(t *testing.T, dir string, cfg Config, pools ...string) *fixture 
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := store.New()
+	disk := &diskSwitch{p: db}
+	st, _ := store.NewDurable(disk)
 	svc, err := New(st, db, cfg)
 	if err != nil {
 		db.Close()
 		t.Fatal(err)
 	}
-	f := &fixture{dir: dir, db: db, svc: svc}
+	f := &fixture{dir: dir, db: db, disk: disk, svc: svc}
 	t.Cleanup(func() { db.Close() })
 	return f
 }
@@ -353,7 +377,7 @@ func TestPoolConfigErrors(t *testing.T) {
 			cfg.Pools = append(cfg.Pools, netip.MustParsePrefix(p))
 		}
 		db, _ := persist.Open(t.TempDir(), time.Second)
-		st, _ := store.New()
+		st, _ := store.NewDurable(db)
 		_, err := New(st, db, cfg)
 		db.Close()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

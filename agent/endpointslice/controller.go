@@ -115,7 +115,7 @@ func (c *Controller) Run(ctx context.Context) {
 		ws := memdb.NewWatchSet()
 		txn := c.store.ReadTxn()
 		for _, table := range watched {
-			if ch, _, err := txn.FirstWatch(store.TableRevisions, store.IndexID, table); err == nil {
+			if ch, _, err := store.WatchRevision(txn, table); err == nil {
 				ws.Add(ch)
 			}
 		}
@@ -150,8 +150,8 @@ func (c *Controller) Sync() error {
 	if err != nil {
 		return err
 	}
-	if changed {
-		txn.Commit()
+	if !changed {
+		return nil
 	}
-	return nil
+	return txn.Commit()
 }

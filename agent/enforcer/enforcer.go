@@ -273,7 +273,7 @@ func (e *Enforcer) Run(ctx context.Context, resync time.Duration) {
 		e.heartbeat.Beat()
 		ws := memdb.NewWatchSet()
 		txn := e.store.ReadTxn()
-		ch, _, err := txn.FirstWatch(store.TableRevisions, store.IndexID, "")
+		ch, _, err := store.WatchRevision(txn, "")
 		if err == nil {
 			ws.Add(ch)
 		}

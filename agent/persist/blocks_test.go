@@ -19,7 +19,7 @@ func block(cidr string, st store.BlockState) *store.Block {
 func TestBlocksSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
 	db := openDB(t, dir)
-	s, _ := store.New()
+	s, _ := store.NewDurable(db)
 	if !write(t, s, db, func(txn *store.Txn) error {
 		for _, b := range []*store.Block{block("10.244.0.0/26", store.BlockActive), block("10.244.0.64/26", store.BlockActive), block("fd00::/120", store.BlockRetired)} {
 			if err := store.UpsertBlock(txn, b); err != nil {

@@ -56,14 +56,14 @@ func realisticFile(t testing.TB, endpoints int) ([]byte, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, _ := store.New()
+	s, _ := store.NewDurable(db)
 	commit := func(fn func(*store.Txn) error) {
 		txn := s.WriteTxn()
 		defer txn.Abort()
 		if err := fn(txn); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.Commit(txn); err != nil {
+		if err := txn.Commit(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 func TestCleanupsSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
 	db := openDB(t, dir)
-	s, _ := store.New()
+	s, _ := store.NewDurable(db)
 	since := time.Unix(200, 0).UTC()
 	for _, b := range []string{"iptables-legacy", "ebpf"} {
 		if !write(t, s, db, func(txn *store.Txn) error {

@@ -67,7 +67,7 @@ func TestFailedCommitIsFatal(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			s, _ := store.New()
+			s, _ := store.NewDurable(db)
 			write(t, s, db, func(txn *store.Txn) error { return store.AttachEndpoint(txn, endpoint("a", "10.244.0.2")) })
 			if db.Err() != nil {
 				t.Fatalf("Err before any fault: %v", db.Err())
@@ -80,7 +80,7 @@ func TestFailedCommitIsFatal(t *testing.T) {
 				if err := store.AttachEndpoint(txn, ep); err != nil {
 					t.Fatal(err)
 				}
-				_, err := db.Commit(txn)
+				err := txn.Commit()
 				return err
 			}
 			err = commit(endpoint("b", "10.244.0.3"))
@@ -124,14 +124,14 @@ func TestFailedCommitIsFatal(t *testing.T) {
 func TestFailedWriteBeforeCommitIsNotFatal(t *testing.T) {
 	db := openDB(t, t.TempDir())
 	defer db.Close()
-	s, _ := store.New()
+	s, _ := store.NewDurable(db)
 	txn := s.WriteTxn()
 	ep := endpoint("a", "10.244.0.2")
 	ep.ContainerID = string(make([]byte, bolt.MaxKeySize+1))
 	if err := store.AttachEndpoint(txn, ep); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Commit(txn); err == nil || errors.Is(err, ErrCommitFailed) {
+	if err := txn.Commit(); err == nil || errors.Is(err, ErrCommitFailed) {
 		t.Fatalf("oversized key: %v, want a non-fatal error", err)
 	}
 	txn.Abort()

@@ -1,11 +1,14 @@
 // Package persist keeps the agent's durable state in a bbolt file, so a
 // SIGKILL at any moment never loses an allocation or a release.
 //
-// The agent writes through it from inside a store write transaction: it
-// hands Apply the transaction's tracked changes, Apply writes the durable
-// ones in one fsync'd bbolt transaction, and only then does the agent
-// commit the store and answer the caller. So nothing is ever visible in
-// memory, or promised to a plugin, that is not already on disk.
+// A DB is the Persister of the agent's store (store.NewDurable): every
+// write transaction's Commit hands Persist its tracked changes, Persist
+// writes the durable ones in one fsync'd bbolt transaction, and only then
+// does the store commit and the agent answer the caller. There is no other
+// way to commit a write, so nothing is ever visible in memory, or promised
+// to a plugin, that is not already on disk; the restore paths, which load
+// what the file holds, commit through store.RestoreTxn, which writes
+// nothing back.
 //
 // Only what must survive a restart is written: an endpoint's identity, pod,
 // host interface and addresses. Volatile fields (life-cycle state,

@@ -77,13 +77,13 @@ func FuzzOpen(f *testing.F) {
 			}
 			return
 		}
-		s, _ := store.New()
+		s, _ := store.NewDurable(db)
 		txn := s.WriteTxn()
 		defer txn.Abort()
 		if err := store.AttachEndpoint(txn, endpoint("fuzz", "10.244.0.9")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.Commit(txn); err != nil {
+		if err := txn.Commit(); err != nil {
 			t.Fatalf("write to a file Open accepted: %v", err)
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-memdb"
@@ -52,7 +53,16 @@ type DB struct {
 	failOnce sync.Once
 	failed   chan struct{}
 	failErr  error
+
+	// onWrite, when set, is told how long each write that reached the
+	// file took; writes counts them.
+	onWrite func(time.Duration)
+	writes  atomic.Uint64
 }
+
+// OnWrite registers fn, told the duration of every write Persist makes
+// (the state file's write latency metric). Call it before the first write.
+func (db *DB) OnWrite(fn func(time.Duration)) { db.onWrite = fn }
 
 // hooks are the faults tests inject into Open; the zero value is bbolt.
 type hooks struct {
@@ -300,10 +310,12 @@ func endpointKey(att store.Attachment) []byte {
 	return []byte(att.ContainerID + "\x00" + att.IfName)
 }
 
-// Apply writes the durable part of a store transaction's changes in one
-// fsync'd bbolt transaction. It writes nothing, and costs no fsync, when no
-// durable field changed. It returns whether it wrote.
-func (db *DB) Apply(changes memdb.Changes) (wrote bool, err error) {
+// Persist writes the durable part of a store transaction's changes in one
+// fsync'd bbolt transaction: the store's Persister (store.NewDurable),
+// called by every write transaction's Commit before the store commits. It
+// writes nothing, and costs no fsync, when no durable field changed. It
+// returns whether it wrote.
+func (db *DB) Persist(changes memdb.Changes) (wrote bool, err error) {
 	var puts []put
 	for _, ch := range changes {
 		var p *put
@@ -326,6 +338,7 @@ func (db *DB) Apply(changes memdb.Changes) (wrote bool, err error) {
 	if len(puts) == 0 {
 		return false, nil
 	}
+	start := time.Now()
 	err = db.update(func(tx *bolt.Tx) error {
 		for _, p := range puts {
 			b := tx.Bucket(p.bucket)
@@ -344,19 +357,11 @@ func (db *DB) Apply(changes memdb.Changes) (wrote bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	return true, nil
-}
-
-// Commit writes txn's durable changes (see Apply), then commits txn: a
-// change is on disk before any reader of the store can see it. On error
-// txn is left open for the caller to abort. It returns whether it wrote.
-func (db *DB) Commit(txn *store.Txn) (wrote bool, err error) {
-	wrote, err = db.Apply(txn.Changes())
-	if err != nil {
-		return false, err
+	db.writes.Add(1)
+	if db.onWrite != nil {
+		db.onWrite(time.Since(start))
 	}
-	txn.Commit()
-	return wrote, nil
+	return true, nil
 }
 
 // put is one key to write (value != nil) or delete in a bucket.

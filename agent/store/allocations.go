@@ -20,7 +20,7 @@ func InsertAllocation(txn *Txn, a Allocation) error {
 			a.Addr, a.Pool, a.ContainerID, a.IfName, ErrAddressInUse, old.ContainerID, old.IfName)
 	}
 	a.stamp(txn.rev)
-	if err := txn.Insert(TableAllocations, &a); err != nil {
+	if err := txn.insert(TableAllocations, &a); err != nil {
 		return fmt.Errorf("insert allocation %s/%s: %w", a.Pool, a.Addr, err)
 	}
 	return txn.touch(TableAllocations)
@@ -29,7 +29,7 @@ func InsertAllocation(txn *Txn, a Allocation) error {
 // DeleteAllocation frees (pool, addr). Freeing a free address is
 // ErrNotFound.
 func DeleteAllocation(txn *Txn, pool string, addr netip.Addr) error {
-	n, err := txn.DeleteAll(TableAllocations, IndexID, pool, addr)
+	n, err := txn.deleteAll(TableAllocations, IndexID, pool, addr)
 	if err != nil {
 		return fmt.Errorf("delete allocation %s/%s: %w", pool, addr, err)
 	}
@@ -41,7 +41,7 @@ func DeleteAllocation(txn *Txn, pool string, addr netip.Addr) error {
 
 // AllocationByAddr returns the allocation of (pool, addr), or nil.
 func AllocationByAddr(txn *Txn, ws memdb.WatchSet, pool string, addr netip.Addr) (*Allocation, error) {
-	ch, raw, err := txn.FirstWatch(TableAllocations, IndexID, pool, addr)
+	ch, raw, err := txn.firstWatch(TableAllocations, IndexID, pool, addr)
 	if err != nil {
 		return nil, fmt.Errorf("look up allocation %s/%s: %w", pool, addr, err)
 	}
@@ -69,7 +69,7 @@ func AllocationsByPool(txn *Txn, ws memdb.WatchSet, pool string) ([]*Allocation,
 
 // CountAllocations returns how many addresses of a pool are allocated.
 func CountAllocations(txn *Txn, pool string) (int, error) {
-	it, err := txn.Get(TableAllocations, IndexID+"_prefix", pool)
+	it, err := txn.get(TableAllocations, IndexID+"_prefix", pool)
 	if err != nil {
 		return 0, fmt.Errorf("count allocations of pool %s: %w", pool, err)
 	}
@@ -81,7 +81,7 @@ func CountAllocations(txn *Txn, pool string) (int, error) {
 }
 
 func collect[T any](txn *Txn, ws memdb.WatchSet, table, index string, args ...any) ([]T, error) {
-	it, err := txn.Get(table, index, args...)
+	it, err := txn.get(table, index, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list %s by %s: %w", table, index, err)
 	}

@@ -108,7 +108,7 @@ func UpsertBlock(txn *Txn, b *Block) error {
 		cp.Revisions = old.Revisions
 	}
 	cp.stamp(txn.rev)
-	if err := txn.Insert(TableBlocks, &cp); err != nil {
+	if err := txn.insert(TableBlocks, &cp); err != nil {
 		return fmt.Errorf("record block %s: %w", b.Name, err)
 	}
 	return txn.touch(TableBlocks)
@@ -118,7 +118,7 @@ func UpsertBlock(txn *Txn, b *Block) error {
 // It does not touch the block's pool: the caller deletes both in one
 // transaction.
 func DeleteBlock(txn *Txn, name string) error {
-	n, err := txn.DeleteAll(TableBlocks, IndexID, name)
+	n, err := txn.deleteAll(TableBlocks, IndexID, name)
 	if err != nil {
 		return fmt.Errorf("delete block %s: %w", name, err)
 	}

@@ -57,16 +57,28 @@ func revisionArgs(_ bool, args ...any) ([]byte, error) {
 	return binary.BigEndian.AppendUint64(nil, rev), nil
 }
 
-// Commit commits a transaction. A write transaction first records the
-// objects it changed in the change log (see ChangesSince), in the same
+// Commit commits a write transaction (a read transaction has nothing to
+// commit). In a durable store it first has the store's Persister write the
+// transaction's durable changes: a change is in the state file before any
+// reader of the store can see it, and when that fails the transaction is
+// aborted and the error returned. It then records the objects the
+// transaction changed in the change log (see ChangesSince), in the same
 // commit, so that a reader sees a revision and its changes together, and
-// drops the log's rows older than ChangeLogRevisions. It shadows
-// memdb.Txn.Commit; every write goes through it.
-func (t *Txn) Commit() {
-	if t.rev != 0 {
-		t.logChanges()
+// drops the log's rows older than ChangeLogRevisions.
+func (t *Txn) Commit() error {
+	if t.rev == 0 {
+		t.mem.Commit()
+		return nil
 	}
-	t.Txn.Commit()
+	if t.persister != nil {
+		if _, err := t.persister.Persist(t.mem.Changes()); err != nil {
+			t.mem.Abort()
+			return fmt.Errorf("commit store revision %d: %w", t.rev, err)
+		}
+	}
+	t.logChanges()
+	t.mem.Commit()
+	return nil
 }
 
 func (t *Txn) logChanges() {
@@ -79,7 +91,7 @@ func (t *Txn) logChanges() {
 
 func (t *Txn) recordChanges() error {
 	var log []Change
-	for _, c := range t.Txn.Changes() {
+	for _, c := range t.mem.Changes() {
 		if c.Table == TableRevisions || c.Table == TableChanges {
 			continue
 		}
@@ -89,21 +101,21 @@ func (t *Txn) recordChanges() error {
 		// A transaction that changed objects without touching a table
 		// keeps the store's revision; the next one commits under the same
 		// number.
-		raw, err := t.First(TableChanges, IndexID, t.rev)
+		raw, err := t.first(TableChanges, IndexID, t.rev)
 		if err != nil {
 			return err
 		}
 		if raw != nil {
 			log = append(append([]Change(nil), raw.(*changeSet).Changes...), log...)
 		}
-		if err := t.Insert(TableChanges, &changeSet{Revision: t.rev, Changes: log}); err != nil {
+		if err := t.insert(TableChanges, &changeSet{Revision: t.rev, Changes: log}); err != nil {
 			return err
 		}
 	}
 	if t.rev <= ChangeLogRevisions {
 		return nil
 	}
-	it, err := t.LowerBound(TableChanges, IndexID, uint64(0))
+	it, err := t.lowerBound(TableChanges, IndexID, uint64(0))
 	if err != nil {
 		return err
 	}
@@ -112,7 +124,7 @@ func (t *Txn) recordChanges() error {
 		old = append(old, raw)
 	}
 	for _, raw := range old {
-		if err := t.Delete(TableChanges, raw); err != nil {
+		if err := t.delete(TableChanges, raw); err != nil {
 			return err
 		}
 	}
@@ -133,7 +145,7 @@ func ChangesSince(txn *Txn, since uint64) ([]Change, error) {
 	if rev-since >= ChangeLogRevisions-1 {
 		return nil, fmt.Errorf("read changes since revision %d (store at %d): %w", since, rev, ErrChangesTrimmed)
 	}
-	it, err := txn.LowerBound(TableChanges, IndexID, since+1)
+	it, err := txn.lowerBound(TableChanges, IndexID, since+1)
 	if err != nil {
 		return nil, fmt.Errorf("read the change log: %w", err)
 	}

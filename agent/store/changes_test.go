@@ -65,7 +65,7 @@ func TestChangesSince(t *testing.T) {
 	if cs, err := ChangesSince(s.ReadTxn(), Revision(s.ReadTxn(), "")); err != nil || len(cs) != 0 {
 		t.Errorf("changes since the current revision: %v, %v; want none", cs, err)
 	}
-	if _, err := s.ReadTxn().Get(TableChanges, IndexID, 1); err == nil {
+	if _, err := s.ReadTxn().get(TableChanges, IndexID, 1); err == nil {
 		t.Error("change log lookup with an int: want error")
 	}
 }
@@ -88,7 +88,7 @@ func TestChangeLogTrimmed(t *testing.T) {
 	if err != nil || len(cs) != 10 {
 		t.Errorf("changes of the last 10 revisions: %d, %v; want 10", len(cs), err)
 	}
-	it, err := txn.LowerBound(TableChanges, IndexID, uint64(0))
+	it, err := txn.lowerBound(TableChanges, IndexID, uint64(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func UpsertCleanup(txn *Txn, c *Cleanup) error {
 		cp.Revisions = old.Revisions
 	}
 	cp.stamp(txn.rev)
-	if err := txn.Insert(TableCleanups, &cp); err != nil {
+	if err := txn.insert(TableCleanups, &cp); err != nil {
 		return fmt.Errorf("record clean-up of %s: %w", c.Backend, err)
 	}
 	return txn.touch(TableCleanups)
@@ -66,7 +66,7 @@ func UpsertCleanup(txn *Txn, c *Cleanup) error {
 // DeleteCleanup removes the record of backend; a missing one is not an
 // error (the clean-up is done either way).
 func DeleteCleanup(txn *Txn, backend string) error {
-	n, err := txn.DeleteAll(TableCleanups, IndexID, backend)
+	n, err := txn.deleteAll(TableCleanups, IndexID, backend)
 	if err != nil {
 		return fmt.Errorf("delete clean-up of %s: %w", backend, err)
 	}

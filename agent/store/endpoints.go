@@ -10,7 +10,7 @@ import (
 // allocations; AttachEndpoint and ReleaseEndpoint change both together.
 func UpsertEndpoint(txn *Txn, e *Endpoint) error {
 	if e.HostIfName != "" {
-		raw, err := txn.First(TableEndpoints, IndexHostIf, e.HostIfName)
+		raw, err := txn.first(TableEndpoints, IndexHostIf, e.HostIfName)
 		if err != nil {
 			return fmt.Errorf("look up host interface %s: %w", e.HostIfName, err)
 		}
@@ -28,7 +28,7 @@ func UpsertEndpoint(txn *Txn, e *Endpoint) error {
 		e.Revisions = old.Revisions
 	}
 	e.stamp(txn.rev)
-	if err := txn.Insert(TableEndpoints, e); err != nil {
+	if err := txn.insert(TableEndpoints, e); err != nil {
 		return fmt.Errorf("insert endpoint %s/%s: %w", e.ContainerID, e.IfName, err)
 	}
 	return txn.touch(TableEndpoints)
@@ -70,7 +70,7 @@ func ReleaseEndpoint(txn *Txn, att Attachment) (*Endpoint, error) {
 			return nil, err
 		}
 	}
-	if err := txn.Delete(TableEndpoints, e); err != nil {
+	if err := txn.delete(TableEndpoints, e); err != nil {
 		return nil, fmt.Errorf("delete endpoint %s/%s: %w", att.ContainerID, att.IfName, err)
 	}
 	return e, txn.touch(TableEndpoints)
@@ -78,7 +78,7 @@ func ReleaseEndpoint(txn *Txn, att Attachment) (*Endpoint, error) {
 
 // EndpointByAttachment returns the endpoint of an attachment, or nil.
 func EndpointByAttachment(txn *Txn, ws memdb.WatchSet, att Attachment) (*Endpoint, error) {
-	ch, raw, err := txn.FirstWatch(TableEndpoints, IndexID, att.ContainerID, att.IfName)
+	ch, raw, err := txn.firstWatch(TableEndpoints, IndexID, att.ContainerID, att.IfName)
 	if err != nil {
 		return nil, fmt.Errorf("look up endpoint %s/%s: %w", att.ContainerID, att.IfName, err)
 	}
@@ -91,7 +91,7 @@ func EndpointByAttachment(txn *Txn, ws memdb.WatchSet, att Attachment) (*Endpoin
 
 // EndpointByHostIf returns the endpoint wired to a host interface, or nil.
 func EndpointByHostIf(txn *Txn, ws memdb.WatchSet, name string) (*Endpoint, error) {
-	ch, raw, err := txn.FirstWatch(TableEndpoints, IndexHostIf, name)
+	ch, raw, err := txn.firstWatch(TableEndpoints, IndexHostIf, name)
 	if err != nil {
 		return nil, fmt.Errorf("look up endpoint on %s: %w", name, err)
 	}

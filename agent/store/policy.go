@@ -124,7 +124,7 @@ func UpsertNamespace(txn *Txn, ns *policy.Namespace) error {
 	if err := txn.touch(TableNamespaces); err != nil {
 		return err
 	}
-	if err := txn.Insert(TableNamespaces, ns); err != nil {
+	if err := txn.insert(TableNamespaces, ns); err != nil {
 		return fmt.Errorf("insert namespace %s: %w", ns.Name, err)
 	}
 	return reidentifyNamespace(txn, ns.Name)
@@ -136,7 +136,7 @@ func DeleteNamespace(txn *Txn, name string) error {
 	if err := txn.touch(TableNamespaces); err != nil {
 		return err
 	}
-	if _, err := txn.DeleteAll(TableNamespaces, IndexID, name); err != nil {
+	if _, err := txn.deleteAll(TableNamespaces, IndexID, name); err != nil {
 		return fmt.Errorf("delete namespace %s: %w", name, err)
 	}
 	return reidentifyNamespace(txn, name)
@@ -153,7 +153,7 @@ func Namespaces(txn *Txn, ws memdb.WatchSet) ([]*policy.Namespace, error) {
 }
 
 func reidentifyNamespace(txn *Txn, ns string) error {
-	it, err := txn.Get(TablePods, IndexID+"_prefix", ns)
+	it, err := txn.get(TablePods, IndexID+"_prefix", ns)
 	if err != nil {
 		return fmt.Errorf("list pods of namespace %s: %w", ns, err)
 	}
@@ -200,7 +200,7 @@ func UpsertPod(txn *Txn, pod *policy.Pod) error {
 		p.Revisions = old.Revisions
 	}
 	p.stamp(txn.rev)
-	if err := txn.Insert(TablePods, p); err != nil {
+	if err := txn.insert(TablePods, p); err != nil {
 		return fmt.Errorf("insert pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
@@ -216,7 +216,7 @@ func DeletePod(txn *Txn, namespace, name string) error {
 	if err := txn.touch(TablePods); err != nil {
 		return err
 	}
-	if err := txn.Delete(TablePods, old); err != nil {
+	if err := txn.delete(TablePods, old); err != nil {
 		return fmt.Errorf("delete pod %s/%s: %w", namespace, name, err)
 	}
 	return releaseIdentity(txn, old.IdentityKey)
@@ -256,7 +256,7 @@ func acquireIdentity(txn *Txn, key string) error {
 		c.Refs++
 		next = &c
 	} else {
-		last, err := txn.Last(TableIdentities, IndexID)
+		last, err := txn.last(TableIdentities, IndexID)
 		if err != nil {
 			return fmt.Errorf("find highest identity: %w", err)
 		}
@@ -283,7 +283,7 @@ func releaseIdentity(txn *Txn, key string) error {
 		return err
 	}
 	if id.Refs <= 1 {
-		if err := txn.Delete(TableIdentities, id); err != nil {
+		if err := txn.delete(TableIdentities, id); err != nil {
 			return fmt.Errorf("delete identity %d: %w", id.ID, err)
 		}
 		return nil
@@ -298,7 +298,7 @@ func insertIdentity(txn *Txn, id *Identity) error {
 		return err
 	}
 	id.stamp(txn.rev)
-	if err := txn.Insert(TableIdentities, id); err != nil {
+	if err := txn.insert(TableIdentities, id); err != nil {
 		return fmt.Errorf("insert identity %d: %w", id.ID, err)
 	}
 	return nil
@@ -337,7 +337,7 @@ func UpsertPolicy(txn *Txn, np *policy.NetworkPolicy) error {
 			}
 		}
 	}
-	if err := txn.Insert(TablePolicies, np); err != nil {
+	if err := txn.insert(TablePolicies, np); err != nil {
 		return fmt.Errorf("insert policy %s/%s: %w", np.Namespace, np.Name, err)
 	}
 	return nil
@@ -353,7 +353,7 @@ func DeletePolicy(txn *Txn, namespace, name string) error {
 	if err := txn.touch(TablePolicies); err != nil {
 		return err
 	}
-	if err := txn.Delete(TablePolicies, old); err != nil {
+	if err := txn.delete(TablePolicies, old); err != nil {
 		return fmt.Errorf("delete policy %s/%s: %w", namespace, name, err)
 	}
 	for _, s := range policySelectors(old) {
@@ -445,7 +445,7 @@ func releaseSelector(txn *Txn, key string) error {
 		return err
 	}
 	if old.Refs <= 1 {
-		if err := txn.Delete(TableSelectors, old); err != nil {
+		if err := txn.delete(TableSelectors, old); err != nil {
 			return fmt.Errorf("delete selector %s: %w", key, err)
 		}
 		return nil
@@ -460,7 +460,7 @@ func insertSelector(txn *Txn, s *Selector) error {
 		return err
 	}
 	s.stamp(txn.rev)
-	if err := txn.Insert(TableSelectors, s); err != nil {
+	if err := txn.insert(TableSelectors, s); err != nil {
 		return fmt.Errorf("insert selector %s: %w", s.Key, err)
 	}
 	return nil
@@ -468,7 +468,7 @@ func insertSelector(txn *Txn, s *Selector) error {
 
 func first[T any](txn *Txn, ws memdb.WatchSet, table, index string, args ...any) (T, error) {
 	var zero T
-	ch, raw, err := txn.FirstWatch(table, index, args...)
+	ch, raw, err := txn.firstWatch(table, index, args...)
 	if err != nil {
 		return zero, fmt.Errorf("look up %s by %s: %w", table, index, err)
 	}

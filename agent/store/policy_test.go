@@ -71,7 +71,7 @@ func TestPolicyTablesIndexes(t *testing.T) {
 		{TableSelectors, IndexID + "_prefix", []any{""}, 2}, // podSelector {} and the peer
 	}
 	for _, tc := range tests {
-		it, err := txn.Get(tc.table, tc.index, tc.args...)
+		it, err := txn.get(tc.table, tc.index, tc.args...)
 		if err != nil {
 			t.Fatalf("%s.%s%v: %v", tc.table, tc.index, tc.args, err)
 		}
@@ -83,7 +83,7 @@ func TestPolicyTablesIndexes(t *testing.T) {
 			t.Errorf("%s.%s%v: got %d rows, want %d", tc.table, tc.index, tc.args, n, tc.want)
 		}
 	}
-	if _, err := txn.Get(TableIdentities, IndexID, 256); err == nil {
+	if _, err := txn.get(TableIdentities, IndexID, 256); err == nil {
 		t.Error("identity lookup with an int: want error")
 	}
 }

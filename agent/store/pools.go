@@ -14,7 +14,7 @@ func UpsertPool(txn *Txn, p Pool) error {
 		p.Revisions = old.Revisions
 	}
 	p.stamp(txn.rev)
-	if err := txn.Insert(TablePools, &p); err != nil {
+	if err := txn.insert(TablePools, &p); err != nil {
 		return fmt.Errorf("insert pool %s: %w", p.Name, err)
 	}
 	return txn.touch(TablePools)
@@ -27,7 +27,7 @@ func DeletePool(txn *Txn, name string) error {
 	} else if n > 0 {
 		return fmt.Errorf("delete pool %s: %d allocations still use it", name, n)
 	}
-	if _, err := txn.DeleteAll(TablePools, IndexID, name); err != nil {
+	if _, err := txn.deleteAll(TablePools, IndexID, name); err != nil {
 		return fmt.Errorf("delete pool %s: %w", name, err)
 	}
 	return txn.touch(TablePools)
@@ -35,7 +35,7 @@ func DeletePool(txn *Txn, name string) error {
 
 // PoolByName returns the named pool, or nil when there is none.
 func PoolByName(txn *Txn, ws memdb.WatchSet, name string) (*Pool, error) {
-	ch, raw, err := txn.FirstWatch(TablePools, IndexID, name)
+	ch, raw, err := txn.firstWatch(TablePools, IndexID, name)
 	if err != nil {
 		return nil, fmt.Errorf("look up pool %s: %w", name, err)
 	}
@@ -48,7 +48,7 @@ func PoolByName(txn *Txn, ws memdb.WatchSet, name string) (*Pool, error) {
 
 // Pools returns all pools ordered by name.
 func Pools(txn *Txn, ws memdb.WatchSet) ([]*Pool, error) {
-	it, err := txn.Get(TablePools, IndexID)
+	it, err := txn.get(TablePools, IndexID)
 	if err != nil {
 		return nil, fmt.Errorf("list pools: %w", err)
 	}

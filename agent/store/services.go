@@ -72,7 +72,7 @@ func UpsertService(txn *Txn, svc *policy.Service) error {
 		row.Revisions = old.Revisions
 	}
 	row.stamp(txn.rev)
-	if err := txn.Insert(TableServices, row); err != nil {
+	if err := txn.insert(TableServices, row); err != nil {
 		return fmt.Errorf("insert service %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	return nil
@@ -89,7 +89,7 @@ func DeleteService(txn *Txn, namespace, name string) error {
 	if err := txn.touch(TableServices); err != nil {
 		return err
 	}
-	if err := txn.Delete(TableServices, old); err != nil {
+	if err := txn.delete(TableServices, old); err != nil {
 		return fmt.Errorf("delete service %s/%s: %w", namespace, name, err)
 	}
 	return nil
@@ -127,7 +127,7 @@ func UpsertEndpointSlice(txn *Txn, s *policy.EndpointSlice) error {
 		row.Revisions = old.Revisions
 	}
 	row.stamp(txn.rev)
-	if err := txn.Insert(TableEndpointSlices, row); err != nil {
+	if err := txn.insert(TableEndpointSlices, row); err != nil {
 		return fmt.Errorf("insert endpointslice %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	return nil
@@ -143,7 +143,7 @@ func DeleteEndpointSlice(txn *Txn, namespace, name string) error {
 	if err := txn.touch(TableEndpointSlices); err != nil {
 		return err
 	}
-	if err := txn.Delete(TableEndpointSlices, old); err != nil {
+	if err := txn.delete(TableEndpointSlices, old); err != nil {
 		return fmt.Errorf("delete endpointslice %s/%s: %w", namespace, name, err)
 	}
 	return nil

@@ -66,7 +66,7 @@ func TestServiceTablesIndexes(t *testing.T) {
 		{TableEndpointSlices, IndexService + "_prefix", []any{"x"}, 4},
 	}
 	for _, tc := range tests {
-		it, err := txn.Get(tc.table, tc.index, tc.args...)
+		it, err := txn.get(tc.table, tc.index, tc.args...)
 		if err != nil {
 			t.Fatalf("%s.%s%v: %v", tc.table, tc.index, tc.args, err)
 		}
@@ -81,10 +81,10 @@ func TestServiceTablesIndexes(t *testing.T) {
 	if got, err := EndpointSlicesOfService(txn, nil, "x", "web"); err != nil || len(got) != 2 {
 		t.Errorf("EndpointSlicesOfService(x, web) = %d slices, %v; want 2", len(got), err)
 	}
-	if _, err := txn.Get(TableEndpointSlices, IndexService, "x", 1); err == nil {
+	if _, err := txn.get(TableEndpointSlices, IndexService, "x", 1); err == nil {
 		t.Error("slice lookup by service with an int: want error")
 	}
-	if _, err := txn.Get(TableServices, IndexID, "x"); err == nil {
+	if _, err := txn.get(TableServices, IndexID, "x"); err == nil {
 		t.Error("exact service lookup without a name: want error")
 	}
 }

@@ -84,7 +84,7 @@ func TestSchemaIndexes(t *testing.T) {
 	txn := s.ReadTxn()
 	count := func(table, index string, args ...any) int {
 		t.Helper()
-		it, err := txn.Get(table, index, args...)
+		it, err := txn.get(table, index, args...)
 		if err != nil {
 			t.Fatalf("%s.%s(%v): %v", table, index, args, err)
 		}
@@ -134,10 +134,10 @@ func TestSchemaIndexes(t *testing.T) {
 		t.Errorf("exact lookup (c, eth0) matched %d rows", got)
 	}
 	// Wrong argument types are errors, not silent misses.
-	if _, err := txn.Get(TableAllocations, IndexID, "v4", "10.244.0.2"); err == nil {
+	if _, err := txn.get(TableAllocations, IndexID, "v4", "10.244.0.2"); err == nil {
 		t.Error("allocation lookup with a string address: want error")
 	}
-	if _, err := txn.Get(TableEndpoints, IndexState, 2); err == nil {
+	if _, err := txn.get(TableEndpoints, IndexState, 2); err == nil {
 		t.Error("state lookup with an int: want error")
 	}
 }

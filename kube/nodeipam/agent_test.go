@@ -34,7 +34,7 @@ func openNode(t *testing.T, dir string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.New()
+	st, err := store.NewDurable(db)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -408,7 +408,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // until a NodeIPAM verified to be this node's assigns it again. Nothing is
 // written back: the file is already the truth.
 func loadBlocks(st *store.Store, blocks []*store.Block) error {
-	txn := st.WriteTxn()
+	txn := st.RestoreTxn()
 	defer txn.Abort()
 	for _, b := range blocks {
 		if err := store.UpsertBlock(txn, b); err != nil {
@@ -427,6 +427,5 @@ func loadBlocks(st *store.Store, blocks []*store.Block) error {
 			}
 		}
 	}
-	txn.Commit()
-	return nil
+	return txn.Commit()
 }

@@ -55,7 +55,7 @@ func (n *node) apply(t *testing.T, obj *v1alpha1.NodeIPAM, pods *endpoints.PodLi
 	if during != nil {
 		during()
 	}
-	if _, err := n.db.Commit(txn); err != nil {
+	if err := txn.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	return events

@@ -298,12 +298,12 @@ func (s *Syncer) waitSynced(ctx context.Context) bool {
 // changes the allocations table (and, rarely, by an unrelated one).
 func (s *Syncer) allocationsChanged() <-chan struct{} {
 	txn := s.opts.Store.ReadTxn()
-	ch, raw, err := txn.FirstWatch(store.TableRevisions, store.IndexID, store.TableAllocations)
+	ch, rev, err := store.WatchRevision(txn, store.TableAllocations)
 	if err != nil {
 		return nil
 	}
-	if raw != nil {
-		s.allocRevSeen(raw.(*store.TableRevision).Revision)
+	if rev != 0 {
+		s.allocRevSeen(rev)
 	}
 	return ch
 }
@@ -477,7 +477,7 @@ func (s *Syncer) apply(obj *v1alpha1.NodeIPAM, why string) error {
 	if s.hooks.inApplyTxn != nil {
 		s.hooks.inApplyTxn(obj)
 	}
-	if _, err := s.opts.DB.Commit(txn); err != nil {
+	if err := txn.Commit(); err != nil {
 		return err
 	}
 	for _, e := range append(events, more...) {

@@ -280,8 +280,7 @@ func (s *Source) commitAll() error {
 	if _, err := store.ReplaceEndpointSlices(txn, slices); err != nil {
 		return err
 	}
-	txn.Commit()
-	return nil
+	return txn.Commit()
 }
 
 // commitDirty commits the objects marked since the last commit in one
@@ -302,6 +301,9 @@ func (s *Source) commitDirty() error {
 	txn := s.opts.Store.WriteTxn()
 	defer txn.Abort()
 	changed, err := b.apply(txn, s.lookup, s.converter())
+	if err == nil && changed {
+		err = txn.Commit()
+	}
 	if err != nil {
 		s.mu.Lock()
 		for k := range numKinds {
@@ -311,9 +313,6 @@ func (s *Source) commitDirty() error {
 		}
 		s.mu.Unlock()
 		return err
-	}
-	if changed {
-		txn.Commit()
 	}
 	return nil
 }

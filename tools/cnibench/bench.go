@@ -190,7 +190,7 @@ func (b *bench) createPods(ctx context.Context) error {
 	perSide := b.cfg.warmup + b.cfg.n + b.cfg.burst
 	total := perSide * len(b.sides)
 	logf("creating %d pod namespaces", total)
-	prog := newProgress("pod namespaces", total)
+	prog := benchkit.NewProgress("pod namespaces", total, logf)
 	for _, s := range b.sides {
 		pods := make([]ns.NetNS, 0, perSide)
 		for range perSide {
@@ -203,7 +203,7 @@ func (b *bench) createPods(ctx context.Context) error {
 			}
 			b.pods = append(b.pods, pod)
 			pods = append(pods, pod)
-			prog.step()
+			prog.Step()
 		}
 		s.latencyPods = pods[:b.cfg.warmup+b.cfg.n]
 		s.burstPods = pods[b.cfg.warmup+b.cfg.n:]

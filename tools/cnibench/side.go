@@ -151,7 +151,7 @@ func (b *bench) measureExecFloor(ctx context.Context) error {
 func (b *bench) measureLatency(ctx context.Context) error {
 	total := b.cfg.warmup + b.cfg.n
 	logf("latency: %d sequential ADD+DEL per plugin (%d warm-up + %d timed)", total, b.cfg.warmup, b.cfg.n)
-	prog := newProgress("latency iterations", total)
+	prog := benchkit.NewProgress("latency iterations", total, logf)
 	for i := range total {
 		for _, s := range alternate(b.sides, i) {
 			if err := ctx.Err(); err != nil {
@@ -171,7 +171,7 @@ func (b *bench) measureLatency(ctx context.Context) error {
 				s.addDel = append(s.addDel, m.add+m.del)
 			}
 		}
-		prog.step()
+		prog.Step()
 	}
 	return nil
 }

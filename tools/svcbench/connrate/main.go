@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"lockstep.dev/lockstep/internal/benchkit"
 )
 
 func main() {
@@ -230,18 +232,9 @@ func measure(sa *syscall.SockaddrInet4, workers int, d time.Duration, lo, hi int
 	slices.Sort(all)
 	return Result{
 		Connections: ok.Load(), Failures: failed.Load(), Seconds: secs, PerSecond: float64(ok.Load()) / secs,
-		ConnectP50: micros(percentile(all, 50)), ConnectP99: micros(percentile(all, 99)), ConnectMax: micros(percentile(all, 100)),
+		ConnectP50: micros(benchkit.Percentile(all, 50)), ConnectP99: micros(benchkit.Percentile(all, 99)), ConnectMax: micros(benchkit.Percentile(all, 100)),
 		PortsExhausted: exhausted.Load(), FirstFailure: why,
 	}, nil
-}
-
-// percentile is the nearest-rank p-th percentile of sorted, 0 when empty.
-func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := max((p*len(sorted)+99)/100, 1)
-	return sorted[min(rank, len(sorted))-1]
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

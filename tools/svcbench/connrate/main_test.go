@@ -79,21 +79,3 @@ func TestParsePorts(t *testing.T) {
 		}
 	}
 }
-
-func TestPercentile(t *testing.T) {
-	var d []time.Duration
-	for i := 1; i <= 200; i++ {
-		d = append(d, time.Duration(i))
-	}
-	for _, tc := range []struct {
-		p    int
-		want time.Duration
-	}{{50, 100}, {99, 198}, {100, 200}} {
-		if got := percentile(d, tc.p); got != tc.want {
-			t.Errorf("p%d = %d, want %d", tc.p, got, tc.want)
-		}
-	}
-	if got := percentile(nil, 50); got != 0 {
-		t.Errorf("p50 of nothing = %d, want 0", got)
-	}
-}
