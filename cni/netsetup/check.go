@@ -4,13 +4,13 @@ package netsetup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Check verifies the wiring Setup builds: the host end exists, is a veth,
@@ -81,23 +81,25 @@ func (c *checker) checkHost() error {
 }
 
 func (c *checker) checkPod() error {
-	podNS, err := ns.GetNS(c.args.Netns)
-	if err != nil {
-		var missing ns.NSPathNotExistErr
-		if errors.As(err, &missing) {
-			c.differs("pod netns %s does not exist", c.args.Netns)
-			return nil
-		}
-		return fmt.Errorf("open pod netns %s: %w", c.args.Netns, err)
+	if c.args.Netns == nil {
+		c.differs("pod netns does not exist")
+		return nil
 	}
-	defer podNS.Close()
-	return podNS.Do(func(ns.NetNS) error { return c.checkPodInside() })
+	// A socket opened inside the pod namespace by the netlink library: no
+	// thread of ours changes namespace.
+	h, err := netlink.NewHandleAt(netns.NsHandle(int(c.args.Netns.Fd())), unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("open netlink socket in %s: %w", c.args.Netns.Name(), err)
+	}
+	defer h.Close()
+	return c.checkPodThrough(h)
 }
 
-// checkPodInside runs inside the pod namespace.
-func (c *checker) checkPodInside() error {
-	name, where := c.args.PodIf, c.args.Netns
-	link, err := linkByName(socketPerRequest, name)
+// checkPodThrough reads the pod end through h, a handle in the pod
+// namespace.
+func (c *checker) checkPodThrough(h *netlink.Handle) error {
+	name, where := c.args.PodIf, c.args.Netns.Name()
+	link, err := linkByName(h, name)
 	if isNotFound(err) {
 		c.differs("pod interface %s in %s is missing", name, where)
 		return nil
@@ -114,7 +116,7 @@ func (c *checker) checkPodInside() error {
 	}
 
 	addrs, err := dump("addresses of "+name, func() ([]netlink.Addr, error) {
-		return netlink.AddrList(link, netlink.FAMILY_ALL)
+		return h.AddrList(link, netlink.FAMILY_ALL)
 	})
 	if err != nil {
 		return err
@@ -138,7 +140,7 @@ func (c *checker) checkPodInside() error {
 	}
 
 	routes, err := dump("routes of "+name, func() ([]netlink.Route, error) {
-		return netlink.RouteList(link, netlink.FAMILY_ALL)
+		return h.RouteList(link, netlink.FAMILY_ALL)
 	})
 	if err != nil {
 		return err
