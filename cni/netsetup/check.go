@@ -9,8 +9,6 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 )
 
 // Check verifies the wiring Setup builds: the host end exists, is a veth,
@@ -85,11 +83,9 @@ func (c *checker) checkPod() error {
 		c.differs("pod netns does not exist")
 		return nil
 	}
-	// A socket opened inside the pod namespace by the netlink library: no
-	// thread of ours changes namespace.
-	h, err := netlink.NewHandleAt(netns.NsHandle(int(c.args.Netns.Fd())), unix.NETLINK_ROUTE)
+	h, err := handleIn(c.args.Netns)
 	if err != nil {
-		return fmt.Errorf("open netlink socket in %s: %w", c.args.Netns.Name(), err)
+		return err
 	}
 	defer h.Close()
 	return c.checkPodThrough(h)

@@ -487,3 +487,37 @@ func TestPrivilegedSetupTiming(t *testing.T) {
 	t.Logf("Setup, dual stack, %d pods: min %s, median %s, p90 %s, max %s",
 		pods, took[0], took[pods/2], took[pods*9/10], took[pods-1])
 }
+
+// TestPrivilegedSetupLeavesNoThreadInAPod: the agent wires pods from a
+// long-lived process, so no thread of it may stay in a pod's namespace
+// after Setup and Check, whichever thread they opened sockets from.
+func TestPrivilegedSetupLeavesNoThreadInAPod(t *testing.T) {
+	testenv.Privileged(t)
+	node := newNode(t)
+	pods := map[string]bool{} // "net:[inode]", as /proc shows a thread's
+	for i := range 10 {
+		pod := newNamespace(t)
+		var st unix.Stat_t
+		if err := unix.Stat(pod.Path(), &st); err != nil {
+			t.Fatal(err)
+		}
+		pods[fmt.Sprintf("net:[%d]", st.Ino)] = true
+		args := SetupArgs{Netns: nsFile(t, pod), HostIf: api.HostIfName(fmt.Sprintf("threads-%d", i), "eth0"), PodIf: "eth0", Addresses: prefixes(fmt.Sprintf("10.244.3.%d/24", i+1))}
+		if _, _, err := setupIn(t, node, args); err != nil {
+			t.Fatalf("Setup() pod %d error = %v", i, err)
+		}
+		if err := checkIn(node, CheckArgs{Netns: args.Netns, HostIf: args.HostIf, PodIf: "eth0", Addresses: args.Addresses}); err != nil {
+			t.Fatalf("Check() pod %d error = %v", i, err)
+		}
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		// A thread may end between the listing and the read.
+		if id, err := os.Readlink("/proc/self/task/" + task.Name() + "/ns/net"); err == nil && pods[id] {
+			t.Errorf("thread %s stayed in pod network namespace %s", task.Name(), id)
+		}
+	}
+}

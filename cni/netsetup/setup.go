@@ -10,7 +10,6 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,16 +31,17 @@ func Setup(ctx context.Context, args SetupArgs) (_ *Wired, err error) {
 	where := args.Netns.Name()
 
 	// One netlink socket per side for every request of this ADD. The pod
-	// side's socket is opened inside the pod namespace by the netlink
-	// library, so no goroutine of ours ever changes namespace.
+	// side's socket is opened inside the pod namespace on a thread that
+	// is then discarded (handleIn), so no thread that runs our goroutines
+	// ever changes namespace.
 	host, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink socket: %w", err)
 	}
 	defer host.Close()
-	pod, err := netlink.NewHandleAt(netns.NsHandle(podNS), unix.NETLINK_ROUTE)
+	pod, err := handleIn(args.Netns)
 	if err != nil {
-		return nil, fmt.Errorf("open netlink socket in %s: %w", where, err)
+		return nil, err
 	}
 	defer pod.Close()
 

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"net"
 	"net/netip"
-	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -129,14 +128,4 @@ func buildResult(conf *config.NetConf, result *types100.Result, netns string, wi
 // toIPNet converts p, keeping the address bits.
 func toIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-}
-
-// openNetnsOrNone opens CNI_NETNS for CHECK: nil when it no longer
-// exists, which the agent reports as a difference.
-func (p *plugin) openNetnsOrNone(path string) (*os.File, error) {
-	f, err := p.openNetns(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return f, err
 }

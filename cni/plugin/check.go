@@ -2,8 +2,11 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -98,4 +101,14 @@ func checkPrevResult(prev types.Result, args *skel.CmdArgs, addrs []netip.Prefix
 		}
 	}
 	return diffs, nil
+}
+
+// openNetnsOrNone opens CNI_NETNS for CHECK: nil when it no longer
+// exists, which the agent reports as a difference.
+func (p *plugin) openNetnsOrNone(path string) (*os.File, error) {
+	f, err := p.openNetns(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return f, err
 }
