@@ -16,8 +16,8 @@ import (
 	"lockstep.dev/lockstep/agent/api"
 )
 
-// Backend is what the API serves; the agent's podnet.Service implements
-// it.
+// Backend is what the API serves: in the agent, endpoints.Service with
+// the CNI operations of podnet.Handler.
 //
 // CNIAdd and CNICheck get the pod's network namespace as an open file the
 // server has verified is one (an nsfs handle on a network namespace other
