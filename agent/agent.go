@@ -20,6 +20,7 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/manifests"
 	"lockstep.dev/lockstep/agent/persist"
+	"lockstep.dev/lockstep/agent/podnet"
 	"lockstep.dev/lockstep/agent/server"
 	"lockstep.dev/lockstep/agent/store"
 )
@@ -305,7 +306,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	gate.open(&agentAPI{Service: svc, dataplane: func() *api.DataplaneStatus {
+	gate.open(&agentAPI{Service: svc, Handler: podnet.New(svc), dataplane: func() *api.DataplaneStatus {
 		return dataplaneStatus(be, enf, cleanups, lastApply.Load())
 	}})
 	if apiSrv == nil {

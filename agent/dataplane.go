@@ -18,6 +18,7 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/iptables"
 	"lockstep.dev/lockstep/agent/persist"
+	"lockstep.dev/lockstep/agent/podnet"
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/watchdog"
@@ -202,10 +203,11 @@ func dropCleanup(st *store.Store, db *persist.DB, backend string) error {
 	return txn.Commit()
 }
 
-// agentAPI is the API the agent serves: the endpoint service's, with the
-// dataplane's state added to Status.
+// agentAPI is the API the agent serves: the endpoint service's, the CNI
+// verbs carried out over it, and the dataplane's state added to Status.
 type agentAPI struct {
 	*endpoints.Service
+	*podnet.Handler
 	dataplane func() *api.DataplaneStatus
 }
 

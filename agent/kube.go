@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -216,6 +217,33 @@ func (g *apiGate) get() (server.Backend, error) {
 		Msg:     "lockstep agent is starting: waiting for " + *g.waiting.Load(),
 		Details: "the agent serves pods once it is ready; see its log on this node",
 	}
+}
+
+// CNIAdd implements server.Backend.
+func (g *apiGate) CNIAdd(ctx context.Context, r api.CNIAddRequest, netns *os.File) (*api.CNIAddResponse, error) {
+	b, err := g.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.CNIAdd(ctx, r, netns)
+}
+
+// CNIDel implements server.Backend.
+func (g *apiGate) CNIDel(ctx context.Context, a api.Attachment) (*api.DelResponse, error) {
+	b, err := g.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.CNIDel(ctx, a)
+}
+
+// CNICheck implements server.Backend.
+func (g *apiGate) CNICheck(ctx context.Context, r api.CNICheckRequest, netns *os.File) (*api.CNICheckResponse, error) {
+	b, err := g.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.CNICheck(ctx, r, netns)
 }
 
 // Add implements server.Backend.

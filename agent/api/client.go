@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -97,7 +98,16 @@ func (c *Client) dial(ctx context.Context) (net.Conn, error) {
 	}
 }
 
-// Add reserves addresses for an attachment.
+// CNIAdd connects an attachment in one call: the agent reserves its
+// addresses, wires the veth into netns (an open handle on CNI_NETNS,
+// passed as a descriptor), attaches the endpoint and puts its policy in
+// force before it answers. On any failure it has undone all of it.
+func (c *Client) CNIAdd(ctx context.Context, req CNIAddRequest, netns *os.File) (*CNIAddResponse, error) {
+	var resp CNIAddResponse
+	return &resp, c.callWith(ctx, OpCNIAdd, req, &resp, netns)
+}
+
+// Add reserves addresses for an attachment and wires nothing (OpAdd).
 func (c *Client) Add(ctx context.Context, req AddRequest) (*AddResponse, error) {
 	var resp AddResponse
 	return &resp, c.call(ctx, OpAdd, req, &resp)
@@ -115,7 +125,25 @@ func (c *Client) Abort(ctx context.Context, req OpRequest) error {
 	return c.call(ctx, OpAbort, req, nil)
 }
 
-// Del releases an attachment. It succeeds when the agent has no record.
+// CNIDel disconnects an attachment: the agent deletes its host link,
+// releases its addresses, and deletes the link again if an ADD still in
+// flight wired it meanwhile. It succeeds when there is nothing to undo.
+func (c *Client) CNIDel(ctx context.Context, att Attachment) (*DelResponse, error) {
+	var resp DelResponse
+	return &resp, c.call(ctx, OpCNIDel, att, &resp)
+}
+
+// CNICheck compares an attachment's wiring with the agent's record,
+// inspecting the pod through netns; a nil netns says the runtime's
+// namespace is gone.
+func (c *Client) CNICheck(ctx context.Context, req CNICheckRequest, netns *os.File) (*CNICheckResponse, error) {
+	var resp CNICheckResponse
+	return &resp, c.callWith(ctx, OpCNICheck, req, &resp, netns)
+}
+
+// Del releases an attachment's addresses and record, and nothing else: the
+// caller must have removed its wiring. It succeeds when the agent has no
+// record.
 func (c *Client) Del(ctx context.Context, att Attachment) (*DelResponse, error) {
 	var resp DelResponse
 	return &resp, c.call(ctx, OpDel, att, &resp)
@@ -145,6 +173,13 @@ func (c *Client) Status(ctx context.Context) (*StatusResponse, error) {
 // reported as CodeTryAgainLater; the request is never resent, since the
 // agent may already have acted on it.
 func (c *Client) call(ctx context.Context, op string, in, out any) error {
+	return c.callWith(ctx, op, in, out, nil)
+}
+
+// callWith is call with file, when not nil, passed to the agent as a
+// descriptor with the request (SCM_RIGHTS). The caller keeps it open
+// until callWith returns; the agent has its own copy from then on.
+func (c *Client) callWith(ctx context.Context, op string, in, out any, file *os.File) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req := Request{Version: Version, Op: op}
@@ -177,7 +212,7 @@ func (c *Client) call(ctx context.Context, op string, in, out any) error {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	if _, err := conn.Write(append(line, '\n')); err != nil {
+	if err := writeRequest(conn, append(line, '\n'), file); err != nil {
 		c.closeLocked()
 		return c.unreachable(err)
 	}

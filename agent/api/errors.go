@@ -14,6 +14,7 @@ const (
 	CodeIOFailure           = 5
 	CodeDecodeFailure       = 6
 	CodeInvalidConfig       = 7
+	CodeInvalidNetNS        = 8
 	CodeTryAgainLater       = 11
 	CodeNotAvailable        = 50
 

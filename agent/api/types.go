@@ -13,15 +13,34 @@ import (
 const Version = "v1"
 
 // Operations the agent serves. Each request names one.
+//
+// The three CNI operations do the whole verb in the agent. OpCNIAdd must
+// and OpCNICheck may carry the pod's network namespace as a descriptor
+// (SCM_RIGHTS) beside the request line; OpCNIDel may carry one, which the
+// agent does not need. No other operation takes a descriptor, and none
+// takes more than one (MaxFDs).
+//
+// OpAdd, OpConfirm and OpAbort are an ADD's reservation steps without the
+// wiring (the plugin made them around its own wiring before the agent
+// wired pods): the plugin no longer uses them; allocation benchmarks and
+// tests that measure the store without netlink do, and a plugin one
+// release older still works against this agent through them.
 const (
-	OpAdd     = "add"
-	OpConfirm = "confirm"
-	OpAbort   = "abort"
-	OpDel     = "del"
-	OpGet     = "get"
-	OpGC      = "gc"
-	OpStatus  = "status"
+	OpCNIAdd   = "cni-add"
+	OpCNIDel   = "cni-del"
+	OpCNICheck = "cni-check"
+	OpAdd      = "add"
+	OpConfirm  = "confirm"
+	OpAbort    = "abort"
+	OpDel      = "del"
+	OpGet      = "get"
+	OpGC       = "gc"
+	OpStatus   = "status"
 )
+
+// MaxFDs is how many descriptors one request may carry: the pod's
+// network namespace, or none.
+const MaxFDs = 1
 
 // Request is one line the client writes: a JSON object, then '\n'.
 type Request struct {
@@ -55,7 +74,70 @@ type PodRef struct {
 	UID       string `json:"uid,omitempty"`
 }
 
-// AddRequest reserves addresses for an attachment.
+// CNIAddRequest asks the agent to connect an attachment: reserve its
+// addresses, wire its veth into the namespace passed with the request,
+// attach the endpoint and put its policy in force, all before it answers.
+type CNIAddRequest struct {
+	Attachment
+	// Netns is CNI_NETNS as the runtime names it. The agent records it
+	// (CHECK compares it) but never opens it: it wires the namespace
+	// whose descriptor came with the request.
+	Netns string `json:"netns"`
+	Pod   PodRef `json:"pod"`
+	// MTU of both veth ends; 0 keeps the kernel's default.
+	MTU int `json:"mtu,omitempty"`
+}
+
+// CNIAddResponse is what the agent wired: enough for the plugin to build
+// the CNI result.
+type CNIAddResponse struct {
+	// HostIf is the node end of the veth, PodIf the end in the pod.
+	HostIf Interface `json:"hostIf"`
+	PodIf  Interface `json:"podIf"`
+	// IPs are the pod's addresses as wired on PodIf (/32 and /128), each
+	// with the gateway it routes through.
+	IPs []IPConfig `json:"ips"`
+	// Routes are the pod's routes through its gateways.
+	Routes []Route `json:"routes"`
+	// Addresses are the same addresses with the pools they came from.
+	Addresses []Address `json:"addresses"`
+}
+
+// Interface is one end of a pod's veth.
+type Interface struct {
+	Name string `json:"name"`
+	MAC  string `json:"mac"`
+}
+
+// IPConfig is one address of the pod interface and its gateway.
+type IPConfig struct {
+	Address netip.Prefix `json:"address"`
+	Gateway netip.Addr   `json:"gateway"`
+}
+
+// Route is one route of the pod interface.
+type Route struct {
+	Dst netip.Prefix `json:"dst"`
+	GW  netip.Addr   `json:"gw"`
+}
+
+// CNICheckRequest asks the agent to compare an attachment's wiring with
+// its record. The pod namespace comes with it as a descriptor, or none
+// when the runtime's CNI_NETNS no longer exists.
+type CNICheckRequest struct {
+	Attachment
+	Netns string `json:"netns"`
+}
+
+// CNICheckResponse is the agent's record of the attachment and every way
+// the kernel's wiring differs from it; no Diffs means none.
+type CNICheckResponse struct {
+	Endpoint Endpoint `json:"endpoint"`
+	Diffs    []string `json:"diffs,omitempty"`
+}
+
+// AddRequest is the reservation step of an ADD (OpAdd,
+// endpoints.Service.Add).
 type AddRequest struct {
 	Attachment
 	Netns string `json:"netns"`
@@ -70,7 +152,7 @@ type Address struct {
 	Address netip.Prefix `json:"address"`
 }
 
-// AddResponse tells the plugin what to wire.
+// AddResponse is what the reservation step of an ADD reserved.
 type AddResponse struct {
 	// OpID identifies this ADD; Confirm and Abort must repeat it.
 	OpID uint64 `json:"opID"`
@@ -84,7 +166,8 @@ type AddResponse struct {
 	Deadline time.Time `json:"deadline"`
 }
 
-// OpRequest confirms or aborts the ADD identified by OpID.
+// OpRequest confirms or aborts the ADD identified by OpID, inside the
+// agent.
 type OpRequest struct {
 	Attachment
 	OpID uint64 `json:"opID"`

@@ -14,7 +14,8 @@
 // is left out of its group and fails alone; one that cannot start before
 // its deadline fails with CodeTryAgainLater, having changed nothing.
 //
-// ADD is two calls with the plugin's netlink work in between. The endpoint
+// ADD is two calls, Add and Confirm, with the netlink wiring in between
+// (agent/podnet does all three for the plugin's one request). The endpoint
 // is Pending from Add to Confirm. A DEL that arrives meanwhile marks it
 // Cancelled and waits (bounded) until the ADD has rolled back through Abort;
 // the ADD's Confirm then fails with api.CodeCancelled. So ADD and DEL of one

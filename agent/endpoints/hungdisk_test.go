@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-memdb"
 	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/agent/podnet"
 	"lockstep.dev/lockstep/agent/server"
 	"lockstep.dev/lockstep/agent/store"
 )
@@ -52,7 +53,10 @@ func TestHungDiskAnswersTryAgainLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := server.NewAPIServer(f.svc, slog.New(slog.DiscardHandler), nil)
+	srv := server.NewAPIServer(struct {
+		*Service
+		*podnet.Handler
+	}{f.svc, podnet.New(f.svc)}, slog.New(slog.DiscardHandler), nil)
 	srv.SetLimits(server.Limits{RequestTimeout: deadline})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(func() {

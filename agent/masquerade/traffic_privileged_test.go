@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -78,8 +79,13 @@ func (r *nsRunner) takeRestores() int {
 // veth named hostIf on the node, eth0 in the pod with addrs as /32 and
 // /128, the link-local gateways and the node's host routes.
 func wirePod(node, pod ns.NetNS, hostIf string, addrs ...netip.Prefix) error {
+	podNS, err := os.Open(pod.Path())
+	if err != nil {
+		return err
+	}
+	defer podNS.Close()
 	return node.Do(func(ns.NetNS) error {
-		_, err := netsetup.Setup(context.Background(), netsetup.SetupArgs{Netns: pod.Path(), HostIf: hostIf, PodIf: "eth0", Addresses: addrs})
+		_, err := netsetup.Setup(context.Background(), netsetup.SetupArgs{Netns: podNS, HostIf: hostIf, PodIf: "eth0", Addresses: addrs})
 		return err
 	})
 }

@@ -16,8 +16,17 @@ import (
 	"lockstep.dev/lockstep/agent/api"
 )
 
-// Backend is what the API serves; endpoints.Service implements it.
+// Backend is what the API serves: in the agent, endpoints.Service with
+// the CNI operations of podnet.Handler.
+//
+// CNIAdd and CNICheck get the pod's network namespace as an open file the
+// server has verified is one (an nsfs handle on a network namespace other
+// than the agent's own): nil for a CHECK whose runtime passed none. The
+// server closes it once the call returns; the backend must not keep it.
 type Backend interface {
+	CNIAdd(context.Context, api.CNIAddRequest, *os.File) (*api.CNIAddResponse, error)
+	CNIDel(context.Context, api.Attachment) (*api.DelResponse, error)
+	CNICheck(context.Context, api.CNICheckRequest, *os.File) (*api.CNICheckResponse, error)
 	Add(context.Context, api.AddRequest) (*api.AddResponse, error)
 	Confirm(context.Context, api.OpRequest) error
 	Abort(context.Context, api.OpRequest) error
@@ -32,7 +41,12 @@ const (
 	// RequestTimeout bounds the work the agent does for one request (its
 	// context's deadline). A request whose work cannot be interrupted (an
 	// fsync on a hung disk) is answered CodeTryAgainLater a fifth of it
-	// later anyway.
+	// later anyway. A cni-add does all its steps within it: two durable
+	// writes, the wiring (a few milliseconds of netlink) and the policy
+	// sync, which in Kubernetes mode may wait up to agent.PodObjectWait
+	// (3 s) for the pod's object; an ADD that fails at its deadline still
+	// rolls back (podnet bounds that by 2 s more), well inside the ADD's
+	// lease (endpoints.DefaultAddLease, 10 s).
 	RequestTimeout = 5 * time.Second
 	// MaxConns bounds the connections open at once. A connection past it
 	// is answered CodeTryAgainLater and closed, so a flood of clients (or
@@ -44,8 +58,25 @@ const (
 	writeTimeout = 5 * time.Second
 )
 
-// handler runs one operation on a raw JSON body.
-type handler func(context.Context, json.RawMessage) (any, error)
+// handler runs one operation on a raw JSON body and, for the operations
+// that take one, the pod's network namespace.
+type handler func(ctx context.Context, body json.RawMessage, netns *os.File) (any, error)
+
+// How an operation takes a descriptor (see api.OpCNIAdd).
+const (
+	fdRefused  = iota // a request that passes one is refused
+	fdRequired        // the pod's netns, verified
+	fdOptional        // the pod's netns if passed, verified
+	fdIgnored         // accepted and closed unread
+)
+
+// fdPolicy is how each operation takes a descriptor; those not listed
+// refuse one.
+var fdPolicy = map[string]int{
+	api.OpCNIAdd:   fdRequired,
+	api.OpCNICheck: fdOptional,
+	api.OpCNIDel:   fdIgnored,
+}
 
 // APIServer serves the agent API (JSON lines, see package api) on a
 // listener.
@@ -54,12 +85,14 @@ type APIServer struct {
 	metrics  *Metrics
 	handlers map[string]handler
 
-	limits   Limits
-	mu       sync.Mutex
-	lis      net.Listener
-	conns    map[net.Conn]bool
-	closing  bool
-	inFlight sync.WaitGroup
+	limits Limits
+	// netnsCheck verifies a passed namespace: verifyNetns, or a test's.
+	netnsCheck func(*os.File) error
+	mu         sync.Mutex
+	lis        net.Listener
+	conns      map[net.Conn]bool
+	closing    bool
+	inFlight   sync.WaitGroup
 }
 
 // Limits bound what the API server takes on; zero fields take the
@@ -80,35 +113,51 @@ func (s *APIServer) SetLimits(l Limits) {
 	s.limits = l
 }
 
+// SetNetnsCheck replaces how the server verifies a namespace a client
+// passes (by default: an nsfs handle on a network namespace other than the
+// agent's own). Tests that cannot create namespaces use it to pass other
+// files; the agent never calls it. Call it before Serve.
+func (s *APIServer) SetNetnsCheck(check func(*os.File) error) { s.netnsCheck = check }
+
 // NewAPIServer returns a server for b.
 func NewAPIServer(b Backend, log *slog.Logger, m *Metrics) *APIServer {
 	return &APIServer{
-		log:     log,
-		metrics: m,
-		limits:  Limits{MaxConns: MaxConns, RequestTimeout: RequestTimeout},
-		conns:   map[net.Conn]bool{},
+		log:        log,
+		metrics:    m,
+		limits:     Limits{MaxConns: MaxConns, RequestTimeout: RequestTimeout},
+		netnsCheck: verifyNetns,
+		conns:      map[net.Conn]bool{},
 		handlers: map[string]handler{
-			api.OpAdd:     withBody(b.Add),
-			api.OpConfirm: withBody(func(ctx context.Context, r api.OpRequest) (any, error) { return nil, b.Confirm(ctx, r) }),
-			api.OpAbort:   withBody(func(ctx context.Context, r api.OpRequest) (any, error) { return nil, b.Abort(ctx, r) }),
-			api.OpDel:     withBody(b.Del),
-			api.OpGet:     withBody(b.Get),
-			api.OpGC:      withBody(b.GC),
-			api.OpStatus:  func(ctx context.Context, _ json.RawMessage) (any, error) { return b.Status(ctx) },
+			api.OpCNIAdd:   withNetns(b.CNIAdd),
+			api.OpCNIDel:   withBody(b.CNIDel),
+			api.OpCNICheck: withNetns(b.CNICheck),
+			api.OpAdd:      withBody(b.Add),
+			api.OpConfirm:  withBody(func(ctx context.Context, r api.OpRequest) (any, error) { return nil, b.Confirm(ctx, r) }),
+			api.OpAbort:    withBody(func(ctx context.Context, r api.OpRequest) (any, error) { return nil, b.Abort(ctx, r) }),
+			api.OpDel:      withBody(b.Del),
+			api.OpGet:      withBody(b.Get),
+			api.OpGC:       withBody(b.GC),
+			api.OpStatus:   func(ctx context.Context, _ json.RawMessage, _ *os.File) (any, error) { return b.Status(ctx) },
 		},
 	}
 }
 
 // withBody adapts a typed backend call to a raw JSON body.
 func withBody[Req, Resp any](fn func(context.Context, Req) (Resp, error)) handler {
-	return func(ctx context.Context, body json.RawMessage) (any, error) {
+	return withNetns(func(ctx context.Context, req Req, _ *os.File) (Resp, error) { return fn(ctx, req) })
+}
+
+// withNetns adapts a typed backend call that takes the pod's network
+// namespace to a raw JSON body.
+func withNetns[Req, Resp any](fn func(context.Context, Req, *os.File) (Resp, error)) handler {
+	return func(ctx context.Context, body json.RawMessage, netns *os.File) (any, error) {
 		var req Req
 		if len(body) > 0 {
 			if err := json.Unmarshal(body, &req); err != nil {
 				return nil, api.Errorf(api.CodeDecodeFailure, "decode request: %v", err)
 			}
 		}
-		return fn(ctx, req)
+		return fn(ctx, req, netns)
 	}
 }
 
@@ -175,7 +224,9 @@ func (s *APIServer) serveConn(conn net.Conn) {
 		s.track(conn, false)
 		conn.Close()
 	}()
-	r := bufio.NewReader(conn)
+	in := newRightsReader(conn)
+	defer in.discard() // descriptors that came with an unfinished line
+	r := bufio.NewReader(in)
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(IdleTimeout))
 		line, err := api.ReadLine(r, api.MaxLine)
@@ -186,10 +237,16 @@ func (s *APIServer) serveConn(conn net.Conn) {
 		if err != nil {
 			return // closed, idle or shutting down
 		}
+		// Descriptors belong to the line they arrived with. The client
+		// sends one request at a time; bytes already read past this line
+		// mean another request came with it, and then whose descriptors
+		// they are cannot be told.
+		files, fdErr := in.take(r.Buffered() > 0)
 		if !s.begin() {
+			closeAll(files)
 			return
 		}
-		resp := s.dispatch(line)
+		resp := s.dispatch(line, files, fdErr)
 		ok := s.reply(conn, resp)
 		s.inFlight.Done()
 		if !ok {
@@ -209,7 +266,11 @@ func (s *APIServer) begin() bool {
 	return true
 }
 
-func (s *APIServer) dispatch(line []byte) api.Response {
+// dispatch answers one request line. It owns files, the descriptors that
+// came with the line: every one is closed, by dispatch or, once handed to
+// the backend, when the backend's call returns.
+func (s *APIServer) dispatch(line []byte, files []*os.File, fdErr error) api.Response {
+	defer func() { closeAll(files) }()
 	start := time.Now()
 	var req api.Request
 	if err := json.Unmarshal(line, &req); err != nil {
@@ -224,7 +285,13 @@ func (s *APIServer) dispatch(line []byte) api.Response {
 	case !known:
 		err = api.Errorf(api.CodeIncompatibleVersion, "lockstep agent has no operation %q in API %s", req.Op, api.Version)
 	default:
-		out, err = s.call(req.Op, fn, req.Body)
+		var netns *os.File
+		if netns, err = s.netnsOf(req.Op, files, fdErr); err == nil {
+			if netns != nil {
+				files = nil // netns is the only one; the call closes it
+			}
+			out, err = s.call(req.Op, fn, req.Body, netns)
+		}
 	}
 
 	var resp api.Response

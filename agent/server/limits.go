@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"lockstep.dev/lockstep/agent/api"
@@ -22,7 +23,9 @@ import (
 // background, counted in flight so Shutdown waits for it, and its late
 // answer is dropped: the runtime's retry finds whatever it left (an ADD
 // still in flight is answered busy until its lease ends).
-func (s *APIServer) call(op string, fn handler, body json.RawMessage) (any, error) {
+//
+// netns, when not nil, is closed once fn returns, whenever that is.
+func (s *APIServer) call(op string, fn handler, body json.RawMessage, netns *os.File) (any, error) {
 	timeout := s.limits.RequestTimeout
 	answerBy := time.NewTimer(timeout + timeout/5)
 	defer answerBy.Stop()
@@ -36,7 +39,10 @@ func (s *APIServer) call(op string, fn handler, body json.RawMessage) (any, erro
 	go func() {
 		defer s.inFlight.Done()
 		defer cancel()
-		out, err := fn(ctx, body)
+		out, err := fn(ctx, body, netns)
+		if netns != nil {
+			netns.Close()
+		}
 		done <- result{out, err}
 	}()
 	select {

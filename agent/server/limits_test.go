@@ -84,7 +84,7 @@ func TestConnectionCap(t *testing.T) {
 	}
 }
 
-// hungBackend never finishes an Add, whatever its context says: a write
+// hungBackend never finishes a CNIDel, whatever its context says: a write
 // stuck in fsync on a hung disk.
 type hungBackend struct {
 	fakeBackend
@@ -92,10 +92,10 @@ type hungBackend struct {
 	release chan struct{}
 }
 
-func (h *hungBackend) Add(context.Context, api.AddRequest) (*api.AddResponse, error) {
+func (h *hungBackend) CNIDel(context.Context, api.Attachment) (*api.DelResponse, error) {
 	h.started <- struct{}{}
 	<-h.release
-	return &api.AddResponse{OpID: 1}, nil
+	return &api.DelResponse{}, nil
 }
 
 // TestDeadlineHoldsWhileBackendHangs: a request whose work cannot be
@@ -115,7 +115,7 @@ func TestDeadlineHoldsWhileBackendHangs(t *testing.T) {
 	for range 3 {
 		go func() {
 			start := time.Now()
-			_, err := api.NewClient(sock, 5*time.Second).Add(context.Background(), api.AddRequest{})
+			_, err := api.NewClient(sock, 5*time.Second).CNIDel(context.Background(), api.Attachment{})
 			answers <- answer{err, time.Since(start)}
 		}()
 	}
@@ -132,7 +132,7 @@ func TestDeadlineHoldsWhileBackendHangs(t *testing.T) {
 	}
 	for range 3 {
 		a := <-answers
-		if api.CodeOf(a.err) != api.CodeTryAgainLater || !strings.Contains(a.err.Error(), "could not finish add within 300ms") {
+		if api.CodeOf(a.err) != api.CodeTryAgainLater || !strings.Contains(a.err.Error(), "could not finish cni-del within 300ms") {
 			t.Errorf("hung add answered %v, want try-again-later", a.err)
 		}
 		if a.took > deadline+time.Second {

@@ -16,16 +16,25 @@ import (
 	"lockstep.dev/lockstep/agent/api"
 )
 
-// fakeBackend answers Status and fails Add with a configured error.
+// fakeBackend answers Status and fails CNIDel with a configured error.
 type fakeBackend struct {
-	addErr error
+	delErr error
 }
 
-func (f *fakeBackend) Add(context.Context, api.AddRequest) (*api.AddResponse, error) {
-	if f.addErr != nil {
-		return nil, f.addErr
+func (f *fakeBackend) CNIAdd(_ context.Context, _ api.CNIAddRequest, netns *os.File) (*api.CNIAddResponse, error) {
+	return &api.CNIAddResponse{PodIf: api.Interface{Name: netns.Name()}}, nil
+}
+func (f *fakeBackend) CNIDel(context.Context, api.Attachment) (*api.DelResponse, error) {
+	if f.delErr != nil {
+		return nil, f.delErr
 	}
-	return &api.AddResponse{OpID: 42, HostIfName: "lsx"}, nil
+	return &api.DelResponse{Found: true, HostIfName: "lsx"}, nil
+}
+func (f *fakeBackend) CNICheck(context.Context, api.CNICheckRequest, *os.File) (*api.CNICheckResponse, error) {
+	return &api.CNICheckResponse{}, nil
+}
+func (f *fakeBackend) Add(context.Context, api.AddRequest) (*api.AddResponse, error) {
+	return &api.AddResponse{OpID: 42}, nil
 }
 func (f *fakeBackend) Confirm(context.Context, api.OpRequest) error { return nil }
 func (f *fakeBackend) Abort(context.Context, api.OpRequest) error   { return nil }
@@ -92,9 +101,9 @@ func TestRoundTripAndErrors(t *testing.T) {
 	c := api.NewClient(serve(t, b), 0)
 	ctx := context.Background()
 
-	resp, err := c.Add(ctx, api.AddRequest{Attachment: api.Attachment{ContainerID: "c", IfName: "eth0"}, Netns: "/x"})
-	if err != nil || resp.OpID != 42 {
-		t.Fatalf("add: %+v %v", resp, err)
+	resp, err := c.CNIDel(ctx, api.Attachment{ContainerID: "c", IfName: "eth0"})
+	if err != nil || resp.HostIfName != "lsx" {
+		t.Fatalf("cni-del: %+v %v", resp, err)
 	}
 	st, err := c.Status(ctx)
 	if err != nil || st.Pools[0].Free != 3 {
@@ -110,8 +119,8 @@ func TestRoundTripAndErrors(t *testing.T) {
 		{"plain error becomes internal", errors.New("disk on fire"), api.CodeInternal, "disk on fire"},
 	}
 	for _, tc := range tests {
-		b.addErr = tc.err
-		_, err := c.Add(ctx, api.AddRequest{})
+		b.delErr = tc.err
+		_, err := c.CNIDel(ctx, api.Attachment{})
 		if api.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.substr) {
 			t.Errorf("%s: got %v", tc.name, err)
 		}
@@ -137,7 +146,7 @@ func TestProtocolErrorsAreExplained(t *testing.T) {
 		{`{"v":"v1","op":"status"}`, 0, `"free":3`},
 		{`{"v":"v2","op":"status"}`, api.CodeIncompatibleVersion, "this agent speaks"},
 		{`{"v":"v1","op":"explode"}`, api.CodeIncompatibleVersion, "no operation"},
-		{`{"v":"v1","op":"add","body":"not an object"}`, api.CodeDecodeFailure, "decode request"},
+		{`{"v":"v1","op":"cni-del","body":"not an object"}`, api.CodeDecodeFailure, "decode request"},
 		{`not json`, api.CodeDecodeFailure, "decode request"},
 	}
 	for _, tc := range tests {
@@ -178,7 +187,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	c := api.NewClient(sock, 5*time.Second)
 	answered := make(chan error, 1)
 	go func() {
-		_, err := c.Add(context.Background(), api.AddRequest{})
+		_, err := c.CNIDel(context.Background(), api.Attachment{})
 		answered <- err
 	}()
 	<-slow.started
@@ -205,10 +214,10 @@ type slowBackend struct {
 	started, release chan struct{}
 }
 
-func (s *slowBackend) Add(context.Context, api.AddRequest) (*api.AddResponse, error) {
+func (s *slowBackend) CNIDel(context.Context, api.Attachment) (*api.DelResponse, error) {
 	close(s.started)
 	<-s.release
-	return &api.AddResponse{OpID: 1}, nil
+	return &api.DelResponse{}, nil
 }
 
 // TestClientNeverHangs: an agent that accepts but never answers, and one
@@ -245,12 +254,12 @@ func TestClientNeverHangs(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	b := &fakeBackend{}
 	m := NewMetrics(b.Status)
-	m.observeRequest(api.OpAdd, 0, time.Millisecond)
+	m.observeRequest(api.OpCNIAdd, 0, time.Millisecond)
 	var out strings.Builder
 	m.WritePrometheus(&out)
 	for _, want := range []string{
 		`lockstep_pool_addresses{pool="p",state="free"} 3`,
-		`lockstep_api_requests_total{op="add",code="0"} 1`,
+		`lockstep_api_requests_total{op="cni-add",code="0"} 1`,
 		"# TYPE process_resident_memory_bytes gauge",
 	} {
 		if !strings.Contains(out.String(), want) {

@@ -5,6 +5,7 @@ package main
 import (
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -230,8 +231,21 @@ func TestPrivilegedCNIErrors(t *testing.T) {
 	// The node's own namespace is no pod sandbox: code 8, nothing wired.
 	own := podRuntime("p7", newPod(t))
 	own.NetNS = node.NS.Path()
-	if _, err := node.Add(ctx, own); cniCode(err) != 8 {
+	if _, err := node.Add(ctx, own); cniCode(err) != 8 || !strings.Contains(err.Error(), "node's own network namespace") {
 		t.Fatalf("ADD into the node's own netns: %v", err)
+	}
+	// Nor is a file that is no namespace at all: the agent refuses the
+	// descriptor the plugin passes, before it reserves anything.
+	notNS := podRuntime("p8", newPod(t))
+	notNS.NetNS = filepath.Join(t.TempDir(), "not-a-netns")
+	if err := os.WriteFile(notNS.NetNS, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.Add(ctx, notNS); cniCode(err) != 8 || !strings.Contains(err.Error(), "not a namespace handle") {
+		t.Fatalf("ADD into a regular file: %v", err)
+	}
+	if links := len(hostLinks(t, node.NS)); links != 2 {
+		t.Fatalf("%d host links after refused ADDs, want 2", links)
 	}
 
 	// Agent gone: code 11 for ADD (once the plugin's wait for the agent

@@ -4,12 +4,10 @@ package netsetup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 )
 
@@ -81,23 +79,23 @@ func (c *checker) checkHost() error {
 }
 
 func (c *checker) checkPod() error {
-	podNS, err := ns.GetNS(c.args.Netns)
-	if err != nil {
-		var missing ns.NSPathNotExistErr
-		if errors.As(err, &missing) {
-			c.differs("pod netns %s does not exist", c.args.Netns)
-			return nil
-		}
-		return fmt.Errorf("open pod netns %s: %w", c.args.Netns, err)
+	if c.args.Netns == nil {
+		c.differs("pod netns does not exist")
+		return nil
 	}
-	defer podNS.Close()
-	return podNS.Do(func(ns.NetNS) error { return c.checkPodInside() })
+	h, err := handleIn(c.args.Netns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	return c.checkPodThrough(h)
 }
 
-// checkPodInside runs inside the pod namespace.
-func (c *checker) checkPodInside() error {
-	name, where := c.args.PodIf, c.args.Netns
-	link, err := linkByName(socketPerRequest, name)
+// checkPodThrough reads the pod end through h, a handle in the pod
+// namespace.
+func (c *checker) checkPodThrough(h *netlink.Handle) error {
+	name, where := c.args.PodIf, c.args.Netns.Name()
+	link, err := linkByName(h, name)
 	if isNotFound(err) {
 		c.differs("pod interface %s in %s is missing", name, where)
 		return nil
@@ -114,7 +112,7 @@ func (c *checker) checkPodInside() error {
 	}
 
 	addrs, err := dump("addresses of "+name, func() ([]netlink.Addr, error) {
-		return netlink.AddrList(link, netlink.FAMILY_ALL)
+		return h.AddrList(link, netlink.FAMILY_ALL)
 	})
 	if err != nil {
 		return err
@@ -138,7 +136,7 @@ func (c *checker) checkPodInside() error {
 	}
 
 	routes, err := dump("routes of "+name, func() ([]netlink.Route, error) {
-		return netlink.RouteList(link, netlink.FAMILY_ALL)
+		return h.RouteList(link, netlink.FAMILY_ALL)
 	})
 	if err != nil {
 		return err

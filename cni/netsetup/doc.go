@@ -24,8 +24,14 @@
 // failed Setup leaves nothing behind.
 //
 // All functions act on the network namespace of the calling thread as the
-// node's namespace, and enter the pod's only through ns.Do. Callers that
-// simulate a node run them inside that node's ns.Do.
+// node's namespace. They reach the pod's through an open handle on it
+// (SetupArgs.Netns, CheckArgs.Netns), never a path, and only through
+// netlink sockets opened inside it, by a locked thread that is discarded
+// afterwards: no thread that runs other goroutines ever changes
+// namespace. The lockstep agent wires pods with the handle the
+// CNI plugin passes over its socket, so it needs no view of the runtime's
+// namespace mounts. Callers that simulate a node run them inside that
+// node's ns.Do.
 //
 // Veths and network namespaces are Linux's: on other systems the package
 // builds, and Setup, Teardown, Check and ListHostLinks fail with an error

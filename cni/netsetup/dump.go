@@ -5,8 +5,12 @@ package netsetup
 import (
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // dumpAttempts bounds how often a netlink dump is repeated when the kernel
@@ -54,4 +58,29 @@ func linkByName(h *netlink.Handle, name string) (netlink.Link, error) {
 func isNotFound(err error) bool {
 	var notFound netlink.LinkNotFoundError
 	return errors.As(err, &notFound)
+}
+
+// handleIn returns a netlink handle whose sockets live in the namespace
+// podNS is a handle on. The netlink library opens them by moving a
+// locked thread into the namespace and back; should the move back fail,
+// it would unlock a thread left in the pod's namespace, and a long-lived
+// agent would run other goroutines there. So the library runs on a
+// goroutine that locks its thread and never unlocks it: the runtime ends
+// the thread with the goroutine, whatever namespace it is in.
+func handleIn(podNS *os.File) (*netlink.Handle, error) {
+	type result struct {
+		h   *netlink.Handle
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread is discarded
+		h, err := netlink.NewHandleAt(netns.NsHandle(int(podNS.Fd())), unix.NETLINK_ROUTE)
+		done <- result{h, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		return nil, fmt.Errorf("open netlink socket in %s: %w", podNS.Name(), r.err)
+	}
+	return r.h, nil
 }

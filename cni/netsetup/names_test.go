@@ -4,13 +4,20 @@ package netsetup
 
 import (
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 )
 
 func TestSetupArgsValidate(t *testing.T) {
+	// validate never reads the handle; any open file stands in for it.
+	netns, err := os.CreateTemp(t.TempDir(), "netns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer netns.Close()
 	good := SetupArgs{
-		Netns:     "/run/netns/p",
+		Netns:     netns,
 		HostIf:    "ls0123456789ab",
 		PodIf:     "eth0",
 		MTU:       1500,
@@ -22,7 +29,7 @@ func TestSetupArgsValidate(t *testing.T) {
 		wantErr string
 	}{
 		{name: "valid", mutate: func(*SetupArgs) {}},
-		{name: "no netns", mutate: func(a *SetupArgs) { a.Netns = "" }, wantErr: "no netns"},
+		{name: "no netns", mutate: func(a *SetupArgs) { a.Netns = nil }, wantErr: "no pod netns"},
 		{name: "host name too long", mutate: func(a *SetupArgs) { a.HostIf = "ls0123456789abcdef" }, wantErr: "invalid host interface name"},
 		{name: "pod name with '/'", mutate: func(a *SetupArgs) { a.PodIf = "eth/0" }, wantErr: "invalid pod interface name"},
 		{name: "no addresses", mutate: func(a *SetupArgs) { a.Addresses = nil }, wantErr: "no addresses"},

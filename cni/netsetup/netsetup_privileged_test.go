@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -88,6 +89,18 @@ func newNode(t *testing.T) ns.NetNS {
 	return node
 }
 
+// nsFile opens the handle on pod that the plugin passes the agent; it is
+// closed when t ends.
+func nsFile(t *testing.T, pod ns.NetNS) *os.File {
+	t.Helper()
+	f, err := os.Open(pod.Path())
+	if err != nil {
+		t.Fatalf("open pod netns: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 // setupIn runs Setup inside node, as the plugin would run on that node.
 func setupIn(t *testing.T, node ns.NetNS, args SetupArgs) (*Wired, time.Duration, error) {
 	t.Helper()
@@ -146,7 +159,7 @@ func TestPrivilegedSetupCheckTeardown(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			node, pod := newNode(t), newNamespace(t)
 			hostIf := api.HostIfName("container-1", "eth0")
-			args := SetupArgs{Netns: pod.Path(), HostIf: hostIf, PodIf: "eth0", MTU: 1450, Addresses: tt.addrs}
+			args := SetupArgs{Netns: nsFile(t, pod), HostIf: hostIf, PodIf: "eth0", MTU: 1450, Addresses: tt.addrs}
 
 			wired, took, err := setupIn(t, node, args)
 			if err != nil {
@@ -156,8 +169,8 @@ func TestPrivilegedSetupCheckTeardown(t *testing.T) {
 			if wired.Host.Name != hostIf || wired.Host.MAC.String() != HostMAC.String() || wired.Host.Index == 0 {
 				t.Fatalf("Setup() host = %+v, want %s with %s", wired.Host, hostIf, HostMAC)
 			}
-			if wired.Pod.Name != "eth0" || len(wired.Pod.MAC) != 6 || wired.Netns != pod.Path() {
-				t.Fatalf("Setup() pod = %+v in %s, want eth0 with a MAC in %s", wired.Pod, wired.Netns, pod.Path())
+			if wired.Pod.Name != "eth0" || len(wired.Pod.MAC) != 6 {
+				t.Fatalf("Setup() pod = %+v, want eth0 with a MAC", wired.Pod)
 			}
 
 			verifyHostSide(t, node, wired, 1450)
@@ -179,7 +192,7 @@ func TestPrivilegedSetupCheckTeardown(t *testing.T) {
 				t.Errorf("pod cannot ping its gateway %s: %v", GatewayV4, err)
 			}
 
-			check := CheckArgs{Netns: pod.Path(), HostIf: hostIf, PodIf: "eth0", Addresses: tt.addrs}
+			check := CheckArgs{Netns: nsFile(t, pod), HostIf: hostIf, PodIf: "eth0", Addresses: tt.addrs}
 			if err := checkIn(node, check); err != nil {
 				t.Fatalf("Check() after Setup error = %v", err)
 			}
@@ -327,7 +340,7 @@ func TestPrivilegedSetupRollsBackWhenPodIfTaken(t *testing.T) {
 		t.Fatalf("add a bridge named eth0 to the pod: %v", err)
 	}
 	hostIf := api.HostIfName("container-taken", "eth0")
-	_, _, err = setupIn(t, node, SetupArgs{Netns: pod.Path(), HostIf: hostIf, PodIf: "eth0", Addresses: prefixes("10.244.0.7/24")})
+	_, _, err = setupIn(t, node, SetupArgs{Netns: nsFile(t, pod), HostIf: hostIf, PodIf: "eth0", Addresses: prefixes("10.244.0.7/24")})
 	if !errors.Is(err, ErrPodIfExists) {
 		t.Fatalf("Setup() error = %v, want ErrPodIfExists", err)
 	}
@@ -344,11 +357,11 @@ func TestPrivilegedSetupRollsBackWhenAddressRouted(t *testing.T) {
 	testenv.Privileged(t)
 	node, pod1, pod2 := newNode(t), newNamespace(t), newNamespace(t)
 	first := api.HostIfName("container-1", "eth0")
-	if _, _, err := setupIn(t, node, SetupArgs{Netns: pod1.Path(), HostIf: first, PodIf: "eth0", Addresses: prefixes("10.244.0.9/24")}); err != nil {
+	if _, _, err := setupIn(t, node, SetupArgs{Netns: nsFile(t, pod1), HostIf: first, PodIf: "eth0", Addresses: prefixes("10.244.0.9/24")}); err != nil {
 		t.Fatalf("Setup() first pod error = %v", err)
 	}
 	second := api.HostIfName("container-2", "eth0")
-	_, _, err := setupIn(t, node, SetupArgs{Netns: pod2.Path(), HostIf: second, PodIf: "eth0", Addresses: prefixes("10.244.0.9/24")})
+	_, _, err := setupIn(t, node, SetupArgs{Netns: nsFile(t, pod2), HostIf: second, PodIf: "eth0", Addresses: prefixes("10.244.0.9/24")})
 	if !errors.Is(err, ErrRouteTaken) {
 		t.Fatalf("Setup() second pod error = %v, want ErrRouteTaken", err)
 	}
@@ -373,7 +386,7 @@ func TestPrivilegedSetupRollsBackWhenAddressRouted(t *testing.T) {
 func TestPrivilegedSetupRetriedAdd(t *testing.T) {
 	testenv.Privileged(t)
 	node, pod := newNode(t), newNamespace(t)
-	args := SetupArgs{Netns: pod.Path(), HostIf: api.HostIfName("container-r", "eth0"), PodIf: "eth0", Addresses: prefixes("10.244.0.11/24", "fd00::11/64")}
+	args := SetupArgs{Netns: nsFile(t, pod), HostIf: api.HostIfName("container-r", "eth0"), PodIf: "eth0", Addresses: prefixes("10.244.0.11/24", "fd00::11/64")}
 	for attempt := 1; attempt <= 2; attempt++ {
 		if _, _, err := setupIn(t, node, args); err != nil {
 			t.Fatalf("Setup() attempt %d error = %v", attempt, err)
@@ -397,7 +410,7 @@ func TestPrivilegedSharedGateways(t *testing.T) {
 		pod := newNamespace(t)
 		addrs := prefixes(fmt.Sprintf("10.244.1.%d/24", i+1), fmt.Sprintf("fd00:1::%d/64", i+1))
 		hostIf := api.HostIfName(fmt.Sprintf("container-%d", i), "eth0")
-		if _, _, err := setupIn(t, node, SetupArgs{Netns: pod.Path(), HostIf: hostIf, PodIf: "eth0", Addresses: addrs}); err != nil {
+		if _, _, err := setupIn(t, node, SetupArgs{Netns: nsFile(t, pod), HostIf: hostIf, PodIf: "eth0", Addresses: addrs}); err != nil {
 			t.Fatalf("Setup() pod %d error = %v", i, err)
 		}
 		want = append(want, hostIf)
@@ -447,7 +460,7 @@ func TestPrivilegedListHostLinksFilters(t *testing.T) {
 func TestPrivilegedCheckReportsMissingNetns(t *testing.T) {
 	testenv.Privileged(t)
 	node := newNode(t)
-	err := checkIn(node, CheckArgs{Netns: nodesim.Path("lstest-gone"), HostIf: api.HostIfName("c", "eth0"), PodIf: "eth0", Addresses: prefixes("10.244.0.5/24")})
+	err := checkIn(node, CheckArgs{Netns: nil, HostIf: api.HostIfName("c", "eth0"), PodIf: "eth0", Addresses: prefixes("10.244.0.5/24")})
 	var mismatch *MismatchError
 	if !errors.As(err, &mismatch) || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("Check() error = %v, want a mismatch naming the missing netns", err)
@@ -464,7 +477,7 @@ func TestPrivilegedSetupTiming(t *testing.T) {
 	for i := range pods {
 		pod := newNamespace(t)
 		addrs := prefixes(fmt.Sprintf("10.244.2.%d/24", i+1), fmt.Sprintf("fd00:2::%d/64", i+1))
-		_, d, err := setupIn(t, node, SetupArgs{Netns: pod.Path(), HostIf: api.HostIfName(fmt.Sprintf("timing-%d", i), "eth0"), PodIf: "eth0", Addresses: addrs})
+		_, d, err := setupIn(t, node, SetupArgs{Netns: nsFile(t, pod), HostIf: api.HostIfName(fmt.Sprintf("timing-%d", i), "eth0"), PodIf: "eth0", Addresses: addrs})
 		if err != nil {
 			t.Fatalf("Setup() pod %d error = %v", i, err)
 		}
@@ -473,4 +486,38 @@ func TestPrivilegedSetupTiming(t *testing.T) {
 	slices.Sort(took)
 	t.Logf("Setup, dual stack, %d pods: min %s, median %s, p90 %s, max %s",
 		pods, took[0], took[pods/2], took[pods*9/10], took[pods-1])
+}
+
+// TestPrivilegedSetupLeavesNoThreadInAPod: the agent wires pods from a
+// long-lived process, so no thread of it may stay in a pod's namespace
+// after Setup and Check, whichever thread they opened sockets from.
+func TestPrivilegedSetupLeavesNoThreadInAPod(t *testing.T) {
+	testenv.Privileged(t)
+	node := newNode(t)
+	pods := map[string]bool{} // "net:[inode]", as /proc shows a thread's
+	for i := range 10 {
+		pod := newNamespace(t)
+		var st unix.Stat_t
+		if err := unix.Stat(pod.Path(), &st); err != nil {
+			t.Fatal(err)
+		}
+		pods[fmt.Sprintf("net:[%d]", st.Ino)] = true
+		args := SetupArgs{Netns: nsFile(t, pod), HostIf: api.HostIfName(fmt.Sprintf("threads-%d", i), "eth0"), PodIf: "eth0", Addresses: prefixes(fmt.Sprintf("10.244.3.%d/24", i+1))}
+		if _, _, err := setupIn(t, node, args); err != nil {
+			t.Fatalf("Setup() pod %d error = %v", i, err)
+		}
+		if err := checkIn(node, CheckArgs{Netns: args.Netns, HostIf: args.HostIf, PodIf: "eth0", Addresses: args.Addresses}); err != nil {
+			t.Fatalf("Check() pod %d error = %v", i, err)
+		}
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		// A thread may end between the listing and the read.
+		if id, err := os.Readlink("/proc/self/task/" + task.Name() + "/ns/net"); err == nil && pods[id] {
+			t.Errorf("thread %s stayed in pod network namespace %s", task.Name(), id)
+		}
+	}
 }

@@ -9,9 +9,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,23 +27,21 @@ func Setup(ctx context.Context, args SetupArgs) (_ *Wired, err error) {
 	if err != nil {
 		return nil, err
 	}
-	podNS, err := ns.GetNS(args.Netns)
-	if err != nil {
-		return nil, fmt.Errorf("open pod netns %s: %w", args.Netns, err)
-	}
-	defer podNS.Close()
+	podNS := int(args.Netns.Fd())
+	where := args.Netns.Name()
 
 	// One netlink socket per side for every request of this ADD. The pod
-	// side's socket is opened inside the pod namespace by the netlink
-	// library, so no goroutine of ours ever changes namespace.
+	// side's socket is opened inside the pod namespace on a thread that
+	// is then discarded (handleIn), so no thread that runs our goroutines
+	// ever changes namespace.
 	host, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink socket: %w", err)
 	}
 	defer host.Close()
-	pod, err := netlink.NewHandleAt(netns.NsHandle(int(podNS.Fd())), unix.NETLINK_ROUTE)
+	pod, err := handleIn(args.Netns)
 	if err != nil {
-		return nil, fmt.Errorf("open netlink socket in %s: %w", args.Netns, err)
+		return nil, err
 	}
 	defer pod.Close()
 
@@ -57,7 +53,7 @@ func Setup(ctx context.Context, args SetupArgs) (_ *Wired, err error) {
 			Flags:        net.FlagUp,
 		},
 		PeerName:      args.PodIf,
-		PeerNamespace: netlink.NsFd(int(podNS.Fd())),
+		PeerNamespace: netlink.NsFd(podNS),
 	}
 	if err := createVeth(ctx, host, pod, veth, args); err != nil {
 		return nil, err
@@ -80,7 +76,7 @@ func Setup(ctx context.Context, args SetupArgs) (_ *Wired, err error) {
 		return nil, err
 	}
 	if podErr != nil {
-		return nil, fmt.Errorf("wire pod interface %s in %s: %w", args.PodIf, args.Netns, podErr)
+		return nil, fmt.Errorf("wire pod interface %s in %s: %w", args.PodIf, where, podErr)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("wire %s: %w", args.HostIf, err)
@@ -88,7 +84,6 @@ func Setup(ctx context.Context, args SetupArgs) (_ *Wired, err error) {
 	return &Wired{
 		Host:      Link{Name: args.HostIf, MAC: HostMAC, Index: veth.Index},
 		Pod:       podLink,
-		Netns:     args.Netns,
 		Addresses: addrs,
 	}, nil
 }
@@ -114,17 +109,17 @@ func createVeth(ctx context.Context, host, pod *netlink.Handle, veth *netlink.Ve
 	}
 	if errors.Is(err, unix.EEXIST) {
 		if _, lookupErr := linkByName(pod, args.PodIf); lookupErr == nil {
-			return fmt.Errorf("create veth %s: %s in %s: %w", args.HostIf, args.PodIf, args.Netns, ErrPodIfExists)
+			return fmt.Errorf("create veth %s: %s in %s: %w", args.HostIf, args.PodIf, args.Netns.Name(), ErrPodIfExists)
 		}
 	}
-	return fmt.Errorf("create veth %s with peer %s in %s: %w", args.HostIf, args.PodIf, args.Netns, err)
+	return fmt.Errorf("create veth %s with peer %s in %s: %w", args.HostIf, args.PodIf, args.Netns.Name(), err)
 }
 
 // validate checks args and returns the pod addresses as host prefixes.
 func (a SetupArgs) validate() ([]netip.Prefix, error) {
 	switch {
-	case a.Netns == "":
-		return nil, errors.New("wire pod: no netns path given")
+	case a.Netns == nil:
+		return nil, errors.New("wire pod: no pod netns given")
 	case !validIfName(a.HostIf):
 		return nil, fmt.Errorf("wire pod: invalid host interface name %q", a.HostIf)
 	case !validIfName(a.PodIf):

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 )
 
@@ -30,8 +31,12 @@ var (
 
 // SetupArgs describes one pod attachment to wire.
 type SetupArgs struct {
-	// Netns is the path of the pod's network namespace.
-	Netns string
+	// Netns is an open handle on the pod's network namespace (an nsfs
+	// file, as opening CNI_NETNS gives). Setup never opens a path: the
+	// agent that wires pods gets the handle from the plugin, so it needs
+	// no view of the runtime's namespace mounts. Its Name appears in
+	// errors.
+	Netns *os.File
 	// HostIf names the host end, normally api.HostIfName(containerID, ifName).
 	HostIf string
 	// PodIf names the pod end, the runtime's CNI_IFNAME.
@@ -55,16 +60,16 @@ type Link struct {
 type Wired struct {
 	Host Link
 	Pod  Link
-	// Netns is the pod namespace path the pod end lives in.
-	Netns string
 	// Addresses are the pod addresses as configured: /32 and /128.
 	Addresses []netip.Prefix
 }
 
 // CheckArgs describes the wiring Check expects to find.
 type CheckArgs struct {
-	// Netns is the path of the pod's network namespace.
-	Netns string
+	// Netns is an open handle on the pod's network namespace, as for
+	// Setup; nil when the namespace no longer exists, which Check reports
+	// as a difference.
+	Netns *os.File
 	// HostIf and PodIf name the two ends of the pod's veth.
 	HostIf string
 	PodIf  string

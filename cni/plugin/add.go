@@ -4,21 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 
-	cnins "github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/cni/config"
-	"lockstep.dev/lockstep/cni/netsetup"
 )
 
-// add reserves addresses, wires the pod and confirms, rolling back
-// everything after the reservation when a later step fails.
+// add asks the agent to connect the pod, passing it the pod's network
+// namespace open, and prints the result. The agent reserves, wires,
+// attaches and puts the pod's policy in force before it answers, and
+// undoes all of it when a step fails; the plugin's part is what the
+// runtime sees: validation, error codes and the result.
 func (p *plugin) add(ctx context.Context, args *skel.CmdArgs) error {
 	conf, err := config.ParseNetConf(args.StdinData)
 	if err != nil {
@@ -28,118 +30,90 @@ func (p *plugin) add(ctx context.Context, args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	// skel rejects a CNI_NETNS that is the plugin's own namespace only
-	// after ADD returns; refuse before wiring anything into the host.
-	if own, nsErr := cnins.CheckNetNS(args.Netns); nsErr != nil {
-		return nsErr
-	} else if own {
-		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("CNI_NETNS %s is the node's own network namespace", args.Netns),
-			"pass the pod sandbox's network namespace")
+	// Read a chained prevResult before the pod is connected: once it is,
+	// nothing may fail for a reason known now.
+	prev, err := prevResult(conf)
+	if err != nil {
+		return err
 	}
+	netns, err := p.openNetns(args.Netns)
+	if err != nil {
+		return netnsError(args.Netns, err)
+	}
+	defer netns.Close()
+
 	att := api.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
 	client := p.agent(conf.Socket)
-	resp, err := client.Add(ctx, api.AddRequest{Attachment: att, Netns: args.Netns, Pod: pod})
+	resp, err := client.CNIAdd(ctx, api.CNIAddRequest{Attachment: att, Netns: args.Netns, Pod: pod, MTU: conf.MTU}, netns)
 	if err != nil {
 		return agentError(err)
 	}
-	op := api.OpRequest{Attachment: att, OpID: resp.OpID}
-	hostIf := api.HostIfName(att.ContainerID, att.IfName)
-
-	if resp.HostIfName != "" && resp.HostIfName != hostIf {
-		return p.rollback(client, op, hostIf, &types.Error{
-			Code:    api.CodeInternal,
-			Msg:     fmt.Sprintf("agent recorded host interface %s for %s/%s, the plugin derives %s", resp.HostIfName, att.ContainerID, att.IfName, hostIf),
-			Details: "the agent and the plugin on this node are different lockstep versions; upgrade them together",
-		})
+	result, err := buildResult(conf, prev, args.Netns, resp)
+	if err == nil {
+		err = result.PrintTo(p.stdout)
 	}
-	addrs := prefixesOf(resp.Addresses)
-	wired, err := p.setup(ctx, netsetup.SetupArgs{
-		Netns:     args.Netns,
-		HostIf:    hostIf,
-		PodIf:     args.IfName,
-		MTU:       conf.MTU,
-		Addresses: addrs,
-	})
 	if err != nil {
-		details := "the address reservation was rolled back; the runtime retries ADD"
-		if errors.Is(err, netsetup.ErrRouteTaken) {
-			details = "a pod that was never deleted still holds the address on this node; find it with `ip route get ADDRESS`, then " + details
+		// The pod is connected and the runtime will not know it: undo it
+		// now rather than leave it to the runtime's DEL.
+		cause := &types.Error{Code: types.ErrIOFailure, Msg: fmt.Sprintf("write CNI %s result: %v", conf.CNIVersion, err)}
+		if _, delErr := client.CNIDel(context.WithoutCancel(ctx), att); delErr != nil {
+			addDetail(cause, fmt.Sprintf("the pod is connected (%v); the runtime's DEL removes it", delErr))
+		} else {
+			addDetail(cause, "the pod was disconnected again; the runtime retries ADD")
 		}
-		return p.rollback(client, op, hostIf, kernelError(details, "wire pod network for %s/%s: %v", att.ContainerID, att.IfName, err))
-	}
-
-	// Build the result before confirming: once confirmed, the pod counts
-	// as wired, so nothing after Confirm may fail for a reason known now.
-	result, err := buildResult(conf, wired)
-	if err != nil {
-		return p.rollback(client, op, hostIf, &types.Error{
-			Code:    types.ErrDecodingFailure,
-			Msg:     fmt.Sprintf("build CNI %s result: %v", conf.CNIVersion, err),
-			Details: "check the prevResult handed to lockstep by the plugin before it in the config list",
-		})
-	}
-	if err := client.Confirm(ctx, op); err != nil {
-		return p.rollback(client, op, hostIf, agentError(err))
-	}
-	if err := result.PrintTo(p.stdout); err != nil {
-		return kernelError("the pod is wired; the runtime's DEL removes it", "write CNI result: %v", err)
+		return cause
 	}
 	return nil
 }
 
-// rollback undoes an ADD after the reservation: first the wiring, so no
-// route outlives its address, then the reservation. Both are best effort;
-// what failed is added to cause, which is returned.
-func (p *plugin) rollback(client agentClient, op api.OpRequest, hostIf string, cause *types.Error) *types.Error {
-	if err := p.teardown(hostIf); err != nil {
-		addDetail(cause, fmt.Sprintf("rollback could not remove the wiring (%v); the runtime's DEL removes it", err))
+// netnsError reports a CNI_NETNS the plugin cannot open, CNI code 8.
+func netnsError(path string, err error) *types.Error {
+	details := "pass the pod sandbox's network namespace"
+	if errors.Is(err, fs.ErrNotExist) {
+		details = "the pod sandbox's network namespace is gone; the runtime recreates the sandbox"
 	}
-	if err := client.Abort(context.Background(), op); err != nil {
-		addDetail(cause, fmt.Sprintf("rollback could not abort the reservation (%v); the agent drops it at its deadline or on DEL", err))
-	}
-	return cause
+	return &types.Error{Code: types.ErrInvalidNetNS, Msg: fmt.Sprintf("open CNI_NETNS %s: %v", path, err), Details: details}
 }
 
-// buildResult returns the CNI result for wired, converted to the config's
-// cniVersion. When lockstep runs chained, the previous plugin's result is
-// kept and lockstep's interfaces and addresses are appended to it.
-func buildResult(conf *config.NetConf, wired *netsetup.Wired) (types.Result, error) {
-	result := &types100.Result{}
-	if conf.PrevResult != nil {
-		prev, err := types100.NewResultFromResult(conf.PrevResult)
-		if err != nil {
-			return nil, fmt.Errorf("convert prevResult: %w", err)
-		}
-		result = prev
+// prevResult returns the result of the plugin before lockstep in a
+// chain, converted to the current version, or an empty one.
+func prevResult(conf *config.NetConf) (*types100.Result, error) {
+	if conf.PrevResult == nil {
+		return &types100.Result{}, nil
 	}
-	result.CNIVersion = types100.ImplementedSpecVersion
+	prev, err := types100.NewResultFromResult(conf.PrevResult)
+	if err != nil {
+		return nil, &types.Error{
+			Code:    types.ErrDecodingFailure,
+			Msg:     fmt.Sprintf("convert prevResult: %v", err),
+			Details: "check the prevResult handed to lockstep by the plugin before it in the config list",
+		}
+	}
+	return prev, nil
+}
 
+// buildResult returns the CNI result for what the agent wired, converted
+// to the config's cniVersion. When lockstep runs chained, the previous
+// plugin's result is kept and lockstep's interfaces and addresses are
+// appended to it.
+func buildResult(conf *config.NetConf, result *types100.Result, netns string, wired *api.CNIAddResponse) (types.Result, error) {
+	result.CNIVersion = types100.ImplementedSpecVersion
 	// Appending keeps every index the previous result uses valid; ours
 	// count from where its interfaces end.
 	podIndex := len(result.Interfaces) + 1
 	result.Interfaces = append(result.Interfaces,
-		&types100.Interface{Name: wired.Host.Name, Mac: wired.Host.MAC.String()},
-		&types100.Interface{Name: wired.Pod.Name, Mac: wired.Pod.MAC.String(), Sandbox: wired.Netns},
+		&types100.Interface{Name: wired.HostIf.Name, Mac: wired.HostIf.MAC},
+		&types100.Interface{Name: wired.PodIf.Name, Mac: wired.PodIf.MAC, Sandbox: netns},
 	)
-	var v4, v6 bool
-	for _, p := range wired.Addresses {
-		gw := netsetup.GatewayV4
-		if p.Addr().Is6() {
-			gw, v6 = netsetup.GatewayV6, true
-		} else {
-			v4 = true
-		}
+	for _, ip := range wired.IPs {
 		result.IPs = append(result.IPs, &types100.IPConfig{
 			Interface: types100.Int(podIndex),
-			Address:   *toIPNet(p),
-			Gateway:   gw.AsSlice(),
+			Address:   *toIPNet(ip.Address),
+			Gateway:   ip.Gateway.AsSlice(),
 		})
 	}
-	if v4 {
-		result.Routes = append(result.Routes, &types.Route{Dst: *toIPNet(netip.MustParsePrefix("0.0.0.0/0")), GW: netsetup.GatewayV4.AsSlice()})
-	}
-	if v6 {
-		result.Routes = append(result.Routes, &types.Route{Dst: *toIPNet(netip.MustParsePrefix("::/0")), GW: netsetup.GatewayV6.AsSlice()})
+	for _, r := range wired.Routes {
+		result.Routes = append(result.Routes, &types.Route{Dst: *toIPNet(r.Dst), GW: r.GW.AsSlice()})
 	}
 	if !conf.DNS.IsEmpty() {
 		result.DNS = conf.DNS
@@ -154,13 +128,4 @@ func buildResult(conf *config.NetConf, wired *netsetup.Wired) (types.Result, err
 // toIPNet converts p, keeping the address bits.
 func toIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-}
-
-// prefixesOf returns the prefixes of the agent's addresses.
-func prefixesOf(addrs []api.Address) []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(addrs))
-	for _, a := range addrs {
-		out = append(out, a.Address)
-	}
-	return out
 }

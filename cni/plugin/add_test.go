@@ -1,10 +1,15 @@
 package plugin
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +18,6 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/cni/netsetup"
 )
 
 var hostIf = api.HostIfName(testContainer, "eth0")
@@ -49,22 +53,20 @@ func TestAddResult(t *testing.T) {
 			if err := h.plugin.add(t.Context(), h.cmdArgs(stdin)); err != nil {
 				t.Fatalf("add() error = %v", err)
 			}
-			if got, want := h.events.list(), []string{"agent add", "setup " + hostIf, "agent confirm"}; !slices.Equal(got, want) {
-				t.Fatalf("steps = %q, want %q", got, want)
+			if got, want := h.events.list(), []string{"agent cni-add"}; !slices.Equal(got, want) {
+				t.Fatalf("steps = %q, want one round trip %q", got, want)
 			}
-			wantAdd := api.AddRequest{
+			wantAdd := api.CNIAddRequest{
 				Attachment: api.Attachment{ContainerID: testContainer, IfName: "eth0"},
 				Netns:      testNetns,
 				Pod:        api.PodRef{Namespace: "default", Name: "web-0", UID: "1e9f2a"},
+				MTU:        1450,
 			}
 			if h.agent.lastAdd != wantAdd {
 				t.Fatalf("agent got ADD %+v, want %+v", h.agent.lastAdd, wantAdd)
 			}
-			if h.agent.lastOp.OpID != 7 || h.agent.lastOp.Attachment != wantAdd.Attachment {
-				t.Fatalf("agent got Confirm %+v, want op 7 for %+v", h.agent.lastOp, wantAdd.Attachment)
-			}
-			if s := h.net.lastSetup; s.MTU != 1450 || s.PodIf != "eth0" || s.Netns != testNetns || len(s.Addresses) != 2 {
-				t.Fatalf("setup args = %+v", s)
+			if h.agent.netnsRead != h.netnsMarker {
+				t.Fatalf("agent read %q from the passed namespace, want %q", h.agent.netnsRead, h.netnsMarker)
 			}
 
 			res := parseResult(t, h.stdout.Bytes(), cniVersion)
@@ -147,70 +149,50 @@ func TestAddChainedKeepsPrevResult(t *testing.T) {
 	}
 }
 
-// TestAddRollsBackWhenDelWins is the ADD/DEL race: a DEL arrives while the
-// pod is being wired, the agent cancels the ADD at Confirm, and the plugin
-// must unwire before it aborts, so the address is never free while routed.
-func TestAddRollsBackWhenDelWins(t *testing.T) {
+// TestAddUndoesWhatTheRuntimeCannotSee: when the result cannot be written,
+// the runtime never learns the pod is connected, so the plugin asks the
+// agent to disconnect it before it reports the failure.
+func TestAddUndoesWhatTheRuntimeCannotSee(t *testing.T) {
 	h := newHarness(t)
 	h.grant("10.244.0.5/24")
-	h.agent.confirmErr = api.Errorf(api.CodeCancelled, "DEL of %s/eth0 arrived during ADD", testContainer)
-
+	h.plugin.stdout = failingWriter{}
 	err := h.plugin.add(t.Context(), h.cmdArgs(h.conf("1.1.0", "")))
-	wantCode(t, err, api.CodeCancelled, "DEL of")
-	want := []string{"agent add", "setup " + hostIf, "agent confirm", "teardown " + hostIf, "agent abort"}
-	if got := h.events.list(); !slices.Equal(got, want) {
+	wantCode(t, err, types.ErrIOFailure, "disconnected again")
+	if got, want := h.events.list(), []string{"agent cni-add", "agent cni-del"}; !slices.Equal(got, want) {
 		t.Fatalf("steps = %q, want %q", got, want)
 	}
-	if h.agent.lastOp.OpID != 7 {
-		t.Fatalf("abort op = %+v, want op 7", h.agent.lastOp)
-	}
-	if h.stdout.Len() != 0 {
-		t.Fatalf("a failed ADD printed a result: %s", h.stdout.String())
-	}
 }
 
-func TestAddRollsBackWhenWiringFails(t *testing.T) {
-	tests := []struct {
-		name     string
-		setupErr error
-		wantMsg  string
-	}{
-		{name: "kernel error", setupErr: errors.New("add address 10.244.0.5/32: permission denied"), wantMsg: "permission denied"},
-		{name: "address still routed", setupErr: fmt.Errorf("add host route 10.244.0.5/32 dev %s: %w", hostIf, netsetup.ErrRouteTaken), wantMsg: "ip route get"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.grant("10.244.0.5/24")
-			h.net.setupErr = tt.setupErr
-			err := h.plugin.add(t.Context(), h.cmdArgs(h.conf("1.1.0", "")))
-			cniErr := wantCode(t, err, types.ErrIOFailure, tt.wantMsg)
-			t.Logf("ADD reports: %v", cniErr)
-			want := []string{"agent add", "setup " + hostIf, "teardown " + hostIf, "agent abort"}
-			if got := h.events.list(); !slices.Equal(got, want) {
-				t.Fatalf("steps = %q, want %q", got, want)
-			}
-		})
-	}
-}
+type failingWriter struct{}
 
-func TestAddRollbackReportsWhatItCouldNotUndo(t *testing.T) {
-	h := newHarness(t)
-	h.grant("10.244.0.5/24")
-	h.agent.confirmErr = api.Errorf(api.CodeInternal, "write state: disk full")
-	h.net.teardownErr[hostIf] = errors.New("delete host interface: device busy")
-	err := h.plugin.add(t.Context(), h.cmdArgs(h.conf("1.1.0", "")))
-	wantCode(t, err, api.CodeInternal, "rollback could not remove the wiring")
-}
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("stdout closed") }
 
-func TestAddRejectsBeforeReserving(t *testing.T) {
+func TestAddRejectsBeforeConnecting(t *testing.T) {
 	tests := []struct {
 		name     string
 		stdin    func(*harness) []byte
 		cniArgs  string
+		netns    string // testNetns unless set
 		wantCode uint
 		wantMsg  string
 	}{
+		{
+			name:     "netns gone",
+			stdin:    func(h *harness) []byte { return h.conf("1.1.0", "") },
+			cniArgs:  testArgs,
+			netns:    "/run/netns/gone",
+			wantCode: types.ErrInvalidNetNS,
+			wantMsg:  "open CNI_NETNS /run/netns/gone",
+		},
+		{
+			name: "unreadable prevResult",
+			stdin: func(h *harness) []byte {
+				return h.conf("1.1.0", `,"prevResult":{"cniVersion":"1.1.0","ips":[{"address":"not-an-ip"}]}`)
+			},
+			cniArgs:  testArgs,
+			wantCode: types.ErrInvalidNetworkConfig,
+			wantMsg:  "",
+		},
 		{
 			name:     "bad CNI_ARGS",
 			stdin:    func(h *harness) []byte { return h.conf("1.1.0", "") },
@@ -240,6 +222,9 @@ func TestAddRejectsBeforeReserving(t *testing.T) {
 			h := newHarness(t)
 			args := h.cmdArgs(tt.stdin(h))
 			args.Args = tt.cniArgs
+			if tt.netns != "" {
+				args.Netns = tt.netns
+			}
 			wantCode(t, h.plugin.add(t.Context(), args), tt.wantCode, tt.wantMsg)
 			if got := h.events.list(); len(got) != 0 {
 				t.Fatalf("steps = %q, want none", got)
@@ -249,27 +234,86 @@ func TestAddRejectsBeforeReserving(t *testing.T) {
 }
 
 func TestAddPassesAgentErrorsThrough(t *testing.T) {
-	h := newHarness(t)
-	h.agent.addErr = api.Errorf(api.CodePoolExhausted, "pool default (10.244.0.0/24) has no free address")
-	err := h.plugin.add(t.Context(), h.cmdArgs(h.conf("1.1.0", "")))
-	cniErr := wantCode(t, err, api.CodePoolExhausted, "no free address")
-	if cniErr.Details == "" {
-		t.Fatalf("error %v carries no hint", cniErr)
+	tests := []struct {
+		name string
+		err  *api.Error
+		code uint
+		msg  string
+	}{
+		{"pool exhausted", api.Errorf(api.CodePoolExhausted, "pool default (10.244.0.0/24) has no free address"), api.CodePoolExhausted, "no free address"},
+		{"DEL won", api.Errorf(api.CodeCancelled, "ADD of %s/eth0 was cancelled", testContainer), api.CodeCancelled, "was cancelled"},
+		{"wiring failed", &api.Error{Code: api.CodeIOFailure, Msg: "wire pod network: permission denied", Details: "the address reservation was rolled back"}, types.ErrIOFailure, "rolled back"},
+		{"not a netns", &api.Error{Code: api.CodeInvalidNetNS, Msg: "lockstep agent refuses the namespace passed with cni-add: it is not a namespace handle (nsfs)"}, types.ErrInvalidNetNS, "not a namespace handle"},
 	}
-	if got := h.events.list(); !slices.Equal(got, []string{"agent add"}) {
-		t.Fatalf("steps = %q, want only the reservation", got)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.agent.addErr = tt.err
+			err := h.plugin.add(t.Context(), h.cmdArgs(h.conf("1.1.0", "")))
+			cniErr := wantCode(t, err, tt.code, tt.msg)
+			if cniErr.Details == "" {
+				t.Fatalf("error %v carries no hint", cniErr)
+			}
+			if got := h.events.list(); !slices.Equal(got, []string{"agent cni-add"}) {
+				t.Fatalf("steps = %q, want only the one call", got)
+			}
+			if h.stdout.Len() != 0 {
+				t.Fatalf("a failed ADD printed a result: %s", h.stdout.String())
+			}
+		})
 	}
 }
 
-func TestAddRejectsForeignHostIfName(t *testing.T) {
+// TestAddOlderAgent: an agent from before the one-trip ADD knows no
+// cni-add; the runtime gets code 11 and the fix.
+func TestAddOlderAgent(t *testing.T) {
 	h := newHarness(t)
-	h.grant("10.244.0.5/24")
-	h.agent.addResp.HostIfName = "cali12345"
-	err := h.plugin.add(t.Context(), h.cmdArgs(h.conf("1.1.0", "")))
-	wantCode(t, err, api.CodeInternal, "upgrade them together")
-	if got := h.events.list(); slices.Contains(got, "setup "+hostIf) || !slices.Contains(got, "agent abort") {
-		t.Fatalf("steps = %q, want an abort and no wiring", got)
+	old := oldAgent(t)
+	err := h.plugin.add(t.Context(), h.cmdArgs([]byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"pods","type":"lockstep","socket":%q}`, old))))
+	cniErr := wantCode(t, err, types.ErrTryAgainLater, `no operation "cni-add"`)
+	if !strings.Contains(cniErr.Details, "upgrade the agent and the plugin together") {
+		t.Fatalf("details = %q, want the fix", cniErr.Details)
 	}
+}
+
+// oldAgent listens on a socket and answers every request as an agent that
+// predates the cni-* operations does, reading any descriptor away.
+func oldAgent(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "lsold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "old.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := bufio.NewReader(conn)
+				for {
+					line, err := r.ReadBytes('\n')
+					if err != nil {
+						return
+					}
+					var req api.Request
+					_ = json.Unmarshal(line, &req)
+					resp, _ := json.Marshal(api.Response{Error: api.Errorf(api.CodeIncompatibleVersion, "lockstep agent has no operation %q in API v1", req.Op)})
+					_, _ = conn.Write(append(resp, '\n'))
+				}
+			}()
+		}
+	}()
+	return sock
 }
 
 // TestAddAgentUnreachable: with no agent listening, ADD fails with code 11
@@ -285,7 +329,7 @@ func TestAddAgentUnreachable(t *testing.T) {
 	if took > api.PluginTimeout+time.Second {
 		t.Fatalf("ADD took %s against an absent agent, want about %s", took, api.PluginTimeout)
 	}
-	if got := h.events.list(); slices.Contains(got, "setup "+hostIf) {
-		t.Fatalf("steps = %q, want no wiring", got)
+	if got := h.events.list(); len(got) != 0 {
+		t.Fatalf("steps = %q, want none", got)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -13,42 +15,41 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/cni/config"
-	"lockstep.dev/lockstep/cni/netsetup"
 )
 
 // checkDetails tells the operator what to do about drift CHECK found.
 const checkDetails = "something changed the pod's network after lockstep wired it; recreate the pod sandbox to rewire it"
 
-// checkCmd compares the agent's record of the attachment with the kernel
-// and with the prevResult the runtime kept from ADD.
+// checkCmd has the agent compare its record of the attachment with the
+// kernel, the pod side read through the namespace the plugin passes, and
+// compares the record with the prevResult the runtime kept from ADD.
 func (p *plugin) checkCmd(ctx context.Context, args *skel.CmdArgs) error {
 	conf, err := config.ParseNetConf(args.StdinData)
 	if err != nil {
 		return err
 	}
+	netns, err := p.openNetnsOrNone(args.Netns)
+	if err != nil {
+		return netnsError(args.Netns, err)
+	}
+	if netns != nil {
+		defer netns.Close()
+	}
 	att := api.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	ep, err := p.agent(conf.Socket).Get(ctx, att)
+	resp, err := p.agent(conf.Socket).CNICheck(ctx, api.CNICheckRequest{Attachment: att, Netns: args.Netns}, netns)
 	if err != nil {
 		return agentError(err)
 	}
-	hostIf := ep.HostIfName
-	if hostIf == "" {
-		hostIf = api.HostIfName(att.ContainerID, att.IfName)
+	ep := resp.Endpoint
+	addrs := make([]netip.Prefix, 0, len(ep.Addresses))
+	for _, a := range ep.Addresses {
+		addrs = append(addrs, a.Address)
 	}
-	addrs := prefixesOf(ep.Addresses)
 	var diffs []string
 	if ep.Netns != "" && ep.Netns != args.Netns {
 		diffs = append(diffs, fmt.Sprintf("agent recorded netns %s, the runtime names %s", ep.Netns, args.Netns))
 	}
-	err = p.check(ctx, netsetup.CheckArgs{Netns: args.Netns, HostIf: hostIf, PodIf: args.IfName, Addresses: addrs})
-	var mismatch *netsetup.MismatchError
-	switch {
-	case errors.As(err, &mismatch):
-		diffs = append(diffs, mismatch.Diffs...)
-	case err != nil:
-		return kernelError("retry CHECK; if it keeps failing, inspect the node with `ip link` and `ip route`",
-			"read pod network of %s/%s: %v", att.ContainerID, att.IfName, err)
-	}
+	diffs = append(diffs, resp.Diffs...)
 	if conf.PrevResult != nil {
 		prevDiffs, err := checkPrevResult(conf.PrevResult, args, addrs)
 		if err != nil {
@@ -100,4 +101,14 @@ func checkPrevResult(prev types.Result, args *skel.CmdArgs, addrs []netip.Prefix
 		}
 	}
 	return diffs, nil
+}
+
+// openNetnsOrNone opens CNI_NETNS for CHECK: nil when it no longer
+// exists, which the agent reports as a difference.
+func (p *plugin) openNetnsOrNone(path string) (*os.File, error) {
+	f, err := p.openNetns(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return f, err
 }

@@ -1,16 +1,13 @@
 package plugin
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/cni/netsetup"
 )
 
 // addedPrevResult is what ADD printed for 10.244.0.5, as the runtime hands
@@ -36,29 +33,30 @@ func TestCheck(t *testing.T) {
 	tests := []struct {
 		name     string
 		extra    string
-		getErr   *api.Error
-		netns    string // endpoint's recorded netns; testNetns unless set
-		checkErr error
-		wantCode uint // 0: success
+		runtime  string // CNI_NETNS; testNetns unless set
+		checkErr *api.Error
+		diffs    []string // the agent's
+		recorded string   // endpoint's recorded netns; testNetns unless set
+		wantCode uint     // 0: success
 		wantMsg  string
 	}{
 		{name: "consistent", extra: addedPrevResult("10.244.0.5/32")},
 		{name: "consistent without prevResult"},
 		{
 			name:     "unknown to the agent",
-			getErr:   api.Errorf(api.CodeUnknownContainer, "no endpoint for %s/eth0", testContainer),
+			checkErr: api.Errorf(api.CodeUnknownContainer, "no endpoint for %s/eth0", testContainer),
 			wantCode: types.ErrUnknownContainer,
 			wantMsg:  "no endpoint",
 		},
 		{
 			name:     "kernel differs",
-			checkErr: &netsetup.MismatchError{Diffs: []string{"pod interface eth0 in " + testNetns + " lacks address 10.244.0.5/32"}},
+			diffs:    []string{"pod interface eth0 in pod netns lacks address 10.244.0.5/32"},
 			wantCode: api.CodeCheckFailed,
-			wantMsg:  "pod interface eth0 in " + testNetns + " lacks address 10.244.0.5/32",
+			wantMsg:  "lacks address 10.244.0.5/32",
 		},
 		{
 			name:     "kernel unreadable",
-			checkErr: errors.New("look up host interface: netlink socket closed"),
+			checkErr: &api.Error{Code: api.CodeIOFailure, Msg: "read pod network: netlink socket closed"},
 			wantCode: types.ErrIOFailure,
 			wantMsg:  "netlink socket closed",
 		},
@@ -70,33 +68,50 @@ func TestCheck(t *testing.T) {
 		},
 		{
 			name:     "agent recorded another netns",
-			netns:    "/run/netns/other",
+			recorded: "/run/netns/other",
 			wantCode: api.CodeCheckFailed,
 			wantMsg:  "agent recorded netns /run/netns/other",
+		},
+		{
+			// The plugin passes no namespace; the agent reports it.
+			name:     "netns gone",
+			runtime:  "/run/netns/gone",
+			recorded: "/run/netns/gone",
+			diffs:    []string{"pod netns does not exist"},
+			wantCode: api.CodeCheckFailed,
+			wantMsg:  "does not exist",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
-			h.agent.getResp = endpoint()
-			if tt.netns != "" {
-				h.agent.getResp.Netns = tt.netns
+			ep := endpoint()
+			if tt.recorded != "" {
+				ep.Netns = tt.recorded
 			}
-			h.agent.getErr = tt.getErr
-			h.net.checkErr = tt.checkErr
-			err := h.plugin.checkCmd(t.Context(), h.cmdArgs(h.conf("1.1.0", tt.extra)))
+			h.agent.checkResp = api.CNICheckResponse{Endpoint: ep, Diffs: tt.diffs}
+			h.agent.checkErr = tt.checkErr
+			args := h.cmdArgs(h.conf("1.1.0", tt.extra))
+			if tt.runtime != "" {
+				args.Netns = tt.runtime
+			}
+			err := h.plugin.checkCmd(t.Context(), args)
+			wantRead := h.netnsMarker
+			if tt.runtime != "" {
+				wantRead = ""
+			}
+			if h.agent.netnsRead != wantRead {
+				t.Fatalf("agent read %q from the passed namespace, want %q", h.agent.netnsRead, wantRead)
+			}
+			if h.agent.lastCheck.Netns != args.Netns || h.agent.lastCheck.Attachment != ep.Attachment {
+				t.Fatalf("agent got CHECK %+v, want %s in %s", h.agent.lastCheck, ep.Attachment, args.Netns)
+			}
 			if tt.wantCode != 0 {
 				wantCode(t, err, tt.wantCode, tt.wantMsg)
 				return
 			}
 			if err != nil {
 				t.Fatalf("checkCmd() error = %v", err)
-			}
-			want := netsetup.CheckArgs{Netns: testNetns, HostIf: hostIf, PodIf: "eth0"}
-			got := h.net.lastCheck
-			if got.Netns != want.Netns || got.HostIf != want.HostIf || got.PodIf != want.PodIf ||
-				!slices.Equal(got.Addresses, []netip.Prefix{netip.MustParsePrefix("10.244.0.5/24")}) {
-				t.Fatalf("check args = %+v, want %+v with the agent's address", got, want)
 			}
 		})
 	}

@@ -17,6 +17,7 @@ var hints = map[uint]string{
 	api.CodeCancelled:     "a DEL for this attachment arrived during the ADD; nothing was left wired",
 	api.CodeInternal:      "see the lockstep agent's log on this node",
 	api.CodeTryAgainLater: "check that the lockstep agent runs on this node",
+	api.CodeInvalidNetNS:  "pass the pod sandbox's own network namespace as CNI_NETNS",
 }
 
 // agentError turns an agent client error into a CNI error with the same
@@ -25,6 +26,17 @@ func agentError(err error) *types.Error {
 	var apiErr *api.Error
 	if !errors.As(err, &apiErr) {
 		return &types.Error{Code: api.CodeInternal, Msg: err.Error(), Details: hints[api.CodeInternal]}
+	}
+	if apiErr.Code == api.CodeIncompatibleVersion {
+		// An agent older than the plugin knows no cni-add; one that
+		// speaks another API version refuses it. Either way the node
+		// runs mismatched binaries until the agent's rollout installs
+		// its own plugin, so the runtime should retry.
+		return &types.Error{
+			Code:    types.ErrTryAgainLater,
+			Msg:     "the lockstep agent and the lockstep-cni plugin on this node are different versions: " + apiErr.Msg,
+			Details: "upgrade the agent and the plugin together (the agent installs its own plugin with lockstep install-cni); the runtime retries",
+		}
 	}
 	details := apiErr.Details
 	if details == "" {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -19,7 +21,6 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/server"
-	"lockstep.dev/lockstep/cni/netsetup"
 )
 
 // events records, in order, what the fake agent and the fake kernel were
@@ -42,26 +43,29 @@ func (e *events) list() []string {
 }
 
 // fakeAgent serves the agent API on a unix socket with canned answers, so
-// the plugin's real api.Client is exercised end to end.
+// the plugin's real api.Client is exercised end to end, the namespace
+// passed as a descriptor included.
 type fakeAgent struct {
 	events *events
 
 	mu         sync.Mutex
-	addResp    api.AddResponse
+	addResp    api.CNIAddResponse
 	addErr     *api.Error
-	confirmErr *api.Error
 	delResp    api.DelResponse
 	delErr     *api.Error
-	getResp    api.Endpoint
-	getErr     *api.Error
+	checkResp  api.CNICheckResponse
+	checkErr   *api.Error
 	gcResp     api.GCResponse
 	gcErr      *api.Error
 	statusResp api.StatusResponse
 	statusErr  *api.Error
 
-	lastAdd api.AddRequest
-	lastOp  api.OpRequest
-	lastGC  api.GCRequest
+	lastAdd   api.CNIAddRequest
+	lastCheck api.CNICheckRequest
+	lastGC    api.GCRequest
+	// netnsRead is what the agent read from the descriptor it was passed
+	// last; "" when it was passed none.
+	netnsRead string
 }
 
 func (a *fakeAgent) serve(t *testing.T, socket string) {
@@ -70,6 +74,14 @@ func (a *fakeAgent) serve(t *testing.T, socket string) {
 		t.Fatalf("listen on %s: %v", socket, err)
 	}
 	srv := server.NewAPIServer(a, slog.New(slog.DiscardHandler), nil)
+	// The tests pass a plain file for the namespace, which they can
+	// create without privileges.
+	srv.SetNetnsCheck(func(f *os.File) error {
+		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+			return fmt.Errorf("not the test's namespace file (%v)", err)
+		}
+		return nil
+	})
 	go srv.Serve(ln)
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 }
@@ -91,35 +103,66 @@ func noErr(e *api.Error) error {
 	return e
 }
 
-func (a *fakeAgent) Add(_ context.Context, req api.AddRequest) (*api.AddResponse, error) {
-	defer a.record(api.OpAdd)()
+// readNetns records what the passed descriptor holds.
+func (a *fakeAgent) readNetns(f *os.File) {
+	a.netnsRead = ""
+	if f == nil {
+		return
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		a.netnsRead = "unreadable: " + err.Error()
+		return
+	}
+	a.netnsRead = string(b)
+}
+
+func (a *fakeAgent) CNIAdd(_ context.Context, req api.CNIAddRequest, netns *os.File) (*api.CNIAddResponse, error) {
+	defer a.record(api.OpCNIAdd)()
 	a.lastAdd = req
+	a.readNetns(netns)
 	resp := a.addResp
 	return &resp, noErr(a.addErr)
 }
 
-func (a *fakeAgent) Confirm(_ context.Context, req api.OpRequest) error {
-	defer a.record(api.OpConfirm)()
-	a.lastOp = req
-	return noErr(a.confirmErr)
-}
-
-func (a *fakeAgent) Abort(_ context.Context, req api.OpRequest) error {
-	defer a.record(api.OpAbort)()
-	a.lastOp = req
-	return nil
-}
-
-func (a *fakeAgent) Del(context.Context, api.Attachment) (*api.DelResponse, error) {
-	defer a.record(api.OpDel)()
+func (a *fakeAgent) CNIDel(context.Context, api.Attachment) (*api.DelResponse, error) {
+	defer a.record(api.OpCNIDel)()
 	resp := a.delResp
 	return &resp, noErr(a.delErr)
 }
 
+func (a *fakeAgent) CNICheck(_ context.Context, req api.CNICheckRequest, netns *os.File) (*api.CNICheckResponse, error) {
+	defer a.record(api.OpCNICheck)()
+	a.lastCheck = req
+	a.readNetns(netns)
+	resp := a.checkResp
+	return &resp, noErr(a.checkErr)
+}
+
+// The reservation steps alone are not the plugin's any more.
+func (a *fakeAgent) Add(context.Context, api.AddRequest) (*api.AddResponse, error) {
+	defer a.record(api.OpAdd)()
+	return nil, api.Errorf(api.CodeInternal, "the plugin connects pods through cni-add")
+}
+
+func (a *fakeAgent) Confirm(context.Context, api.OpRequest) error {
+	defer a.record(api.OpConfirm)()
+	return api.Errorf(api.CodeInternal, "the plugin connects pods through cni-add")
+}
+
+func (a *fakeAgent) Abort(context.Context, api.OpRequest) error {
+	defer a.record(api.OpAbort)()
+	return api.Errorf(api.CodeInternal, "the plugin connects pods through cni-add")
+}
+
+func (a *fakeAgent) Del(context.Context, api.Attachment) (*api.DelResponse, error) {
+	defer a.record(api.OpDel)()
+	return &api.DelResponse{}, nil
+}
+
 func (a *fakeAgent) Get(context.Context, api.Attachment) (*api.Endpoint, error) {
 	defer a.record(api.OpGet)()
-	resp := a.getResp
-	return &resp, noErr(a.getErr)
+	return nil, api.Errorf(api.CodeUnknownContainer, "the plugin reads endpoints through cni-check")
 }
 
 func (a *fakeAgent) GC(_ context.Context, req api.GCRequest) (*api.GCResponse, error) {
@@ -135,41 +178,17 @@ func (a *fakeAgent) Status(context.Context) (*api.StatusResponse, error) {
 	return &resp, noErr(a.statusErr)
 }
 
-// fakeNet stands in for netsetup: it records calls and remembers which host
-// links exist.
+var podMAC = net.HardwareAddr{0x0a, 0x58, 0x0a, 0xf4, 0x00, 0x05}
+
+// fakeNet stands in for the host links GC sweeps: it records calls and
+// remembers which links exist.
 type fakeNet struct {
 	events *events
 
 	mu          sync.Mutex
 	links       map[string]bool
-	setupErr    error
 	teardownErr map[string]error
-	checkErr    error
 	listErr     error
-	lastSetup   netsetup.SetupArgs
-	lastCheck   netsetup.CheckArgs
-}
-
-var podMAC = net.HardwareAddr{0x0a, 0x58, 0x0a, 0xf4, 0x00, 0x05}
-
-func (n *fakeNet) setup(_ context.Context, args netsetup.SetupArgs) (*netsetup.Wired, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.events.add("setup %s", args.HostIf)
-	n.lastSetup = args
-	if n.setupErr != nil {
-		return nil, n.setupErr
-	}
-	n.links[args.HostIf] = true
-	wired := &netsetup.Wired{
-		Host:  netsetup.Link{Name: args.HostIf, MAC: netsetup.HostMAC, Index: 42},
-		Pod:   netsetup.Link{Name: args.PodIf, MAC: podMAC, Index: 2},
-		Netns: args.Netns,
-	}
-	for _, p := range args.Addresses {
-		wired.Addresses = append(wired.Addresses, netip.PrefixFrom(p.Addr(), p.Addr().BitLen()))
-	}
-	return wired, nil
 }
 
 func (n *fakeNet) teardown(hostIf string) error {
@@ -181,14 +200,6 @@ func (n *fakeNet) teardown(hostIf string) error {
 	}
 	delete(n.links, hostIf)
 	return nil
-}
-
-func (n *fakeNet) check(_ context.Context, args netsetup.CheckArgs) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.events.add("check %s", args.HostIf)
-	n.lastCheck = args
-	return n.checkErr
 }
 
 func (n *fakeNet) hostLinks() ([]string, error) {
@@ -214,6 +225,8 @@ type harness struct {
 	stdout bytes.Buffer
 	stderr bytes.Buffer
 	plugin *plugin
+	// netnsMarker is what the file standing in for testNetns holds.
+	netnsMarker string
 }
 
 const (
@@ -239,11 +252,22 @@ func newHarness(t *testing.T) *harness {
 		net:    &fakeNet{events: ev, links: map[string]bool{}, teardownErr: map[string]error{}},
 	}
 	h.agent.serve(t, h.socket)
+	// A plain file stands in for the pod's namespace; the fake agent
+	// reads it back to show the descriptor arrived.
+	h.netnsMarker = "netns of " + t.Name()
+	nsFile := filepath.Join(dir, "netns")
+	if err := os.WriteFile(nsFile, []byte(h.netnsMarker), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	h.plugin = &plugin{
-		agent:     func(socket string) agentClient { return api.NewClient(socket, 0) },
-		setup:     h.net.setup,
+		agent: func(socket string) agentClient { return api.NewClient(socket, 0) },
+		openNetns: func(path string) (*os.File, error) {
+			if path != testNetns {
+				return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+			}
+			return os.Open(nsFile)
+		},
 		teardown:  h.net.teardown,
-		check:     h.net.check,
 		hostLinks: h.net.hostLinks,
 		stdout:    &h.stdout,
 		stderr:    &h.stderr,
@@ -268,11 +292,30 @@ func (h *harness) cmdArgs(stdin []byte) *skel.CmdArgs {
 	}
 }
 
-// grant makes the fake agent answer ADD with the given addresses.
+// grant makes the fake agent answer ADD with the given addresses wired,
+// as podnet does.
 func (h *harness) grant(addrs ...string) {
-	h.agent.addResp = api.AddResponse{OpID: 7, HostIfName: api.HostIfName(testContainer, "eth0")}
+	h.agent.addResp = api.CNIAddResponse{
+		HostIf: api.Interface{Name: api.HostIfName(testContainer, "eth0"), MAC: "ee:ee:ee:ee:ee:ee"},
+		PodIf:  api.Interface{Name: "eth0", MAC: podMAC.String()},
+	}
+	var v4, v6 bool
 	for _, a := range addrs {
-		h.agent.addResp.Addresses = append(h.agent.addResp.Addresses, api.Address{Pool: "default", Address: netip.MustParsePrefix(a)})
+		p := netip.MustParsePrefix(a)
+		h.agent.addResp.Addresses = append(h.agent.addResp.Addresses, api.Address{Pool: "default", Address: p})
+		gw := netip.MustParseAddr("169.254.1.1")
+		if p.Addr().Is6() {
+			gw, v6 = netip.MustParseAddr("fe80::1"), true
+		} else {
+			v4 = true
+		}
+		h.agent.addResp.IPs = append(h.agent.addResp.IPs, api.IPConfig{Address: netip.PrefixFrom(p.Addr(), p.Addr().BitLen()), Gateway: gw})
+	}
+	if v4 {
+		h.agent.addResp.Routes = append(h.agent.addResp.Routes, api.Route{Dst: netip.MustParsePrefix("0.0.0.0/0"), GW: netip.MustParseAddr("169.254.1.1")})
+	}
+	if v6 {
+		h.agent.addResp.Routes = append(h.agent.addResp.Routes, api.Route{Dst: netip.MustParsePrefix("::/0"), GW: netip.MustParseAddr("fe80::1")})
 	}
 }
 

@@ -48,22 +48,21 @@ func about(command string) string {
 
 // agentClient is the part of *api.Client the plugin uses; tests fake it.
 type agentClient interface {
-	Add(ctx context.Context, req api.AddRequest) (*api.AddResponse, error)
-	Confirm(ctx context.Context, req api.OpRequest) error
-	Abort(ctx context.Context, req api.OpRequest) error
-	Del(ctx context.Context, att api.Attachment) (*api.DelResponse, error)
-	Get(ctx context.Context, att api.Attachment) (*api.Endpoint, error)
+	CNIAdd(ctx context.Context, req api.CNIAddRequest, netns *os.File) (*api.CNIAddResponse, error)
+	CNIDel(ctx context.Context, att api.Attachment) (*api.DelResponse, error)
+	CNICheck(ctx context.Context, req api.CNICheckRequest, netns *os.File) (*api.CNICheckResponse, error)
 	GC(ctx context.Context, req api.GCRequest) (*api.GCResponse, error)
 	Status(ctx context.Context) (*api.StatusResponse, error)
 }
 
-// plugin holds the plugin's dependencies, so tests can replace the agent
-// and the kernel.
+// plugin holds the plugin's dependencies, so tests can replace the agent,
+// the namespaces and the kernel.
 type plugin struct {
-	agent     func(socket string) agentClient
-	setup     func(context.Context, netsetup.SetupArgs) (*netsetup.Wired, error)
+	agent func(socket string) agentClient
+	// openNetns opens CNI_NETNS for passing to the agent.
+	openNetns func(path string) (*os.File, error)
+	// teardown and hostLinks are GC's: it sweeps host links itself.
 	teardown  func(hostIf string) error
-	check     func(context.Context, netsetup.CheckArgs) error
 	hostLinks func() ([]string, error)
 	stdout    io.Writer
 	stderr    io.Writer
@@ -73,9 +72,8 @@ type plugin struct {
 func newPlugin() *plugin {
 	return &plugin{
 		agent:     func(socket string) agentClient { return api.NewClient(socket, api.PluginTimeout) },
-		setup:     netsetup.Setup,
+		openNetns: os.Open, // read-only, close-on-exec
 		teardown:  netsetup.Teardown,
-		check:     netsetup.Check,
 		hostLinks: netsetup.ListHostLinks,
 		stdout:    os.Stdout,
 		stderr:    os.Stderr,
