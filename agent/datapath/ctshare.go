@@ -147,12 +147,16 @@ func (d *Datapath) reclaimConntrack() (int, error) {
 		return 0, err
 	}
 	left := make(map[uint32]uint64, len(created))
-	n, err := reclaimTable(d.ct, bpfmaps.CTMap, now, left, func(v bpfmaps.CTEntry) (uint64, uint8) {
-		return v.Expires, bpfmaps.CTEntryDir(v.Flags)
+	n, err := d.reclaimCounted(bpfmaps.CTTableCT, now, left, func(table *ebpf.Map, walk *ctWalk) (int, error) {
+		return reclaimTable(table, bpfmaps.CTMap, now, left, walk, func(v bpfmaps.CTEntry) (uint64, uint8) {
+			return v.Expires, bpfmaps.CTEntryDir(v.Flags)
+		})
 	})
 	// Translated connections are charged to the client's egress share.
-	ns, serr := reclaimTable(d.svcCT, bpfmaps.SvcCTMap, now, left, func(v bpfmaps.SvcCTEntry) (uint64, uint8) {
-		return v.Expires, 1
+	ns, serr := d.reclaimCounted(bpfmaps.CTTableSvc, now, left, func(table *ebpf.Map, walk *ctWalk) (int, error) {
+		return reclaimTable(table, bpfmaps.SvcCTMap, now, left, walk, func(v bpfmaps.SvcCTEntry) (uint64, uint8) {
+			return v.Expires, 1
+		})
 	})
 	if err := errors.Join(err, serr); err != nil {
 		return n + ns, err
@@ -182,13 +186,32 @@ func (d *Datapath) reclaimConntrack() (int, error) {
 	return n + ns, nil
 }
 
+// reclaimCounted runs reclaim, the reclaim of the conntrack table of key
+// table (bpfmaps.CTTable*), and counts its deletes and the table's
+// evictions (ctevict.go). It returns how many entries reclaim deleted.
+func (d *Datapath) reclaimCounted(table uint32, now uint64, left map[uint32]uint64, reclaim func(*ebpf.Map, *ctWalk) (int, error)) (int, error) {
+	var walk ctWalk
+	var err error
+	if walk.before, err = d.ctInserted(table); err != nil {
+		return 0, err
+	}
+	n, err := reclaim(d.ctTables()[table], &walk)
+	if cerr := d.countCTDeleted(table, n); err != nil || cerr != nil {
+		return n, errors.Join(err, cerr)
+	}
+	if walk.after, err = d.ctInserted(table); err != nil {
+		return n, err
+	}
+	return n, d.recordWalk(table, walk)
+}
+
 // reclaimTable deletes the entries of table (keyed by ct_key, with values
 // V whose deadline and share direction of reads) that expired before now,
-// counts those left per share key into left, and returns how many it
-// deleted. An entry is read again just before it is deleted, so that one a
-// new connection made meanwhile stays, but for the moment between the two
-// syscalls.
-func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint32]uint64, of func(V) (expires uint64, dir uint8)) (int, error) {
+// counts those left per share key into left and in all into walk.left,
+// and returns how many it deleted. An entry is read again just before it
+// is deleted, so that one a new connection made meanwhile stays, but for
+// the moment between the two syscalls.
+func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint32]uint64, walk *ctWalk, of func(V) (expires uint64, dir uint8)) (int, error) {
 	var doomed []bpfmaps.CTKey
 	err := scanCT(table, name, func(k bpfmaps.CTKey, v V) {
 		expires, dir := of(v)
@@ -197,6 +220,7 @@ func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint
 			return
 		}
 		left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
+		walk.left++
 	})
 	if err != nil {
 		return 0, err
@@ -209,9 +233,14 @@ func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint
 		}
 		if expires, dir := of(v); expires+ctExpiredSlack >= now {
 			left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
+			walk.left++
 			continue
 		}
-		if err := table.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		err := table.Delete(k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue // evicted since the read
+		}
+		if err != nil {
 			return deleted, fmt.Errorf("delete expired entries of %s: %w", name, err)
 		}
 		deleted++
