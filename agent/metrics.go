@@ -16,7 +16,7 @@ import (
 
 // ebpfMetrics writes, at scrape time, the BPF verdict counters by reason,
 // each endpoint's conntrack entries and refusals, the conntrack tables'
-// evictions, and the entry count of every map.
+// evictions and the reclaimer's races, and the entry count of every map.
 func ebpfMetrics(dp *datapath.Datapath) func(io.Writer) {
 	return func(w io.Writer) {
 		if counters, err := dp.Counters(); err == nil {
@@ -41,6 +41,8 @@ func ebpfMetrics(dp *datapath.Datapath) func(io.Writer) {
 				promtext.WriteSample(w, "lockstep_datapath_conntrack_evictions_total", float64(evicted[table]), "table", table)
 			}
 		}
+		promtext.WriteHeader(w, "lockstep_datapath_conntrack_reclaim_races_total", "Expired conntrack entries the agent's reclaimer took out that a new connection had made live again since it read them, put back, since the agent started.", "counter")
+		promtext.WriteSample(w, "lockstep_datapath_conntrack_reclaim_races_total", float64(dp.ConntrackReclaimRaces()))
 		if stats, err := dp.Stats(); err == nil {
 			promtext.WriteHeader(w, "lockstep_datapath_map_entries", "Entries in each pinned BPF map.", "gauge")
 			for _, name := range sortedKeys(stats) {

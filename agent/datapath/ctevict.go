@@ -74,6 +74,13 @@ func (d *Datapath) ConntrackEvictions() (map[string]uint64, error) {
 	return out, nil
 }
 
+// ConntrackReclaimRaces returns how many expired conntrack entries the
+// reclaimer took out, since Load, that a new connection had made live
+// again after the reclaimer read them. It put them back (see takeExpired
+// in ctshare.go); a count that grows fast would mean tuples are reused
+// as soon as they expire, and each race judges a packet by policy again.
+func (d *Datapath) ConntrackReclaimRaces() uint64 { return d.ctRaced.Load() }
+
 // ctAccount reads the eviction account of table.
 func (d *Datapath) ctAccount(table uint32) (bpfmaps.CTEvictions, error) {
 	var acc bpfmaps.CTEvictions
@@ -87,7 +94,7 @@ func (d *Datapath) ctAccount(table uint32) (bpfmaps.CTEvictions, error) {
 // over the CPUs.
 func (d *Datapath) ctInserted(table uint32) (uint64, error) {
 	var perCPU []uint64
-	if err := d.ctInsertedCount.Lookup(table, &perCPU); err != nil {
+	if err := d.ctInserts.Lookup(table, &perCPU); err != nil {
 		return 0, fmt.Errorf("read %s: %w", bpfmaps.CTInsertedMap, err)
 	}
 	var sum uint64
@@ -117,9 +124,10 @@ func (d *Datapath) countCTDeleted(table uint32, n int) error {
 
 // ctWalk is what the reclaimer saw of one conntrack table: the entries
 // the programs had inserted before its walk (before) and after it
-// (after), and the entries it left in the table.
+// (after), the entries it left in the table, and the expired entries it
+// took out that a packet had made live again (raced; see takeExpired).
 type ctWalk struct {
-	before, after, left uint64
+	before, after, left, raced uint64
 }
 
 // countEvictions returns acc brought up to date with walk (see above):

@@ -196,6 +196,7 @@ func (d *Datapath) reclaimCounted(table uint32, now uint64, left map[uint32]uint
 		return 0, err
 	}
 	n, err := reclaim(d.ctTables()[table], &walk)
+	d.ctRaced.Add(walk.raced)
 	if cerr := d.countCTDeleted(table, n); err != nil || cerr != nil {
 		return n, errors.Join(err, cerr)
 	}
@@ -208,9 +209,8 @@ func (d *Datapath) reclaimCounted(table uint32, now uint64, left map[uint32]uint
 // reclaimTable deletes the entries of table (keyed by ct_key, with values
 // V whose deadline and share direction of reads) that expired before now,
 // counts those left per share key into left and in all into walk.left,
-// and returns how many it deleted. An entry is read again just before it
-// is deleted, so that one a new connection made meanwhile stays, but for
-// the moment between the two syscalls.
+// and returns how many it deleted. See takeExpired for an entry a new
+// connection made live again since the walk read it.
 func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint32]uint64, walk *ctWalk, of func(V) (expires uint64, dir uint8)) (int, error) {
 	var doomed []bpfmaps.CTKey
 	err := scanCT(table, name, func(k bpfmaps.CTKey, v V) {
@@ -227,25 +227,80 @@ func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint
 	}
 	deleted := 0
 	for _, k := range doomed {
-		var v V
-		if err := table.Lookup(k, &v); err != nil {
-			continue // gone already
-		}
-		if expires, dir := of(v); expires+ctExpiredSlack >= now {
-			left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
-			walk.left++
-			continue
-		}
-		err := table.Delete(k)
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			continue // evicted since the read
+		fate, v, err := takeExpired(table, k, now, walk, of)
+		if fate == ctDeleted || fate == ctRemade {
+			deleted++
 		}
 		if err != nil {
 			return deleted, fmt.Errorf("delete expired entries of %s: %w", name, err)
 		}
-		deleted++
+		if fate == ctKept || fate == ctRemade {
+			_, dir := of(v)
+			left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
+			walk.left++
+		}
 	}
 	return deleted, nil
+}
+
+// ctFate is what takeExpired did with an entry.
+type ctFate int
+
+const (
+	ctAbsent  ctFate = iota // gone already: evicted since the walk
+	ctDeleted               // deleted: it was still expired
+	ctKept                  // left: a new connection made it live again
+	ctRemade                // deleted, and made again by a new connection
+)
+
+// takeExpired deletes the entry of k from table if it is still expired.
+// When it keeps the entry, v is its value. A packet may make the entry
+// live again at any time: a new connection over the tuple replaces it
+// (ct_create; an expired entry is never refreshed). So the entry is taken
+// out and checked in one step (BPF_MAP_LOOKUP_AND_DELETE_ELEM, Linux
+// 5.14); one taken live is put back, unless a packet has made it again
+// meanwhile, and counted in walk.raced. Its connection loses nothing but
+// that moment, in which a packet finds no entry and is judged by policy
+// again, as after an eviction. Before 5.14 the entry is read, then
+// deleted: one made live between the two syscalls is deleted, and its
+// connection judged again on its next packet.
+func takeExpired[V any](table *ebpf.Map, k bpfmaps.CTKey, now uint64, walk *ctWalk, of func(V) (uint64, uint8)) (fate ctFate, v V, err error) {
+	expired := func(v V) bool {
+		expires, _ := of(v)
+		return expires+ctExpiredSlack < now
+	}
+	err = table.LookupAndDelete(k, &v)
+	switch {
+	case errors.Is(err, ebpf.ErrKeyNotExist):
+		return ctAbsent, v, nil
+	case errors.Is(err, ebpf.ErrNotSupported):
+		if err := table.Lookup(k, &v); err != nil {
+			return ctAbsent, v, nil
+		}
+		if !expired(v) {
+			return ctKept, v, nil
+		}
+		if err := table.Delete(k); errors.Is(err, ebpf.ErrKeyNotExist) {
+			return ctAbsent, v, nil
+		} else if err != nil {
+			return ctKept, v, err
+		}
+		return ctDeleted, v, nil
+	case err != nil:
+		return ctKept, v, err
+	}
+	if expired(v) {
+		return ctDeleted, v, nil
+	}
+	walk.raced++
+	err = table.Update(k, v, ebpf.UpdateNoExist)
+	switch {
+	case errors.Is(err, ebpf.ErrKeyExist):
+		return ctRemade, v, nil
+	case err != nil:
+		return ctDeleted, v, fmt.Errorf("put back an entry made live again: %w", err)
+	}
+	return ctKept, v, nil
 }
 
 // forgetShares deletes the share slots of the ifindexes in gone.

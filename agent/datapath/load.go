@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -82,13 +83,11 @@ type Datapath struct {
 	ctEpoch        *ebpf.Map
 	ctShare        *ebpf.Map
 	ctReleased     *ebpf.Map
-	// ctInsertedCount and ctEvictions count the conntrack tables'
-	// evictions (ctevict.go).
-	ctInsertedCount *ebpf.Map
-	ctEvictions     *ebpf.Map
-	counters        *ebpf.Map
-	events          *ebpf.Map
-	innerSpec       *ebpf.MapSpec
+	ctInserts      *ebpf.Map // with ctEvictions: the conntrack tables' evictions (ctevict.go)
+	ctEvictions    *ebpf.Map
+	counters       *ebpf.Map
+	events         *ebpf.Map
+	innerSpec      *ebpf.MapSpec
 
 	mu       sync.Mutex
 	attached map[string]int // host veth name → ifindex
@@ -111,6 +110,9 @@ type Datapath struct {
 	// entries and write share slots: the flush of removed endpoints and
 	// the reclaimer (ctshare.go).
 	ctMu sync.Mutex
+	// ctRaced counts the expired entries the reclaimer took out that a
+	// packet had made live again (takeExpired), since Load.
+	ctRaced atomic.Uint64
 	// reclaimStop ends the reclaimer, which closes reclaimDone.
 	reclaimStop, reclaimDone chan struct{}
 
@@ -174,29 +176,29 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, fmt.Errorf("load BPF programs: %w", err)
 	}
 	d := &Datapath{
-		pinRoot:         opts.PinRoot,
-		log:             opts.Logger,
-		leaveServices:   opts.LeaveServicesToKubeProxy,
-		fromPod:         coll.Programs["from_pod"],
-		toPod:           coll.Programs["to_pod"],
-		state:           coll.Maps[maps.StateMap],
-		endpoints:       coll.Maps[maps.EndpointsMap],
-		policy:          coll.Maps[maps.PolicyMap],
-		ipcache:         coll.Maps[maps.IPCacheMap],
-		cidrs:           coll.Maps[maps.CIDRsMap],
-		services:        coll.Maps[maps.ServicesMap],
-		backends:        coll.Maps[maps.BackendsMap],
-		ct:              coll.Maps[maps.CTMap],
-		svcCT:           coll.Maps[maps.SvcCTMap],
-		ctEpoch:         coll.Maps[maps.CTEpochMap],
-		ctShare:         coll.Maps[maps.CTShareMap],
-		ctReleased:      coll.Maps[maps.CTReleasedMap],
-		ctInsertedCount: coll.Maps[maps.CTInsertedMap],
-		ctEvictions:     coll.Maps[maps.CTEvictionsMap],
-		counters:        coll.Maps[maps.CountersMap],
-		events:          coll.Maps[maps.EventsMap],
-		innerSpec:       spec.Maps[maps.PolicyMap].InnerMap.Copy(),
-		attached:        make(map[string]int),
+		pinRoot:       opts.PinRoot,
+		log:           opts.Logger,
+		leaveServices: opts.LeaveServicesToKubeProxy,
+		fromPod:       coll.Programs["from_pod"],
+		toPod:         coll.Programs["to_pod"],
+		state:         coll.Maps[maps.StateMap],
+		endpoints:     coll.Maps[maps.EndpointsMap],
+		policy:        coll.Maps[maps.PolicyMap],
+		ipcache:       coll.Maps[maps.IPCacheMap],
+		cidrs:         coll.Maps[maps.CIDRsMap],
+		services:      coll.Maps[maps.ServicesMap],
+		backends:      coll.Maps[maps.BackendsMap],
+		ct:            coll.Maps[maps.CTMap],
+		svcCT:         coll.Maps[maps.SvcCTMap],
+		ctEpoch:       coll.Maps[maps.CTEpochMap],
+		ctShare:       coll.Maps[maps.CTShareMap],
+		ctReleased:    coll.Maps[maps.CTReleasedMap],
+		ctInserts:     coll.Maps[maps.CTInsertedMap],
+		ctEvictions:   coll.Maps[maps.CTEvictionsMap],
+		counters:      coll.Maps[maps.CountersMap],
+		events:        coll.Maps[maps.EventsMap],
+		innerSpec:     spec.Maps[maps.PolicyMap].InnerMap.Copy(),
+		attached:      make(map[string]int),
 	}
 	d.svcStats = &d.stats
 	// The programs hold the maps Go never reads or writes: the monitor
@@ -279,7 +281,7 @@ func (d *Datapath) Close() error {
 }
 
 func (d *Datapath) closeObjects() {
-	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.ctShare, d.ctReleased, d.ctInsertedCount, d.ctEvictions, d.counters, d.events} {
+	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.ctShare, d.ctReleased, d.ctInserts, d.ctEvictions, d.counters, d.events} {
 		if c != nil {
 			c.Close()
 		}
