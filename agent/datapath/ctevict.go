@@ -46,12 +46,11 @@ import (
 // added to inserted from then on. Maps are replaced together: when a
 // table's pin is incompatible and replaced, so are the counts (Load).
 //
-// Evictions include entries that had expired but that the reclaimer had
-// not yet deleted (at most those of its last 10 s): an LRU takes the least
-// recently used first, which those are, so counts that grow while the
-// node's connection count is steady mean the tables are too small for
-// the node's expired entries alone, and a count that grows fast means live
-// connections are lost.
+// Evictions include entries that had expired and that the reclaimer had
+// not yet deleted (at most those of its last 10 s): an LRU drops the
+// least recently used first, and those are. So a growing count means the
+// table was full of live and recently expired entries: it is too small
+// for the node's rate of new connections times their lifetime.
 
 // ctTables are the conntrack tables whose evictions are counted, in
 // bpfmaps.CTTable* order.

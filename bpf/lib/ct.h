@@ -419,9 +419,9 @@ static __always_inline int ct_related(struct __sk_buff *skb, const struct pkt *p
  * lockstep_ct_evictions). The write that adds is the one BPF_NOEXIST
  * allows; a key already present is replaced with BPF_EXIST, and one gone
  * between the two (the LRU may drop it to make room for the very write)
- * is added again with BPF_NOEXIST. Past that second race, which needs two
- * more writes of the key in between, the entry is not written: its
- * connection is judged by policy again, as after an eviction.
+ * is added again with BPF_NOEXIST. Should another CPU add the key between
+ * those two, its entry stands and this one is not written: a bit this one
+ * had and that one lacks only sends its direction through policy again.
  */
 static __always_inline void ct_put(void *map, __u32 table, const struct ct_key *k, const void *v)
 {
