@@ -5,6 +5,7 @@ package datapath
 import (
 	"testing"
 
+	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/testenv"
 	"lockstep.dev/lockstep/maps"
 )
@@ -114,5 +115,58 @@ func staleReclaim(tb testing.TB, d *Datapath) {
 	tb.Helper()
 	if err := d.ctReleased.Put(maps.CTReclaimKey, coarseNow(tb)-60e9); err != nil {
 		tb.Fatal(err)
+	}
+}
+
+// Translated connections past lockstep_svc_ct's capacity (two entries
+// each) make its LRU evict, counted exactly as lockstep_ct's are.
+func TestPrivilegedServiceConntrackEvictionsCounted(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.stopReclaimer()
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, affinityScenario(affinityBackends))
+	onOneCPU(t)
+	staleReclaim(t, d)
+
+	// Every connection from its own source port: from the IPv4 address
+	// to one frontend, then from the IPv6 one to another.
+	made := make(map[maps.CTKey]struct{})
+	connect := func(src, svc string, sport uint16) {
+		syn := packet{src: src, dst: svc, proto: policy.ProtoTCP, sport: sport, dport: 80}
+		ret, out := runOut(t, d.fromPod, csumFrame(syn))
+		w := mustWire(t, "SYN", out)
+		if ret != actOK || w.dport != 8080 {
+			t.Fatalf("SYN from %s:%d to %s: %s to %s:%d, want OK to a backend's 8080", src, sport, svc, actName(ret), w.dst, w.dport)
+		}
+		made[ctKeyOf(loIfindex, syn)] = struct{}{}
+		syn.dst, syn.dport = w.dst.String(), w.dport
+		made[ctKeyOf(loIfindex, syn)] = struct{}{}
+	}
+	for sport := 1024; sport <= 65535; sport++ {
+		connect(podV4, svcRandom4, uint16(sport))
+	}
+	for sport := 1024; sport < 11024; sport++ {
+		connect(podV6, svcWeb6, uint16(sport))
+	}
+	n, err := d.reclaimConntrack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := maps.Count(d.svcCT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicted := len(made) - n - left
+	if evicted < len(made)-maps.SvcCTCapacity {
+		t.Fatalf("%d entries of %d gone from a table of %d: the connections did not fill it", evicted, len(made), maps.SvcCTCapacity)
+	}
+	t.Logf("%d new keys, %d evicted, %d deleted, %d left", len(made), evicted, n, left)
+	got, err := d.ConntrackEvictions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[maps.SvcCTMap] != uint64(evicted) || got[maps.CTMap] != 0 {
+		t.Errorf("evictions after %d translated connections: %v, want %d from %s and none from %s", len(made)/2, got, evicted, maps.SvcCTMap, maps.CTMap)
 	}
 }
