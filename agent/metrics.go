@@ -15,8 +15,8 @@ import (
 )
 
 // ebpfMetrics writes, at scrape time, the BPF verdict counters by reason,
-// each endpoint's conntrack entries and refusals, and the entry count of
-// every map.
+// each endpoint's conntrack entries and refusals, the conntrack tables'
+// evictions and the reclaimer's races, and the entry count of every map.
 func ebpfMetrics(dp *datapath.Datapath) func(io.Writer) {
 	return func(w io.Writer) {
 		if counters, err := dp.Counters(); err == nil {
@@ -35,6 +35,14 @@ func ebpfMetrics(dp *datapath.Datapath) func(io.Writer) {
 				promtext.WriteSample(w, "lockstep_datapath_conntrack_refused_total", float64(shares[name].Refused), "interface", name)
 			}
 		}
+		if evicted, err := dp.ConntrackEvictions(); err == nil {
+			promtext.WriteHeader(w, "lockstep_datapath_conntrack_evictions_total", fmt.Sprintf("Conntrack entries a full table (an LRU of %d entries) dropped to make room for a new connection, by table (lockstep_ct, lockstep_svc_ct), as of the agent's last reclaim (every 10 s). The connections they held are judged by policy again (a translated one may change backend).", maps.CTCapacity), "counter")
+			for _, table := range sortedKeys(evicted) {
+				promtext.WriteSample(w, "lockstep_datapath_conntrack_evictions_total", float64(evicted[table]), "table", table)
+			}
+		}
+		promtext.WriteHeader(w, "lockstep_datapath_conntrack_reclaim_races_total", "Expired conntrack entries the agent's reclaimer took out that a new connection had made live again since it read them, put back, since the agent started.", "counter")
+		promtext.WriteSample(w, "lockstep_datapath_conntrack_reclaim_races_total", float64(dp.ConntrackReclaimRaces()))
 		if stats, err := dp.Stats(); err == nil {
 			promtext.WriteHeader(w, "lockstep_datapath_map_entries", "Entries in each pinned BPF map.", "gauge")
 			for _, name := range sortedKeys(stats) {
@@ -44,13 +52,18 @@ func ebpfMetrics(dp *datapath.Datapath) func(io.Writer) {
 	}
 }
 
-// ebpfCounts reports the map entry counts for `lockstep status`.
+// ebpfCounts reports the map entry counts and the conntrack tables'
+// evictions for `lockstep status`.
 func ebpfCounts(dp *datapath.Datapath) func() map[string]int {
 	return func() map[string]int {
 		stats, _ := dp.Stats()
-		out := make(map[string]int, len(stats))
+		evicted, _ := dp.ConntrackEvictions()
+		out := make(map[string]int, len(stats)+len(evicted))
 		for name, n := range stats {
 			out["map "+name] = n
+		}
+		for table, n := range evicted {
+			out["evicted from "+table] = int(n)
 		}
 		return out
 	}

@@ -164,6 +164,10 @@ func Dump(pinRoot, name string) ([]Entry, error) {
 		out, err = dumpAll[uint32, CTShare](m)
 	case CTReleasedMap:
 		out, err = dumpAll[uint32, uint64](m)
+	case CTInsertedMap:
+		out, err = dumpCTInserted(m)
+	case CTEvictionsMap:
+		out, err = dumpCTEvictions(m)
 	case CountersMap:
 		out, err = dumpCounters(m)
 	case PolicyMap:
@@ -202,6 +206,38 @@ func dumpCounters(m *ebpf.Map) ([]Entry, error) {
 			continue // unused slot
 		}
 		out = append(out, Entry{Key: Reason(i), Value: sum})
+	}
+	return out, nil
+}
+
+// dumpCTInserted lists, by the name of the conntrack table it counts, the
+// entries the programs added to it, summed over the CPUs.
+func dumpCTInserted(m *ebpf.Map) ([]Entry, error) {
+	var out []Entry
+	for i, table := range CTTableMaps {
+		var perCPU []uint64
+		if err := m.Lookup(uint32(i), &perCPU); err != nil {
+			return nil, err
+		}
+		var sum uint64
+		for _, n := range perCPU {
+			sum += n
+		}
+		out = append(out, Entry{Key: table, Value: sum})
+	}
+	return out, nil
+}
+
+// dumpCTEvictions lists the eviction account of each conntrack table, by
+// the table's name.
+func dumpCTEvictions(m *ebpf.Map) ([]Entry, error) {
+	var out []Entry
+	for i, table := range CTTableMaps {
+		var v CTEvictions
+		if err := m.Lookup(uint32(i), &v); err != nil {
+			return nil, err
+		}
+		out = append(out, Entry{Key: table, Value: v})
 	}
 	return out, nil
 }

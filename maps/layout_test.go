@@ -44,6 +44,7 @@ func TestLayoutMatchesBTF(t *testing.T) {
 		{"affinity_key", AffinityKey{}},
 		{"affinity_value", AffinityValue{}},
 		{"ct_share", CTShare{}},
+		{"ct_evictions", CTEvictions{}},
 		{"counter", Counter{}},
 		{"event", Event{}},
 	} {
@@ -100,7 +101,7 @@ func TestMapSpecsMatchNames(t *testing.T) {
 		name string
 		want uint32
 	}{{ServicesMap, 2 * MaxFrontends}, {BackendsMap, 2 * MaxBackends}, {CTMap, CTCapacity}, {SvcCTMap, SvcCTCapacity},
-		{CTShareMap, CTShareSlots}, {CTReleasedMap, CTShareSlots}} {
+		{CTShareMap, CTShareSlots}, {CTReleasedMap, CTShareSlots}, {CTInsertedMap, CTTables}, {CTEvictionsMap, CTTables}} {
 		if got := spec.Maps[c.name].MaxEntries; got != c.want {
 			t.Errorf("%s has %d entries, want %d", c.name, got, c.want)
 		}

@@ -26,11 +26,15 @@ const (
 	// (see CTShare).
 	CTShareMap    = "lockstep_ct_share"
 	CTReleasedMap = "lockstep_ct_released"
+	// CTInsertedMap and CTEvictionsMap count what the conntrack tables'
+	// LRUs evict (see CTEvictions).
+	CTInsertedMap  = "lockstep_ct_inserted"
+	CTEvictionsMap = "lockstep_ct_evictions"
 )
 
 // Names lists every pinned map, in the order `lockstep maps list` prints
 // them.
-var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, ServicesMap, BackendsMap, CTMap, SvcCTMap, AffinityMap, CTCacheMap, CTEpochMap, CTShareMap, CTReleasedMap, CountersMap, EventsMap}
+var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, ServicesMap, BackendsMap, CTMap, SvcCTMap, AffinityMap, CTCacheMap, CTEpochMap, CTShareMap, CTReleasedMap, CTInsertedMap, CTEvictionsMap, CountersMap, EventsMap}
 
 // Capacities of the Service maps (C: SVC_MAX_FRONTENDS, SVC_MAX_BACKENDS):
 // frontends and backends per parity. ServicesMap and BackendsMap hold both
@@ -271,6 +275,32 @@ func CTEntryDir(flags uint32) uint8 {
 type CTShare struct {
 	Created uint64 `json:"created"`
 	Refused uint64 `json:"refused"`
+}
+
+// Keys of CTInsertedMap and CTEvictionsMap: the conntrack table counted
+// (C: CT_TABLE_CT, CT_TABLE_SVC). CTTables is the number of keys.
+const (
+	CTTableCT  uint32 = 0
+	CTTableSvc uint32 = 1
+	CTTables          = 2
+)
+
+// CTTableMaps names the conntrack table of each key of CTInsertedMap and
+// CTEvictionsMap.
+var CTTableMaps = [CTTables]string{CTTableCT: CTMap, CTTableSvc: SvcCTMap}
+
+// CTEvictions mirrors struct ct_evictions: the value of CTEvictionsMap,
+// keyed by a CTTable* key, which only the agent writes. The programs count
+// in CTInsertedMap (a uint64 per CPU) the entries they add to the table
+// under a new key; the agent counts here the entries it deletes, and
+// derives how many the table's LRU evicted to make room: inserted +
+// untracked - deleted - the entries left. Untracked counts the entries
+// the agent found that no insert had counted (made before the count
+// existed), Evicted the last count derived, which never goes down.
+type CTEvictions struct {
+	Deleted   uint64 `json:"deleted"`
+	Untracked uint64 `json:"untracked"`
+	Evicted   uint64 `json:"evicted"`
 }
 
 // SvcCTEntry mirrors struct svc_ct_entry: the value of SvcCTMap, keyed by

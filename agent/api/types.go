@@ -235,7 +235,8 @@ type DataplaneStatus struct {
 	LastApply time.Time `json:"lastApply,omitzero"`
 	// LastApplyError is the last apply's error; empty when it succeeded.
 	LastApplyError string `json:"lastApplyError,omitempty"`
-	// Counts are the backend's sizes: sets, rules, chains, map entries.
+	// Counts are the backend's sizes: sets, rules, chains, map entries,
+	// and the eBPF conntrack tables' evictions ("evicted from lockstep_ct").
 	Counts map[string]int `json:"counts,omitempty"`
 	// Services is the Service translation of the last apply.
 	Services *ServicesStatus `json:"services,omitempty"`

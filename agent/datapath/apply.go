@@ -348,22 +348,41 @@ func putAll[K, V any](m *ebpf.Map, keys []K, vals []V) error {
 // deleteAll deletes keys from m, in one batch when the kernel can; keys
 // already gone are not an error.
 func deleteAll[K any](m *ebpf.Map, keys []K) error {
+	_, err := deleteCounting(m, keys)
+	return err
+}
+
+// deleteCounting is deleteAll that also returns how many of keys it
+// deleted: those not already gone. The conntrack tables' eviction count
+// needs it (ctevict.go).
+func deleteCounting[K any](m *ebpf.Map, keys []K) (int, error) {
 	if len(keys) == 0 {
-		return nil
+		return 0, nil
 	}
+	n := 0
 	if len(keys) > 1 {
-		if _, err := m.BatchDelete(keys, nil); err == nil {
-			return nil
+		done, err := m.BatchDelete(keys, nil)
+		if err == nil {
+			return done, nil
 		}
-		// Not supported, or a key was missing and the batch stopped
-		// there: delete one by one.
+		// Not supported (nothing deleted), or a key was missing and the
+		// batch stopped there, after deleting those before it: delete
+		// the rest one by one.
+		if done > 0 && done < len(keys) {
+			n, keys = done, keys[done:]
+		}
 	}
 	for _, k := range keys {
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
+		err := m.Delete(k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue
 		}
+		if err != nil {
+			return n, err
+		}
+		n++
 	}
-	return nil
+	return n, nil
 }
 
 // flip makes the written parity live with one map update. Only the agent

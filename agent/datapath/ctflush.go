@@ -65,8 +65,9 @@ func (d *Datapath) flushConntrack(gone map[uint32]struct{}) (int, error) {
 	d.ctMu.Lock()
 	defer d.ctMu.Unlock()
 	n, err := flushTable[bpfmaps.CTEntry](d.ct, bpfmaps.CTMap, gone)
+	err = errors.Join(err, d.countCTDeleted(bpfmaps.CTTableCT, n))
 	ns, serr := flushTable[bpfmaps.SvcCTEntry](d.svcCT, bpfmaps.SvcCTMap, gone)
-	serr = errors.Join(serr, d.forgetShares(gone))
+	serr = errors.Join(serr, d.countCTDeleted(bpfmaps.CTTableSvc, ns), d.forgetShares(gone))
 	if n+ns > 0 {
 		// Also after a partial delete: what went must not live on in
 		// a cache.
@@ -81,7 +82,8 @@ func (d *Datapath) flushConntrack(gone map[uint32]struct{}) (int, error) {
 }
 
 // flushTable deletes the entries of table (keyed by ct_key, with values
-// V) whose ifindex is in gone, and returns how many it found.
+// V) whose ifindex is in gone, and returns how many it deleted (those it
+// found, less those evicted meanwhile), also when it fails.
 func flushTable[V any](table *ebpf.Map, name string, gone map[uint32]struct{}) (int, error) {
 	var doomed []bpfmaps.CTKey
 	err := scanCT(table, name, func(k bpfmaps.CTKey, _ V) {
@@ -92,10 +94,11 @@ func flushTable[V any](table *ebpf.Map, name string, gone map[uint32]struct{}) (
 	if err != nil {
 		return 0, err
 	}
-	if err := deleteAll(table, doomed); err != nil {
-		return len(doomed), fmt.Errorf("delete entries of removed endpoints from %s: %w", name, err)
+	n, err := deleteCounting(table, doomed)
+	if err != nil {
+		return n, fmt.Errorf("delete entries of removed endpoints from %s: %w", name, err)
 	}
-	return len(doomed), nil
+	return n, nil
 }
 
 // scanCT calls fn for every entry of table (keyed by ct_key, with values

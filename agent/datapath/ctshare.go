@@ -147,12 +147,16 @@ func (d *Datapath) reclaimConntrack() (int, error) {
 		return 0, err
 	}
 	left := make(map[uint32]uint64, len(created))
-	n, err := reclaimTable(d.ct, bpfmaps.CTMap, now, left, func(v bpfmaps.CTEntry) (uint64, uint8) {
-		return v.Expires, bpfmaps.CTEntryDir(v.Flags)
+	n, err := d.reclaimCounted(bpfmaps.CTTableCT, now, left, func(table *ebpf.Map, walk *ctWalk) (int, error) {
+		return reclaimTable(table, bpfmaps.CTMap, now, left, walk, func(v bpfmaps.CTEntry) (uint64, uint8) {
+			return v.Expires, bpfmaps.CTEntryDir(v.Flags)
+		})
 	})
 	// Translated connections are charged to the client's egress share.
-	ns, serr := reclaimTable(d.svcCT, bpfmaps.SvcCTMap, now, left, func(v bpfmaps.SvcCTEntry) (uint64, uint8) {
-		return v.Expires, 1
+	ns, serr := d.reclaimCounted(bpfmaps.CTTableSvc, now, left, func(table *ebpf.Map, walk *ctWalk) (int, error) {
+		return reclaimTable(table, bpfmaps.SvcCTMap, now, left, walk, func(v bpfmaps.SvcCTEntry) (uint64, uint8) {
+			return v.Expires, 1
+		})
 	})
 	if err := errors.Join(err, serr); err != nil {
 		return n + ns, err
@@ -182,13 +186,32 @@ func (d *Datapath) reclaimConntrack() (int, error) {
 	return n + ns, nil
 }
 
+// reclaimCounted runs reclaim, the reclaim of the conntrack table of key
+// table (bpfmaps.CTTable*), and counts its deletes and the table's
+// evictions (ctevict.go). It returns how many entries reclaim deleted.
+func (d *Datapath) reclaimCounted(table uint32, now uint64, left map[uint32]uint64, reclaim func(*ebpf.Map, *ctWalk) (int, error)) (int, error) {
+	var walk ctWalk
+	var err error
+	if walk.before, err = d.ctInserted(table); err != nil {
+		return 0, err
+	}
+	n, err := reclaim(d.ctTables()[table], &walk)
+	d.ctRaced.Add(walk.raced)
+	if cerr := d.countCTDeleted(table, n); err != nil || cerr != nil {
+		return n, errors.Join(err, cerr)
+	}
+	if walk.after, err = d.ctInserted(table); err != nil {
+		return n, err
+	}
+	return n, d.recordWalk(table, walk)
+}
+
 // reclaimTable deletes the entries of table (keyed by ct_key, with values
 // V whose deadline and share direction of reads) that expired before now,
-// counts those left per share key into left, and returns how many it
-// deleted. An entry is read again just before it is deleted, so that one a
-// new connection made meanwhile stays, but for the moment between the two
-// syscalls.
-func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint32]uint64, of func(V) (expires uint64, dir uint8)) (int, error) {
+// counts those left per share key into left and in all into walk.left,
+// and returns how many it deleted. See takeExpired for an entry a new
+// connection made live again since the walk read it.
+func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint32]uint64, walk *ctWalk, of func(V) (expires uint64, dir uint8)) (int, error) {
 	var doomed []bpfmaps.CTKey
 	err := scanCT(table, name, func(k bpfmaps.CTKey, v V) {
 		expires, dir := of(v)
@@ -197,26 +220,87 @@ func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint
 			return
 		}
 		left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
+		walk.left++
 	})
 	if err != nil {
 		return 0, err
 	}
 	deleted := 0
 	for _, k := range doomed {
-		var v V
-		if err := table.Lookup(k, &v); err != nil {
-			continue // gone already
+		fate, v, err := takeExpired(table, k, now, walk, of)
+		if fate == ctDeleted || fate == ctRemade {
+			deleted++
 		}
-		if expires, dir := of(v); expires+ctExpiredSlack >= now {
-			left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
-			continue
-		}
-		if err := table.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err != nil {
 			return deleted, fmt.Errorf("delete expired entries of %s: %w", name, err)
 		}
-		deleted++
+		if fate == ctKept || fate == ctRemade {
+			_, dir := of(v)
+			left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
+			walk.left++
+		}
 	}
 	return deleted, nil
+}
+
+// ctFate is what takeExpired did with an entry.
+type ctFate int
+
+const (
+	ctAbsent  ctFate = iota // gone already: evicted since the walk
+	ctDeleted               // deleted: it was still expired
+	ctKept                  // left: a new connection made it live again
+	ctRemade                // deleted, and made again by a new connection
+)
+
+// takeExpired deletes the entry of k from table if it is still expired.
+// When it keeps the entry, v is its value. A packet may make the entry
+// live again at any time: a new connection over the tuple replaces it
+// (ct_create; an expired entry is never refreshed). So the entry is taken
+// out and checked in one step (BPF_MAP_LOOKUP_AND_DELETE_ELEM, Linux
+// 5.14); one taken live is put back, unless a packet has made it again
+// meanwhile, and counted in walk.raced. Its connection loses nothing but
+// that moment, in which a packet finds no entry and is judged by policy
+// again, as after an eviction. Before 5.14 the entry is read, then
+// deleted: one made live between the two syscalls is deleted, and its
+// connection judged again on its next packet.
+func takeExpired[V any](table *ebpf.Map, k bpfmaps.CTKey, now uint64, walk *ctWalk, of func(V) (uint64, uint8)) (fate ctFate, v V, err error) {
+	expired := func(v V) bool {
+		expires, _ := of(v)
+		return expires+ctExpiredSlack < now
+	}
+	err = table.LookupAndDelete(k, &v)
+	switch {
+	case errors.Is(err, ebpf.ErrKeyNotExist):
+		return ctAbsent, v, nil
+	case errors.Is(err, ebpf.ErrNotSupported):
+		if err := table.Lookup(k, &v); err != nil {
+			return ctAbsent, v, nil
+		}
+		if !expired(v) {
+			return ctKept, v, nil
+		}
+		if err := table.Delete(k); errors.Is(err, ebpf.ErrKeyNotExist) {
+			return ctAbsent, v, nil
+		} else if err != nil {
+			return ctKept, v, err
+		}
+		return ctDeleted, v, nil
+	case err != nil:
+		return ctKept, v, err
+	}
+	if expired(v) {
+		return ctDeleted, v, nil
+	}
+	walk.raced++
+	err = table.Update(k, v, ebpf.UpdateNoExist)
+	switch {
+	case errors.Is(err, ebpf.ErrKeyExist):
+		return ctRemade, v, nil
+	case err != nil:
+		return ctDeleted, v, fmt.Errorf("put back an entry made live again: %w", err)
+	}
+	return ctKept, v, nil
 }
 
 // forgetShares deletes the share slots of the ifindexes in gone.

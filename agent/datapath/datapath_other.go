@@ -63,6 +63,14 @@ func (d *Datapath) ConntrackShares() (map[string]ConntrackShare, error) {
 	return nil, errUnsupported("read eBPF conntrack shares")
 }
 
+// ConntrackEvictions fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) ConntrackEvictions() (map[string]uint64, error) {
+	return nil, errUnsupported("read eBPF conntrack evictions")
+}
+
+// ConntrackReclaimRaces returns 0: there is no reclaimer.
+func (d *Datapath) ConntrackReclaimRaces() uint64 { return 0 }
+
 // Stats fails with an error wrapping errors.ErrUnsupported.
 func (d *Datapath) Stats() (map[string]int, error) { return nil, errUnsupported("read eBPF map sizes") }
 

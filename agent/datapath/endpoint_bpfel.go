@@ -78,6 +78,13 @@ type endpointCtEntry struct {
 	Pad     uint32
 }
 
+type endpointCtEvictions struct {
+	_         structs.HostLayout
+	Deleted   uint64
+	Untracked uint64
+	Evicted   uint64
+}
+
 type endpointCtKey struct {
 	_       structs.HostLayout
 	Ifindex uint32
@@ -304,6 +311,8 @@ type endpointMapSpecs struct {
 	LockstepCt            *ebpf.MapSpec `ebpf:"lockstep_ct"`
 	LockstepCtCache       *ebpf.MapSpec `ebpf:"lockstep_ct_cache"`
 	LockstepCtEpoch       *ebpf.MapSpec `ebpf:"lockstep_ct_epoch"`
+	LockstepCtEvictions   *ebpf.MapSpec `ebpf:"lockstep_ct_evictions"`
+	LockstepCtInserted    *ebpf.MapSpec `ebpf:"lockstep_ct_inserted"`
 	LockstepCtReleased    *ebpf.MapSpec `ebpf:"lockstep_ct_released"`
 	LockstepCtShare       *ebpf.MapSpec `ebpf:"lockstep_ct_share"`
 	LockstepDrops         *ebpf.MapSpec `ebpf:"lockstep_drops"`
@@ -353,6 +362,8 @@ type endpointMaps struct {
 	LockstepCt            *ebpf.Map `ebpf:"lockstep_ct"`
 	LockstepCtCache       *ebpf.Map `ebpf:"lockstep_ct_cache"`
 	LockstepCtEpoch       *ebpf.Map `ebpf:"lockstep_ct_epoch"`
+	LockstepCtEvictions   *ebpf.Map `ebpf:"lockstep_ct_evictions"`
+	LockstepCtInserted    *ebpf.Map `ebpf:"lockstep_ct_inserted"`
 	LockstepCtReleased    *ebpf.Map `ebpf:"lockstep_ct_released"`
 	LockstepCtShare       *ebpf.Map `ebpf:"lockstep_ct_share"`
 	LockstepDrops         *ebpf.Map `ebpf:"lockstep_drops"`
@@ -378,6 +389,8 @@ func (m *endpointMaps) Close() error {
 		m.LockstepCt,
 		m.LockstepCtCache,
 		m.LockstepCtEpoch,
+		m.LockstepCtEvictions,
+		m.LockstepCtInserted,
 		m.LockstepCtReleased,
 		m.LockstepCtShare,
 		m.LockstepDrops,

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -81,6 +83,8 @@ type Datapath struct {
 	ctEpoch        *ebpf.Map
 	ctShare        *ebpf.Map
 	ctReleased     *ebpf.Map
+	ctInserts      *ebpf.Map // with ctEvictions: the conntrack tables' evictions (ctevict.go)
+	ctEvictions    *ebpf.Map
 	counters       *ebpf.Map
 	events         *ebpf.Map
 	innerSpec      *ebpf.MapSpec
@@ -106,6 +110,9 @@ type Datapath struct {
 	// entries and write share slots: the flush of removed endpoints and
 	// the reclaimer (ctshare.go).
 	ctMu sync.Mutex
+	// ctRaced counts the expired entries the reclaimer took out that a
+	// packet had made live again (takeExpired), since Load.
+	ctRaced atomic.Uint64
 	// reclaimStop ends the reclaimer, which closes reclaimDone.
 	reclaimStop, reclaimDone chan struct{}
 
@@ -139,10 +146,22 @@ func Load(opts Options) (*Datapath, error) {
 	for _, name := range btfCarriers {
 		delete(spec.Maps, name)
 	}
+	dropped := false
 	for name, ms := range spec.Maps {
 		if ms.Pinning == ebpf.PinByName {
-			if err := dropIncompatiblePin(opts.PinRoot, ms, opts.Logger); err != nil {
+			gone, err := dropIncompatiblePin(opts.PinRoot, ms, opts.Logger)
+			if err != nil {
 				return nil, fmt.Errorf("check pinned map %s: %w", name, err)
+			}
+			dropped = dropped || (gone && slices.Contains(maps.CTTableMaps[:], name))
+		}
+	}
+	if dropped {
+		// The counts of a conntrack table's evictions describe the
+		// table they were made with: a new table starts them anew.
+		for _, name := range []string{maps.CTInsertedMap, maps.CTEvictionsMap} {
+			if err := os.Remove(filepath.Join(opts.PinRoot, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("remove %s with its conntrack table: %w", name, err)
 			}
 		}
 	}
@@ -174,6 +193,8 @@ func Load(opts Options) (*Datapath, error) {
 		ctEpoch:       coll.Maps[maps.CTEpochMap],
 		ctShare:       coll.Maps[maps.CTShareMap],
 		ctReleased:    coll.Maps[maps.CTReleasedMap],
+		ctInserts:     coll.Maps[maps.CTInsertedMap],
+		ctEvictions:   coll.Maps[maps.CTEvictionsMap],
 		counters:      coll.Maps[maps.CountersMap],
 		events:        coll.Maps[maps.EventsMap],
 		innerSpec:     spec.Maps[maps.PolicyMap].InnerMap.Copy(),
@@ -210,23 +231,24 @@ func Load(opts Options) (*Datapath, error) {
 }
 
 // dropIncompatiblePin removes the pin of ms when the map pinned there
-// cannot be reused, so the collection creates and pins a fresh one.
-func dropIncompatiblePin(pinRoot string, ms *ebpf.MapSpec, log *slog.Logger) error {
+// cannot be reused, so the collection creates and pins a fresh one, and
+// reports whether it did.
+func dropIncompatiblePin(pinRoot string, ms *ebpf.MapSpec, log *slog.Logger) (bool, error) {
 	path := filepath.Join(pinRoot, ms.Name)
 	m, err := ebpf.LoadPinnedMap(path, nil)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	cerr := ms.Compatible(m)
 	m.Close()
 	if cerr == nil {
-		return nil
+		return false, nil
 	}
 	log.Warn("replacing incompatible pinned map", "map", ms.Name, "err", cerr)
-	return os.Remove(path)
+	return true, os.Remove(path)
 }
 
 // probeInnerCompat checks that inner maps made from this object's template
@@ -259,7 +281,7 @@ func (d *Datapath) Close() error {
 }
 
 func (d *Datapath) closeObjects() {
-	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.ctShare, d.ctReleased, d.counters, d.events} {
+	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.ctShare, d.ctReleased, d.ctInserts, d.ctEvictions, d.counters, d.events} {
 		if c != nil {
 			c.Close()
 		}

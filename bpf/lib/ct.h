@@ -410,6 +410,37 @@ static __always_inline int ct_related(struct __sk_buff *skb, const struct pkt *p
 	return ct_lookup(&k, *o ^ 1, dir, 0, now, h);
 }
 
+#define CT_EEXIST 17 /* EEXIST */
+#define CT_ENOENT 2  /* ENOENT */
+
+/* ct_put writes v at k in the conntrack table map (CT_TABLE_* table), as
+ * BPF_ANY would, and counts in lockstep_ct_inserted the write that adds a
+ * key: the agent derives the table's evictions from that count (see
+ * lockstep_ct_evictions). The write that adds is the one BPF_NOEXIST
+ * allows; a key already present is replaced with BPF_EXIST, and one gone
+ * between the two (the LRU may drop it to make room for the very write)
+ * is added again with BPF_NOEXIST. Should another CPU add the key between
+ * those two, its entry stands and this one is not written: a bit this one
+ * had and that one lacks only sends its direction through policy again.
+ */
+static __always_inline void ct_put(void *map, __u32 table, const struct ct_key *k, const void *v)
+{
+	long err = bpf_map_update_elem(map, k, v, BPF_NOEXIST);
+	__u64 *c;
+
+	if (err == -CT_EEXIST) {
+		err = bpf_map_update_elem(map, k, v, BPF_EXIST);
+		if (err != -CT_ENOENT)
+			return;
+		err = bpf_map_update_elem(map, k, v, BPF_NOEXIST);
+	}
+	if (err)
+		return;
+	c = bpf_map_lookup_elem(&lockstep_ct_inserted, &table);
+	if (c)
+		*c += 1; /* per CPU, and tc programs do not nest on a CPU */
+}
+
 /* ct_create records that p, of orientation o in dir, was allowed as a new
  * connection, in an entry of its own bit only. It never merges with an
  * entry ct_lookup saw: an LRU map may recycle that element for another key
@@ -427,7 +458,7 @@ static __always_inline void ct_create(const struct ct_key *k, __u32 o, __u8 dir,
 		.flags = ct_bit(dir, o),
 	};
 
-	bpf_map_update_elem(&lockstep_ct, k, &n, BPF_ANY);
+	ct_put(&lockstep_ct, CT_TABLE_CT, k, &n);
 }
 
 /* ct_create_svc records, in lockstep_svc_ct, a translated connection's
@@ -445,7 +476,7 @@ static __always_inline void ct_create_svc(const struct ct_key *k, __u32 bit, __u
 	n->nat_port = nat_port;
 	n->pad = 0;
 	n->nat_addr = *nat_addr;
-	bpf_map_update_elem(&lockstep_svc_ct, k, n, BPF_ANY);
+	ct_put(&lockstep_svc_ct, CT_TABLE_SVC, k, n);
 }
 
 #endif /* LOCKSTEP_CT_H */

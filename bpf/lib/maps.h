@@ -399,6 +399,41 @@ struct {
 	__uint(pinning, PIN_BY_NAME);
 } lockstep_ct_epoch SEC(".maps");
 
+/* Evictions of the conntrack tables: how many entries each LRU dropped to
+ * make room. The kernel does not count them, so they are derived: the
+ * programs count in lockstep_ct_inserted, per CPU, the entries they add
+ * under a new key (CT_TABLE_CT: lockstep_ct, CT_TABLE_SVC:
+ * lockstep_svc_ct); the agent, the only writer of lockstep_ct_evictions,
+ * counts there the entries it deletes, and its reclaimer, which counts
+ * those left, derives evicted = inserted + untracked - deleted - left.
+ * See agent/datapath/ctevict.go.
+ */
+#define CT_TABLE_CT 0
+#define CT_TABLE_SVC 1
+#define CT_TABLES 2
+
+struct ct_evictions {
+	__u64 deleted;   /* entries the agent deleted */
+	__u64 untracked; /* entries found that no insert counted (made before the count) */
+	__u64 evicted;   /* the last count the agent derived; it never goes down */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CT_TABLES);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_ct_inserted SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CT_TABLES);
+	__type(key, __u32);
+	__type(value, struct ct_evictions);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_ct_evictions SEC(".maps");
+
 /* Service translation. Capacities (the agent refuses a state beyond them
  * with an error): 32768 frontends and 131072 backends per parity; both
  * parities share each map. 65536 translated connections (two entries

@@ -10,11 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/maps"
 )
 
 // runMaps runs `lockstep maps ARGS...` in the test process and returns
@@ -108,5 +110,50 @@ func TestPrivilegedMapsShowServices(t *testing.T) {
 		if out := runMaps(t, root, "dump", name); !strings.HasPrefix(out, "KEY") {
 			t.Errorf("dump %s: %q, want a table", name, out)
 		}
+	}
+}
+
+// `lockstep maps dump` decodes the conntrack eviction counts by table:
+// the agent's account and the programs' inserts summed over the CPUs.
+func TestPrivilegedMapsShowConntrackEvictions(t *testing.T) {
+	testenv.Privileged(t)
+	dir := t.TempDir()
+	if err := unix.Mount("bpffs", dir, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount private bpffs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	root := filepath.Join(dir, "lockstep")
+	d, err := datapath.Load(datapath.Options{PinRoot: root})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	t.Cleanup(func() { d.Close(); datapath.Remove(root) })
+	m, err := ebpf.LoadPinnedMap(filepath.Join(root, maps.CTEvictionsMap), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Put(maps.CTTableSvc, maps.CTEvictions{Deleted: 5, Untracked: 2, Evicted: 7}); err != nil {
+		t.Fatal(err)
+	}
+
+	var acc []struct {
+		Key   string
+		Value maps.CTEvictions
+	}
+	if err := json.Unmarshal([]byte(runMaps(t, root, "dump", maps.CTEvictionsMap, "-o", "json")), &acc); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]maps.CTEvictions{maps.CTMap: {}, maps.SvcCTMap: {Deleted: 5, Untracked: 2, Evicted: 7}}
+	if len(acc) != len(want) {
+		t.Fatalf("dump %s: %+v, want %v", maps.CTEvictionsMap, acc, want)
+	}
+	for _, e := range acc {
+		if w, ok := want[e.Key]; !ok || e.Value != w {
+			t.Errorf("dump %s: %s %+v, want %+v", maps.CTEvictionsMap, e.Key, e.Value, w)
+		}
+	}
+	if out := runMaps(t, root, "dump", maps.CTInsertedMap); !strings.Contains(out, maps.CTMap) || !strings.Contains(out, maps.SvcCTMap) {
+		t.Errorf("dump %s: %q, want a row per table", maps.CTInsertedMap, out)
 	}
 }

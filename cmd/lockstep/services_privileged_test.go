@@ -114,6 +114,22 @@ func TestPrivilegedStandaloneServiceBackends(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("web-1 deleted", api.ServicesStatus{Frontends: 1, Backends: 1})
+
+	// Beside what was applied, both show the conntrack tables'
+	// evictions: none on this quiet node.
+	const evictions = "lockstep_datapath_conntrack_evictions_total"
+	if m := scrape(t, node, evictions); m != evictions+`{table="lockstep_ct"} 0` {
+		t.Errorf("/metrics: %q, want %s{table=\"lockstep_ct\"} 0", m, evictions)
+	}
+	st, err := api.NewClient(node.Socket, 2*time.Second).Status(ctx)
+	if err != nil || st.Dataplane == nil {
+		t.Fatalf("status: %+v, %v", st, err)
+	}
+	for _, table := range []string{"lockstep_ct", "lockstep_svc_ct"} {
+		if n, ok := st.Dataplane.Counts["evicted from "+table]; !ok || n != 0 {
+			t.Errorf("lockstep status: evicted from %s %d (shown: %v), want 0", table, n, ok)
+		}
+	}
 }
 
 // scrape returns the sample line of metric name from the agent's /metrics,
