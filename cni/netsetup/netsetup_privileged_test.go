@@ -39,7 +39,7 @@ var sweepOnce sync.Once
 
 // newNamespace creates a throwaway namespace deleted when t ends, however
 // it ends.
-func newNamespace(t *testing.T) ns.NetNS {
+func newNamespace(t testing.TB) ns.NetNS {
 	t.Helper()
 	sweepOnce.Do(func() {
 		if n, err := nodesim.SweepStale("lstest"); err == nil && n > 0 {
@@ -60,7 +60,7 @@ func newNamespace(t *testing.T) ns.NetNS {
 
 // newNode creates a node namespace with nodeV4 and nodeV6 on a link of its
 // own.
-func newNode(t *testing.T) ns.NetNS {
+func newNode(t testing.TB) ns.NetNS {
 	t.Helper()
 	node := newNamespace(t)
 	err := node.Do(func(ns.NetNS) error {
@@ -91,7 +91,7 @@ func newNode(t *testing.T) ns.NetNS {
 
 // nsFile opens the handle on pod that the plugin passes the agent; it is
 // closed when t ends.
-func nsFile(t *testing.T, pod ns.NetNS) *os.File {
+func nsFile(t testing.TB, pod ns.NetNS) *os.File {
 	t.Helper()
 	f, err := os.Open(pod.Path())
 	if err != nil {
@@ -102,7 +102,7 @@ func nsFile(t *testing.T, pod ns.NetNS) *os.File {
 }
 
 // setupIn runs Setup inside node, as the plugin would run on that node.
-func setupIn(t *testing.T, node ns.NetNS, args SetupArgs) (*Wired, time.Duration, error) {
+func setupIn(t testing.TB, node ns.NetNS, args SetupArgs) (*Wired, time.Duration, error) {
 	t.Helper()
 	var wired *Wired
 	var took time.Duration
@@ -467,25 +467,23 @@ func TestPrivilegedCheckReportsMissingNetns(t *testing.T) {
 	}
 }
 
-// TestPrivilegedSetupTiming measures Setup across pods on one node. It logs
-// and never asserts: timing depends on the machine.
-func TestPrivilegedSetupTiming(t *testing.T) {
-	testenv.Privileged(t)
-	const pods = 20
-	node := newNode(t)
-	var took []time.Duration
+// BenchmarkPrivilegedSetup measures Setup of one dual-stack pod on a node
+// that already holds the pods of the earlier iterations; each pod's
+// namespace is made before the clock runs.
+func BenchmarkPrivilegedSetup(b *testing.B) {
+	testenv.Privileged(b)
+	node := newNode(b)
+	pods := make([]*os.File, b.N)
 	for i := range pods {
-		pod := newNamespace(t)
-		addrs := prefixes(fmt.Sprintf("10.244.2.%d/24", i+1), fmt.Sprintf("fd00:2::%d/64", i+1))
-		_, d, err := setupIn(t, node, SetupArgs{Netns: nsFile(t, pod), HostIf: api.HostIfName(fmt.Sprintf("timing-%d", i), "eth0"), PodIf: "eth0", Addresses: addrs})
-		if err != nil {
-			t.Fatalf("Setup() pod %d error = %v", i, err)
-		}
-		took = append(took, d)
+		pods[i] = nsFile(b, newNamespace(b))
 	}
-	slices.Sort(took)
-	t.Logf("Setup, dual stack, %d pods: min %s, median %s, p90 %s, max %s",
-		pods, took[0], took[pods/2], took[pods*9/10], took[pods-1])
+	b.ResetTimer()
+	for i := range b.N {
+		addrs := prefixes(fmt.Sprintf("10.244.%d.%d/16", 2+i/250, 1+i%250), fmt.Sprintf("fd00:2::%x/64", i+1))
+		if _, _, err := setupIn(b, node, SetupArgs{Netns: pods[i], HostIf: api.HostIfName(fmt.Sprintf("bench-%d", i), "eth0"), PodIf: "eth0", Addresses: addrs}); err != nil {
+			b.Fatalf("Setup() pod %d error = %v", i, err)
+		}
+	}
 }
 
 // TestPrivilegedSetupLeavesNoThreadInAPod: the agent wires pods from a
