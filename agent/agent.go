@@ -272,9 +272,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	go enf.Run(runCtx, ResyncInterval)
-	if be.compactDue != nil {
-		go compactWhenIdle(runCtx, time.Second, be.compactDue, be.compact, ops.loop("compaction"), log)
-	}
+	be.startCompaction(runCtx, ops, log)
 	cleanups.SetHeartbeat(ops.loop("cleanup"))
 	go cleanups.Run(runCtx)
 	if manifestsWatcher != nil {

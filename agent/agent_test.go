@@ -84,8 +84,7 @@ func TestCompactWhenIdle(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				compactWhenIdle(ctx, every, func() bool { return tc.due },
-					func(context.Context) error { calls.Add(1); return tc.resyncErr }, nil, slog.New(slog.DiscardHandler))
+				compactWhenIdle(ctx, every, &fakeCompactor{due: tc.due, err: tc.resyncErr, calls: &calls}, nil, slog.New(slog.DiscardHandler))
 			}()
 			if tc.due { // wait for the first resync, however slow the machine
 				for deadline := time.Now().Add(10 * time.Second); calls.Load() == 0 && time.Now().Before(deadline); {
