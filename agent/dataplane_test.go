@@ -15,18 +15,10 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/hns"
 	"lockstep.dev/lockstep/agent/iptables"
-	"lockstep.dev/lockstep/agent/policy"
 )
 
-// plainDataplane is an enforcer.Dataplane and nothing more.
-type plainDataplane struct{}
-
-func (plainDataplane) Attach(string) error         { return nil }
-func (plainDataplane) Detach(string) error         { return nil }
-func (plainDataplane) Apply(*policy.Desired) error { return nil }
-
 // countingDataplane is a Counter and a MetricsWriter.
-type countingDataplane struct{ plainDataplane }
+type countingDataplane struct{ nopDataplane }
 
 func (countingDataplane) Counts() map[string]int { return map[string]int{"rules": 7} }
 func (countingDataplane) WriteMetrics(w io.Writer) {
@@ -35,7 +27,7 @@ func (countingDataplane) WriteMetrics(w io.Writer) {
 
 // closingDataplane is an io.Closer that counts its closes.
 type closingDataplane struct {
-	plainDataplane
+	nopDataplane
 	closes *atomic.Int32
 }
 
@@ -53,7 +45,7 @@ func (c *fakeCompactor) Compact() error   { c.calls.Add(1); return c.err }
 
 // compactingDataplane is a Compactor, always due.
 type compactingDataplane struct {
-	plainDataplane
+	nopDataplane
 	*fakeCompactor
 }
 
@@ -71,7 +63,7 @@ func TestBackendOptionalInterfaces(t *testing.T) {
 		wantCompact bool
 		wantCloses  int32
 	}{
-		{"plain: nothing", func(_, _ *atomic.Int32) enforcer.Dataplane { return plainDataplane{} }, nil, "", false, 0},
+		{"plain: nothing", func(_, _ *atomic.Int32) enforcer.Dataplane { return nopDataplane{} }, nil, "", false, 0},
 		{"counter and metrics writer", func(_, _ *atomic.Int32) enforcer.Dataplane { return countingDataplane{} },
 			map[string]int{"rules": 7}, "fake_rules 7\n", false, 0},
 		{"closer", func(closes, _ *atomic.Int32) enforcer.Dataplane { return closingDataplane{closes: closes} }, nil, "", false, 1},
