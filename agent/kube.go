@@ -107,8 +107,9 @@ func (k *kubeMode) start(ctx context.Context, n *node) error {
 }
 
 // configureEndpoints takes the pools from the store (the node's NodeIPAM
-// blocks), lets only pods that opt in pin an address, and makes an ADD
-// wait for its Pod object before its policy is applied (waitForPod).
+// blocks), honours pinned addresses only in namespaces that opt in, and
+// makes an ADD wait for its Pod object before its policy is applied
+// (waitForPod).
 func (*kubeMode) configureEndpoints(c *endpoints.Config, n *node) {
 	c.PoolsFromStore, c.PinOptIn = true, true
 	enforce := c.Enforce
