@@ -8,21 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"k8s.io/client-go/rest"
-
-	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/agent/endpoints"
-	"lockstep.dev/lockstep/agent/endpointslice"
-	"lockstep.dev/lockstep/agent/enforcer"
-	"lockstep.dev/lockstep/agent/manifests"
-	"lockstep.dev/lockstep/agent/persist"
-	"lockstep.dev/lockstep/agent/podnet"
-	"lockstep.dev/lockstep/agent/server"
-	"lockstep.dev/lockstep/agent/store"
 )
 
 // Defaults for Config.
@@ -111,235 +97,34 @@ type Config struct {
 // the API server's first complete list of pods, namespaces and policies,
 // and for the node's NodeIPAM blocks; it serves ADDs once both are in and
 // the restored endpoints are enforced.
+//
+// Run is the start's phases in order, each a method of the node it builds
+// (node.go), then the wait while the agent serves; the node's shutdown
+// takes down what the phases built, in reverse order, however far they
+// got.
 func Run(ctx context.Context, cfg Config) error {
-	if cfg.StateDir == "" {
-		cfg.StateDir = DefaultStateDir
-	}
-	if cfg.Socket == "" {
-		cfg.Socket = api.DefaultSocket
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	// Refuse a bad configuration before touching anything.
-	var kubeConfig *rest.Config
-	if cfg.Standalone {
-		if err := endpoints.ValidatePools(cfg.Pools); err != nil {
-			return err
-		}
-	} else {
-		var err error
-		if kubeConfig, err = checkKubeConfig(cfg); err != nil {
-			return err
-		}
-	}
-	// Probes answer from here on, through every wait below.
-	gate := newAPIGate()
-	metrics := server.NewMetrics(gate.Status)
-	errc := make(chan error, 4)
-	ops, err := startOps(cfg, gate, metrics, errc, log)
+	n, err := newNode(cfg)
 	if err != nil {
 		return err
 	}
-	defer ops.close()
-
-	gate.setWaiting("the state file in " + cfg.StateDir)
-	db, err := persist.Open(cfg.StateDir, 2*time.Second)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	db.OnWrite(metrics.ObserveWrite)
-	st, err := store.NewDurable(db)
-	if err != nil {
-		return err
-	}
-	// The policy source is read before the API serves: pinned addresses
-	// and the first pods' policies must be known to the first ADD.
-	var manifestsWatcher *manifests.Watcher
-	if cfg.Manifests != "" {
-		if manifestsWatcher, err = loadManifests(st, cfg.Manifests, log); err != nil {
+	defer n.shutdown()
+	n.runCtx, n.stopLoops = context.WithCancel(ctx)
+	for _, phase := range []func(context.Context) error{
+		n.serveProbes,   // /healthz, /readyz and /metrics answer from here on
+		n.openStateFile, // refuse a state file that cannot be trusted
+		n.startMode,     // the policy source: manifests, or the API server's lists
+		n.openDataplane, // load the backend, clean up the ones not in use
+		n.restore,       // the endpoint service, and the restored endpoints enforced
+		n.runLoops,      // resync, compaction, clean-ups, masquerade, the source's
+		n.awaitPools,    // Kubernetes mode: the node's NodeIPAM blocks
+		n.serve,         // open the gate, serve the socket, enable forwarding
+	} {
+		if err := phase(ctx); err != nil {
 			return err
 		}
 	}
-
-	var apiSrv *server.APIServer
-	serveAPI := func() error {
-		lis, err := server.ListenSocket(cfg.Socket)
-		if err != nil {
-			return err
-		}
-		apiSrv = server.NewAPIServer(gate, log, metrics)
-		go func() { errc <- apiSrv.Serve(lis) }()
-		return nil
-	}
-	// stopAPI stops accepting requests and lets those in flight finish,
-	// bounded; it runs before the backend and the state file close.
-	var stopOnce sync.Once
-	stopAPI := func() {
-		stopOnce.Do(func() {
-			if apiSrv == nil {
-				return
-			}
-			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = apiSrv.Shutdown(shutdownCtx)
-			os.Remove(cfg.Socket)
-		})
-	}
-	defer stopAPI()
-	runCtx, stopLoops := context.WithCancel(ctx)
-	defer stopLoops()
-
-	masq := newMasq(cfg, log)
-	var kube *kubeMode
-	if !cfg.Standalone {
-		// Kubernetes mode answers while it waits, so the runtime and
-		// `lockstep status` can tell a starting agent from a missing one.
-		if err := serveAPI(); err != nil {
-			return err
-		}
-		if kube, err = startKube(runCtx, cfg, kubeConfig, st, ops, masq.setPeers, log); err != nil {
-			return err
-		}
-		err := waitStep(ctx, gate, log, "the API server at "+kubeConfig.Host+" to list pods, namespaces, network policies, services, endpoint slices and nodes", kube.source.WaitSynced)
-		if err != nil {
-			return startCancelled(ctx, err)
-		}
-	}
-	gate.setWaiting("the dataplane to load and enforce the restored endpoints")
-	be, err := openBackend(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer be.close()
-	defer stopAPI()
-	keep, err := masq.open(ctx, be)
-	if err != nil {
-		return err
-	}
-	cleanups, err := startCleanups(ctx, cfg, st, db, be.name, keep, log)
-	if err != nil {
-		return err
-	}
-	enf := enforcer.New(st, be.dp, log)
-	if kube != nil {
-		if err := kube.reportPolicyFailures(runCtx, cfg.NodeName, st, enf, log); err != nil {
-			return err
-		}
-	}
-	svc, err := endpoints.New(st, db, endpoints.Config{Pools: cfg.Pools, PoolsFromStore: kube != nil, PinOptIn: kube != nil, Logger: log, Enforce: func(ctx context.Context, hostIf string, rev uint64) error {
-		if kube != nil {
-			if err := waitForPod(ctx, st, hostIf, PodObjectWait); err != nil {
-				return err
-			}
-			// The pod's labels select its policies: enforce a state that
-			// holds the pod too.
-			rev = max(rev, store.Revision(st.ReadTxn(), ""))
-		}
-		return enf.EnforceEndpoint(ctx, hostIf, rev)
-	}})
-	if err != nil {
-		return err
-	}
-	var slices *endpointslice.Controller
-	if kube == nil {
-		// Standalone: the agent is the endpoint-slice controller of the
-		// manifests' Services (in Kubernetes mode the API server's is).
-		// The restored pods are backends in the first apply, as they were
-		// in the dataplane state a restart inherits.
-		slices = endpointslice.New(st, log.With("component", "endpointslice"))
-		if err := slices.Sync(); err != nil {
-			return err
-		}
-	}
-	// Restored endpoints are enforced before the first new one is served.
-	// An apply that fails does not stop the agent: the restored pods keep
-	// what the dataplane holds, Run retries, and /readyz and lockstep
-	// status say what is wrong. (A policy alone no longer fails an apply:
-	// it fails closed for the pods it selects.)
-	ops.enforcer.Store(enf)
-	if err := enf.Sync(ctx); err != nil {
-		if ctx.Err() != nil {
-			return startCancelled(ctx, err)
-		}
-		log.Error("apply the restored state; serving, and retrying in the background", "err", err)
-	}
-	enf.SetHeartbeat(ops.loop("enforcer"))
-	if err := masq.start(ctx, runCtx, st); err != nil {
-		return err
-	}
-	go enf.Run(runCtx, ResyncInterval)
-	if be.compactDue != nil {
-		go compactWhenIdle(runCtx, time.Second, be.compactDue, be.compact, ops.loop("compaction"), log)
-	}
-	cleanups.SetHeartbeat(ops.loop("cleanup"))
-	go cleanups.Run(runCtx)
-	if manifestsWatcher != nil {
-		manifestsWatcher.SetHeartbeat(ops.loop("manifests"))
-		go watchManifests(runCtx, st, manifestsWatcher, log)
-	}
-	if slices != nil {
-		slices.SetHeartbeat(ops.loop("endpointslice"))
-		go slices.Run(runCtx)
-	}
-	var lastApply atomic.Int64
-	enf.OnApply(func(d time.Duration) {
-		metrics.ObservePolicyApply(d)
-		lastApply.Store(time.Now().UnixNano())
-	})
-	metrics.AddWriter(dataplaneMetrics(be, cleanups, st, enf))
-	if kube != nil {
-		// Policy for the pods already running is enforced from here on;
-		// new pods wait for the node's blocks.
-		syncer, err := kube.startNodeIPAM(runCtx, cfg, st, db, svc, errc, ops.loop("nodeipam"), log)
-		if err != nil {
-			return err
-		}
-		if err := waitStep(ctx, gate, log, "the NodeIPAM of node "+cfg.NodeName+" to assign it address blocks", untilFailed(db, syncer.WaitReady)); err != nil {
-			return startCancelled(ctx, err)
-		}
-		cfg.Pools = storePools(st)
-		if err := masq.syncPools(ctx, st); err != nil {
-			return err
-		}
-	}
-
-	gate.open(&agentAPI{Service: svc, Handler: podnet.New(svc), dataplane: func() *api.DataplaneStatus {
-		return dataplaneStatus(be, enf, cleanups, lastApply.Load())
-	}})
-	if apiSrv == nil {
-		if err := serveAPI(); err != nil {
-			return err
-		}
-	}
-
-	// Forwarding is switched on only once the agent can serve: a start that
-	// fails leaves the node's settings as they were.
-	if !cfg.SkipSysctls {
-		if err := enableForwarding(cfg.Pools); err != nil {
-			return err
-		}
-	}
-
-	pools := make([]string, 0, len(cfg.Pools))
-	for _, p := range cfg.Pools {
-		pools = append(pools, p.String())
-	}
-	mode := "standalone"
-	if kube != nil {
-		mode = "kubernetes"
-	}
-	log.Info("lockstep agent ready", "mode", mode, "node", cfg.NodeName, "socket", cfg.Socket, "state", db.Path(), "pools", pools, "dataplane", be.name)
-	ops.setReady()
-	if cfg.Ready != nil {
-		cfg.Ready()
-	}
-
-	err = serveUntilStopped(ctx, errc, db, log)
-	ops.shuttingDown()
-	stopAPI()
+	err = serveUntilStopped(ctx, n.errc, n.db, n.log)
+	n.ops.shuttingDown()
 	return err
 }
 

@@ -39,34 +39,83 @@ const (
 // clean-ups; iptables backends are named by iptables.Mode.String.
 const backendEBPF = "ebpf"
 
-// backend is the dataplane the agent drives.
+// backend is the dataplane the agent drives: an enforcer.Dataplane that
+// may also implement Counter, MetricsWriter, Compactor and io.Closer, each
+// discovered with a type assertion (as io.Copy discovers an io.WriterTo),
+// so that a backend says what it can do by having the method, and the
+// agent has no empty function to call for what it cannot.
 type backend struct {
 	// name is the backend with its variant, e.g. "iptables-nft".
 	name string
 	dp   enforcer.Dataplane
 	// servicesLeft: the backend translates no Service, kube-proxy does.
 	servicesLeft bool
-	// counts reports the backend's sizes for `lockstep status`.
-	counts func() map[string]int
-	// metrics writes backend-specific samples at scrape time.
-	metrics func(io.Writer)
-	// compactDue, when set, reports that the backend holds garbage
-	// (iptables-nft's unreachable rules) and has been idle long enough for
-	// compact to remove it now.
-	compactDue func() bool
-	compact    func(context.Context) error
-	close      func() error
 }
 
-// CompactAfter is how long a backend with garbage must go without an apply
-// before the agent compacts it, off every pod's and policy's latency path.
-const CompactAfter = 2 * time.Second
+// Counter is implemented by dataplanes that report their sizes (map
+// entries, rules) for `lockstep status`.
+type Counter interface {
+	Counts() map[string]int
+}
 
-// compactWhenIdle compacts whenever due reports garbage and an idle
+// MetricsWriter is implemented by dataplanes with samples of their own in
+// /metrics: WriteMetrics writes them, in the Prometheus text format, at
+// scrape time.
+type MetricsWriter interface {
+	WriteMetrics(w io.Writer)
+}
+
+// Compactor is implemented by dataplanes whose applies leave garbage
+// behind (iptables-nft's unreachable rules) that a step of its own
+// removes: CompactDue reports garbage and a dataplane idle long enough
+// for Compact to remove it now, off every pod's and policy's latency path.
+type Compactor interface {
+	CompactDue() bool
+	Compact() error
+}
+
+// counts is the backend's sizes for `lockstep status`; nil when it does
+// not count.
+func (b *backend) counts() map[string]int {
+	if c, ok := b.dp.(Counter); ok {
+		return c.Counts()
+	}
+	return nil
+}
+
+// writeMetrics writes the backend's own samples, if it has any.
+func (b *backend) writeMetrics(w io.Writer) {
+	if m, ok := b.dp.(MetricsWriter); ok {
+		m.WriteMetrics(w)
+	}
+}
+
+// close releases what the backend holds (the eBPF objects); a backend
+// that holds nothing is not an io.Closer.
+func (b *backend) close() error {
+	if c, ok := b.dp.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// startCompaction runs compactWhenIdle on the backend until ctx ends, if
+// it is a Compactor, registering the loop as "compaction" only then; it
+// reports whether it did.
+func (b *backend) startCompaction(ctx context.Context, ops *opsEndpoint, log *slog.Logger) bool {
+	c, ok := b.dp.(Compactor)
+	if !ok {
+		return false
+	}
+	go compactWhenIdle(ctx, time.Second, c, ops.loop("compaction"), log)
+	return true
+}
+
+// compactWhenIdle compacts whenever c reports garbage and an idle
 // backend, checking every interval until ctx ends. After a failed compact
 // it waits 60 intervals before trying again; the periodic resync repairs
 // the tables meanwhile. Each turn beats hb.
-func compactWhenIdle(ctx context.Context, every time.Duration, due func() bool, compact func(context.Context) error, hb *watchdog.Loop, log *slog.Logger) {
+func compactWhenIdle(ctx context.Context, every time.Duration, c Compactor, hb *watchdog.Loop, log *slog.Logger) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var quietUntil time.Time
@@ -77,10 +126,10 @@ func compactWhenIdle(ctx context.Context, every time.Duration, due func() bool, 
 			return
 		case <-hb.Tick():
 		case now := <-tick.C:
-			if now.Before(quietUntil) || !due() {
+			if now.Before(quietUntil) || !c.CompactDue() {
 				continue
 			}
-			if err := compact(ctx); err != nil && ctx.Err() == nil {
+			if err := c.Compact(); err != nil && ctx.Err() == nil {
 				log.Warn("remove unreachable dataplane rules", "err", err)
 				quietUntil = now.Add(60 * every)
 			}
@@ -106,8 +155,7 @@ func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, e
 		if cfg.LeaveServicesToKubeProxy {
 			log.Info("eBPF dataplane: Service translation off (--service-translation=false): kube-proxy translates pods' connections to ClusterIPs, and egress policy judges the ClusterIP")
 		}
-		return &backend{name: backendEBPF, dp: dp, servicesLeft: cfg.LeaveServicesToKubeProxy,
-			counts: ebpfCounts(dp), metrics: ebpfMetrics(dp), close: dp.Close}, nil
+		return &backend{name: backendEBPF, dp: ebpfDataplane{dp}, servicesLeft: cfg.LeaveServicesToKubeProxy}, nil
 	case DataplaneIptables:
 		return openIptables(ctx, cfg, log)
 	case DataplaneHNS:
@@ -231,9 +279,7 @@ func dataplaneStatus(be *backend, enf *enforcer.Enforcer, cleanups *cleanup.Mana
 	if err := enf.LastError(); err != nil {
 		out.LastApplyError = err.Error()
 	}
-	if be.counts != nil {
-		out.Counts = be.counts()
-	}
+	out.Counts = be.counts()
 	svcs := enf.Services()
 	out.Services = &api.ServicesStatus{Frontends: svcs.Frontends, Backends: svcs.Backends, WithoutBackends: svcs.NoBackends,
 		LeftToKubeProxy: be.servicesLeft}

@@ -23,5 +23,5 @@ func openHNS(_ context.Context, cfg Config, _ *slog.Logger) (*backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run agent with --dataplane hns on %s: %w (use ebpf or iptables on Linux)", runtime.GOOS, err)
 	}
-	return &backend{name: DataplaneHNS, dp: hns.New(c), close: func() error { return nil }}, nil
+	return &backend{name: DataplaneHNS, dp: hns.New(c)}, nil
 }

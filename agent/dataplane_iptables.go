@@ -3,13 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"time"
 
 	"lockstep.dev/lockstep/agent/cleanup"
 	"lockstep.dev/lockstep/agent/iptables"
-	"lockstep.dev/lockstep/internal/promtext"
 )
 
 // openIptables loads the iptables/ipset dataplane in the mode the node
@@ -29,19 +26,7 @@ func openIptables(ctx context.Context, cfg Config, log *slog.Logger) (*backend, 
 		return nil, fmt.Errorf("run agent with --dataplane iptables: %w", err)
 	}
 	log.Info("iptables dataplane", "mode", mode.String(), "translate_services", o.TranslateServices)
-	return &backend{
-		name:         mode.String(),
-		dp:           dp,
-		servicesLeft: !o.TranslateServices,
-		counts:       func() map[string]int { return iptablesCounts(dp.Stats()) },
-		metrics:      iptablesMetrics(dp),
-		compactDue: func() bool {
-			s := dp.Stats()
-			return s.DeadRules > 0 && time.Since(s.LastApplyEnd) >= CompactAfter
-		},
-		compact: func(context.Context) error { return dp.Compact() },
-		close:   func() error { return nil },
-	}, nil
+	return &backend{name: mode.String(), dp: dp, servicesLeft: !o.TranslateServices}, nil
 }
 
 // iptablesOptions are the iptables dataplane's options for cfg: it
@@ -49,25 +34,6 @@ func openIptables(ctx context.Context, cfg Config, log *slog.Logger) (*backend, 
 // a node without kube-proxy, unless told to leave them to kube-proxy.
 func iptablesOptions(cfg Config, mode iptables.Mode, r iptables.Runner) iptables.Options {
 	return iptables.Options{Mode: mode, Runner: r, TranslateServices: cfg.Standalone && !cfg.LeaveServicesToKubeProxy}
-}
-
-func iptablesCounts(s iptables.Stats) map[string]int {
-	return map[string]int{"sets": s.Sets, "set entries": s.SetEntries, "chains": s.Chains, "rules": s.Rules, "unreachable rules": s.DeadRules}
-}
-
-// iptablesMetrics writes the iptables dataplane's sizes and apply counts.
-func iptablesMetrics(dp *iptables.Dataplane) func(io.Writer) {
-	return func(w io.Writer) {
-		s := dp.Stats()
-		promtext.WriteHeader(w, "lockstep_iptables_objects", "ipsets, set entries, chains and rules lockstep holds in the iptables dataplane.", "gauge")
-		for _, kind := range sortedKeys(iptablesCounts(s)) {
-			promtext.WriteSample(w, "lockstep_iptables_objects", float64(iptablesCounts(s)[kind]), "kind", kind)
-		}
-		promtext.WriteHeader(w, "lockstep_iptables_applies_total", "Applies of the iptables dataplane, by kind: all, full (read back the state first, after a failure or restart) and failed.", "counter")
-		promtext.WriteSample(w, "lockstep_iptables_applies_total", float64(s.Applies), "kind", "all")
-		promtext.WriteSample(w, "lockstep_iptables_applies_total", float64(s.FullReconciles), "kind", "full")
-		promtext.WriteSample(w, "lockstep_iptables_applies_total", float64(s.Failures), "kind", "failed")
-	}
 }
 
 // iptablesResidues lists the two iptables modes: their leftovers and their

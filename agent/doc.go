@@ -10,4 +10,12 @@
 // NodeIPAM blocks (package kube/nodeipam) and the routes to other nodes'
 // blocks (package agent/routes). The dataplane is driven from what those
 // commit.
+//
+// Run is a short sequence of phases on a node (node.go): serve the probes,
+// open the state file, start the mode's half, open the dataplane, restore,
+// run the loops, await the pools, serve. What differs between the modes is
+// one interface, mode, with a standalone and a Kubernetes implementation;
+// the dataplane is an enforcer.Dataplane that may also be a Counter, a
+// MetricsWriter, a Compactor or an io.Closer, each found by a type
+// assertion.
 package agent

@@ -56,29 +56,38 @@ func checkKubeConfig(cfg Config) (*rest.Config, error) {
 	return rc, err
 }
 
-// kubeMode is what the agent runs in Kubernetes mode on top of what both
-// modes run: the API source and the routes to other nodes. The NodeIPAM
-// syncer joins them once the endpoints service exists (startNodeIPAM).
+// kubeMode is the agent's Kubernetes half: the API source, the routes to
+// other nodes, the policy Events and the NodeIPAM syncer, which joins them
+// once the endpoints service exists (awaitPools).
 type kubeMode struct {
 	config *rest.Config
 	source *source.Source
 	routes *routes.Manager
 }
 
-// startKube starts the Kubernetes source and the routes manager; they run
-// until ctx ends. onPeers hears of the other nodes' blocks before the
-// routes manager does.
-func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store, ops *opsEndpoint, onPeers func([]routes.Peer), log *slog.Logger) (*kubeMode, error) {
+func (*kubeMode) name() string { return "kubernetes" }
+
+// start serves the API socket early, starts the Kubernetes source and the
+// routes manager, which run until the node's runCtx ends, and waits for
+// the source's first complete lists. The masquerade rules hear of the
+// other nodes' blocks before the routes manager does.
+func (k *kubeMode) start(ctx context.Context, n *node) error {
+	// Kubernetes mode answers while it waits, so the runtime and
+	// `lockstep status` can tell a starting agent from a missing one.
+	if err := n.serveAPI(); err != nil {
+		return err
+	}
+	log := n.log
 	// client-go logs through klog: send it where the agent logs.
 	klog.SetSlogLogger(log.With("component", "client-go"))
-	k := &kubeMode{config: rc, routes: routes.NewManager(log.With("component", "routes"))}
-	k.routes.SetHeartbeat(ops.loop("routes"))
+	k.routes = routes.NewManager(log.With("component", "routes"))
+	k.routes.SetHeartbeat(n.ops.loop("routes"))
 	src, err := source.New(source.Options{
-		Config: rc, NodeName: cfg.NodeName, Store: st, Logger: log.With("component", "kube-source"),
-		Heartbeat: ops.loop("kube-source"),
-		OnNodes: func(n source.Nodes) {
-			onPeers(n.Peers)
-			desired, problems := routes.Desired(n.Peers)
+		Config: k.config, NodeName: n.cfg.NodeName, Store: n.st, Logger: log.With("component", "kube-source"),
+		Heartbeat: n.ops.loop("kube-source"),
+		OnNodes: func(nodes source.Nodes) {
+			n.masq.setPeers(nodes.Peers)
+			desired, problems := routes.Desired(nodes.Peers)
 			for _, p := range problems {
 				log.Warn("block of another node not routed", "problem", p)
 			}
@@ -86,12 +95,56 @@ func startKube(ctx context.Context, cfg Config, rc *rest.Config, st *store.Store
 		},
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	k.source = src
-	go src.Run(ctx)
-	go k.routes.Run(ctx, RoutesResyncInterval)
-	return k, nil
+	go src.Run(n.runCtx)
+	go k.routes.Run(n.runCtx, RoutesResyncInterval)
+	err = waitStep(ctx, n.gate, log, "the API server at "+k.config.Host+" to list pods, namespaces, network policies, services, endpoint slices and nodes", k.source.WaitSynced)
+	if err != nil {
+		return startCancelled(ctx, err)
+	}
+	return nil
+}
+
+// configureEndpoints takes the pools from the store (the node's NodeIPAM
+// blocks), honours pinned addresses only in namespaces that opt in, and
+// makes an ADD wait for its Pod object before its policy is applied
+// (waitForPod).
+func (*kubeMode) configureEndpoints(c *endpoints.Config, n *node) {
+	c.PoolsFromStore, c.PinOptIn = true, true
+	enforce := c.Enforce
+	c.Enforce = func(ctx context.Context, hostIf string, rev uint64) error {
+		if err := waitForPod(ctx, n.st, hostIf, PodObjectWait); err != nil {
+			return err
+		}
+		// The pod's labels select its policies: enforce a state that
+		// holds the pod too.
+		return enforce(ctx, hostIf, max(rev, store.Revision(n.st.ReadTxn(), "")))
+	}
+}
+
+// restored starts posting Events on the policies this node fails closed.
+func (k *kubeMode) restored(_ context.Context, n *node) error {
+	return k.reportPolicyFailures(n.runCtx, n.cfg.NodeName, n.st, n.enf, n.log)
+}
+
+// runLoops starts nothing: the source and the routes run since start.
+func (*kubeMode) runLoops(*node) {}
+
+// awaitPools starts the NodeIPAM syncer and waits for the node's blocks,
+// which become the pools: policy for the pods already running is enforced
+// from before, new pods wait for the blocks.
+func (k *kubeMode) awaitPools(ctx context.Context, n *node) error {
+	syncer, err := k.startNodeIPAM(n.runCtx, n.cfg, n.st, n.db, n.svc, n.errc, n.ops.loop("nodeipam"), n.log)
+	if err != nil {
+		return err
+	}
+	if err := waitStep(ctx, n.gate, n.log, "the NodeIPAM of node "+n.cfg.NodeName+" to assign it address blocks", untilFailed(n.db, syncer.WaitReady)); err != nil {
+		return startCancelled(ctx, err)
+	}
+	n.cfg.Pools = storePools(n.st)
+	return n.masq.syncPools(ctx, n.st)
 }
 
 // startNodeIPAM starts the agent's half of IPAM on the endpoints service:

@@ -1,0 +1,70 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+
+	"lockstep.dev/lockstep/agent/datapath"
+	"lockstep.dev/lockstep/internal/promtext"
+	"lockstep.dev/lockstep/maps"
+)
+
+// ebpfDataplane is the eBPF dataplane as the agent drives it: the
+// datapath's own methods (enforcer.Dataplane, enforcer.Invalidator,
+// enforcer.AttachChecker, io.Closer) and, added here because they speak
+// the agent's formats, Counter and MetricsWriter.
+type ebpfDataplane struct {
+	*datapath.Datapath
+}
+
+// WriteMetrics writes, at scrape time, the BPF verdict counters by
+// reason, each endpoint's conntrack entries and refusals, the conntrack
+// tables' evictions and the reclaimer's races, and the entry count of
+// every map.
+func (dp ebpfDataplane) WriteMetrics(w io.Writer) {
+	if counters, err := dp.Counters(); err == nil {
+		promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, allowed-node: packets of the node itself to pods whose ingress is isolated, service-no-backend: connections to a Service without a ready backend, refused, and conntrack-share: new connections beyond their endpoint's conntrack share, dropped).", "counter")
+		promtext.WriteHeader(w, "lockstep_datapath_bytes_total", "Bytes of the packets in lockstep_datapath_packets_total.", "counter")
+		for _, reason := range sortedKeys(counters) {
+			promtext.WriteSample(w, "lockstep_datapath_packets_total", float64(counters[reason].Packets), "reason", reason)
+			promtext.WriteSample(w, "lockstep_datapath_bytes_total", float64(counters[reason].Bytes), "reason", reason)
+		}
+	}
+	if shares, err := dp.ConntrackShares(); err == nil {
+		promtext.WriteHeader(w, "lockstep_datapath_conntrack_entries", fmt.Sprintf("Conntrack entries an endpoint holds (the programs' estimate, never below the truth), by host interface; each may hold %d.", maps.CTShareLimit), "gauge")
+		promtext.WriteHeader(w, "lockstep_datapath_conntrack_refused_total", "New connections dropped because their endpoint held its whole conntrack share, by host interface.", "counter")
+		for _, name := range sortedKeys(shares) {
+			promtext.WriteSample(w, "lockstep_datapath_conntrack_entries", float64(shares[name].Entries), "interface", name)
+			promtext.WriteSample(w, "lockstep_datapath_conntrack_refused_total", float64(shares[name].Refused), "interface", name)
+		}
+	}
+	if evicted, err := dp.ConntrackEvictions(); err == nil {
+		promtext.WriteHeader(w, "lockstep_datapath_conntrack_evictions_total", fmt.Sprintf("Conntrack entries a full table (an LRU of %d entries) dropped to make room for a new connection, by table (lockstep_ct, lockstep_svc_ct), as of the agent's last reclaim (every 10 s). The connections they held are judged by policy again (a translated one may change backend).", maps.CTCapacity), "counter")
+		for _, table := range sortedKeys(evicted) {
+			promtext.WriteSample(w, "lockstep_datapath_conntrack_evictions_total", float64(evicted[table]), "table", table)
+		}
+	}
+	promtext.WriteHeader(w, "lockstep_datapath_conntrack_reclaim_races_total", "Expired conntrack entries the agent's reclaimer took out that a new connection had made live again since it read them, put back, since the agent started.", "counter")
+	promtext.WriteSample(w, "lockstep_datapath_conntrack_reclaim_races_total", float64(dp.ConntrackReclaimRaces()))
+	if stats, err := dp.Stats(); err == nil {
+		promtext.WriteHeader(w, "lockstep_datapath_map_entries", "Entries in each pinned BPF map.", "gauge")
+		for _, name := range sortedKeys(stats) {
+			promtext.WriteSample(w, "lockstep_datapath_map_entries", float64(stats[name]), "map", name)
+		}
+	}
+}
+
+// Counts reports the map entry counts and the conntrack tables' evictions
+// for `lockstep status`.
+func (dp ebpfDataplane) Counts() map[string]int {
+	stats, _ := dp.Stats()
+	evicted, _ := dp.ConntrackEvictions()
+	out := make(map[string]int, len(stats)+len(evicted))
+	for name, n := range stats {
+		out["map "+name] = n
+	}
+	for table, n := range evicted {
+		out["evicted from "+table] = int(n)
+	}
+	return out
+}
