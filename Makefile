@@ -50,12 +50,12 @@ vet:
 
 ## test: everything, privileged tests included (run as root); the real-node tests run last, alone; as root a skipped test fails the run (tools/noskip)
 test: deps build vet cross check-generated kube-testenv
-	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) run ./tools/noskip -count=1 -timeout 20m $$($(GO) list ./... | grep -v /internal/realnode)
+	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) run ./tools/noskip -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/realnode)
 	$(MAKE) test-realnode
 
-## test-realnode: the tests on a real two-node cluster (internal/realnode): brings one up, replacing any make e2e-up left, and takes it down
+## test-realnode: the tests on a real two-node cluster (test/realnode): brings one up, replacing any make e2e-up left, and takes it down
 test-realnode:
-	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) run ./tools/noskip -count=1 -timeout 40m ./internal/realnode/
+	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) run ./tools/noskip -count=1 -timeout 40m ./test/realnode/
 
 ## test-unit: only the tests that need no privileges
 test-unit:

@@ -5,8 +5,8 @@ import (
 	"io"
 
 	"lockstep.dev/lockstep/agent/datapath"
+	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/internal/promtext"
-	"lockstep.dev/lockstep/maps"
 )
 
 // ebpfDataplane is the eBPF dataplane as the agent drives it: the
@@ -31,7 +31,7 @@ func (dp ebpfDataplane) WriteMetrics(w io.Writer) {
 		}
 	}
 	if shares, err := dp.ConntrackShares(); err == nil {
-		promtext.WriteHeader(w, "lockstep_datapath_conntrack_entries", fmt.Sprintf("Conntrack entries an endpoint holds (the programs' estimate, never below the truth), by host interface; each may hold %d.", maps.CTShareLimit), "gauge")
+		promtext.WriteHeader(w, "lockstep_datapath_conntrack_entries", fmt.Sprintf("Conntrack entries an endpoint holds (the programs' estimate, never below the truth), by host interface; each may hold %d.", bpfmaps.CTShareLimit), "gauge")
 		promtext.WriteHeader(w, "lockstep_datapath_conntrack_refused_total", "New connections dropped because their endpoint held its whole conntrack share, by host interface.", "counter")
 		for _, name := range sortedKeys(shares) {
 			promtext.WriteSample(w, "lockstep_datapath_conntrack_entries", float64(shares[name].Entries), "interface", name)
@@ -39,7 +39,7 @@ func (dp ebpfDataplane) WriteMetrics(w io.Writer) {
 		}
 	}
 	if evicted, err := dp.ConntrackEvictions(); err == nil {
-		promtext.WriteHeader(w, "lockstep_datapath_conntrack_evictions_total", fmt.Sprintf("Conntrack entries a full table (an LRU of %d entries) dropped to make room for a new connection, by table (lockstep_ct, lockstep_svc_ct), as of the agent's last reclaim (every 10 s). The connections they held are judged by policy again (a translated one may change backend).", maps.CTCapacity), "counter")
+		promtext.WriteHeader(w, "lockstep_datapath_conntrack_evictions_total", fmt.Sprintf("Conntrack entries a full table (an LRU of %d entries) dropped to make room for a new connection, by table (lockstep_ct, lockstep_svc_ct), as of the agent's last reclaim (every 10 s). The connections they held are judged by policy again (a translated one may change backend).", bpfmaps.CTCapacity), "counter")
 		for _, table := range sortedKeys(evicted) {
 			promtext.WriteSample(w, "lockstep_datapath_conntrack_evictions_total", float64(evicted[table]), "table", table)
 		}

@@ -6,8 +6,8 @@
 // store write transactions: the CNI plugin (endpoints), and the policy
 // source of the mode the agent runs in — a manifests directory with
 // --standalone (package agent/manifests), or in Kubernetes mode the API
-// server's informers (package kube/source) together with the node's
-// NodeIPAM blocks (package kube/nodeipam) and the routes to other nodes'
+// server's informers (package agent/source) together with the node's
+// NodeIPAM blocks (package agent/nodeipam) and the routes to other nodes'
 // blocks (package agent/routes). The dataplane is driven from what those
 // commit.
 //

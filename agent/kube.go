@@ -19,15 +19,15 @@ import (
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/enforcer"
+	"lockstep.dev/lockstep/agent/nodeipam"
 	"lockstep.dev/lockstep/agent/persist"
+	"lockstep.dev/lockstep/agent/policyevents"
 	"lockstep.dev/lockstep/agent/routes"
 	"lockstep.dev/lockstep/agent/server"
+	"lockstep.dev/lockstep/agent/source"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/watchdog"
 	kubeclient "lockstep.dev/lockstep/kube/client"
-	"lockstep.dev/lockstep/kube/nodeipam"
-	"lockstep.dev/lockstep/kube/policyevents"
-	"lockstep.dev/lockstep/kube/source"
 )
 
 // RoutesResyncInterval is how often the agent re-applies its routes to
@@ -148,7 +148,7 @@ func (k *kubeMode) awaitPools(ctx context.Context, n *node) error {
 }
 
 // startNodeIPAM starts the agent's half of IPAM on the endpoints service:
-// the node's NodeIPAM blocks become the store's pools (kube/nodeipam). Its
+// the node's NodeIPAM blocks become the store's pools (agent/nodeipam). Its
 // Run failing is the agent failing, reported on errc; its loop beats hb.
 func (k *kubeMode) startNodeIPAM(ctx context.Context, cfg Config, st *store.Store, db *persist.DB, svc *endpoints.Service, errc chan<- error, hb *watchdog.Loop, log *slog.Logger) (*nodeipam.Syncer, error) {
 	syncer, err := nodeipam.New(nodeipam.Options{
@@ -364,7 +364,7 @@ func (g *apiGate) Status(ctx context.Context) (*api.StatusResponse, error) {
 
 // reportPolicyFailures posts an Event on each NetworkPolicy that this
 // node enforces fail-closed, and when it no longer does
-// (kube/policyevents), until ctx ends. Only the failed policies that
+// (agent/policyevents), until ctx ends. Only the failed policies that
 // select a pod of this node count (enforcer.Failures.Local): the node
 // that fails a pod closed tells its owner, the others stay quiet. Status
 // and metrics still show every failed policy of the cluster.

@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
-	"lockstep.dev/lockstep/internal/kubetest"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
+	"lockstep.dev/lockstep/test/kubetest"
 )
 
 // TestKubeDeployDryRunServer hands every manifest of deploy/ to a real

@@ -6,10 +6,10 @@
 //   - kube/client: a typed client for them on client-go's rest.Interface,
 //     the Informer every lockstep process caches API objects with, and the
 //     kubeconfig loader.
-//   - kube/source: the agent's Kubernetes source, informers on Pods,
+//   - agent/source: the agent's Kubernetes source, informers on Pods,
 //     Namespaces, NetworkPolicies, Nodes and NodeIPAMs feeding the agent's
 //     store and its routes to other nodes' blocks.
-//   - kube/nodeipam: the agent's half of cluster IPAM.
+//   - agent/nodeipam: the agent's half of cluster IPAM.
 //   - kube/operator: the operator's half.
 //   - kube/generate.sh: regenerates the DeepCopy code and the CRDs in
 //     deploy/crds with a pinned controller-gen (make generate-kube).

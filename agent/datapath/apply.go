@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
-	bpfmaps "lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // Apply makes want the enforced state, make-before-break: it writes the

@@ -10,8 +10,8 @@ import (
 
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	bpfmaps "lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // stateB changes everything stateA has: a rule's ports, an address's

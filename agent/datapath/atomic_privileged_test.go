@@ -17,9 +17,9 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // The flip scenario: server endpoint S is the pod side of a real veth
@@ -197,7 +197,7 @@ const (
 func runFlipTraffic(t *testing.T, d *Datapath, client ns.NetNS, srv *echoServer, states func(n int) *policy.Desired, run flipRun) flipTraffic {
 	t.Helper()
 	var res flipTraffic
-	before := counter(t, d, maps.ReasonPolicyIngress)
+	before := counter(t, d, bpfmaps.ReasonPolicyIngress)
 
 	var applied atomic.Int64
 	stop := make(chan struct{})
@@ -282,7 +282,7 @@ func runFlipTraffic(t *testing.T, d *Datapath, client ns.NetNS, srv *echoServer,
 		time.Sleep(10 * time.Millisecond)
 	}
 	res.received = srv.received()
-	res.ingressDrops = counter(t, d, maps.ReasonPolicyIngress) - before
+	res.ingressDrops = counter(t, d, bpfmaps.ReasonPolicyIngress) - before
 	t.Logf("%d flips during %v of traffic: sent %d, echoed %d, received %d, policy-ingress drops %d",
 		res.flips, res.elapsed.Round(time.Millisecond), res.sent, res.echoed, res.received, res.ingressDrops)
 	return res
@@ -341,9 +341,9 @@ func TestPrivilegedAtomicityCheckDetectsTornState(t *testing.T) {
 	} {
 		mustApply(t, d, tc.state(0))
 		d.flushCT(t)
-		before := counter(t, d, maps.ReasonPolicyIngress)
+		before := counter(t, d, bpfmaps.ReasonPolicyIngress)
 		got := udpDelivered(t, client, pod, fmt.Sprintf("%s:%d", atomServer, atomPort))
-		drops := counter(t, d, maps.ReasonPolicyIngress) - before
+		drops := counter(t, d, bpfmaps.ReasonPolicyIngress) - before
 		if got != tc.want || (drops == 0) != tc.want {
 			t.Errorf("%s: delivered=%v with %d policy-ingress drops, want delivered=%v", tc.name, got, drops, tc.want)
 		}

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // newVethPair creates a node netns and a pod netns joined by a veth

@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	bpfmaps "lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 const benchIdentities = 10000
@@ -54,7 +54,7 @@ func benchAddr(i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, 128, byte(i >> 8), byte(i)})
 }
 
-// BenchmarkVerdict measures the in-kernel cost of one verdict
+// BenchmarkPrivilegedVerdict measures the in-kernel cost of one verdict
 // (BPF_PROG_TEST_RUN's own per-run time, not the syscall), with 10k
 // remote identities and 100, 1k or 10k rules on the endpoint:
 //   - deny: to_pod, a new connection no rule allows (ipcache, three rule
@@ -66,7 +66,7 @@ func benchAddr(i int) netip.Addr {
 //   - ct-table: the same, found in the conntrack table (no CPU's flow
 //     cache holds it)
 //   - ct-reply: from_pod, the pod's reply on that connection
-func BenchmarkVerdict(b *testing.B) {
+func BenchmarkPrivilegedVerdict(b *testing.B) {
 	testenv.Privileged(b)
 	for _, nrules := range []int{100, 1000, 10000} {
 		d := newTestDatapath(b)
@@ -89,7 +89,7 @@ func BenchmarkVerdict(b *testing.B) {
 			// source port, so it misses CT and creates an entry. The kernel
 			// repeats one packet, whose second run would hit the entry the
 			// first created, so each run is its own BPF_PROG_TEST_RUN: compare
-			// with BenchmarkVerdictFloor/single, not /repeat.
+			// with BenchmarkPrivilegedVerdictFloor/single, not /repeat.
 			frames := make([][]byte, 4096)
 			for i := range frames {
 				frames[i] = into(i%nrules, uint16(1024+i), tcpSYN)
@@ -109,7 +109,7 @@ func BenchmarkVerdict(b *testing.B) {
 			// ct-hit's packet once no CPU's flow cache holds its
 			// connection: found in lockstep_ct. Each run is its own
 			// BPF_PROG_TEST_RUN, the caches emptied before it (the
-			// epoch bumped): compare with BenchmarkVerdictFloor/single.
+			// epoch bumped): compare with BenchmarkPrivilegedVerdictFloor/single.
 			pkt := into(0, 999, tcpACK)
 			d.flushCT(b)
 			if ret := runRaw(b, d.toPod, into(0, 999, tcpSYN)); ret != actOK {
@@ -154,15 +154,15 @@ func benchSingle(b *testing.B, prog *ebpf.Program, frames [][]byte, want uint32,
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/verdict")
 }
 
-// BenchmarkVerdictFloor is what BPF_PROG_TEST_RUN itself costs under
-// BenchmarkVerdict's harness: a tc program that only returns TC_ACT_OK,
+// BenchmarkPrivilegedVerdictFloor is what BPF_PROG_TEST_RUN itself costs under
+// BenchmarkPrivilegedVerdict's harness: a tc program that only returns TC_ACT_OK,
 // run on the same packet, as one run of b.N kernel repetitions (repeat:
 // the harness of deny and ct-hit) and as b.N runs of one (single: the
 // harness of allow-new). A verdict's own cost is its time minus the floor
 // of its harness. ct-insert is the floor of a new connection: a program
 // that only inserts a conntrack entry; l4-csum-twice that of translating a
 // packet's address and port: two bpf_l4_csum_replace calls.
-func BenchmarkVerdictFloor(b *testing.B) {
+func BenchmarkPrivilegedVerdictFloor(b *testing.B) {
 	testenv.Privileged(b)
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type:         ebpf.SchedCLS,
@@ -274,13 +274,13 @@ func benchRepeat(b *testing.B, prog *ebpf.Program, pkt []byte, want uint32) {
 	b.ReportMetric(float64(per.Nanoseconds()), "ns/verdict")
 }
 
-// BenchmarkApplyRuleChange measures Apply of a one-rule policy change on
+// BenchmarkPrivilegedApplyRuleChange measures Apply of a one-rule policy change on
 // a node with 10k remote identities and 1k rules, alternating between two
 // states: the second shares the first's Addrs and CIDRs, as successive
 // results of policy.Incremental do when no address or ipBlock changed.
 // Each Apply starts once a grace period has passed since the previous
 // flip (not timed), as edits apart in time do.
-func BenchmarkApplyRuleChange(b *testing.B) {
+func BenchmarkPrivilegedApplyRuleChange(b *testing.B) {
 	testenv.Privileged(b)
 	d := newTestDatapath(b)
 	d.fakeAttach(podIf, loIfindex)
@@ -302,7 +302,7 @@ func BenchmarkApplyRuleChange(b *testing.B) {
 	}
 }
 
-// BenchmarkApplyPolicyEdit is the edit tools/policybench times, at the
+// BenchmarkPrivilegedApplyPolicyEdit is the edit tools/policybench times, at the
 // datapath: 20 endpoints of ~1.2k rules each over 10k identities; edit i
 // changes the port ranges of 140 rules of endpoint i%20 and hands every
 // other endpoint, Addrs and CIDRs over as the same objects.
@@ -313,7 +313,7 @@ func BenchmarkApplyRuleChange(b *testing.B) {
 //     waits for the rest of the grace period that follows the previous
 //     flip, and also brings the previous edit's endpoint up to date in the
 //     idle parity.
-func BenchmarkApplyPolicyEdit(b *testing.B) {
+func BenchmarkPrivilegedApplyPolicyEdit(b *testing.B) {
 	testenv.Privileged(b)
 	for _, settled := range []bool{true, false} {
 		name := "back-to-back"
@@ -374,11 +374,11 @@ func editRules(k, n, changed, v int) map[policy.RuleKey][]policy.PortRange {
 	return rules
 }
 
-// BenchmarkApplyNoChange is Apply of the state already applied, object for
+// BenchmarkPrivilegedApplyNoChange is Apply of the state already applied, object for
 // object (what an incremental compiler hands over when a change does not
 // concern the node's endpoints): the floor of Apply with 10k addresses,
 // once a grace period has passed since the previous flip.
-func BenchmarkApplyNoChange(b *testing.B) {
+func BenchmarkPrivilegedApplyNoChange(b *testing.B) {
 	testenv.Privileged(b)
 	d := newTestDatapath(b)
 	d.fakeAttach(podIf, loIfindex)
@@ -394,11 +394,11 @@ func BenchmarkApplyNoChange(b *testing.B) {
 	}
 }
 
-// BenchmarkApplyNewRules is Apply of an endpoint's rules that neither
+// BenchmarkPrivilegedApplyNewRules is Apply of an endpoint's rules that neither
 // parity holds (every policy edit that reaches an endpoint): a new inner
 // policy map, and the update of the outer map that points at it, which the
 // kernel follows with a synchronize_rcu for map-in-map types.
-func BenchmarkApplyNewRules(b *testing.B) {
+func BenchmarkPrivilegedApplyNewRules(b *testing.B) {
 	testenv.Privileged(b)
 	d := newTestDatapath(b)
 	d.fakeAttach(podIf, loIfindex)
@@ -418,11 +418,11 @@ func BenchmarkApplyNewRules(b *testing.B) {
 	}
 }
 
-// BenchmarkApplyEndpointArrival is the Apply a pod ADD causes: one new
+// BenchmarkPrivilegedApplyEndpointArrival is the Apply a pod ADD causes: one new
 // endpoint without rules joins 1000 addresses' worth of state, after a
 // grace period has passed since the last flip (the departure before it,
 // not timed, is followed by a wait for the settler).
-func BenchmarkApplyEndpointArrival(b *testing.B) {
+func BenchmarkPrivilegedApplyEndpointArrival(b *testing.B) {
 	testenv.Privileged(b)
 	d := newTestDatapath(b)
 	d.fakeAttach(podIf, loIfindex)

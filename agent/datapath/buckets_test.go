@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
-	bpfmaps "lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // TestBucketedRulesAllowWhatTheRuleAllows checks the entries of random

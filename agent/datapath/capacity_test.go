@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
-	bpfmaps "lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // TestCapacitiesMatchTheCompiler: the limits the compiler keeps each

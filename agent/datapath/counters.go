@@ -7,23 +7,23 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // Counters returns the packet and byte counts of lockstep_drops, summed
-// over CPUs, by reason name (maps.Reason.String): every drop reason plus
+// over CPUs, by reason name (bpfmaps.Reason.String): every drop reason plus
 // "allowed-new", the connections policy allowed, "allowed-node", the
 // packets the node itself sent to pods whose ingress is isolated, and
 // "service-no-backend", the connections to a Service without a ready
 // backend, refused.
-func (d *Datapath) Counters() (map[string]maps.Counter, error) {
-	out := make(map[string]maps.Counter)
-	for _, r := range maps.Reasons() {
-		var perCPU []maps.Counter
+func (d *Datapath) Counters() (map[string]bpfmaps.Counter, error) {
+	out := make(map[string]bpfmaps.Counter)
+	for _, r := range bpfmaps.Reasons() {
+		var perCPU []bpfmaps.Counter
 		if err := d.counters.Lookup(uint32(r), &perCPU); err != nil {
-			return nil, fmt.Errorf("read %s[%s]: %w", maps.CountersMap, r, err)
+			return nil, fmt.Errorf("read %s[%s]: %w", bpfmaps.CountersMap, r, err)
 		}
-		var sum maps.Counter
+		var sum bpfmaps.Counter
 		for _, c := range perCPU {
 			sum.Packets += c.Packets
 			sum.Bytes += c.Bytes
@@ -38,16 +38,16 @@ func (d *Datapath) Counters() (map[string]maps.Counter, error) {
 func (d *Datapath) Stats() (map[string]int, error) {
 	out := make(map[string]int)
 	for name, m := range map[string]*ebpf.Map{
-		maps.EndpointsMap: d.endpoints,
-		maps.PolicyMap:    d.policy,
-		maps.IPCacheMap:   d.ipcache,
-		maps.CIDRsMap:     d.cidrs,
-		maps.ServicesMap:  d.services,
-		maps.BackendsMap:  d.backends,
-		maps.CTMap:        d.ct,
-		maps.SvcCTMap:     d.svcCT,
+		bpfmaps.EndpointsMap: d.endpoints,
+		bpfmaps.PolicyMap:    d.policy,
+		bpfmaps.IPCacheMap:   d.ipcache,
+		bpfmaps.CIDRsMap:     d.cidrs,
+		bpfmaps.ServicesMap:  d.services,
+		bpfmaps.BackendsMap:  d.backends,
+		bpfmaps.CTMap:        d.ct,
+		bpfmaps.SvcCTMap:     d.svcCT,
 	} {
-		n, err := maps.Count(m)
+		n, err := bpfmaps.Count(m)
 		if err != nil {
 			return nil, fmt.Errorf("count %s: %w", name, err)
 		}
@@ -63,7 +63,7 @@ func (d *Datapath) Generation() uint32 {
 	return d.mirror.gen
 }
 
-// Events opens a reader of verdict events (see maps.OpenEvents).
-func (d *Datapath) Events() (*maps.EventReader, error) {
-	return maps.OpenEvents(d.pinRoot)
+// Events opens a reader of verdict events (see bpfmaps.OpenEvents).
+func (d *Datapath) Events() (*bpfmaps.EventReader, error) {
+	return bpfmaps.OpenEvents(d.pinRoot)
 }

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // The flow cache (bpf/lib/ct.h) passes a packet on a copy of a conntrack
@@ -26,31 +26,31 @@ func TestPrivilegedFlowCache(t *testing.T) {
 	mustApply(t, d, scenario(true, true))
 	reply := with(flowReply, tcpACK)
 	key := requestKey()
-	egressByPod := maps.CTAllowed(uint8(policy.Egress), 0)
+	egressByPod := bpfmaps.CTAllowed(uint8(policy.Egress), 0)
 
 	for _, tc := range []struct {
 		name  string
-		edit  func(s *maps.CTCacheSlot)
+		edit  func(s *bpfmaps.CTCacheSlot)
 		want  uint32
 		flags uint8 // of the reply, ACK when zero
 	}{
-		{"a live copy passes the reply", func(*maps.CTCacheSlot) {}, actOK, 0},
-		{"a live copy does not pass a SYN-ACK", func(*maps.CTCacheSlot) {}, actShot, tcpSYN | tcpACK},
-		{"a live copy does not pass a FIN", func(*maps.CTCacheSlot) {}, actShot, tcpFIN | tcpACK},
-		{"a live copy does not pass a RST", func(*maps.CTCacheSlot) {}, actShot, tcpRST},
-		{"empty", func(s *maps.CTCacheSlot) { *s = maps.CTCacheSlot{} }, actShot, 0},
-		{"made before the epoch changed", func(s *maps.CTCacheSlot) { s.Epoch-- }, actShot, 0},
-		{"past its deadline", func(s *maps.CTCacheSlot) { s.ValidUntil = coarseNow(t) - uint64(time.Millisecond) }, actShot, 0},
-		{"another port", func(s *maps.CTCacheSlot) { s.Key.Port[0]++ }, actShot, 0},
-		{"another address", func(s *maps.CTCacheSlot) { s.Key.Addr[1][15]++ }, actShot, 0},
-		{"another endpoint", func(s *maps.CTCacheSlot) { s.Key.Ifindex++ }, actShot, 0},
-		{"another protocol", func(s *maps.CTCacheSlot) { s.Key.Proto = policy.ProtoUDP }, actShot, 0},
-		{"opened in the other direction", func(s *maps.CTCacheSlot) { s.Flags = maps.CTAllowed(uint8(policy.Ingress), 0) }, actShot, 0},
-		{"opened by the other end", func(s *maps.CTCacheSlot) { s.Flags = maps.CTAllowed(uint8(policy.Egress), 1) }, actShot, 0},
+		{"a live copy passes the reply", func(*bpfmaps.CTCacheSlot) {}, actOK, 0},
+		{"a live copy does not pass a SYN-ACK", func(*bpfmaps.CTCacheSlot) {}, actShot, tcpSYN | tcpACK},
+		{"a live copy does not pass a FIN", func(*bpfmaps.CTCacheSlot) {}, actShot, tcpFIN | tcpACK},
+		{"a live copy does not pass a RST", func(*bpfmaps.CTCacheSlot) {}, actShot, tcpRST},
+		{"empty", func(s *bpfmaps.CTCacheSlot) { *s = bpfmaps.CTCacheSlot{} }, actShot, 0},
+		{"made before the epoch changed", func(s *bpfmaps.CTCacheSlot) { s.Epoch-- }, actShot, 0},
+		{"past its deadline", func(s *bpfmaps.CTCacheSlot) { s.ValidUntil = coarseNow(t) - uint64(time.Millisecond) }, actShot, 0},
+		{"another port", func(s *bpfmaps.CTCacheSlot) { s.Key.Port[0]++ }, actShot, 0},
+		{"another address", func(s *bpfmaps.CTCacheSlot) { s.Key.Addr[1][15]++ }, actShot, 0},
+		{"another endpoint", func(s *bpfmaps.CTCacheSlot) { s.Key.Ifindex++ }, actShot, 0},
+		{"another protocol", func(s *bpfmaps.CTCacheSlot) { s.Key.Proto = policy.ProtoUDP }, actShot, 0},
+		{"opened in the other direction", func(s *bpfmaps.CTCacheSlot) { s.Flags = bpfmaps.CTAllowed(uint8(policy.Ingress), 0) }, actShot, 0},
+		{"opened by the other end", func(s *bpfmaps.CTCacheSlot) { s.Flags = bpfmaps.CTAllowed(uint8(policy.Egress), 1) }, actShot, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d.flushCT(t)
-			s := maps.CTCacheSlot{
+			s := bpfmaps.CTCacheSlot{
 				Key: key, Epoch: d.ctEpochNow(t), Flags: egressByPod,
 				ValidUntil: coarseNow(t) + uint64(10*time.Second),
 			}
@@ -84,11 +84,11 @@ func TestPrivilegedFlowCacheFilledByConntrackHits(t *testing.T) {
 	if got := run(t, d.toPod, reply); got != actOK {
 		t.Fatalf("reply (a conntrack hit): got %s, want OK", actName(got))
 	}
-	es, err := maps.Dump(d.pinRoot, maps.CTCacheMap)
+	es, err := bpfmaps.Dump(d.pinRoot, bpfmaps.CTCacheMap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(es) != 1 || es[0].Value.(maps.CTCacheSlot).Key != requestKey() {
+	if len(es) != 1 || es[0].Value.(bpfmaps.CTCacheSlot).Key != requestKey() {
 		t.Fatalf("flow cache holds %+v, want one copy of %+v", es, requestKey())
 	}
 	// Delete the entry behind the cache's back: the copy still passes.
@@ -112,9 +112,9 @@ var (
 
 // requestKey is flowRequest's conntrack key at the test endpoint: 10.0.0.1
 // orders before 10.0.0.2, so the pod is end 0.
-func requestKey() maps.CTKey {
-	return maps.CTKey{
+func requestKey() bpfmaps.CTKey {
+	return bpfmaps.CTKey{
 		Ifindex: loIfindex, Proto: policy.ProtoTCP, Port: [2]uint16{41000, 80},
-		Addr: [2]maps.Addr{maps.AddrFrom(addr(podV4)), maps.AddrFrom(addr("10.0.0.2"))},
+		Addr: [2]bpfmaps.Addr{bpfmaps.AddrFrom(addr(podV4)), bpfmaps.AddrFrom(addr("10.0.0.2"))},
 	}
 }

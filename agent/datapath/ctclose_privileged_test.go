@@ -10,15 +10,15 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // ctKeyOf is the conntrack key of p at ifindex, its ends ordered as
 // ct_fill_key orders them (bpf/lib/ct.h).
-func ctKeyOf(ifindex uint32, p packet) maps.CTKey {
-	s, d := maps.AddrFrom(addr(p.src)), maps.AddrFrom(addr(p.dst))
-	less := func(a, b maps.Addr) (bool, bool) { // a < b, a == b, as two host-order u64
+func ctKeyOf(ifindex uint32, p packet) bpfmaps.CTKey {
+	s, d := bpfmaps.AddrFrom(addr(p.src)), bpfmaps.AddrFrom(addr(p.dst))
+	less := func(a, b bpfmaps.Addr) (bool, bool) { // a < b, a == b, as two host-order u64
 		for _, off := range []int{0, 8} {
 			x, y := binary.LittleEndian.Uint64(a[off:]), binary.LittleEndian.Uint64(b[off:])
 			if x != y {
@@ -29,19 +29,19 @@ func ctKeyOf(ifindex uint32, p packet) maps.CTKey {
 	}
 	lt, eq := less(d, s)
 	swap := lt || (eq && p.sport > p.dport)
-	k := maps.CTKey{Ifindex: ifindex, Proto: p.proto, Port: [2]uint16{p.sport, p.dport}, Addr: [2]maps.Addr{s, d}}
+	k := bpfmaps.CTKey{Ifindex: ifindex, Proto: p.proto, Port: [2]uint16{p.sport, p.dport}, Addr: [2]bpfmaps.Addr{s, d}}
 	if swap {
 		k.Port = [2]uint16{p.dport, p.sport}
-		k.Addr = [2]maps.Addr{d, s}
+		k.Addr = [2]bpfmaps.Addr{d, s}
 	}
 	return k
 }
 
 // ctDeadline returns the deadline and flags of the entry of k in table
 // (lockstep_ct or lockstep_svc_ct), failing the test when there is none.
-func ctDeadline(tb testing.TB, table *ebpf.Map, k maps.CTKey) (time.Duration, uint32) {
+func ctDeadline(tb testing.TB, table *ebpf.Map, k bpfmaps.CTKey) (time.Duration, uint32) {
 	tb.Helper()
-	var v maps.SvcCTEntry // ct_entry is its head
+	var v bpfmaps.SvcCTEntry // ct_entry is its head
 	raw, err := table.LookupBytes(k)
 	if err != nil || raw == nil {
 		tb.Fatalf("no entry of %+v: %v", k, err)
@@ -92,10 +92,10 @@ func TestPrivilegedConntrackCloseTimeouts(t *testing.T) {
 		flag    uint32
 		max     time.Duration
 	}{
-		{"FIN from the pod", step{"FIN", d.fromPod, with(req, tcpFIN|tcpACK), actOK}, maps.CTFin, 2 * time.Minute},
-		{"FIN from the peer", step{"FIN", d.toPod, with(reply, tcpFIN|tcpACK), actOK}, maps.CTFin, 2 * time.Minute},
-		{"RST from the pod", step{"RST", d.fromPod, with(req, tcpRST), actOK}, maps.CTRst, 10 * time.Second},
-		{"RST from the peer", step{"RST|ACK", d.toPod, with(reply, tcpRST|tcpACK), actOK}, maps.CTRst, 10 * time.Second},
+		{"FIN from the pod", step{"FIN", d.fromPod, with(req, tcpFIN|tcpACK), actOK}, bpfmaps.CTFin, 2 * time.Minute},
+		{"FIN from the peer", step{"FIN", d.toPod, with(reply, tcpFIN|tcpACK), actOK}, bpfmaps.CTFin, 2 * time.Minute},
+		{"RST from the pod", step{"RST", d.fromPod, with(req, tcpRST), actOK}, bpfmaps.CTRst, 10 * time.Second},
+		{"RST from the peer", step{"RST|ACK", d.toPod, with(reply, tcpRST|tcpACK), actOK}, bpfmaps.CTRst, 10 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d.flushCT(t)
@@ -139,7 +139,7 @@ func TestPrivilegedConntrackCloseTimeouts(t *testing.T) {
 		step{"RST", d.toPod, with(reply, tcpRST), actOK},
 		step{"FIN", d.toPod, with(reply, tcpFIN|tcpACK), actOK},
 	)
-	if left, flags := ctDeadline(t, d.ct, key); flags&(maps.CTFin|maps.CTRst) != maps.CTFin|maps.CTRst || left > 10*time.Second {
+	if left, flags := ctDeadline(t, d.ct, key); flags&(bpfmaps.CTFin|bpfmaps.CTRst) != bpfmaps.CTFin|bpfmaps.CTRst || left > 10*time.Second {
 		t.Errorf("FIN, RST, FIN: flags %#x, expires in %v; want FIN and RST marks, at most 10s", flags, left)
 	}
 }
@@ -180,24 +180,24 @@ func TestPrivilegedConntrackSYNAfterCloseJudgedAgain(t *testing.T) {
 				runSteps(t, *tc.close)
 			}
 			if tc.cache {
-				d.fillCTCache(t, maps.CTCacheSlot{
-					Key: key, Epoch: d.ctEpochNow(t), Flags: maps.CTAllowed(uint8(policy.Egress), 0),
+				d.fillCTCache(t, bpfmaps.CTCacheSlot{
+					Key: key, Epoch: d.ctEpochNow(t), Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0),
 					ValidUntil: coarseNow(t) + uint64(10*time.Second),
 				})
 			}
 			mustApply(t, d, deny)
-			before := counter(t, d, maps.ReasonPolicyEgress)
+			before := counter(t, d, bpfmaps.ReasonPolicyEgress)
 			if got := run(t, d.fromPod, with(req, tcpSYN)); got != tc.want {
 				t.Fatalf("SYN on the four-tuple under a policy that now denies it: got %s, want %s", actName(got), actName(tc.want))
 			}
 			if tc.want == actShot {
-				if got := counter(t, d, maps.ReasonPolicyEgress) - before; got != 1 {
+				if got := counter(t, d, bpfmaps.ReasonPolicyEgress) - before; got != 1 {
 					t.Errorf("policy-egress grew by %d, want 1", got)
 				}
 				// Allowed again, the new connection gets an entry of its own.
 				mustApply(t, d, allow)
 				runSteps(t, step{"SYN", d.fromPod, with(req, tcpSYN), actOK})
-				if left, flags := ctDeadline(t, d.ct, key); flags&(maps.CTFin|maps.CTRst) != 0 || left < 30*time.Second {
+				if left, flags := ctDeadline(t, d.ct, key); flags&(bpfmaps.CTFin|bpfmaps.CTRst) != 0 || left < 30*time.Second {
 					t.Errorf("the new connection's entry: flags %#x, expires in %v; want no close mark, a fresh deadline", flags, left)
 				}
 			}
@@ -256,8 +256,8 @@ func TestPrivilegedServiceSYNAfterCloseTranslatedAnew(t *testing.T) {
 				runSteps(t, step{"SYN-ACK", d.toPod, with(replyFrom(first), tcpSYN|tcpACK), actOK})
 				translatedTo(t, "ACK", with(req, tcpACK))
 				tc.close(t)
-				for _, k := range []maps.CTKey{ctKeyOf(loIfindex, req), ctKeyOf(loIfindex, replyFrom(first))} {
-					if _, flags := ctDeadline(t, d.svcCT, k); flags&(maps.CTFin|maps.CTRst) == 0 {
+				for _, k := range []bpfmaps.CTKey{ctKeyOf(loIfindex, req), ctKeyOf(loIfindex, replyFrom(first))} {
+					if _, flags := ctDeadline(t, d.svcCT, k); flags&(bpfmaps.CTFin|bpfmaps.CTRst) == 0 {
 						t.Errorf("entry %+v: flags %#x, want it marked closing", k, flags)
 					}
 				}
@@ -349,8 +349,8 @@ func TestPrivilegedServiceHairpinClose(t *testing.T) {
 					t.Fatalf("%+v: got %s (%d), want it redirected back to the pod", p, actName(ret), ret)
 				}
 			}
-			for _, k := range []maps.CTKey{ctKeyOf(loIfindex, syn), ctKeyOf(loIfindex, translated)} {
-				if left, flags := ctDeadline(t, d.svcCT, k); flags&maps.CTFin == 0 || left > 2*time.Minute {
+			for _, k := range []bpfmaps.CTKey{ctKeyOf(loIfindex, syn), ctKeyOf(loIfindex, translated)} {
+				if left, flags := ctDeadline(t, d.svcCT, k); flags&bpfmaps.CTFin == 0 || left > 2*time.Minute {
 					t.Errorf("entry %+v: flags %#x, expires in %v; want a FIN mark, at most 2m", k, flags, left)
 				}
 			}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	bpfmaps "lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // Evictions of the conntrack tables. lockstep_ct and lockstep_svc_ct are

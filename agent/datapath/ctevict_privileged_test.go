@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // A burst of new connections past lockstep_ct's capacity makes its LRU
@@ -40,7 +40,7 @@ func TestPrivilegedConntrackEvictionsCounted(t *testing.T) {
 	// A burst of new flows past the table's capacity. The shares are off:
 	// the reclaimer's last run is a minute old.
 	staleReclaim(t, d)
-	flood := maps.CTCapacity + 20000
+	flood := bpfmaps.CTCapacity + 20000
 	if got := newFlows(t, d, d.fromPod, podV4, "10.0.0.3", flood); got != flood {
 		t.Fatalf("%d of %d new flows passed, want all", got, flood)
 	}
@@ -52,15 +52,15 @@ func TestPrivilegedConntrackEvictionsCounted(t *testing.T) {
 	// Nothing deleted them but the reclaim (the RST entry, once 10 s old):
 	// every other key missing was evicted.
 	evicted := made - n - countCT(t, d, loIfindex)
-	if evicted < flood-maps.CTCapacity {
-		t.Fatalf("%d entries of %d gone from a table of %d: the burst did not fill it", evicted, made, maps.CTCapacity)
+	if evicted < flood-bpfmaps.CTCapacity {
+		t.Fatalf("%d entries of %d gone from a table of %d: the burst did not fill it", evicted, made, bpfmaps.CTCapacity)
 	}
 	t.Logf("%d new keys, %d evicted, %d deleted, %d left", made, evicted, n, made-n-evicted)
 	got, err := d.ConntrackEvictions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]uint64{maps.CTMap: uint64(evicted), maps.SvcCTMap: 0}; got[maps.CTMap] != want[maps.CTMap] || got[maps.SvcCTMap] != 0 {
+	if want := map[string]uint64{bpfmaps.CTMap: uint64(evicted), bpfmaps.SvcCTMap: 0}; got[bpfmaps.CTMap] != want[bpfmaps.CTMap] || got[bpfmaps.SvcCTMap] != 0 {
 		t.Fatalf("evictions after a burst of %d flows: %v, want %v", flood, got, want)
 	}
 
@@ -91,8 +91,8 @@ func TestPrivilegedConntrackEvictionsCounted(t *testing.T) {
 		t.Fatalf("reload: %v", err)
 	}
 	defer d2.Close()
-	if got, err := d2.ConntrackEvictions(); err != nil || got[maps.CTMap] != uint64(evicted) {
-		t.Errorf("the next agent's evictions: %v (%v), want %d from %s", got, err, evicted, maps.CTMap)
+	if got, err := d2.ConntrackEvictions(); err != nil || got[bpfmaps.CTMap] != uint64(evicted) {
+		t.Errorf("the next agent's evictions: %v (%v), want %d from %s", got, err, evicted, bpfmaps.CTMap)
 	}
 }
 
@@ -106,14 +106,14 @@ func evictedNow(tb testing.TB, d *Datapath) uint64 {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return got[maps.CTMap]
+	return got[bpfmaps.CTMap]
 }
 
 // staleReclaim makes the reclaimer's last run a minute old, so that the
 // programs enforce no share.
 func staleReclaim(tb testing.TB, d *Datapath) {
 	tb.Helper()
-	if err := d.ctReleased.Put(maps.CTReclaimKey, coarseNow(tb)-60e9); err != nil {
+	if err := d.ctReleased.Put(bpfmaps.CTReclaimKey, coarseNow(tb)-60e9); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -131,7 +131,7 @@ func TestPrivilegedServiceConntrackEvictionsCounted(t *testing.T) {
 
 	// Every connection from its own source port: from the IPv4 address
 	// to one frontend, then from the IPv6 one to another.
-	made := make(map[maps.CTKey]struct{})
+	made := make(map[bpfmaps.CTKey]struct{})
 	connect := func(src, svc string, sport uint16) {
 		syn := packet{src: src, dst: svc, proto: policy.ProtoTCP, sport: sport, dport: 80}
 		ret, out := runOut(t, d.fromPod, csumFrame(syn))
@@ -153,20 +153,20 @@ func TestPrivilegedServiceConntrackEvictionsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	left, err := maps.Count(d.svcCT)
+	left, err := bpfmaps.Count(d.svcCT)
 	if err != nil {
 		t.Fatal(err)
 	}
 	evicted := len(made) - n - left
-	if evicted < len(made)-maps.SvcCTCapacity {
-		t.Fatalf("%d entries of %d gone from a table of %d: the connections did not fill it", evicted, len(made), maps.SvcCTCapacity)
+	if evicted < len(made)-bpfmaps.SvcCTCapacity {
+		t.Fatalf("%d entries of %d gone from a table of %d: the connections did not fill it", evicted, len(made), bpfmaps.SvcCTCapacity)
 	}
 	t.Logf("%d new keys, %d evicted, %d deleted, %d left", len(made), evicted, n, left)
 	got, err := d.ConntrackEvictions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[maps.SvcCTMap] != uint64(evicted) || got[maps.CTMap] != 0 {
-		t.Errorf("evictions after %d translated connections: %v, want %d from %s and none from %s", len(made)/2, got, evicted, maps.SvcCTMap, maps.CTMap)
+	if got[bpfmaps.SvcCTMap] != uint64(evicted) || got[bpfmaps.CTMap] != 0 {
+		t.Errorf("evictions after %d translated connections: %v, want %d from %s and none from %s", len(made)/2, got, evicted, bpfmaps.SvcCTMap, bpfmaps.CTMap)
 	}
 }

@@ -5,7 +5,7 @@ package datapath
 import (
 	"testing"
 
-	bpfmaps "lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 func TestCountEvictions(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	bpfmaps "lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // Conntrack entries of endpoints that left (lockstep_ct, and the

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // TestPrivilegedConntrackFlushedWhenEndpointLeaves: once an Apply removes
@@ -27,8 +27,8 @@ func TestPrivilegedConntrackFlushedWhenEndpointLeaves(t *testing.T) {
 		t.Fatalf("request: got %s, want OK", actName(got))
 	}
 	const otherIfindex = 4242
-	other := maps.CTKey{Ifindex: otherIfindex, Proto: policy.ProtoTCP, Port: [2]uint16{1, 2}}
-	if err := d.ct.Put(other, maps.CTEntry{Flags: maps.CTAllowed(uint8(policy.Egress), 0)}); err != nil {
+	other := bpfmaps.CTKey{Ifindex: otherIfindex, Proto: policy.ProtoTCP, Port: [2]uint16{1, 2}}
+	if err := d.ct.Put(other, bpfmaps.CTEntry{Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0)}); err != nil {
 		t.Fatal(err)
 	}
 	if n := ctEntriesOf(t, d, loIfindex); n != 1 {
@@ -36,9 +36,9 @@ func TestPrivilegedConntrackFlushedWhenEndpointLeaves(t *testing.T) {
 	}
 	// Every CPU's flow cache holds a copy of the connection: the flush
 	// must drop the copies too.
-	d.fillCTCache(t, maps.CTCacheSlot{
+	d.fillCTCache(t, bpfmaps.CTCacheSlot{
 		Key:   requestKey(),
-		Epoch: d.ctEpochNow(t), Flags: maps.CTAllowed(uint8(policy.Egress), 0),
+		Epoch: d.ctEpochNow(t), Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0),
 		ValidUntil: coarseNow(t) + uint64(10*time.Second),
 	})
 
@@ -124,13 +124,13 @@ func TestPrivilegedConntrackFlushedAtClose(t *testing.T) {
 // ctEntriesOf counts the conntrack entries keyed by ifindex.
 func ctEntriesOf(t *testing.T, d *Datapath, ifindex uint32) int {
 	t.Helper()
-	es, err := maps.Dump(d.pinRoot, maps.CTMap)
+	es, err := bpfmaps.Dump(d.pinRoot, bpfmaps.CTMap)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, e := range es {
-		if e.Key.(maps.CTKey).Ifindex == ifindex {
+		if e.Key.(bpfmaps.CTKey).Ifindex == ifindex {
 			n++
 		}
 	}

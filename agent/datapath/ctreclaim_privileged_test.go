@@ -9,8 +9,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // The reclaimer's delete races with a new connection over the tuple of an
@@ -22,16 +22,16 @@ func TestPrivilegedReclaimRacesNewConnection(t *testing.T) {
 	d := newTestDatapath(t)
 	d.stopReclaimer()
 	now := coarseNow(t)
-	expired := maps.CTEntry{Expires: now - 60e9, Flags: maps.CTAllowed(uint8(policy.Egress), 0)}
-	live := maps.CTEntry{Expires: now + 60e9, Flags: maps.CTAllowed(uint8(policy.Egress), 0)}
+	expired := bpfmaps.CTEntry{Expires: now - 60e9, Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0)}
+	live := bpfmaps.CTEntry{Expires: now + 60e9, Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0)}
 	key := ctKeyOf(loIfindex, flowRequest)
-	of := func(v maps.CTEntry) (uint64, uint8) { return v.Expires, maps.CTEntryDir(v.Flags) }
+	of := func(v bpfmaps.CTEntry) (uint64, uint8) { return v.Expires, bpfmaps.CTEntryDir(v.Flags) }
 	for _, tc := range []struct {
 		name      string
-		table     *maps.CTEntry // the entry when the reclaimer takes it; nil: none
+		table     *bpfmaps.CTEntry // the entry when the reclaimer takes it; nil: none
 		want      ctFate
 		wantRaced uint64
-		wantLeft  *maps.CTEntry
+		wantLeft  *bpfmaps.CTEntry
 	}{
 		{"still expired: deleted", &expired, ctDeleted, 0, nil},
 		{"made live again since the walk: put back", &live, ctKept, 1, &live},
@@ -52,7 +52,7 @@ func TestPrivilegedReclaimRacesNewConnection(t *testing.T) {
 			if fate != tc.want || walk.raced != tc.wantRaced {
 				t.Errorf("takeExpired: fate %d, raced %d; want %d, %d", fate, walk.raced, tc.want, tc.wantRaced)
 			}
-			var got maps.CTEntry
+			var got bpfmaps.CTEntry
 			err = d.ct.Lookup(key, &got)
 			switch {
 			case tc.wantLeft == nil && !errors.Is(err, ebpf.ErrKeyNotExist):

@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	bpfmaps "lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // Each endpoint's shares of conntrack (bpf/lib/ct.h, ct_admit). The

@@ -11,9 +11,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // twoEndpoints makes a netns holding a second device (a veth, both ends
@@ -96,10 +96,10 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	}
 
 	// A burst of short flows, more than the table holds.
-	flood := maps.CTCapacity + 8192
+	flood := bpfmaps.CTCapacity + 8192
 	raw := frame(packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoUDP, sport: 1, dport: 53})
 	const dstOff, sportOff = 14 + 16, 14 + 20
-	before := counter(t, d, maps.ReasonCTShare)
+	before := counter(t, d, bpfmaps.ReasonCTShare)
 	var passed, dropped int
 	err = node.Do(func(ns.NetNS) error {
 		for i := range flood {
@@ -117,10 +117,10 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if passed != maps.CTShareLimit || dropped != flood-maps.CTShareLimit {
-		t.Errorf("burst of %d new flows: %d passed, %d dropped; want %d passed (the share)", flood, passed, dropped, maps.CTShareLimit)
+	if passed != bpfmaps.CTShareLimit || dropped != flood-bpfmaps.CTShareLimit {
+		t.Errorf("burst of %d new flows: %d passed, %d dropped; want %d passed (the share)", flood, passed, dropped, bpfmaps.CTShareLimit)
 	}
-	if got := counter(t, d, maps.ReasonCTShare) - before; got != uint64(dropped) {
+	if got := counter(t, d, bpfmaps.ReasonCTShare) - before; got != uint64(dropped) {
 		t.Errorf("conntrack-share grew by %d, want %d", got, dropped)
 	}
 	// The node's own connection to the pod (a kubelet probe) is never
@@ -136,7 +136,7 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := shares[podIf], (ConntrackShare{Entries: maps.CTShareLimit + 1, Refused: uint64(dropped)}); got != want {
+	if got, want := shares[podIf], (ConntrackShare{Entries: bpfmaps.CTShareLimit + 1, Refused: uint64(dropped)}); got != want {
 		t.Errorf("%s's share: %+v, want %+v", podIf, got, want)
 	}
 	if got, want := shares[otherIf], (ConntrackShare{Entries: idle}); got != want {
@@ -150,8 +150,8 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != maps.CTShareLimit+1 {
-		t.Errorf("reclaimer deleted %d entries, want the %d expired", n, maps.CTShareLimit+1)
+	if n != bpfmaps.CTShareLimit+1 {
+		t.Errorf("reclaimer deleted %d entries, want the %d expired", n, bpfmaps.CTShareLimit+1)
 	}
 	if shares, err = d.ConntrackShares(); err != nil {
 		t.Fatal(err)
@@ -210,9 +210,9 @@ func TestPrivilegedConntrackShareDirections(t *testing.T) {
 	onOneCPU(t)
 	reclaimerRan(t, d)
 
-	flood := maps.CTShareLimit + 100
-	if got := newFlows(t, d, d.toPod, "10.0.0.2", podV4, flood); got != maps.CTShareLimit {
-		t.Errorf("a flood of %d new flows towards the pod: %d passed, want %d (the share)", flood, got, maps.CTShareLimit)
+	flood := bpfmaps.CTShareLimit + 100
+	if got := newFlows(t, d, d.toPod, "10.0.0.2", podV4, flood); got != bpfmaps.CTShareLimit {
+		t.Errorf("a flood of %d new flows towards the pod: %d passed, want %d (the share)", flood, got, bpfmaps.CTShareLimit)
 	}
 	if got := newFlows(t, d, d.fromPod, podV4, "10.0.0.3", 100); got != 100 {
 		t.Errorf("the pod's own new flows after a flood towards it: %d of 100 passed", got)
@@ -221,7 +221,7 @@ func TestPrivilegedConntrackShareDirections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := shares[podIf], (ConntrackShare{Entries: maps.CTShareLimit + 100, Refused: 100}); got != want {
+	if got, want := shares[podIf], (ConntrackShare{Entries: bpfmaps.CTShareLimit + 100, Refused: 100}); got != want {
 		t.Errorf("%s's shares: %+v, want %+v", podIf, got, want)
 	}
 }
@@ -236,11 +236,11 @@ func TestPrivilegedConntrackShareNeedsReclaimer(t *testing.T) {
 	mustApply(t, d, scenario(false, false))
 	for _, tc := range []struct {
 		name string
-		beat func() // what the reclaimer left at maps.CTReclaimKey
+		beat func() // what the reclaimer left at bpfmaps.CTReclaimKey
 	}{
 		{"never ran", func() {}},
 		{"last ran a minute ago", func() {
-			if err := d.ctReleased.Put(maps.CTReclaimKey, coarseNow(t)-60e9); err != nil {
+			if err := d.ctReleased.Put(bpfmaps.CTReclaimKey, coarseNow(t)-60e9); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -249,7 +249,7 @@ func TestPrivilegedConntrackShareNeedsReclaimer(t *testing.T) {
 			d.flushCT(t)
 			onOneCPU(t)
 			tc.beat()
-			flood := maps.CTShareLimit + 100
+			flood := bpfmaps.CTShareLimit + 100
 			if got := newFlows(t, d, d.fromPod, podV4, "10.0.0.3", flood); got != flood {
 				t.Errorf("%d new flows with no reclaimer running: %d passed, want all", flood, got)
 			}
@@ -258,17 +258,17 @@ func TestPrivilegedConntrackShareNeedsReclaimer(t *testing.T) {
 	// Once it runs again, the share holds.
 	d.flushCT(t)
 	reclaimerRan(t, d)
-	flood := maps.CTShareLimit + 100
-	if got := newFlows(t, d, d.fromPod, podV4, "10.0.0.3", flood); got != maps.CTShareLimit {
-		t.Errorf("%d new flows with the reclaimer running: %d passed, want %d", flood, got, maps.CTShareLimit)
+	flood := bpfmaps.CTShareLimit + 100
+	if got := newFlows(t, d, d.fromPod, podV4, "10.0.0.3", flood); got != bpfmaps.CTShareLimit {
+		t.Errorf("%d new flows with the reclaimer running: %d passed, want %d", flood, got, bpfmaps.CTShareLimit)
 	}
 }
 
 // countCT counts the lockstep_ct entries at ifindex.
 func countCT(tb testing.TB, d *Datapath, ifindex uint32) int {
 	tb.Helper()
-	var k maps.CTKey
-	var v maps.CTEntry
+	var k bpfmaps.CTKey
+	var v bpfmaps.CTEntry
 	n := 0
 	it := d.ct.Iterate()
 	for it.Next(&k, &v) {
@@ -285,9 +285,9 @@ func countCT(tb testing.TB, d *Datapath, ifindex uint32) int {
 // ageCT makes every lockstep_ct entry at ifindex expired a minute ago.
 func ageCT(tb testing.TB, d *Datapath, ifindex uint32) {
 	tb.Helper()
-	var keys []maps.CTKey
-	var k maps.CTKey
-	var v maps.CTEntry
+	var keys []bpfmaps.CTKey
+	var k bpfmaps.CTKey
+	var v bpfmaps.CTEntry
 	it := d.ct.Iterate()
 	for it.Next(&k, &v) {
 		if k.Ifindex == ifindex {
@@ -299,7 +299,7 @@ func ageCT(tb testing.TB, d *Datapath, ifindex uint32) {
 	}
 	past := coarseNow(tb) - 60e9
 	for _, k := range keys {
-		if err := d.ct.Update(k, maps.CTEntry{Expires: past, Flags: maps.CTAllowed(uint8(policy.Egress), 0)}, ebpf.UpdateExist); err != nil {
+		if err := d.ct.Update(k, bpfmaps.CTEntry{Expires: past, Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0)}, ebpf.UpdateExist); err != nil {
 			tb.Fatal(err)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"runtime"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // DefaultPinRoot is where Load pins the maps on Linux.
@@ -54,7 +54,7 @@ func (d *Datapath) Detach(ifname string) error { return errUnsupported("detach f
 func (d *Datapath) Apply(*policy.Desired) error { return errUnsupported("apply eBPF dataplane state") }
 
 // Counters fails with an error wrapping errors.ErrUnsupported.
-func (d *Datapath) Counters() (map[string]maps.Counter, error) {
+func (d *Datapath) Counters() (map[string]bpfmaps.Counter, error) {
 	return nil, errUnsupported("read eBPF counters")
 }
 

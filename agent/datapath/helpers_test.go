@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // tc actions the programs return.
@@ -84,7 +84,7 @@ func (d *Datapath) waitSettled(tb testing.TB) {
 			}
 		}
 		for _, e := range d.mirror.svcs {
-			if e.v.Count[live] == maps.SvcAbsent || e.src[live^1] != e.src[live] || e.v.Count[live] != e.v.Count[live^1] {
+			if e.v.Count[live] == bpfmaps.SvcAbsent || e.src[live^1] != e.src[live] || e.v.Count[live] != e.v.Count[live^1] {
 				pending++
 			}
 		}
@@ -133,8 +133,8 @@ func (d *Datapath) flushCT(tb testing.TB) {
 func deleteCTEntries(tb testing.TB, d *Datapath) {
 	tb.Helper()
 	for _, table := range []*ebpf.Map{d.ct, d.svcCT} {
-		var keys []maps.CTKey
-		var k maps.CTKey
+		var keys []bpfmaps.CTKey
+		var k bpfmaps.CTKey
 		for {
 			err := table.NextKey(keys2prev(keys), &k)
 			if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -155,7 +155,7 @@ func deleteCTEntries(tb testing.TB, d *Datapath) {
 
 // keys2prev is the key NextKey continues after: the last of keys, or nil
 // for the first.
-func keys2prev(keys []maps.CTKey) any {
+func keys2prev(keys []bpfmaps.CTKey) any {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -191,9 +191,9 @@ func onOneCPU(tb testing.TB) {
 }
 
 // fillCTCache writes s into every slot of every CPU's flow cache.
-func (d *Datapath) fillCTCache(tb testing.TB, s maps.CTCacheSlot) {
+func (d *Datapath) fillCTCache(tb testing.TB, s bpfmaps.CTCacheSlot) {
 	tb.Helper()
-	m, err := ebpf.LoadPinnedMap(filepath.Join(d.pinRoot, maps.CTCacheMap), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(d.pinRoot, bpfmaps.CTCacheMap), nil)
 	if err != nil {
 		tb.Fatalf("open the flow cache: %v", err)
 	}
@@ -202,7 +202,7 @@ func (d *Datapath) fillCTCache(tb testing.TB, s maps.CTCacheSlot) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	perCPU := slices.Repeat([]maps.CTCacheSlot{s}, ncpu)
+	perCPU := slices.Repeat([]bpfmaps.CTCacheSlot{s}, ncpu)
 	for i := range m.MaxEntries() {
 		if err := m.Update(i, perCPU, ebpf.UpdateExist); err != nil {
 			tb.Fatalf("fill flow cache slot %d: %v", i, err)
@@ -431,8 +431,8 @@ func runRaw(tb testing.TB, prog *ebpf.Program, raw []byte) uint32 {
 	return ret
 }
 
-func sortRules(rules []maps.PolicyRule) {
-	slices.SortFunc(rules, func(a, b maps.PolicyRule) int {
+func sortRules(rules []bpfmaps.PolicyRule) {
+	slices.SortFunc(rules, func(a, b bpfmaps.PolicyRule) int {
 		return cmp.Or(cmp.Compare(a.Peer, b.Peer), cmp.Compare(a.Dir, b.Dir), cmp.Compare(a.Proto, b.Proto))
 	})
 }

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // TestPrivilegedPrefixHogCannotFillTheNode: one namespace's policy, which

@@ -16,11 +16,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/internal/bpffs"
-	"lockstep.dev/lockstep/maps"
 )
 
-// DefaultPinRoot is where the agent pins the dataplane's maps.
+// DefaultPinRoot is where the agent pins the dataplane's bpfmaps.
 const DefaultPinRoot = "/sys/fs/bpf/lockstep"
 
 // Errors callers can test for with errors.Is.
@@ -37,7 +37,7 @@ var (
 )
 
 // btfCarriers are maps in the object only to carry BTF types (see
-// bpf/lib/maps.h); they are never created.
+// bpf/lib/bpfmaps.h); they are never created.
 var btfCarriers = []string{"policy_inner_btf", "event_btf"}
 
 // rejectScratchMap is the per-CPU buffer the programs build refusals in
@@ -54,7 +54,7 @@ type Options struct {
 	Logger *slog.Logger
 	// LeaveServicesToKubeProxy makes Apply translate no Service: it
 	// ignores policy.Desired.Services and removes the frontends a previous
-	// agent left in the maps. Pods' packets to a ClusterIP then go on
+	// agent left in the bpfmaps. Pods' packets to a ClusterIP then go on
 	// untranslated, for kube-proxy to translate in the node's netfilter,
 	// and egress policy judges them on the ClusterIP (a world address),
 	// not on the backend. Connections translated before keep their
@@ -153,13 +153,13 @@ func Load(opts Options) (*Datapath, error) {
 			if err != nil {
 				return nil, fmt.Errorf("check pinned map %s: %w", name, err)
 			}
-			dropped = dropped || (gone && slices.Contains(maps.CTTableMaps[:], name))
+			dropped = dropped || (gone && slices.Contains(bpfmaps.CTTableMaps[:], name))
 		}
 	}
 	if dropped {
 		// The counts of a conntrack table's evictions describe the
 		// table they were made with: a new table starts them anew.
-		for _, name := range []string{maps.CTInsertedMap, maps.CTEvictionsMap} {
+		for _, name := range []string{bpfmaps.CTInsertedMap, bpfmaps.CTEvictionsMap} {
 			if err := os.Remove(filepath.Join(opts.PinRoot, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return nil, fmt.Errorf("remove %s with its conntrack table: %w", name, err)
 			}
@@ -181,30 +181,30 @@ func Load(opts Options) (*Datapath, error) {
 		leaveServices: opts.LeaveServicesToKubeProxy,
 		fromPod:       coll.Programs["from_pod"],
 		toPod:         coll.Programs["to_pod"],
-		state:         coll.Maps[maps.StateMap],
-		endpoints:     coll.Maps[maps.EndpointsMap],
-		policy:        coll.Maps[maps.PolicyMap],
-		ipcache:       coll.Maps[maps.IPCacheMap],
-		cidrs:         coll.Maps[maps.CIDRsMap],
-		services:      coll.Maps[maps.ServicesMap],
-		backends:      coll.Maps[maps.BackendsMap],
-		ct:            coll.Maps[maps.CTMap],
-		svcCT:         coll.Maps[maps.SvcCTMap],
-		ctEpoch:       coll.Maps[maps.CTEpochMap],
-		ctShare:       coll.Maps[maps.CTShareMap],
-		ctReleased:    coll.Maps[maps.CTReleasedMap],
-		ctInserts:     coll.Maps[maps.CTInsertedMap],
-		ctEvictions:   coll.Maps[maps.CTEvictionsMap],
-		counters:      coll.Maps[maps.CountersMap],
-		events:        coll.Maps[maps.EventsMap],
-		innerSpec:     spec.Maps[maps.PolicyMap].InnerMap.Copy(),
+		state:         coll.Maps[bpfmaps.StateMap],
+		endpoints:     coll.Maps[bpfmaps.EndpointsMap],
+		policy:        coll.Maps[bpfmaps.PolicyMap],
+		ipcache:       coll.Maps[bpfmaps.IPCacheMap],
+		cidrs:         coll.Maps[bpfmaps.CIDRsMap],
+		services:      coll.Maps[bpfmaps.ServicesMap],
+		backends:      coll.Maps[bpfmaps.BackendsMap],
+		ct:            coll.Maps[bpfmaps.CTMap],
+		svcCT:         coll.Maps[bpfmaps.SvcCTMap],
+		ctEpoch:       coll.Maps[bpfmaps.CTEpochMap],
+		ctShare:       coll.Maps[bpfmaps.CTShareMap],
+		ctReleased:    coll.Maps[bpfmaps.CTReleasedMap],
+		ctInserts:     coll.Maps[bpfmaps.CTInsertedMap],
+		ctEvictions:   coll.Maps[bpfmaps.CTEvictionsMap],
+		counters:      coll.Maps[bpfmaps.CountersMap],
+		events:        coll.Maps[bpfmaps.EventsMap],
+		innerSpec:     spec.Maps[bpfmaps.PolicyMap].InnerMap.Copy(),
 		attached:      make(map[string]int),
 	}
 	d.svcStats = &d.stats
 	// The programs hold the maps Go never reads or writes: the monitor
 	// flag (`lockstep monitor` opens its pin), the flow cache, the
 	// affinity entries and the refusals' scratch buffer.
-	for _, name := range []string{maps.MonitorMap, maps.CTCacheMap, maps.AffinityMap, rejectScratchMap} {
+	for _, name := range []string{bpfmaps.MonitorMap, bpfmaps.CTCacheMap, bpfmaps.AffinityMap, rejectScratchMap} {
 		coll.Maps[name].Close()
 	}
 	if err := d.probeInnerCompat(); err != nil {
@@ -212,8 +212,8 @@ func Load(opts Options) (*Datapath, error) {
 		// The pinned outer map was made for another inner map layout:
 		// replace it and load again.
 		opts.Logger.Warn("replacing pinned policy map with incompatible inner maps", "err", err)
-		if rerr := os.Remove(filepath.Join(opts.PinRoot, maps.PolicyMap)); rerr != nil {
-			return nil, fmt.Errorf("remove incompatible %s: %w", maps.PolicyMap, rerr)
+		if rerr := os.Remove(filepath.Join(opts.PinRoot, bpfmaps.PolicyMap)); rerr != nil {
+			return nil, fmt.Errorf("remove incompatible %s: %w", bpfmaps.PolicyMap, rerr)
 		}
 		return Load(opts)
 	}
@@ -260,7 +260,7 @@ func (d *Datapath) probeInnerCompat() error {
 		return fmt.Errorf("create inner policy map: %w", err)
 	}
 	defer inner.Close()
-	key := maps.PolicyOuterKey{Ifindex: 0, Parity: 0}
+	key := bpfmaps.PolicyOuterKey{Ifindex: 0, Parity: 0}
 	if err := d.policy.Put(key, uint32(inner.FD())); err != nil {
 		return err
 	}
@@ -296,7 +296,7 @@ func (d *Datapath) Unpin() error { return Remove(d.pinRoot) }
 // maps alive until they are detached: detach first for a full cleanup.
 func Remove(pinRoot string) error {
 	var errs []error
-	for _, name := range maps.Names {
+	for _, name := range bpfmaps.Names {
 		if err := os.Remove(filepath.Join(pinRoot, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("unpin %s: %w", name, err))
 		}
@@ -312,4 +312,4 @@ func (d *Datapath) PinRoot() string { return d.pinRoot }
 
 // check that the policy contract and the C side agree on the constants
 // they share.
-var _ = [1]struct{}{}[min(policy.MaxPortRanges, 1<<(16-maps.MinBucketShift))-policy.MaxPortRanges]
+var _ = [1]struct{}{}[min(policy.MaxPortRanges, 1<<(16-bpfmaps.MinBucketShift))-policy.MaxPortRanges]

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // An IPv4-mapped IPv6 prefix would be the key of an IPv4 one in

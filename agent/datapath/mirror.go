@@ -11,7 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // mirror is what the maps hold, entry by entry and parity by parity, so
@@ -27,9 +27,9 @@ type mirror struct {
 	eps      map[uint32]*epEntry         // lockstep_endpoints and lockstep_policy, by ifindex
 	names    map[string]*epEntry         // the same entries by host veth name
 
-	svcs        map[maps.SvcKey]*svcEntry // lockstep_services and lockstep_backends, by frontend
-	nextSvcID   uint32                    // the last frontend ID handed out
-	orphanSlots []maps.BackendKey         // lockstep_backends entries of no frontend
+	svcs        map[bpfmaps.SvcKey]*svcEntry // lockstep_services and lockstep_backends, by frontend
+	nextSvcID   uint32                       // the last frontend ID handed out
+	orphanSlots []bpfmaps.BackendKey         // lockstep_backends entries of no frontend
 	// svcsFrom is the policy.Desired Services map each parity was written
 	// from, while that parity holds exactly its frontends (nil when
 	// unknown): Apply skips the Service maps when want.Services is the
@@ -47,12 +47,12 @@ type mirror struct {
 }
 
 type ipcEntry struct {
-	v    maps.IPCacheValue
+	v    bpfmaps.IPCacheValue
 	mark uint64
 }
 
 type cidrEntry struct {
-	v maps.CIDRValue
+	v bpfmaps.CIDRValue
 }
 
 // cidrSet is one parity's CIDR table: canonical prefix → class.
@@ -90,12 +90,12 @@ func (s *cidrSet) lpm(pfx netip.Prefix) uint32 {
 }
 
 // epEntry is one endpoint's lockstep_endpoints value and inner policy
-// maps. name is empty for entries adopted from a previous agent and not
+// bpfmaps. name is empty for entries adopted from a previous agent and not
 // claimed by an Apply yet.
 type epEntry struct {
 	name    string
 	ifindex uint32
-	info    maps.EndpointInfo
+	info    bpfmaps.EndpointInfo
 	inner   [2]*innerMap              // nil: no lockstep_policy entry for that parity
 	src     [2]*policy.EndpointPolicy // what each parity was built from (fast path)
 	mark    uint64
@@ -136,7 +136,7 @@ func (m *mirror) closeInners() {
 	}
 }
 
-func (m *mirror) addTrie(pfx netip.Prefix, v maps.CIDRValue) {
+func (m *mirror) addTrie(pfx netip.Prefix, v bpfmaps.CIDRValue) {
 	if _, ok := m.trie[pfx]; !ok {
 		m.trieLens[pfx.Bits()]++
 	}
@@ -155,9 +155,9 @@ func (m *mirror) delTrie(pfx netip.Prefix) {
 // trieLookup returns what a packet gets today for the addresses of pfx not
 // covered by longer prefixes: the value of the longest prefix in the trie
 // containing pfx (all NoCIDRClass when none does).
-func (m *mirror) trieLookup(pfx netip.Prefix) maps.CIDRValue {
+func (m *mirror) trieLookup(pfx netip.Prefix) bpfmaps.CIDRValue {
 	best := -1
-	var v maps.CIDRValue
+	var v bpfmaps.CIDRValue
 	for l := range m.trieLens {
 		if l > pfx.Bits() || l <= best {
 			continue
@@ -199,40 +199,40 @@ func (d *Datapath) adopt() error {
 		eps:      make(map[uint32]*epEntry),
 		names:    make(map[string]*epEntry),
 	}
-	var st maps.State
+	var st bpfmaps.State
 	if err := d.state.Lookup(uint32(0), &st); err != nil {
-		return fmt.Errorf("read %s: %w", maps.StateMap, err)
+		return fmt.Errorf("read %s: %w", bpfmaps.StateMap, err)
 	}
 	m.gen = st.Gen
 
-	var a maps.Addr
-	var iv maps.IPCacheValue
+	var a bpfmaps.Addr
+	var iv bpfmaps.IPCacheValue
 	it := d.ipcache.Iterate()
 	for it.Next(&a, &iv) {
 		m.ipc[a.Netip()] = &ipcEntry{v: iv}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", maps.IPCacheMap, err)
+		return fmt.Errorf("read %s: %w", bpfmaps.IPCacheMap, err)
 	}
 
-	var ck maps.CIDRKey
-	var cv maps.CIDRValue
+	var ck bpfmaps.CIDRKey
+	var cv bpfmaps.CIDRValue
 	it = d.cidrs.Iterate()
 	for it.Next(&ck, &cv) {
 		m.addTrie(netip.PrefixFrom(netip.AddrFrom16(ck.Addr), int(ck.PrefixLen)), cv)
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", maps.CIDRsMap, err)
+		return fmt.Errorf("read %s: %w", bpfmaps.CIDRsMap, err)
 	}
 
 	var ifindex uint32
-	var info maps.EndpointInfo
+	var info bpfmaps.EndpointInfo
 	it = d.endpoints.Iterate()
 	for it.Next(&ifindex, &info) {
 		m.eps[ifindex] = &epEntry{ifindex: ifindex, info: info}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", maps.EndpointsMap, err)
+		return fmt.Errorf("read %s: %w", bpfmaps.EndpointsMap, err)
 	}
 
 	if err := d.adoptServices(); err != nil {
@@ -254,9 +254,9 @@ func (d *Datapath) adopt() error {
 	return nil
 }
 
-func outerKeys(outer *ebpf.Map) ([]maps.PolicyOuterKey, error) {
-	var keys []maps.PolicyOuterKey
-	var k maps.PolicyOuterKey
+func outerKeys(outer *ebpf.Map) ([]bpfmaps.PolicyOuterKey, error) {
+	var keys []bpfmaps.PolicyOuterKey
+	var k bpfmaps.PolicyOuterKey
 	var prev any
 	for {
 		err := outer.NextKey(prev, &k)
@@ -264,7 +264,7 @@ func outerKeys(outer *ebpf.Map) ([]maps.PolicyOuterKey, error) {
 			return keys, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", maps.PolicyMap, err)
+			return nil, fmt.Errorf("read %s: %w", bpfmaps.PolicyMap, err)
 		}
 		keys = append(keys, k)
 		prev = k

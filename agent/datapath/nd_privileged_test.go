@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // Addresses of the link-control cases, beside the scenario's pod fd00::1.
@@ -210,14 +210,14 @@ func TestPrivilegedVerdictLinkControlReasons(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		pkt    packet
-		reason maps.Reason
+		reason bpfmaps.Reason
 	}{
-		{"echo from ::", packet{src: "::", dst: otherPod, proto: protoICMPv6, sport: 1}, maps.ReasonSpoofed},
-		{"udp from an IPv4-mapped address", packet{src: "::ffff:10.0.0.1", dst: otherPod, proto: policy.ProtoUDP, sport: 1, dport: 53}, maps.ReasonSpoofed},
-		{"NS with hop limit 64", packet{src: podLL, dst: podSN, proto: protoICMPv6, icmpType: neighSol, hopLimit: 64}, maps.ReasonUnparseable},
-		{"RA from the pod", packet{src: podLL, dst: allNodes, proto: protoICMPv6, icmpType: routerAdv, hopLimit: 255}, maps.ReasonUnparseable},
-		{"tcp to an IPv4-mapped address", packet{src: podV6, dst: mappedPeer, proto: policy.ProtoTCP, sport: 1, dport: 80}, maps.ReasonUnparseable},
-		{"tcp to ::", packet{src: podV6, dst: "::", proto: policy.ProtoTCP, sport: 1, dport: 80}, maps.ReasonUnparseable},
+		{"echo from ::", packet{src: "::", dst: otherPod, proto: protoICMPv6, sport: 1}, bpfmaps.ReasonSpoofed},
+		{"udp from an IPv4-mapped address", packet{src: "::ffff:10.0.0.1", dst: otherPod, proto: policy.ProtoUDP, sport: 1, dport: 53}, bpfmaps.ReasonSpoofed},
+		{"NS with hop limit 64", packet{src: podLL, dst: podSN, proto: protoICMPv6, icmpType: neighSol, hopLimit: 64}, bpfmaps.ReasonUnparseable},
+		{"RA from the pod", packet{src: podLL, dst: allNodes, proto: protoICMPv6, icmpType: routerAdv, hopLimit: 255}, bpfmaps.ReasonUnparseable},
+		{"tcp to an IPv4-mapped address", packet{src: podV6, dst: mappedPeer, proto: policy.ProtoTCP, sport: 1, dport: 80}, bpfmaps.ReasonUnparseable},
+		{"tcp to ::", packet{src: podV6, dst: "::", proto: policy.ProtoTCP, sport: 1, dport: 80}, bpfmaps.ReasonUnparseable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := counter(t, d, tc.reason)

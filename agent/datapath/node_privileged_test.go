@@ -9,9 +9,9 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // Addresses the node sends from in the node-traffic tests: the host
@@ -78,22 +78,22 @@ func TestPrivilegedVerdictNodeTraffic(t *testing.T) {
 			local.fromNode = true
 			reply := replyFrame(tc.pkt)
 
-			before := counter(t, d, maps.ReasonPolicyIngress)
+			before := counter(t, d, bpfmaps.ReasonPolicyIngress)
 			if got := run(t, d.toPod, forwarded); got != actShot {
 				t.Errorf("forwarded by the node: got %s, want SHOT", actName(got))
 			}
-			if got := counter(t, d, maps.ReasonPolicyIngress) - before; got != 1 {
+			if got := counter(t, d, bpfmaps.ReasonPolicyIngress) - before; got != 1 {
 				t.Errorf("forwarded by the node: policy-ingress grew by %d, want 1", got)
 			}
 			if got := runRaw(t, d.fromPod, reply); got != actShot {
 				t.Errorf("reply to the dropped packet: got %s, want SHOT (isolated egress, no connection)", actName(got))
 			}
 
-			before = counter(t, d, maps.ReasonAllowedNode)
+			before = counter(t, d, bpfmaps.ReasonAllowedNode)
 			if got := run(t, d.toPod, local); got != actOK {
 				t.Errorf("sent by the node: got %s, want OK", actName(got))
 			}
-			if got := counter(t, d, maps.ReasonAllowedNode) - before; got != 1 {
+			if got := counter(t, d, bpfmaps.ReasonAllowedNode) - before; got != 1 {
 				t.Errorf("sent by the node: allowed-node grew by %d, want 1", got)
 			}
 			if got := runRaw(t, d.fromPod, reply); got != actOK {
@@ -118,16 +118,16 @@ func TestPrivilegedVerdictNodeTrafficEgressAndOpenIngress(t *testing.T) {
 		dir    policy.Direction
 		pkt    packet
 		want   uint32
-		reason maps.Reason
+		reason bpfmaps.Reason
 	}{
 		{"pod to the node, no egress rule", defaultDenyIngress(), policy.Egress,
-			packet{src: podV4, dst: nodeV4, proto: tcp, sport: 40000, dport: 10250}, actShot, maps.ReasonPolicyEgress},
+			packet{src: podV4, dst: nodeV4, proto: tcp, sport: 40000, dport: 10250}, actShot, bpfmaps.ReasonPolicyEgress},
 		{"pod to the node v6, no egress rule", defaultDenyIngress(), policy.Egress,
-			packet{src: podV6, dst: nodeV6, proto: tcp, sport: 40000, dport: 10250}, actShot, maps.ReasonPolicyEgress},
+			packet{src: podV6, dst: nodeV6, proto: tcp, sport: 40000, dport: 10250}, actShot, bpfmaps.ReasonPolicyEgress},
 		{"pod to the node, world rule", defaultDenyIngress(), policy.Egress,
-			packet{src: podV4, dst: nodeV4, proto: tcp, sport: 40000, dport: 8443}, actOK, maps.ReasonAllowedNew},
+			packet{src: podV4, dst: nodeV4, proto: tcp, sport: 40000, dport: 8443}, actOK, bpfmaps.ReasonAllowedNew},
 		{"node to a pod whose ingress is open", scenario(false, true), policy.Ingress,
-			packet{src: nodeV4, dst: podV4, proto: tcp, sport: 40000, dport: 8080, fromNode: true}, actOK, maps.ReasonAllowedNew},
+			packet{src: nodeV4, dst: podV4, proto: tcp, sport: 40000, dport: 8080, fromNode: true}, actOK, bpfmaps.ReasonAllowedNew},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mustApply(t, d, tc.state)
@@ -179,10 +179,10 @@ func TestPrivilegedVerdictNodeTrafficEvent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Read: %v", err)
 	}
-	want := maps.Event{
-		Ifindex: loIfindex, Dir: uint8(policy.Ingress), Verdict: maps.VerdictAllow, Reason: maps.ReasonAllowedNode,
+	want := bpfmaps.Event{
+		Ifindex: loIfindex, Dir: uint8(policy.Ingress), Verdict: bpfmaps.VerdictAllow, Reason: bpfmaps.ReasonAllowedNode,
 		Proto: policy.ProtoTCP, Sport: 4321, Dport: 8080,
-		Saddr: maps.AddrFrom(addr(nodeV4)), Daddr: maps.AddrFrom(addr(podV4)),
+		Saddr: bpfmaps.AddrFrom(addr(nodeV4)), Daddr: bpfmaps.AddrFrom(addr(podV4)),
 	}
 	if ev != want {
 		t.Errorf("event\n got %+v\nwant %+v", ev, want)
@@ -234,17 +234,17 @@ func TestPrivilegedNodeToPodTraffic(t *testing.T) {
 		}},
 	})
 	for _, a := range servers {
-		nodeBefore, dropsBefore := counter(t, d, maps.ReasonAllowedNode), counter(t, d, maps.ReasonPolicyIngress)
+		nodeBefore, dropsBefore := counter(t, d, bpfmaps.ReasonAllowedNode), counter(t, d, bpfmaps.ReasonPolicyIngress)
 		if !nodesim.Connects(node, a, 2*time.Second) {
 			t.Errorf("node to %s: no connection, want one (a pod never blocks its node)", a)
 		}
 		if nodesim.Connects(remote, a, 700*time.Millisecond) {
 			t.Errorf("remote to %s: connected through default-deny ingress", a)
 		}
-		if got := counter(t, d, maps.ReasonAllowedNode) - nodeBefore; got == 0 {
+		if got := counter(t, d, bpfmaps.ReasonAllowedNode) - nodeBefore; got == 0 {
 			t.Errorf("node to %s: allowed-node did not grow", a)
 		}
-		if got := counter(t, d, maps.ReasonPolicyIngress) - dropsBefore; got == 0 {
+		if got := counter(t, d, bpfmaps.ReasonPolicyIngress) - dropsBefore; got == 0 {
 			t.Errorf("remote to %s: policy-ingress did not grow", a)
 		}
 	}

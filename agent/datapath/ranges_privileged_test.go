@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // TestPrivilegedManyPortRanges: a rule with more port ranges than one map

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // TCP flags.
@@ -53,9 +53,9 @@ func TestPrivilegedServiceNoBackendTCP(t *testing.T) {
 				d.flushCT(t)
 				req := packet{src: fam.pod, dst: fam.svc, proto: tcp, sport: 41000, dport: 80, tcpFlags: tc.flags, seq: 1000, ackSeq: 7777, payload: tc.payload}
 				raw := csumFrame(req)
-				before := counter(t, d, maps.ReasonServiceNoBackend)
+				before := counter(t, d, bpfmaps.ReasonServiceNoBackend)
 				ret, out := runOut(t, d.fromPod, raw)
-				if got := counter(t, d, maps.ReasonServiceNoBackend) - before; got != 1 {
+				if got := counter(t, d, bpfmaps.ReasonServiceNoBackend) - before; got != 1 {
 					t.Errorf("service-no-backend grew by %d, want 1", got)
 				}
 				if !tc.answered {
@@ -126,12 +126,12 @@ func TestPrivilegedServiceNoBackendUnreachable(t *testing.T) {
 				d.flushCT(t)
 				req := packet{src: fam.pod, dst: fam.svc, proto: tc.proto, sport: 41000, dport: tc.port, payload: bytes.Repeat([]byte("x"), 300)}
 				raw := csumFrame(req)
-				before := counter(t, d, maps.ReasonServiceNoBackend)
+				before := counter(t, d, bpfmaps.ReasonServiceNoBackend)
 				ret, out := runOut(t, d.fromPod, raw)
 				if ret != actRedirect {
 					t.Fatalf("got %s (%d), want the answer redirected to the pod", actName(ret), ret)
 				}
-				if got := counter(t, d, maps.ReasonServiceNoBackend) - before; got != 1 {
+				if got := counter(t, d, bpfmaps.ReasonServiceNoBackend) - before; got != 1 {
 					t.Errorf("service-no-backend grew by %d, want 1", got)
 				}
 				w := mustWire(t, "port unreachable", out)

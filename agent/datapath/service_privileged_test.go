@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // The Service scenario: the verdict scenario's pod (10.0.0.1 / fd00::1,
@@ -118,13 +118,13 @@ func TestPrivilegedServiceTranslation(t *testing.T) {
 				req := packet{src: fam.pod, dst: fam.web, proto: proto, sport: 41000, dport: fport, seq: 1000, payload: payload}
 				reply := packet{src: fam.backend, dst: fam.pod, proto: proto, sport: bport, dport: 41000, tcpFlags: 0x12, seq: 5000, ackSeq: 1001, payload: payload}
 
-				before := counter(t, d, maps.ReasonAllowedNew)
+				before := counter(t, d, bpfmaps.ReasonAllowedNew)
 				in := csumFrame(req)
 				ret, out := runOut(t, d.fromPod, in)
 				if ret != actOK {
 					t.Fatalf("request to %s:%d: got %s, want OK", fam.web, fport, actName(ret))
 				}
-				if got := counter(t, d, maps.ReasonAllowedNew) - before; got != 1 {
+				if got := counter(t, d, bpfmaps.ReasonAllowedNew) - before; got != 1 {
 					t.Errorf("allowed-new grew by %d, want 1", got)
 				}
 				w := mustWire(t, "translated request", out)
@@ -166,7 +166,7 @@ func TestPrivilegedServiceTranslation(t *testing.T) {
 						t.Errorf("next request (%s): %s to %s:%d, want OK to %s:%d", path, actName(ret), w.dst, w.dport, fam.backend, bport)
 					}
 				}
-				if got := counter(t, d, maps.ReasonAllowedNew) - before; got != 1 {
+				if got := counter(t, d, bpfmaps.ReasonAllowedNew) - before; got != 1 {
 					t.Errorf("allowed-new grew by %d over the connection, want 1 (later packets are tracked)", got)
 				}
 			})
@@ -209,15 +209,15 @@ func TestPrivilegedServicePolicyJudgesBackend(t *testing.T) {
 		name   string
 		pkt    packet
 		want   uint32
-		reason maps.Reason
+		reason bpfmaps.Reason
 		peer   policy.Peer
 		dst    netip.AddrPort
 	}{
-		{"allowed identity, port in range", packet{src: podV4, dst: svcWeb4, proto: tcp, sport: 5, dport: 80}, actOK, maps.ReasonAllowedNew, idWeb, netip.MustParseAddrPort("10.0.0.2:8080")},
-		{"backend identity not allowed", packet{src: podV4, dst: svcOther4, proto: tcp, sport: 5, dport: 80}, actShot, maps.ReasonPolicyEgress, idOther, netip.MustParseAddrPort("10.0.0.3:8080")},
-		{"backend port not allowed", packet{src: podV4, dst: svcWrongPort4, proto: tcp, sport: 5, dport: 8080}, actShot, maps.ReasonPolicyEgress, idWeb, netip.MustParseAddrPort("10.0.0.2:81")},
-		{"a frontend lockstep does not know: world", packet{src: podV4, dst: "10.96.0.99", proto: tcp, sport: 5, dport: 80}, actShot, maps.ReasonPolicyEgress, policy.PeerWorld, netip.MustParseAddrPort("10.96.0.99:80")},
-		{"a known address on another port: world", packet{src: podV4, dst: svcWeb4, proto: tcp, sport: 5, dport: 81}, actShot, maps.ReasonPolicyEgress, policy.PeerWorld, netip.MustParseAddrPort("10.96.0.10:81")},
+		{"allowed identity, port in range", packet{src: podV4, dst: svcWeb4, proto: tcp, sport: 5, dport: 80}, actOK, bpfmaps.ReasonAllowedNew, idWeb, netip.MustParseAddrPort("10.0.0.2:8080")},
+		{"backend identity not allowed", packet{src: podV4, dst: svcOther4, proto: tcp, sport: 5, dport: 80}, actShot, bpfmaps.ReasonPolicyEgress, idOther, netip.MustParseAddrPort("10.0.0.3:8080")},
+		{"backend port not allowed", packet{src: podV4, dst: svcWrongPort4, proto: tcp, sport: 5, dport: 8080}, actShot, bpfmaps.ReasonPolicyEgress, idWeb, netip.MustParseAddrPort("10.0.0.2:81")},
+		{"a frontend lockstep does not know: world", packet{src: podV4, dst: "10.96.0.99", proto: tcp, sport: 5, dport: 80}, actShot, bpfmaps.ReasonPolicyEgress, policy.PeerWorld, netip.MustParseAddrPort("10.96.0.99:80")},
+		{"a known address on another port: world", packet{src: podV4, dst: svcWeb4, proto: tcp, sport: 5, dport: 81}, actShot, bpfmaps.ReasonPolicyEgress, policy.PeerWorld, netip.MustParseAddrPort("10.96.0.10:81")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d.flushCT(t)
@@ -242,7 +242,7 @@ func TestPrivilegedServicePolicyJudgesBackend(t *testing.T) {
 	}
 }
 
-func readEvent(t *testing.T, rd *maps.EventReader) maps.Event {
+func readEvent(t *testing.T, rd *bpfmaps.EventReader) bpfmaps.Event {
 	t.Helper()
 	rd.SetDeadline(deadlineIn(1))
 	ev, err := rd.Read()

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/internal/testenv"
-	bpfmaps "lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // holdGrace replaces the settler's wait for a grace period with one that

@@ -17,8 +17,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // The Service flip scenario: client pod C (10.99.0.2, attached, isolated
@@ -160,7 +160,7 @@ func runServiceFlips(t *testing.T, n *podNode, c podNet, seen *seqSet, states fu
 	t.Helper()
 	var res svcFlipResult
 	seen0 := seen.len()
-	before := counter(t, n.d, maps.ReasonPolicyEgress)
+	before := counter(t, n.d, bpfmaps.ReasonPolicyEgress)
 	var applied atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -232,7 +232,7 @@ func runServiceFlips(t *testing.T, n *podNode, c podNet, seen *seqSet, states fu
 		time.Sleep(10 * time.Millisecond)
 	}
 	res.received = seen.len() - seen0
-	res.egressDrops = counter(t, n.d, maps.ReasonPolicyEgress) - before
+	res.egressDrops = counter(t, n.d, bpfmaps.ReasonPolicyEgress) - before
 	t.Logf("%d flips in %v: sent %d, echoed %d, received %d, policy-egress drops %d", res.flips, time.Since(start).Round(time.Millisecond), res.sent, res.echoed, res.received, res.egressDrops)
 	return res
 }

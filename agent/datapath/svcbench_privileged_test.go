@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // svcBenchDesired is benchDesired's node (10k remote identities) with the
@@ -39,7 +39,7 @@ func svcBenchDesired() *policy.Desired {
 	return d
 }
 
-// BenchmarkServiceVerdict measures what Service translation costs per
+// BenchmarkPrivilegedServiceVerdict measures what Service translation costs per
 // packet, in the kernel (BPF_PROG_TEST_RUN's per-run time):
 //   - established: from_pod, a packet of an established connection, to a
 //     pod (untranslated) and through a frontend (translated: flow cache
@@ -54,13 +54,13 @@ func svcBenchDesired() *policy.Desired {
 // The kernel's repeat runs the program again on the skb the previous run
 // left, which a translated packet no longer matches: every run here is a
 // BPF_PROG_TEST_RUN of its own on the original frame (the /single harness
-// of BenchmarkVerdictFloor). The cases of a group run in turn, run by run,
+// of BenchmarkPrivilegedVerdictFloor). The cases of a group run in turn, run by run,
 // in an order that rotates (the first run of a round finds the CPU
 // colder), so that they share the machine's load, and each reports the
 // median of its runs (p50-ns: a run that lost its CPU does not count)
 // beside the mean; "added" is the median, over rounds, of a case's time
 // minus the untranslated case's in the same round.
-func BenchmarkServiceVerdict(b *testing.B) {
+func BenchmarkPrivilegedServiceVerdict(b *testing.B) {
 	testenv.Privileged(b)
 	d := newTestDatapath(b)
 	d.fakeAttach(podIf, loIfindex)

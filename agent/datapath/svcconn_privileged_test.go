@@ -11,8 +11,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // A pod that reaches itself through its Service: egress judged on itself
@@ -40,10 +40,10 @@ func TestPrivilegedServiceHairpin(t *testing.T) {
 			for _, tc := range []struct {
 				name   string
 				state  *policy.Desired
-				reason maps.Reason
+				reason bpfmaps.Reason
 			}{
-				{"no egress rule to itself", withRules(selfIn), maps.ReasonPolicyEgress},
-				{"no ingress rule from itself", withRules(selfOut), maps.ReasonPolicyIngress},
+				{"no egress rule to itself", withRules(selfIn), bpfmaps.ReasonPolicyEgress},
+				{"no ingress rule from itself", withRules(selfOut), bpfmaps.ReasonPolicyIngress},
 			} {
 				mustApply(t, d, tc.state)
 				d.flushCT(t)
@@ -207,7 +207,7 @@ func TestPrivilegedServiceAffinityBeforePolicy(t *testing.T) {
 		ret, _ := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: svc, proto: policy.ProtoTCP, sport: sport, dport: 80}))
 		return ret
 	}
-	aff, err := ebpf.LoadPinnedMap(filepath.Join(d.pinRoot, maps.AffinityMap), nil)
+	aff, err := ebpf.LoadPinnedMap(filepath.Join(d.pinRoot, bpfmaps.AffinityMap), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestPrivilegedServiceAffinityBeforePolicy(t *testing.T) {
 	// starts without an affinity entry.
 	sport := uint16(30000)
 	for {
-		var k maps.AffinityKey
+		var k bpfmaps.AffinityKey
 		for aff.NextKey(nil, &k) == nil {
 			if err := aff.Delete(k); err != nil {
 				t.Fatal(err)
@@ -323,14 +323,14 @@ func TestPrivilegedServiceAffinityFollowsTraffic(t *testing.T) {
 	mustApply(t, d, affinityScenario(affinityBackends))
 	d.flushCT(t)
 	last := func() uint64 {
-		es, err := maps.Dump(d.pinRoot, maps.AffinityMap)
+		es, err := bpfmaps.Dump(d.pinRoot, bpfmaps.AffinityMap)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(es) != 1 {
 			t.Fatalf("%d affinity entries, want 1", len(es))
 		}
-		return es[0].Value.(maps.AffinityValue).Last
+		return es[0].Value.(bpfmaps.AffinityValue).Last
 	}
 	connectTo(t, d, svcAffinity4, 30000)
 	opened := last()

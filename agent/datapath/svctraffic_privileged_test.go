@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // The traffic scenario: on one node, client pod C (10.99.0.2, fd99::2,
@@ -142,13 +142,13 @@ func TestPrivilegedServiceTraffic(t *testing.T) {
 	}
 
 	mustApply(t, n.d, trState(true, false))
-	before := counter(t, n.d, maps.ReasonPolicyIngress)
+	before := counter(t, n.d, bpfmaps.ReasonPolicyIngress)
 	for _, fe := range []string{svcWeb4, svcWeb6} {
 		if reply, err := askTCP(c.ns, hostPort(fe, "80"), 500*time.Millisecond); err == nil {
 			t.Errorf("TCP to %s:80 without B's ingress rule: answered %q", fe, reply)
 		}
 	}
-	if got := counter(t, n.d, maps.ReasonPolicyIngress) - before; got == 0 {
+	if got := counter(t, n.d, bpfmaps.ReasonPolicyIngress) - before; got == 0 {
 		t.Errorf("policy-ingress did not grow: B's ingress did not judge the translated connection")
 	}
 }
@@ -186,7 +186,7 @@ func TestPrivilegedServiceNoBackendTraffic(t *testing.T) {
 	if _, err := waitFor(func() (string, error) { return askTCP(c.ns, hostPort(svcWeb4, "80"), time.Second) }, 5*time.Second); err != nil {
 		t.Fatalf("the scenario does not pass traffic: %v", err)
 	}
-	before := counter(t, n.d, maps.ReasonServiceNoBackend)
+	before := counter(t, n.d, bpfmaps.ReasonServiceNoBackend)
 	for _, fe := range []string{svcEmpty4, svcEmpty6} {
 		for _, proto := range []string{"tcp", "udp"} {
 			ask := askTCP
@@ -205,7 +205,7 @@ func TestPrivilegedServiceNoBackendTraffic(t *testing.T) {
 			}
 		}
 	}
-	if got := counter(t, n.d, maps.ReasonServiceNoBackend) - before; got < 4 {
+	if got := counter(t, n.d, bpfmaps.ReasonServiceNoBackend) - before; got < 4 {
 		t.Errorf("service-no-backend grew by %d, want at least 4", got)
 	}
 }

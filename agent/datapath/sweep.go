@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // programPrefix starts the name of every program lockstep attaches; a
@@ -22,12 +22,12 @@ const programPrefix = "lockstep_"
 
 // Leftovers counts what the eBPF dataplane left in the current network
 // namespace and under pinRoot: lockstep filters on pod host links and
-// pinned maps. An agent that switched to another dataplane uses it to tell
+// pinned bpfmaps. An agent that switched to another dataplane uses it to tell
 // whether a clean-up is owed.
 func Leftovers(pinRoot string) (int, error) {
 	filters, err := lockstepFilters()
 	n := len(filters)
-	for _, name := range maps.Names {
+	for _, name := range bpfmaps.Names {
 		if _, serr := os.Stat(filepath.Join(pinRoot, name)); serr == nil {
 			n++
 		}

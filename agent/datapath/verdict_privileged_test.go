@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // The scenario of the verdict tests: pod 10.0.0.1 / fd00::1 behind "lo",
@@ -325,9 +325,9 @@ func TestPrivilegedVerdictConntrackNeverLicensesSpoofing(t *testing.T) {
 			if got := run(t, d.toPod, in); got != actOK {
 				t.Fatalf("to %s: got %s, want OK", dst, actName(got))
 			}
-			before := counter(t, d, maps.ReasonSpoofed)
+			before := counter(t, d, bpfmaps.ReasonSpoofed)
 			got := run(t, d.fromPod, reply)
-			spoofed := counter(t, d, maps.ReasonSpoofed) - before
+			spoofed := counter(t, d, bpfmaps.ReasonSpoofed) - before
 			switch {
 			case dst == podV4 && got != actOK:
 				t.Errorf("reply from the pod's own address: got %s, want OK (conntrack)", actName(got))
@@ -370,18 +370,18 @@ func TestPrivilegedVerdictConntrackEntry(t *testing.T) {
 			t.Fatalf("%s %+v: got %s, want OK", step.prog, step.pkt, actName(got))
 		}
 	}
-	es, err := maps.Dump(d.pinRoot, maps.CTMap)
+	es, err := bpfmaps.Dump(d.pinRoot, bpfmaps.CTMap)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(es) != 1 {
 		t.Fatalf("%d conntrack entries, want 1: %+v", len(es), es)
 	}
-	k, v := es[0].Key.(maps.CTKey), es[0].Value.(maps.CTEntry)
+	k, v := es[0].Key.(bpfmaps.CTKey), es[0].Value.(bpfmaps.CTEntry)
 	if want := requestKey(); k != want {
 		t.Errorf("key\n got %+v\nwant %+v (the pod, which orders first, is end 0)", k, want)
 	}
-	if want := maps.CTAllowed(uint8(policy.Egress), 0); v.Flags != want {
+	if want := bpfmaps.CTAllowed(uint8(policy.Egress), 0); v.Flags != want {
 		t.Errorf("flags %#x, want %#x (egress, opened by end 0)", v.Flags, want)
 	}
 }
@@ -392,13 +392,13 @@ func TestPrivilegedVerdictNoEndpoint(t *testing.T) {
 	want := scenario(false, false)
 	delete(want.Endpoints, podIf)
 	mustApply(t, d, want)
-	before := counter(t, d, maps.ReasonNoEndpoint)
+	before := counter(t, d, bpfmaps.ReasonNoEndpoint)
 	for _, prog := range []*ebpfProgram{d.fromPod, d.toPod} {
 		if got := run(t, prog, packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoUDP, sport: 1, dport: 53}); got != actShot {
 			t.Errorf("%s: no endpoint: got %s, want SHOT", prog, actName(got))
 		}
 	}
-	if got := counter(t, d, maps.ReasonNoEndpoint) - before; got != 2 {
+	if got := counter(t, d, bpfmaps.ReasonNoEndpoint) - before; got != 2 {
 		t.Errorf("no-endpoint counter grew by %d, want 2", got)
 	}
 }
@@ -411,15 +411,15 @@ func TestPrivilegedVerdictCounters(t *testing.T) {
 	mustApply(t, d, scenario(true, true))
 	tcp := policy.ProtoTCP
 	for _, tc := range []struct {
-		reason maps.Reason
+		reason bpfmaps.Reason
 		prog   *ebpfProgram
 		pkt    packet
 	}{
-		{maps.ReasonAllowedNew, d.fromPod, packet{src: podV4, dst: "10.0.0.2", proto: tcp, sport: 5, dport: 80}},
-		{maps.ReasonPolicyEgress, d.fromPod, packet{src: podV4, dst: "10.0.0.2", proto: tcp, sport: 5, dport: 81}},
-		{maps.ReasonPolicyIngress, d.toPod, packet{src: "10.0.0.3", dst: podV4, proto: tcp, sport: 5, dport: 81}},
-		{maps.ReasonSpoofed, d.fromPod, packet{src: "10.9.9.9", dst: "10.0.0.2", proto: tcp, sport: 5, dport: 80}},
-		{maps.ReasonUnparseable, d.fromPod, packet{src: podV4, dst: "10.0.0.2", proto: tcp, ethType: 0x88cc}},
+		{bpfmaps.ReasonAllowedNew, d.fromPod, packet{src: podV4, dst: "10.0.0.2", proto: tcp, sport: 5, dport: 80}},
+		{bpfmaps.ReasonPolicyEgress, d.fromPod, packet{src: podV4, dst: "10.0.0.2", proto: tcp, sport: 5, dport: 81}},
+		{bpfmaps.ReasonPolicyIngress, d.toPod, packet{src: "10.0.0.3", dst: podV4, proto: tcp, sport: 5, dport: 81}},
+		{bpfmaps.ReasonSpoofed, d.fromPod, packet{src: "10.9.9.9", dst: "10.0.0.2", proto: tcp, sport: 5, dport: 80}},
+		{bpfmaps.ReasonUnparseable, d.fromPod, packet{src: podV4, dst: "10.0.0.2", proto: tcp, ethType: 0x88cc}},
 	} {
 		before := counter(t, d, tc.reason)
 		run(t, tc.prog, tc.pkt)
@@ -429,7 +429,7 @@ func TestPrivilegedVerdictCounters(t *testing.T) {
 	}
 }
 
-func counter(tb testing.TB, d *Datapath, r maps.Reason) uint64 {
+func counter(tb testing.TB, d *Datapath, r bpfmaps.Reason) uint64 {
 	tb.Helper()
 	c, err := d.Counters()
 	if err != nil {
@@ -455,10 +455,10 @@ func TestPrivilegedVerdictEvents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Read: %v", err)
 	}
-	want := maps.Event{
-		Ifindex: loIfindex, Dir: uint8(policy.Egress), Verdict: maps.VerdictDrop, Reason: maps.ReasonPolicyEgress,
+	want := bpfmaps.Event{
+		Ifindex: loIfindex, Dir: uint8(policy.Egress), Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonPolicyEgress,
 		Proto: policy.ProtoTCP, Sport: 4321, Dport: 81, Peer: uint32(idOther),
-		Saddr: maps.AddrFrom(addr(podV4)), Daddr: maps.AddrFrom(addr("10.0.0.3")),
+		Saddr: bpfmaps.AddrFrom(addr(podV4)), Daddr: bpfmaps.AddrFrom(addr("10.0.0.3")),
 	}
 	if ev != want {
 		t.Errorf("event\n got %+v\nwant %+v", ev, want)
@@ -466,18 +466,18 @@ func TestPrivilegedVerdictEvents(t *testing.T) {
 	if err := rd.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	es, err := maps.Dump(d.pinRoot, maps.MonitorMap)
+	es, err := bpfmaps.Dump(d.pinRoot, bpfmaps.MonitorMap)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if mon := es[0].Value.(uint32); mon != 0 {
 		t.Errorf("monitor flag after closing the reader: %d, want 0", mon)
 	}
-	es, err = maps.Dump(d.pinRoot, maps.StateMap)
+	es, err = bpfmaps.Dump(d.pinRoot, bpfmaps.StateMap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := es[0].Value.(maps.State); st.Gen != d.Generation() {
+	if st := es[0].Value.(bpfmaps.State); st.Gen != d.Generation() {
 		t.Errorf("state after closing the reader: %+v, want gen %d", st, d.Generation())
 	}
 }

@@ -41,7 +41,7 @@ func (s *Service) families(pools []*store.Pool) []bool {
 // then the store's other pools by address. Draining pools are never
 // candidates; that the check happens inside the ADD's write transaction is
 // what makes a pool quarantined by another transaction (the release
-// handshake in kube/nodeipam) safe from every ADD that commits after it.
+// handshake in agent/nodeipam) safe from every ADD that commits after it.
 func (s *Service) candidates(pools []*store.Pool, v6 bool) []*store.Pool {
 	byName := make(map[string]*store.Pool, len(pools))
 	for _, p := range pools {

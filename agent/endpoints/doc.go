@@ -25,7 +25,7 @@
 // ADD allocates only from pools that are not draining, and checks that in
 // its write transaction. Standalone, the pools are the configured ones;
 // in Kubernetes mode (Config.PoolsFromStore) they are whatever the store
-// holds, one per block of the node's NodeIPAM, and kube/nodeipam drains a
+// holds, one per block of the node's NodeIPAM, and agent/nodeipam drains a
 // block in its own write transaction when the operator wants it back: an
 // ADD commits either before that (and the block is not given back) or
 // after (and does not allocate from it).
@@ -34,5 +34,5 @@
 // ReleaseTxn, with a predicate: the CNI GC verb frees what the runtime no
 // longer lists, the orphan reconcile (ReleaseOrphans, Orphaned) frees what
 // no pod owns any more by a pod list newer than the endpoint, and
-// kube/nodeipam frees such orphans with the block it drops.
+// agent/nodeipam frees such orphans with the block it drops.
 package endpoints

@@ -34,7 +34,7 @@ type Config struct {
 	// must be empty with PoolsFromStore.
 	Pools []netip.Prefix
 	// PoolsFromStore is Kubernetes mode: the pools are whatever the store
-	// holds, kept there by kube/nodeipam from the node's NodeIPAM (one
+	// holds, kept there by agent/nodeipam from the node's NodeIPAM (one
 	// pool per assigned block), and ADD allocates from every one of them
 	// that is not draining. ADD allocates the address families the store's
 	// pools have, draining ones included, so a node whose only block of a
@@ -194,7 +194,7 @@ func (s *Service) restorePool(txn *store.Txn, ref store.AddressRef) error {
 			return fmt.Errorf("address %s names pool %q, which is not a CIDR containing it", ref.Addr, ref.Pool)
 		}
 		if s.cfg.PoolsFromStore {
-			// Blocks come back through kube/nodeipam, which confirms each
+			// Blocks come back through agent/nodeipam, which confirms each
 			// with the node's NodeIPAM before it is allocated from.
 			s.log.Debug("restored addresses of a block; draining until the NodeIPAM confirms it", "pool", ref.Pool)
 		} else {

@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/datapath"
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/seedtest"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/seedtest"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // The periodic resync puts back the eBPF filters someone removed from a

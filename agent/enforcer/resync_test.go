@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/store"
-	"lockstep.dev/lockstep/internal/seedtest"
+	"lockstep.dev/lockstep/test/seedtest"
 )
 
 // invalidatingDataplane counts Invalidate calls.

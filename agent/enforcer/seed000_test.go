@@ -11,7 +11,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
-	"lockstep.dev/lockstep/internal/seedtest"
+	"lockstep.dev/lockstep/test/seedtest"
 )
 
 // setDataplane models a backend that materialises peers as named sets

@@ -12,7 +12,7 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
-	"lockstep.dev/lockstep/internal/seedtest"
+	"lockstep.dev/lockstep/test/seedtest"
 )
 
 // TestStressChurnWithTransientFaults: label churn, policy churn (selectors,

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 func reportSize(b *testing.B, d *Dataplane) {
@@ -17,10 +17,10 @@ func reportSize(b *testing.B, d *Dataplane) {
 	b.ReportMetric(float64(s.SetEntries), "entries")
 }
 
-// BenchmarkApplyFromScratch measures one Apply of benchState on a
+// BenchmarkPrivilegedApplyFromScratch measures one Apply of benchState on a
 // namespace with no lockstep state: reading the (empty) state, creating
 // every set, writing every chain.
-func BenchmarkApplyFromScratch(b *testing.B) {
+func BenchmarkPrivilegedApplyFromScratch(b *testing.B) {
 	testenv.Privileged(b)
 	requireTools(b)
 	want := benchState(-1, 0)
@@ -46,11 +46,11 @@ func BenchmarkApplyFromScratch(b *testing.B) {
 	}
 }
 
-// BenchmarkApplyOneChange measures one Apply with benchState loaded
+// BenchmarkPrivilegedApplyOneChange measures one Apply with benchState loaded
 // (~50.6k rules): a port range of one endpoint's rule changes back and
 // forth (each state compiled afresh, so every endpoint is compared), or
 // one endpoint comes and goes (a pod ADD or DEL).
-func BenchmarkApplyOneChange(b *testing.B) {
+func BenchmarkPrivilegedApplyOneChange(b *testing.B) {
 	testenv.Privileged(b)
 	requireTools(b)
 	withRule := [2]*policy.Desired{benchState(7, 0), benchState(7, 3)}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // TestPrivilegedDataplanesAgree holds the two dataplanes to one semantics

@@ -17,7 +17,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // ebpfNode is the real eBPF dataplane of the semantics tests' node: a
@@ -136,10 +136,10 @@ func newEBPFNode(tb testing.TB) *ebpfNode {
 		tb.Cleanup(func() { m.Close() })
 		return m
 	}
-	e.affinity = open(maps.AffinityMap)
-	e.conntrack = []*ebpf.Map{open(maps.CTMap), open(maps.SvcCTMap), e.affinity}
-	e.ctEpoch = open(maps.CTEpochMap)
-	e.services = open(maps.ServicesMap)
+	e.affinity = open(bpfmaps.AffinityMap)
+	e.conntrack = []*ebpf.Map{open(bpfmaps.CTMap), open(bpfmaps.SvcCTMap), e.affinity}
+	e.ctEpoch = open(bpfmaps.CTEpochMap)
+	e.services = open(bpfmaps.ServicesMap)
 	return e
 }
 
@@ -181,16 +181,16 @@ func (e *ebpfNode) forget(tb testing.TB) {
 // affinityOf returns the backend the programs recorded for client's
 // connections to fr (sessionAffinity ClientIP), or an invalid AddrPort.
 func (e *ebpfNode) affinityOf(fr netip.AddrPort, proto uint8, client netip.Addr) (netip.AddrPort, error) {
-	var sv maps.SvcValue
-	err := e.services.Lookup(maps.SvcKey{Addr: maps.AddrFrom(fr.Addr()), Port: fr.Port(), Proto: proto}, &sv)
+	var sv bpfmaps.SvcValue
+	err := e.services.Lookup(bpfmaps.SvcKey{Addr: bpfmaps.AddrFrom(fr.Addr()), Port: fr.Port(), Proto: proto}, &sv)
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return netip.AddrPort{}, nil
 	}
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("look up frontend %s: %w", fr, err)
 	}
-	var av maps.AffinityValue
-	err = e.affinity.Lookup(maps.AffinityKey{ID: sv.ID, Client: maps.AddrFrom(client)}, &av)
+	var av bpfmaps.AffinityValue
+	err = e.affinity.Lookup(bpfmaps.AffinityKey{ID: sv.ID, Client: bpfmaps.AddrFrom(client)}, &av)
 	if errors.Is(err, ebpf.ErrKeyNotExist) {
 		return netip.AddrPort{}, nil
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // nsPrefix names the throwaway namespaces of these tests.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/enforcer"
-	"lockstep.dev/lockstep/internal/seedtest"
+	"lockstep.dev/lockstep/test/seedtest"
 )
 
 // TestPrivilegedSeed000IPSetNeverDestroyedWhileReferenced replays seed 000

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
 )
 
 // The traffic topology: a node namespace routing between two pod

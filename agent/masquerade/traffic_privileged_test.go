@@ -16,9 +16,9 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/iptables"
-	"lockstep.dev/lockstep/cni/netsetup"
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/agent/netsetup"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // nsPrefix names the throwaway namespaces of these tests.
@@ -75,7 +75,7 @@ func (r *nsRunner) takeRestores() int {
 	return n
 }
 
-// wirePod wires pod to node exactly as lockstep-cni does (cni/netsetup): a
+// wirePod wires pod to node exactly as lockstep-cni does (agent/netsetup): a
 // veth named hostIf on the node, eth0 in the pod with addrs as /32 and
 // /128, the link-local gateways and the node's host routes.
 func wirePod(node, pod ns.NetNS, hostIf string, addrs ...netip.Prefix) error {

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // inReadOnlyMount runs fn with dir bind-mounted read-only over itself, in a

@@ -8,7 +8,7 @@
 // started for one ADD pays for all of them again. What each verb does:
 //
 //	ADD    reserve (endpoints) -> wire the veth into the passed namespace
-//	       (cni/netsetup) -> confirm, which attaches the endpoint and puts
+//	       (agent/netsetup) -> confirm, which attaches the endpoint and puts
 //	       its policy in force -> answer what the plugin needs for the CNI
 //	       result. Any failure after the reservation tears the wiring
 //	       down, then aborts the reservation, then answers the error.

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/cni/netsetup"
+	"lockstep.dev/lockstep/agent/netsetup"
 )
 
 // rollbackTimeout bounds undoing a failed ADD. It runs even when the

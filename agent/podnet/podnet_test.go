@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/cni/netsetup"
+	"lockstep.dev/lockstep/agent/netsetup"
 )
 
 // steps records, in order, what the fake endpoints and the fake kernel

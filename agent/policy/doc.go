@@ -7,7 +7,7 @@
 // own types rather than k8s.io/api's so that the compiler, the manifest
 // loader and `lockstep probe` depend on no Kubernetes library and no API
 // release: the agent converts the API server's objects once, where it
-// watches them (kube/source), and everything after that speaks these types.
+// watches them (agent/source), and everything after that speaks these types.
 //
 // The compiler is pure: given a consistent snapshot (namespaces, pods with
 // their addresses and identities, policies, local endpoints) it computes a

@@ -13,8 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // nodeNS makes a throwaway namespace with a veth "uplink" holding

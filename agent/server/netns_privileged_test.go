@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // TestPrivilegedPodNetnsIsAccepted: a pod's network namespace passes the

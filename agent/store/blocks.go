@@ -8,7 +8,7 @@ import (
 )
 
 // TableBlocks holds the address blocks the node was assigned in Kubernetes
-// mode (its NodeIPAM's spec.blocks, kept by kube/nodeipam) and where each
+// mode (its NodeIPAM's spec.blocks, kept by agent/nodeipam) and where each
 // stands in the release handshake. Every block has a pool of the same name;
 // the pool is Draining whenever the block is not BlockActive, so the
 // endpoints service, which allocates only from pools that are not

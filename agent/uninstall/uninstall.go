@@ -20,7 +20,7 @@ import (
 	"lockstep.dev/lockstep/agent/masquerade"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/routes"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // Run removes lockstep's state from the node as the package documentation
@@ -66,7 +66,7 @@ func removeDatapath(r *Report, bpfRoot string) {
 		r.Errors = append(r.Errors, fmt.Errorf("remove tc filters: %w", err))
 	}
 	var pinned []string
-	for _, name := range maps.Names {
+	for _, name := range bpfmaps.Names {
 		if _, err := os.Lstat(filepath.Join(bpfRoot, name)); err == nil {
 			pinned = append(pinned, filepath.Join(bpfRoot, name))
 		}
@@ -84,7 +84,7 @@ func removeDatapath(r *Report, bpfRoot string) {
 		r.removed("bpf root %s", bpfRoot)
 	case err == nil:
 		// A mount point (a bpffs mounted on it) or a directory holding
-		// files that are not lockstep's maps.
+		// files that are not lockstep's bpfmaps.
 		r.Kept = append(r.Kept, fmt.Sprintf("bpf root %s: not empty or a mount point; holds none of lockstep's maps (unmount or remove it by hand if nothing else uses it)", bpfRoot))
 	}
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // hostLinks lists lockstep's host-side links in the node namespace.

@@ -15,7 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
 )
 
 // TestPrivilegedAgentCrashDuringBurst SIGKILLs the agent in the middle of a

@@ -101,7 +101,7 @@ func TestPluginDeps(t *testing.T) {
 // What stays out is what would double it: client-go's generated clientset
 // and its scheme package, which registers every Kubernetes API group in
 // init (+850 KiB, measured for k8s.io/client-go/kubernetes/scheme);
-// kube/source and kube/client build schemes of the groups they read on
+// agent/source and kube/client build schemes of the groups they read on
 // first use instead, and heavyInitForPlugin below fails the test when the
 // clientset, tools/cache or clientcmd comes back. The Prometheus client
 // library once added 0.2 MiB and 1.2 ms, which is why the agent's metrics

@@ -15,8 +15,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // compactManifests is a pod isolated for ingress with one allowed port.

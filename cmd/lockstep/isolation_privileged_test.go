@@ -15,7 +15,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
 )
 
 // TestPrivilegedHostilePoliciesLeaveOtherPodsAlone: one tenant's policies

@@ -16,8 +16,8 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"lockstep.dev/lockstep/internal/nodesim"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // nsPrefix names every namespace these tests create.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // defaultBPFRoot is the agent's pin root (agent/datapath.DefaultPinRoot,
@@ -34,7 +34,7 @@ func newMapsListCmd(root *string) *cobra.Command {
 		Short: "List the pinned maps with their sizes and entry counts",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			infos, err := maps.List(*root)
+			infos, err := bpfmaps.List(*root)
 			if err != nil {
 				return err
 			}
@@ -68,9 +68,9 @@ func newMapsDumpCmd(root *string) *cobra.Command {
 		Short:     "Print every entry of a pinned map, decoded",
 		Example:   "  lockstep maps dump lockstep_ipcache -o json",
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: maps.Names,
+		ValidArgs: bpfmaps.Names,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			entries, err := maps.Dump(*root, args[0])
+			entries, err := bpfmaps.Dump(*root, args[0])
 			if err != nil {
 				return err
 			}

@@ -15,8 +15,8 @@ import (
 
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/testenv"
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // runMaps runs `lockstep maps ARGS...` in the test process and returns
@@ -128,32 +128,32 @@ func TestPrivilegedMapsShowConntrackEvictions(t *testing.T) {
 		t.Fatalf("Load: %v", err)
 	}
 	t.Cleanup(func() { d.Close(); datapath.Remove(root) })
-	m, err := ebpf.LoadPinnedMap(filepath.Join(root, maps.CTEvictionsMap), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(root, bpfmaps.CTEvictionsMap), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if err := m.Put(maps.CTTableSvc, maps.CTEvictions{Deleted: 5, Untracked: 2, Evicted: 7}); err != nil {
+	if err := m.Put(bpfmaps.CTTableSvc, bpfmaps.CTEvictions{Deleted: 5, Untracked: 2, Evicted: 7}); err != nil {
 		t.Fatal(err)
 	}
 
 	var acc []struct {
 		Key   string
-		Value maps.CTEvictions
+		Value bpfmaps.CTEvictions
 	}
-	if err := json.Unmarshal([]byte(runMaps(t, root, "dump", maps.CTEvictionsMap, "-o", "json")), &acc); err != nil {
+	if err := json.Unmarshal([]byte(runMaps(t, root, "dump", bpfmaps.CTEvictionsMap, "-o", "json")), &acc); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]maps.CTEvictions{maps.CTMap: {}, maps.SvcCTMap: {Deleted: 5, Untracked: 2, Evicted: 7}}
+	want := map[string]bpfmaps.CTEvictions{bpfmaps.CTMap: {}, bpfmaps.SvcCTMap: {Deleted: 5, Untracked: 2, Evicted: 7}}
 	if len(acc) != len(want) {
-		t.Fatalf("dump %s: %+v, want %v", maps.CTEvictionsMap, acc, want)
+		t.Fatalf("dump %s: %+v, want %v", bpfmaps.CTEvictionsMap, acc, want)
 	}
 	for _, e := range acc {
 		if w, ok := want[e.Key]; !ok || e.Value != w {
-			t.Errorf("dump %s: %s %+v, want %+v", maps.CTEvictionsMap, e.Key, e.Value, w)
+			t.Errorf("dump %s: %s %+v, want %+v", bpfmaps.CTEvictionsMap, e.Key, e.Value, w)
 		}
 	}
-	if out := runMaps(t, root, "dump", maps.CTInsertedMap); !strings.Contains(out, maps.CTMap) || !strings.Contains(out, maps.SvcCTMap) {
-		t.Errorf("dump %s: %q, want a row per table", maps.CTInsertedMap, out)
+	if out := runMaps(t, root, "dump", bpfmaps.CTInsertedMap); !strings.Contains(out, bpfmaps.CTMap) || !strings.Contains(out, bpfmaps.SvcCTMap) {
+		t.Errorf("dump %s: %q, want a row per table", bpfmaps.CTInsertedMap, out)
 	}
 }

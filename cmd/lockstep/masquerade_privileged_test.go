@@ -14,7 +14,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
 )
 
 // inNode runs a command inside node and returns its output, failing the

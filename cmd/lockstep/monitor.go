@@ -9,7 +9,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/spf13/cobra"
 
-	"lockstep.dev/lockstep/maps"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 func newMonitorCmd() *cobra.Command {
@@ -30,7 +30,7 @@ while a monitor runs; run one at a time (the first to exit turns events off).`,
 			if output != "text" && output != "json" {
 				return fmt.Errorf("parse --output %q: want text or json", output)
 			}
-			rd, err := maps.OpenEvents(root)
+			rd, err := bpfmaps.OpenEvents(root)
 			if err != nil {
 				return err
 			}
@@ -70,15 +70,15 @@ while a monitor runs; run one at a time (the first to exit turns events off).`,
 	return cmd
 }
 
-func writeEvent(w io.Writer, ev maps.Event) {
+func writeEvent(w io.Writer, ev bpfmaps.Event) {
 	verdict := "ALLOW"
 	switch ev.Verdict {
-	case maps.VerdictDrop:
+	case bpfmaps.VerdictDrop:
 		verdict = "DROP"
-	case maps.VerdictReject:
+	case bpfmaps.VerdictReject:
 		verdict = "REJECT"
 	}
 	fmt.Fprintf(w, "%-6s %-18s if=%d %-7s %-6s %s:%d -> %s:%d peer=%d\n",
-		verdict, ev.Reason, ev.Ifindex, maps.DirString(ev.Dir), maps.ProtoString(ev.Proto),
+		verdict, ev.Reason, ev.Ifindex, bpfmaps.DirString(ev.Dir), bpfmaps.ProtoString(ev.Proto),
 		ev.Saddr, ev.Sport, ev.Daddr, ev.Dport, ev.Peer)
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // fsType is the type of the file system holding dir (stat -f), seen from

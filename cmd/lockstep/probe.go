@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lockstep.dev/lockstep/internal/probe"
+	"lockstep.dev/lockstep/probe"
 )
 
 func newProbeCmd() *cobra.Command {

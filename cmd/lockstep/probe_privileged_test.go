@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
 
-	"lockstep.dev/lockstep/internal/probe"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/probe"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // TestProbeCommandErrors covers the errors raised before anything is
@@ -50,7 +50,7 @@ func TestProbeCommandErrors(t *testing.T) {
 func TestPrivilegedProbeCommand(t *testing.T) {
 	testenv.Privileged(t)
 	bin := filepath.Join(builtBinary(t), "lockstep")
-	dir := filepath.Join("..", "..", "internal", "probe", "testdata", "scenarios", "no-policies")
+	dir := filepath.Join("..", "..", "probe", "testdata", "scenarios", "no-policies")
 	cmd := exec.Command(bin, "probe", "--manifests", dir, "-o", "json", "--timeout", "500ms")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -81,7 +81,7 @@ func TestPrivilegedProbeCommand(t *testing.T) {
 func TestPrivilegedProbeCommandViaService(t *testing.T) {
 	testenv.Privileged(t)
 	bin := filepath.Join(builtBinary(t), "lockstep")
-	dir := filepath.Join("..", "..", "internal", "probe", "testdata", "scenarios", "service-no-endpoints")
+	dir := filepath.Join("..", "..", "probe", "testdata", "scenarios", "service-no-endpoints")
 	cmd := exec.Command(bin, "probe", "--manifests", dir, "--via", "service", "--dataplane", "iptables", "--attempts", "4")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -113,7 +113,7 @@ func TestPrivilegedProbeCommandViaService(t *testing.T) {
 func TestPrivilegedProbeCommandSIGTERM(t *testing.T) {
 	testenv.Privileged(t)
 	bin := filepath.Join(builtBinary(t), "lockstep")
-	dir := filepath.Join("..", "..", "internal", "probe", "testdata", "scenarios", "deny-all-both")
+	dir := filepath.Join("..", "..", "probe", "testdata", "scenarios", "deny-all-both")
 	cmd := exec.Command(bin, "probe", "--manifests", dir, "--timeout", "3s")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

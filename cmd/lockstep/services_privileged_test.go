@@ -17,7 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
 )
 
 // serviceManifests is a Service whose targetPort is named, and two pods it

@@ -20,7 +20,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/datapath"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
 )
 
 // runInNode runs the built lockstep with args inside node and returns its

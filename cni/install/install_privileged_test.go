@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // foreign is a user and group nobody on a test machine is.

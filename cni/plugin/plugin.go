@@ -10,7 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/cni/netsetup"
+	"lockstep.dev/lockstep/agent/netsetup"
 	"lockstep.dev/lockstep/internal/buildinfo"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // privateNSEnv, set, tells a re-executed test binary that it runs in the

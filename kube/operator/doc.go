@@ -4,7 +4,7 @@
 // excess blocks, and blocks left outside a shrunk or deleted pool, through
 // the release handshake of kube/apis/v1alpha1, whose package documentation
 // says who writes which field. The agent's half is
-// kube/nodeipam; the two meet only in the NodeIPAM object.
+// agent/nodeipam; the two meet only in the NodeIPAM object.
 //
 // # One judgement, pure
 //
@@ -16,7 +16,7 @@
 // the timers to keep. The controller (controller.go) only reads, calls it
 // and writes, so every rule below is table-tested without an API server
 // (plan_test.go), and the integration tests (*_kube_test.go, against a real
-// kube-apiserver from internal/kubetest) prove the reads and writes around
+// kube-apiserver from test/kubetest) prove the reads and writes around
 // it.
 //
 // For one node, blocks outside the CIDRs of the pool their spec.blocks
@@ -156,7 +156,7 @@
 // kube/client added about 1.8 MB of init allocations and 9 ms, and grew a
 // test binary from 11 to 49 MB, besides needing modules go.mod does not
 // have. The operator reads Nodes and Leases through REST clients on a
-// scheme of just those two groups, built on first use, as kube/source
+// scheme of just those two groups, built on first use, as agent/source
 // does.
 //
 // # Pool status

@@ -167,7 +167,7 @@ func TestPlanDrain(t *testing.T) {
 }
 
 // TestShrinkDrainsBusyBlock steps one node through a pool shrink with
-// the operator's plans and an agent that answers as kube/nodeipam does:
+// the operator's plans and an agent that answers as agent/nodeipam does:
 // the block outside holds pods, so the agent refuses; the mark stays
 // through the refusal and through the node running short (it gets a new
 // block inside instead); once the pods are gone the agent answers ready
@@ -182,7 +182,7 @@ func TestShrinkDrainsBusyBlock(t *testing.T) {
 	n := nodeIPAM("a").gen(2, 2).block(in, 40).block(out, 20).NodeIPAM
 	used := map[v1alpha1.CIDR]int32{}
 	now := t0
-	// agent answers the spec as kube/nodeipam does: usage per block,
+	// agent answers the spec as agent/nodeipam does: usage per block,
 	// an answer per mark (ready only for an empty block),
 	// observedGeneration current.
 	agent := func() {

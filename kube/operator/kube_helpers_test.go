@@ -21,9 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 
-	"lockstep.dev/lockstep/internal/kubetest"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
+	"lockstep.dev/lockstep/test/kubetest"
 )
 
 // cluster is a real etcd and kube-apiserver with lockstep's CRDs.

@@ -10,11 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
 )
 
 // lockstepPool is the agent's pool: a /16, so any sensible -burst fits.

@@ -4,7 +4,7 @@
 //
 //	sudo go run ./tools/cnibench -out BENCHMARKS.md   (or: make bench)
 //
-// It builds two simulated nodes with internal/nodesim: one runs the lockstep
+// It builds two simulated nodes with probe/nodesim: one runs the lockstep
 // agent (its state file on a real disk, so every fsync is paid), the other
 // only holds ptp's host-side links. Plugins are exec'd inside their node's
 // network namespace exactly as a container runtime would exec them, and each

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // facts describe the machine and build a run measured, and what cnibench

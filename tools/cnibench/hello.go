@@ -13,7 +13,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
 )
 
 // helloType is the plugin type of the hello-world reference.

@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // nsPrefix names every namespace cnibench creates (cnibench-PID-N).

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // fileSection is the part of the output file cnibench owns; the file starts
@@ -151,7 +151,7 @@ func (r *report) section() string {
 	w("")
 	w("_Written by `tools/cnibench` (`make bench`); do not edit by hand._")
 	w("")
-	w("Both plugins are driven by the same libcni harness (`internal/nodesim`): each")
+	w("Both plugins are driven by the same libcni harness (`probe/nodesim`): each")
 	w("plugin binary is exec'd inside its own simulated node network namespace, as a")
 	w("container runtime would, and every pod has its own network namespace created")
 	w("before any clock starts. Times are the wall time of libcni `AddNetworkList` and")

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 func TestCommandLineHidesMachinePaths(t *testing.T) {

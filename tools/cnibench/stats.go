@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // summary condenses a set of timings.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 func TestPercentileNearestRank(t *testing.T) {

@@ -1,5 +1,5 @@
 // Module lockstep.dev/lockstep/tools/coredns pins the CoreDNS release the
-// real-node cluster (internal/realnode) runs as its cluster DNS. It is a
+// real-node cluster (test/realnode) runs as its cluster DNS. It is a
 // module of its own, like tools/kube-testenv, whose build.sh builds it
 // beside the Kubernetes binaries: CoreDNS's dependencies must not move
 // Kubernetes' nor the main module's.

@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"lockstep.dev/lockstep/internal/probe"
+	"lockstep.dev/lockstep/probe"
 )
 
 func main() {

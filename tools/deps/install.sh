@@ -25,10 +25,10 @@ command -v iperf3 >/dev/null || need+=(iperf3)
 # containerd with ctr; runc is containerd's runtime.
 command -v containerd >/dev/null && command -v ctr >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
-# The real-node cluster (internal/realnode): a busybox image for test pods,
+# The real-node cluster (test/realnode): a busybox image for test pods,
 # built from Debian's static busybox.
 [ -x /bin/busybox ] || need+=(busybox-static)
-# Integration tests against a real kube-apiserver (internal/kubetest) store
+# Integration tests against a real kube-apiserver (test/kubetest) store
 # in etcd; the apiserver itself is built by tools/kube-testenv/build.sh.
 command -v etcd >/dev/null || need+=(etcd-server)
 

@@ -1,5 +1,5 @@
 // Command e2e brings lockstep's real-node test cluster up and down
-// (internal/realnode): `make e2e-up` and `make e2e-down`.
+// (test/realnode): `make e2e-up` and `make e2e-down`.
 //
 //	go run ./tools/e2e up [--name e2e] [--nodes 2] [--dataplane ebpf|iptables] [--no-lockstep]
 //	go run ./tools/e2e down [--name e2e]

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"lockstep.dev/lockstep/internal/kubetest"
-	"lockstep.dev/lockstep/internal/realnode"
+	"lockstep.dev/lockstep/test/kubetest"
+	"lockstep.dev/lockstep/test/realnode"
 )
 
 func main() {

@@ -13,10 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
-	"lockstep.dev/lockstep/internal/kubee2e"
-	"lockstep.dev/lockstep/internal/kubetest"
-	"lockstep.dev/lockstep/internal/realnode"
+	"lockstep.dev/lockstep/test/benchkit"
+	"lockstep.dev/lockstep/test/kubee2e"
+	"lockstep.dev/lockstep/test/kubetest"
+	"lockstep.dev/lockstep/test/realnode"
 )
 
 // netpol runs the upstream suite's NetworkPolicy specs on the cluster of

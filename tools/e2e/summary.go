@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
-	"lockstep.dev/lockstep/internal/kubee2e"
+	"lockstep.dev/lockstep/test/benchkit"
+	"lockstep.dev/lockstep/test/kubee2e"
 )
 
 // dataplaneTitles are the dataplanes netpol runs the specs on, as the
@@ -24,7 +24,7 @@ const summaryIntro = `# lockstep and the upstream Kubernetes NetworkPolicy e2e s
 Written by ` + "`make e2e`" + ` (` + "`go run ./tools/e2e netpol`" + `): the NetworkPolicy specs of
 the upstream end-to-end suite (e2e.test of the Kubernetes release
 tools/kube-testenv pins), run on the real two-node cluster of
-internal/realnode with lockstep installed from deploy/, once per dataplane.
+test/realnode with lockstep installed from deploy/, once per dataplane.
 Each section is rewritten by the run that measured it; text outside the
 sections is kept.
 `
@@ -81,7 +81,7 @@ func (r result) render() string {
 	rows := r.machine.Rows(
 		[2]string{"selection", strings.Join(focus, " ")},
 		[2]string{"left out", mdCell(skips)},
-		[2]string{"cluster", "two nodes and a control plane in network namespaces (internal/realnode): Kubernetes " + r.kube + " (the suite's release too), containerd 1.6, kube-proxy in iptables mode, CoreDNS"},
+		[2]string{"cluster", "two nodes and a control plane in network namespaces (test/realnode): Kubernetes " + r.kube + " (the suite's release too), containerd 1.6, kube-proxy in iptables mode, CoreDNS"},
 	)
 	b.WriteString(benchkit.Table(rows))
 	if failed := rep.In(kubee2e.Failed); len(failed) > 0 {

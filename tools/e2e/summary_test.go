@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
-	"lockstep.dev/lockstep/internal/kubee2e"
+	"lockstep.dev/lockstep/test/benchkit"
+	"lockstep.dev/lockstep/test/kubee2e"
 )
 
 func sampleResult(dataplane string, failed bool) result {

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/internal/nodesim"
 	"lockstep.dev/lockstep/internal/ociimage"
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 // netnsPrefix names the namespaces this test makes (nodesim.Name).

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries lockstep's tests run, from the Kubernetes
 # release pinned in go.mod beside this script, and prints the directory that
-# holds them: kube-apiserver and kubectl (internal/kubetest), and the rest of
-# a real node and its control plane (internal/realnode): kubelet, kube-proxy,
+# holds them: kube-apiserver and kubectl (test/kubetest), and the rest of
+# a real node and its control plane (test/realnode): kubelet, kube-proxy,
 # kube-controller-manager, kube-scheduler, the upstream test server
 # agnhost, the cluster DNS CoreDNS (from the module tools/coredns), and the
 # upstream end-to-end suite e2e.test (`go test -c k8s.io/kubernetes/test/e2e`,

@@ -1,8 +1,8 @@
 // Module lockstep.dev/lockstep/tools/kube-testenv pins the Kubernetes
 // release lockstep's integration tests run against: kube-apiserver and
-// kubectl (internal/kubetest), and the control plane, kubelet, kube-proxy
+// kubectl (test/kubetest), and the control plane, kubelet, kube-proxy
 // and the upstream test server agnhost of the real-node tests
-// (internal/realnode). It is a module of its own so the main module never
+// (test/realnode). It is a module of its own so the main module never
 // requires k8s.io/kubernetes; build.sh builds the binaries from it.
 //
 // k8s.io/kubernetes points its staging modules (k8s.io/api, k8s.io/client-go,
@@ -11,7 +11,7 @@
 // every staging module to its published tag of the same release (v1.X.Y ->
 // v0.X.Y). To move to another release, change every version here together
 // and run `go mod tidy` in this directory: build.sh, its cache directory and
-// internal/kubetest's /version check all read the release from the
+// test/kubetest's /version check all read the release from the
 // k8s.io/kubernetes line. Keep the main module's k8s.io/client-go on the
 // same v0.X.Y.
 module lockstep.dev/lockstep/tools/kube-testenv

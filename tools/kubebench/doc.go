@@ -4,9 +4,9 @@
 //
 //	sudo go run ./tools/kubebench -out BENCHMARKS.md   (or: make bench)
 //
-// The measurement itself is internal/twonode's
+// The measurement itself is test/twonode's
 // BenchmarkKubePrivilegedPodBurst, which reuses the two-node integration
-// test's cluster (a real etcd and kube-apiserver from internal/kubetest, the
+// test's cluster (a real etcd and kube-apiserver from test/kubetest, the
 // operator and the agent as the built lockstep binary, the node in a network
 // namespace, pods wired through lockstep-cni); kubebench runs it as
 // `go test -bench` would, reads the metrics it reports and rewrites its own

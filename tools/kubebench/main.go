@@ -16,13 +16,13 @@ import (
 	"syscall"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // benchmark is the go test benchmark kubebench runs, and its package.
 const (
 	benchmark = "BenchmarkKubePrivilegedPodBurst"
-	benchPkg  = "./internal/twonode/"
+	benchPkg  = "./test/twonode/"
 )
 
 // config is what the command line asks for.

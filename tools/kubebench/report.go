@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // fileSection is the part of the output file kubebench owns.
@@ -129,8 +129,8 @@ func (r *report) section() string {
 	w("")
 	w("_Written by `tools/kubebench` (`make bench`); do not edit by hand._")
 	w("")
-	w("internal/twonode's `%s` on one simulated node: a real etcd and", benchmark)
-	w("kube-apiserver (internal/kubetest), `lockstep operator` and `lockstep agent")
+	w("test/twonode's `%s` on one simulated node: a real etcd and", benchmark)
+	w("kube-apiserver (test/kubetest), `lockstep operator` and `lockstep agent")
 	w("--node-name` (Kubernetes mode, eBPF dataplane) run as the built binary, the agent")
 	w("in the node's network namespace. The IPPool has /24 blocks and the operator runs")
 	w("with `--min-free 1024`: a node that expects a burst of N pods keeps N addresses")

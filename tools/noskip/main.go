@@ -10,7 +10,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"lockstep.dev/lockstep/internal/testenv"
+	"lockstep.dev/lockstep/test/testenv"
 )
 
 func main() {

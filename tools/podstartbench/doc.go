@@ -1,6 +1,6 @@
 // Command podstartbench measures pod start on a real node (`make bench`):
 // N pods applied at once to one node of the real-node cluster
-// (internal/realnode), the time from the apply until every one is Ready,
+// (test/realnode), the time from the apply until every one is Ready,
 // with lockstep as the node's CNI against the reference bridge +
 // host-local plugins, in interleaved rounds on the same node in the same
 // run. It writes its section of BENCHMARKS.md.

@@ -18,9 +18,9 @@ import (
 	"syscall"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
-	"lockstep.dev/lockstep/internal/kubetest"
-	"lockstep.dev/lockstep/internal/realnode"
+	"lockstep.dev/lockstep/test/benchkit"
+	"lockstep.dev/lockstep/test/kubetest"
+	"lockstep.dev/lockstep/test/realnode"
 )
 
 // config is what the command line asks for.

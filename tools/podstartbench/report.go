@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // fileSection is the part of the output file podstartbench owns.
@@ -63,7 +63,7 @@ func (r report) section() string {
 	w("")
 	w("_Written by `tools/podstartbench` (`make bench`); do not edit by hand._")
 	w("")
-	w("The real-node cluster of internal/realnode (kubelet, containerd 1.6 and runc,")
+	w("The real-node cluster of test/realnode (kubelet, containerd 1.6 and runc,")
 	w("kube-proxy in iptables mode, the control plane; lockstep installed from")
 	w("deploy/ with the eBPF dataplane). Each round applies %d pods (the pause image,", r.pods)
 	w("no probe) in one `kubectl apply`, all for node %s by a node selector, and", benchNode)

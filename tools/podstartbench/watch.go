@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"lockstep.dev/lockstep/internal/realnode"
+	"lockstep.dev/lockstep/test/realnode"
 )
 
 // readyWatch records when each pod of a namespace is first seen Ready, from

@@ -15,9 +15,9 @@ import (
 	"lockstep.dev/lockstep/agent/iptables"
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
-	"lockstep.dev/lockstep/internal/benchcluster"
-	"lockstep.dev/lockstep/internal/benchkit"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/benchcluster"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // The dataplanes compared, in report order.

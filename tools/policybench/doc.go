@@ -4,10 +4,10 @@
 // tools/cnibench does for CNI ADD/DEL.
 //
 // One run measures, on one synthetic cluster of 10k remote pods and 1k
-// NetworkPolicies (internal/benchcluster):
+// NetworkPolicies (test/benchcluster):
 //
 //   - the in-kernel cost of one verdict of the to_pod program, by running
-//     agent/datapath's BenchmarkVerdict and BenchmarkVerdictFloor (the
+//     agent/datapath's BenchmarkPrivilegedVerdict and BenchmarkPrivilegedVerdictFloor (the
 //     cost of BPF_PROG_TEST_RUN itself) as a subprocess and reading their
 //     ns/verdict metric;
 //   - the latency from writing one policy edit to the store until

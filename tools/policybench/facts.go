@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // facts describe the machine and build a run measured, and the iperf3

@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/iptables"
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
-// iptScaleRuns is how many changes BenchmarkApplyOneChange times per mode.
+// iptScaleRuns is how many changes BenchmarkPrivilegedApplyOneChange times per mode.
 const iptScaleRuns = 20
 
-// iptScale is one mode's result of agent/iptables's BenchmarkApplyOneChange
+// iptScale is one mode's result of agent/iptables's BenchmarkPrivilegedApplyOneChange
 // (change=rule): the mean Apply of one port-range change with its state
 // of 640 endpoints (~50k rules) loaded.
 type iptScale struct {
@@ -29,10 +29,10 @@ type iptScale struct {
 	members int
 }
 
-// benchIPTablesAtScale runs BenchmarkApplyOneChange/mode=*/change=rule as
+// benchIPTablesAtScale runs BenchmarkPrivilegedApplyOneChange/mode=*/change=rule as
 // `go test` would, in the netns the benchmark creates itself.
 func benchIPTablesAtScale(ctx context.Context, repoRoot string) ([]iptScale, error) {
-	out, err := benchkit.GoTestBench(ctx, repoRoot, "./agent/iptables/", "^BenchmarkApplyOneChange$/^mode=/^change=rule$", "-benchtime", fmt.Sprintf("%dx", iptScaleRuns))
+	out, err := benchkit.GoTestBench(ctx, repoRoot, "./agent/iptables/", "^BenchmarkPrivilegedApplyOneChange$/^mode=/^change=rule$", "-benchtime", fmt.Sprintf("%dx", iptScaleRuns))
 	if err != nil {
 		return nil, err
 	}
@@ -48,13 +48,13 @@ func benchIPTablesAtScale(ctx context.Context, repoRoot string) ([]iptScale, err
 
 // parseIPTScale reads lines such as
 //
-//	BenchmarkApplyOneChange/mode=nft/change=rule-2   20   35022790 ns/op   105296 entries   50590 rules   3290 sets
+//	BenchmarkPrivilegedApplyOneChange/mode=nft/change=rule-2   20   35022790 ns/op   105296 entries   50590 rules   3290 sets
 func parseIPTScale(r io.Reader) ([]iptScale, error) {
 	var out []iptScale
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		name, ok := strings.CutPrefix(f0(f), "BenchmarkApplyOneChange/mode=")
+		name, ok := strings.CutPrefix(f0(f), "BenchmarkPrivilegedApplyOneChange/mode=")
 		if !ok {
 			continue
 		}
@@ -93,7 +93,7 @@ func parseIPTScale(r io.Reader) ([]iptScale, error) {
 		return nil, err
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("go test printed no BenchmarkApplyOneChange/mode=*/change=rule line")
+		return nil, fmt.Errorf("go test printed no BenchmarkPrivilegedApplyOneChange/mode=*/change=rule line")
 	}
 	return out, nil
 }

@@ -13,12 +13,12 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"lockstep.dev/lockstep/internal/benchcluster"
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchcluster"
+	"lockstep.dev/lockstep/test/benchkit"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
 )
 
 // nsPrefix names every namespace policybench creates (policybench-PID-N).
@@ -261,7 +261,7 @@ func (b *bench) runDataplanes(ctx context.Context, rep *report) error {
 	if err != nil {
 		return err
 	}
-	logf("iptables: one change with ~50k rules loaded (agent/iptables BenchmarkApplyOneChange)")
+	logf("iptables: one change with ~50k rules loaded (agent/iptables BenchmarkPrivilegedApplyOneChange)")
 	if rep.dataplanes.atScale, err = benchIPTablesAtScale(ctx, root); err != nil {
 		return fmt.Errorf("iptables at scale: %w", err)
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchcluster"
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchcluster"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // fileSection is the part of the output file policybench owns; a new one
@@ -118,7 +118,7 @@ func (r *report) section() string {
 	w("pod selector, on a named port and a port range; egress to DNS by named port, to a")
 	w("tier, and for every fourth app to an ipBlock with an except).")
 	w("")
-	w("- **Verdict**: agent/datapath's `BenchmarkVerdict` (10k identities in the ipcache,")
+	w("- **Verdict**: agent/datapath's `BenchmarkPrivilegedVerdict` (10k identities in the ipcache,")
 	w("  100 / 1k / 10k rules on the endpoint), run as `go test -bench` with %d", r.cfg.verdictRuns)
 	w("  runs per case: the kernel's own per-run time (BPF_PROG_TEST_RUN's duration, no")
 	w("  syscall). deny, allow-new, ct-hit and ct-table are packets to the pod (to_pod);")
@@ -127,7 +127,7 @@ func (r *report) section() string {
 	w("  after the first is decided from the CPU's flow cache. allow-new must be a new")
 	w("  connection every run, and ct-table a tracked packet no CPU has cached (the")
 	w("  caches are emptied before each run), so each is that many test runs of one,")
-	w("  starting with caches the syscall left cold. The floor is `BenchmarkVerdictFloor`, a")
+	w("  starting with caches the syscall left cold. The floor is `BenchmarkPrivilegedVerdictFloor`, a")
 	w("  program that only returns, under the same two harnesses and packet; *net* is")
 	w("  a verdict minus its harness's floor.")
 	w("- **Policy change → maps applied**: the cluster in an agent store, %d local", benchcluster.LocalEndpoints)
@@ -194,7 +194,7 @@ func (r *report) section() string {
 	w("")
 	if ins, ok := r.verdicts[ctInsertKey]; ok {
 		w("A new connection's conntrack insert alone, a program that only inserts a new key")
-		w("into a map made like lockstep_ct (`BenchmarkVerdictFloor/ct-insert`, repeat")
+		w("into a map made like lockstep_ct (`BenchmarkPrivilegedVerdictFloor/ct-insert`, repeat")
 		w("harness): %.0f ns, %.0f ns net. allow-new pays it once per connection.", ins, ins-r.verdicts[floorKey("deny")])
 		w("")
 	}
@@ -327,7 +327,7 @@ func (r *report) writeDataplanes(w func(string, ...any)) {
 	w("#### One change with ~50k iptables rules loaded")
 	w("")
 	w("The cluster above needs few rules once peers share union sets, so the 50k-rule")
-	w("target is measured on agent/iptables's `BenchmarkApplyOneChange` (change=rule):")
+	w("target is measured on agent/iptables's `BenchmarkPrivilegedApplyOneChange` (change=rule):")
 	w("640 endpoints, each admitting 24 identities on ports of their own, dual stack,")
 	w("loaded in a throwaway netns; one endpoint's port range changes back and forth,")
 	w("each state compiled afresh. Mean of %d changes, run as `go test -bench`.", iptScaleRuns)

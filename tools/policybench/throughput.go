@@ -25,8 +25,8 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/policy"
-	"lockstep.dev/lockstep/internal/benchcluster"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/benchcluster"
 )
 
 // iperfPort is iperf3's default port, the one the policy allows.

@@ -10,28 +10,28 @@ import (
 	"strconv"
 	"strings"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
-// verdictCases are BenchmarkVerdict's sub-benchmarks per rule count, in
+// verdictCases are BenchmarkPrivilegedVerdict's sub-benchmarks per rule count, in
 // the order the table shows them.
 var verdictCases = []string{"deny", "allow-new", "ct-hit", "ct-table", "ct-reply"}
 
-// verdictRuleCounts are the rule counts BenchmarkVerdict runs with.
+// verdictRuleCounts are the rule counts BenchmarkPrivilegedVerdict runs with.
 var verdictRuleCounts = []int{100, 1000, 10000}
 
-// verdictKey names one measurement of BenchmarkVerdict, or with rules 0
-// one of BenchmarkVerdictFloor (kase repeat or single).
+// verdictKey names one measurement of BenchmarkPrivilegedVerdict, or with rules 0
+// one of BenchmarkPrivilegedVerdictFloor (kase repeat or single).
 type verdictKey struct {
 	rules int
 	kase  string // one of verdictCases; repeat or single
 }
 
-// ctInsertKey is BenchmarkVerdictFloor/ct-insert: a conntrack insert
+// ctInsertKey is BenchmarkPrivilegedVerdictFloor/ct-insert: a conntrack insert
 // alone, under the repeat harness.
 var ctInsertKey = verdictKey{0, "ct-insert"}
 
-// floorKey is the BenchmarkVerdictFloor measurement of the harness kase
+// floorKey is the BenchmarkPrivilegedVerdictFloor measurement of the harness kase
 // runs under: allow-new and ct-table cannot use the kernel's repeat (the
 // second run would hit the connection, or the flow cache entry, the first
 // created), the others do.
@@ -42,11 +42,11 @@ func floorKey(kase string) verdictKey {
 	return verdictKey{0, "repeat"}
 }
 
-// benchVerdict runs agent/datapath's BenchmarkVerdict (10k identities,
-// 100/1k/10k rules) and BenchmarkVerdictFloor as `go test` would and
+// benchVerdict runs agent/datapath's BenchmarkPrivilegedVerdict (10k identities,
+// 100/1k/10k rules) and BenchmarkPrivilegedVerdictFloor as `go test` would and
 // returns ns/verdict per case.
 func benchVerdict(ctx context.Context, repoRoot string, runs int) (map[verdictKey]float64, error) {
-	out, err := benchkit.GoTestBench(ctx, repoRoot, "./agent/datapath/", "^BenchmarkVerdict(Floor)?$", "-benchtime", fmt.Sprintf("%dx", runs))
+	out, err := benchkit.GoTestBench(ctx, repoRoot, "./agent/datapath/", "^BenchmarkPrivilegedVerdict(Floor)?$", "-benchtime", fmt.Sprintf("%dx", runs))
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func benchVerdict(ctx context.Context, repoRoot string, runs int) (map[verdictKe
 	}
 	for _, k := range []verdictKey{floorKey("deny"), floorKey("allow-new"), ctInsertKey} {
 		if _, ok := got[k]; !ok {
-			return nil, fmt.Errorf("go test printed no ns/verdict for BenchmarkVerdictFloor/%s; output:\n%s", k.kase, out.String())
+			return nil, fmt.Errorf("go test printed no ns/verdict for BenchmarkPrivilegedVerdictFloor/%s; output:\n%s", k.kase, out.String())
 		}
 		logf("  floor %s: %.0f ns/verdict", k.kase, got[k])
 	}
@@ -72,11 +72,11 @@ func benchVerdict(ctx context.Context, repoRoot string, runs int) (map[verdictKe
 }
 
 // parseVerdicts reads `go test -bench` output and returns the ns/verdict
-// metric of every BenchmarkVerdict/rules=N/CASE and
-// BenchmarkVerdictFloor/HARNESS line, e.g.
+// metric of every BenchmarkPrivilegedVerdict/rules=N/CASE and
+// BenchmarkPrivilegedVerdictFloor/HARNESS line, e.g.
 //
-//	BenchmarkVerdict/rules=100/deny-2   200000   398.1 ns/op   392.0 ns/verdict
-//	BenchmarkVerdictFloor/repeat-2      200000    36.2 ns/op    34.0 ns/verdict
+//	BenchmarkPrivilegedVerdict/rules=100/deny-2   200000   398.1 ns/op   392.0 ns/verdict
+//	BenchmarkPrivilegedVerdictFloor/repeat-2      200000    36.2 ns/op    34.0 ns/verdict
 func parseVerdicts(r io.Reader) (map[verdictKey]float64, error) {
 	got := map[verdictKey]float64{}
 	sc := bufio.NewScanner(r)
@@ -86,11 +86,11 @@ func parseVerdicts(r io.Reader) (map[verdictKey]float64, error) {
 			continue
 		}
 		var rulesText, kase string
-		if name, ok := strings.CutPrefix(fields[0], "BenchmarkVerdict/rules="); ok {
+		if name, ok := strings.CutPrefix(fields[0], "BenchmarkPrivilegedVerdict/rules="); ok {
 			if rulesText, kase, ok = strings.Cut(name, "/"); !ok {
 				continue
 			}
-		} else if kase, ok = strings.CutPrefix(fields[0], "BenchmarkVerdictFloor/"); ok {
+		} else if kase, ok = strings.CutPrefix(fields[0], "BenchmarkPrivilegedVerdictFloor/"); ok {
 			rulesText = "0"
 		} else {
 			continue

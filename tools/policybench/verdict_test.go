@@ -15,13 +15,13 @@ func TestParseVerdicts(t *testing.T) {
 goarch: amd64
 pkg: lockstep.dev/lockstep/agent/datapath
 cpu: AMD EPYC
-BenchmarkVerdict/rules=100/deny-2         	  200000	       398.1 ns/op	       392.0 ns/verdict
-BenchmarkVerdict/rules=100/allow-new-2    	  200000	      4689 ns/op	      1182 ns/verdict
-BenchmarkVerdict/rules=10000/ct-hit       	  200000	       225.1 ns/op	       220.5 ns/verdict
-BenchmarkVerdictFloor/repeat-2            	  200000	        36.22 ns/op	        34.00 ns/verdict
-BenchmarkVerdictFloor/single-2            	  200000	      6590 ns/op	       101.4 ns/verdict
-BenchmarkVerdictFloor/ct-insert-2         	  200000	       415.0 ns/op	       383.0 ns/verdict
-BenchmarkApplyRuleChange-2                	     100	    512345 ns/op
+BenchmarkPrivilegedVerdict/rules=100/deny-2         	  200000	       398.1 ns/op	       392.0 ns/verdict
+BenchmarkPrivilegedVerdict/rules=100/allow-new-2    	  200000	      4689 ns/op	      1182 ns/verdict
+BenchmarkPrivilegedVerdict/rules=10000/ct-hit       	  200000	       225.1 ns/op	       220.5 ns/verdict
+BenchmarkPrivilegedVerdictFloor/repeat-2            	  200000	        36.22 ns/op	        34.00 ns/verdict
+BenchmarkPrivilegedVerdictFloor/single-2            	  200000	      6590 ns/op	       101.4 ns/verdict
+BenchmarkPrivilegedVerdictFloor/ct-insert-2         	  200000	       415.0 ns/op	       383.0 ns/verdict
+BenchmarkPrivilegedApplyRuleChange-2                	     100	    512345 ns/op
 PASS
 ok  	lockstep.dev/lockstep/agent/datapath	7.743s
 `
@@ -48,7 +48,7 @@ ok  	lockstep.dev/lockstep/agent/datapath	7.743s
 }
 
 func TestParseVerdictsBadNumber(t *testing.T) {
-	_, err := parseVerdicts(strings.NewReader("BenchmarkVerdict/rules=100/deny-2  10  1 ns/op  x ns/verdict\n"))
+	_, err := parseVerdicts(strings.NewReader("BenchmarkPrivilegedVerdict/rules=100/deny-2  10  1 ns/op  x ns/verdict\n"))
 	if err == nil {
 		t.Fatal("want an error for an unparsable metric")
 	}
@@ -56,8 +56,8 @@ func TestParseVerdictsBadNumber(t *testing.T) {
 
 func TestParseIPTScale(t *testing.T) {
 	out := "goos: linux\n" +
-		"BenchmarkApplyOneChange/mode=nft/change=rule-2   20   35022790 ns/op   105296 entries   50590 rules   3290 sets\n" +
-		"BenchmarkApplyOneChange/mode=legacy/change=rule-2   20   235022790 ns/op   105296 entries   50590 rules   3290 sets\n" +
+		"BenchmarkPrivilegedApplyOneChange/mode=nft/change=rule-2   20   35022790 ns/op   105296 entries   50590 rules   3290 sets\n" +
+		"BenchmarkPrivilegedApplyOneChange/mode=legacy/change=rule-2   20   235022790 ns/op   105296 entries   50590 rules   3290 sets\n" +
 		"PASS\n"
 	got, err := parseIPTScale(strings.NewReader(out))
 	if err != nil {
@@ -72,7 +72,7 @@ func TestParseIPTScale(t *testing.T) {
 	}
 	for name, bad := range map[string]string{
 		"no line":        "PASS\n",
-		"metric missing": "BenchmarkApplyOneChange/mode=nft/change=rule-2 20 5 ns/op 3 rules\n",
+		"metric missing": "BenchmarkPrivilegedApplyOneChange/mode=nft/change=rule-2 20 5 ns/op 3 rules\n",
 	} {
 		if _, err := parseIPTScale(strings.NewReader(bad)); err == nil {
 			t.Errorf("%s: parsed without an error", name)

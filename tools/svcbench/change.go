@@ -16,9 +16,9 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/agent/store"
-	"lockstep.dev/lockstep/internal/benchcluster"
-	"lockstep.dev/lockstep/internal/benchkit"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/benchcluster"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // changePause is how long the spaced changes wait after each Sync: longer

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
-	"lockstep.dev/lockstep/internal/kubetest"
-	"lockstep.dev/lockstep/internal/realnode"
+	"lockstep.dev/lockstep/test/benchkit"
+	"lockstep.dev/lockstep/test/kubetest"
+	"lockstep.dev/lockstep/test/realnode"
 )
 
 // Who translates the client's connections to the ClusterIP in a round.

@@ -3,15 +3,15 @@
 // <!-- svcbench:begin --> and <!-- svcbench:end --> (`make bench`):
 //
 //   - Service change → applied: with the synthetic cluster of
-//     internal/benchcluster in an agent store (10k pods, 1k policies, 1k
+//     test/benchcluster in an agent store (10k pods, 1k policies, 1k
 //     Services of 10 backends), EndpointSlice updates timed from the store
 //     write to enforcer.Sync returning, on local endpoints attached in a
 //     throwaway netns, as tools/policybench times policy edits;
 //   - the per-packet cost of translation: agent/datapath's
-//     BenchmarkServiceVerdict run as a subprocess, translated packets
+//     BenchmarkPrivilegedServiceVerdict run as a subprocess, translated packets
 //     against untranslated ones;
 //   - the connection rate from a pod to a ClusterIP of 1 and of 100
-//     backends on the real-node cluster (internal/realnode), lockstep's
+//     backends on the real-node cluster (test/realnode), lockstep's
 //     eBPF translation against kube-proxy's (iptables mode) in
 //     interleaved rounds, switched with lockstep-config's
 //     service-translation key; the client and the backends run

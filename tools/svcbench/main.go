@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchcluster"
-	"lockstep.dev/lockstep/internal/benchkit"
-	"lockstep.dev/lockstep/internal/nodesim"
+	"lockstep.dev/lockstep/probe/nodesim"
+	"lockstep.dev/lockstep/test/benchcluster"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // nsPrefix names the network namespaces svcbench creates itself
@@ -68,8 +68,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.seconds, "seconds", 3, "length of each connection-rate measurement (shorter when its 62.5k source ports are used up first)")
 	fs.IntVar(&c.workers, "workers", 8, "connections the client opens at a time")
 	fs.IntVar(&c.changes, "changes", 200, "timed Service changes, spaced and back to back each")
-	fs.IntVar(&c.verdictRuns, "verdict-runs", 20000, "BPF_PROG_TEST_RUN runs per case of BenchmarkServiceVerdict (go test -benchtime Nx)")
-	fs.IntVar(&c.verdictCount, "verdict-count", 8, "times BenchmarkServiceVerdict runs (go test -count); the medians count")
+	fs.IntVar(&c.verdictRuns, "verdict-runs", 20000, "BPF_PROG_TEST_RUN runs per case of BenchmarkPrivilegedServiceVerdict (go test -benchtime Nx)")
+	fs.IntVar(&c.verdictCount, "verdict-count", 8, "times BenchmarkPrivilegedServiceVerdict runs (go test -count); the medians count")
 	fs.StringVar(&c.only, "only", "", `run only this part, print its results and write no report: "change", "verdict" or "connrate"`)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -150,7 +150,7 @@ func measure(ctx context.Context, cfg config) (*report, error) {
 		}
 	}
 	if want(partVerdict) {
-		logf("per-packet cost: go test -bench BenchmarkServiceVerdict ./agent/datapath (%d times)", cfg.verdictCount)
+		logf("per-packet cost: go test -bench BenchmarkPrivilegedServiceVerdict ./agent/datapath (%d times)", cfg.verdictCount)
 		if rep.verdict, err = benchVerdict(ctx, root, cfg.verdictRuns, cfg.verdictCount); err != nil {
 			return nil, fmt.Errorf("per-packet benchmark: %w", err)
 		}

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchcluster"
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchcluster"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 // fileSection is the part of the output file svcbench owns; a new one
@@ -181,7 +181,7 @@ func (r *report) writeConnRate(w func(string, ...any)) {
 	c := r.conn
 	w("### Connection rate: pod → ClusterIP, lockstep against kube-proxy")
 	w("")
-	w("The real-node cluster of internal/realnode (two nodes, kubelet, containerd, kube-proxy")
+	w("The real-node cluster of test/realnode (two nodes, kubelet, containerd, kube-proxy")
 	w("in iptables mode; lockstep installed from deploy/ with the eBPF dataplane). %d backend", backendCounts[1])
 	w("pods on %s accept connections and close them (`tools/svcbench/connrate serve`);", backendNode)
 	w("two ClusterIP Services select the first of them and all %d. A client pod on %s", backendCounts[1], clientNode)
@@ -259,7 +259,7 @@ func (r *report) writeVerdict(w func(string, ...any)) {
 	v := r.verdict
 	w("### Per-packet cost of translation")
 	w("")
-	w("agent/datapath's `BenchmarkServiceVerdict`, run by `go test -bench` %d times with", v.count)
+	w("agent/datapath's `BenchmarkPrivilegedServiceVerdict`, run by `go test -bench` %d times with", v.count)
 	w("%d runs per case: each run is one BPF_PROG_TEST_RUN on the original frame (the kernel's", v.runs)
 	w("own per-run time, no syscall), the cases of a group in turns, run by run, in an order")
 	w("that rotates. A case's time is the median of its runs; *added* is the median, over")
@@ -296,7 +296,7 @@ func (r *report) writeChange(w func(string, ...any)) {
 	c := r.change
 	w("### Service change → applied")
 	w("")
-	w("The synthetic cluster of internal/benchcluster in an agent store: %d remote pods,", c.pods)
+	w("The synthetic cluster of test/benchcluster in an agent store: %d remote pods,", c.pods)
 	w("%d NetworkPolicies (policybench's), and one ClusterIP Service per app whose", c.policies)
 	w("EndpointSlice lists its %d replicas: %d frontends, %d backends applied. %d local", benchcluster.Replicas, c.frontends, c.backends, benchcluster.LocalEndpoints)
 	w("endpoints on real veths in a throwaway netns with the programs attached (first Sync %s).", benchkit.FmtDur(c.firstSync))

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 func TestBusy(t *testing.T) {
@@ -27,10 +27,10 @@ func TestBusy(t *testing.T) {
 
 func TestParseVerdicts(t *testing.T) {
 	out := `goos: linux
-BenchmarkServiceVerdict/established-2   2000   4484 ns/op   19.00 same-port-added-p50-ns   122.1 same-port-ns   13.00 translated-added-p50-ns   114.0 translated-p50-ns   98.00 untranslated-p50-ns
-BenchmarkServiceVerdict/established-2   2000   4488 ns/op   3.000 same-port-added-p50-ns   29.00 translated-added-p50-ns
-BenchmarkServiceVerdict/reply           2000   2942 ns/op   30.00 translated-added-p50-ns
-BenchmarkVerdict/rules=100/deny-2       2000    398 ns/op   392.0 ns/verdict
+BenchmarkPrivilegedServiceVerdict/established-2   2000   4484 ns/op   19.00 same-port-added-p50-ns   122.1 same-port-ns   13.00 translated-added-p50-ns   114.0 translated-p50-ns   98.00 untranslated-p50-ns
+BenchmarkPrivilegedServiceVerdict/established-2   2000   4488 ns/op   3.000 same-port-added-p50-ns   29.00 translated-added-p50-ns
+BenchmarkPrivilegedServiceVerdict/reply           2000   2942 ns/op   30.00 translated-added-p50-ns
+BenchmarkPrivilegedVerdict/rules=100/deny-2       2000    398 ns/op   392.0 ns/verdict
 PASS`
 	got, err := parseVerdicts(strings.NewReader(out))
 	if err != nil {
@@ -49,7 +49,7 @@ PASS`
 		}
 	}
 	if len(got) != 6 {
-		t.Errorf("parsed %d metrics, want 6 (BenchmarkVerdict's and ns/op left out): %v", len(got), got)
+		t.Errorf("parsed %d metrics, want 6 (BenchmarkPrivilegedVerdict's and ns/op left out): %v", len(got), got)
 	}
 }
 

@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
-// verdictMetrics are BenchmarkServiceVerdict's groups and the metrics of
+// verdictMetrics are BenchmarkPrivilegedServiceVerdict's groups and the metrics of
 // each the report shows, in its order: per case the median per-run time
 // (CASE-p50-ns) and, for each case after a group's first, the median of
 // its time minus the first case's in the same round (CASE-added-p50-ns).
@@ -55,10 +55,10 @@ func (v *verdictResult) span(k verdictKey) (lo, hi float64) {
 	return slices.Min(v.values[k]), slices.Max(v.values[k])
 }
 
-// benchVerdict runs agent/datapath's BenchmarkServiceVerdict count times
+// benchVerdict runs agent/datapath's BenchmarkPrivilegedServiceVerdict count times
 // (go test -count) with runs runs per case and returns its metrics.
 func benchVerdict(ctx context.Context, repoRoot string, runs, count int) (*verdictResult, error) {
-	out, err := benchkit.GoTestBench(ctx, repoRoot, "./agent/datapath/", "^BenchmarkServiceVerdict$",
+	out, err := benchkit.GoTestBench(ctx, repoRoot, "./agent/datapath/", "^BenchmarkPrivilegedServiceVerdict$",
 		"-benchtime", fmt.Sprintf("%dx", runs), "-count", strconv.Itoa(count))
 	if err != nil {
 		return nil, err
@@ -71,7 +71,7 @@ func benchVerdict(ctx context.Context, repoRoot string, runs, count int) (*verdi
 	for _, m := range verdictMetrics {
 		k := verdictKey(m)
 		if got := len(values[k]); got != count {
-			return nil, fmt.Errorf("go test printed %s of BenchmarkServiceVerdict/%s %d times, want %d; output:\n%s", k.metric, k.group, got, count, out.String())
+			return nil, fmt.Errorf("go test printed %s of BenchmarkPrivilegedServiceVerdict/%s %d times, want %d; output:\n%s", k.metric, k.group, got, count, out.String())
 		}
 	}
 	for _, g := range []string{"established", "reply"} {
@@ -83,10 +83,10 @@ func benchVerdict(ctx context.Context, repoRoot string, runs, count int) (*verdi
 }
 
 // parseVerdicts reads `go test -bench` output and returns, for every
-// BenchmarkServiceVerdict/GROUP line, each custom metric's value, one per
+// BenchmarkPrivilegedServiceVerdict/GROUP line, each custom metric's value, one per
 // line in the order printed, e.g.
 //
-//	BenchmarkServiceVerdict/reply-2   2000   2942 ns/op   30.00 translated-added-p50-ns   130.9 translated-ns ...
+//	BenchmarkPrivilegedServiceVerdict/reply-2   2000   2942 ns/op   30.00 translated-added-p50-ns   130.9 translated-ns ...
 func parseVerdicts(r io.Reader) (map[verdictKey][]float64, error) {
 	got := map[verdictKey][]float64{}
 	sc := bufio.NewScanner(r)
@@ -95,7 +95,7 @@ func parseVerdicts(r io.Reader) (map[verdictKey][]float64, error) {
 		if len(fields) < 4 {
 			continue
 		}
-		group, ok := strings.CutPrefix(fields[0], "BenchmarkServiceVerdict/")
+		group, ok := strings.CutPrefix(fields[0], "BenchmarkPrivilegedServiceVerdict/")
 		if !ok {
 			continue
 		}

@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"lockstep.dev/lockstep/internal/benchkit"
+	"lockstep.dev/lockstep/test/benchkit"
 )
 
 func main() {

@@ -1,0 +1,337 @@
+//go:build linux
+
+package realnode_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/test/realnode"
+)
+
+const (
+	node1 = "e2e-node-1"
+	node2 = "e2e-node-2"
+)
+
+// TestPrivilegedRealNodePodNetwork checks what every pod needs on a real
+// node with lockstep installed from deploy/: an address from its node's
+// block in each family, pod to pod on one node and across nodes, a
+// ClusterIP Service (kube-proxy's DNAT), the endpoints of a headless
+// Service, both by name through the cluster DNS, and the world outside the
+// cluster (masqueraded to the node's address).
+func TestPrivilegedRealNodePodNetwork(t *testing.T) {
+	checkPodNetwork(t, cluster(t), "smoke-net")
+}
+
+// checkPodNetwork is TestPrivilegedRealNodePodNetwork in namespace ns, for
+// whichever dataplane runs.
+func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
+	namespace(t, c, ns, nil)
+	apply(t, c, strings.Join([]string{
+		agnhostPod(ns, "a1", node1, map[string]string{"app": "server"}),
+		agnhostPod(ns, "a2", node1, map[string]string{"app": "client"}),
+		agnhostPod(ns, "b1", node2, map[string]string{"app": "server"}),
+		service(ns, "server", false),
+		service(ns, "server-headless", true),
+	}, "\n---\n"))
+	pods := waitReady(t, c, ns, "a1", "a2", "b1")
+
+	for name, p := range pods {
+		for _, fam := range []string{"4", "6"} {
+			ip := p.ip(fam)
+			if ip == "" {
+				t.Fatalf("pod %s has no IPv%s address: %+v", name, fam, p.Status.PodIPs)
+			}
+			if !inPool(ip) {
+				t.Errorf("pod %s got %s, outside the IPPools %v", name, ip, realnode.PodCIDRs)
+			}
+		}
+	}
+
+	t.Run("pod to pod", func(t *testing.T) {
+		for _, from := range []string{"a2", "b1"} {
+			for _, to := range []string{"a1", "b1"} {
+				if from == to {
+					continue
+				}
+				for _, fam := range []string{"4", "6"} {
+					addr := net.JoinHostPort(pods[to].ip(fam), "8080")
+					if !connect(t, c, ns, from, addr, "tcp") {
+						t.Errorf("%s (%s) cannot reach %s at %s", from, pods[from].Spec.NodeName, to, addr)
+					}
+				}
+			}
+		}
+	})
+
+	t.Run("ClusterIP Service", func(t *testing.T) {
+		var svc struct {
+			Spec struct {
+				ClusterIPs []string `json:"clusterIPs"`
+			} `json:"spec"`
+		}
+		if err := c.GetJSON(t.Context(), &svc, "service", "-n", ns, "server"); err != nil {
+			t.Fatal(err)
+		}
+		if len(svc.Spec.ClusterIPs) != 2 {
+			t.Fatalf("Service server has ClusterIPs %v, want one per family", svc.Spec.ClusterIPs)
+		}
+		for _, ip := range svc.Spec.ClusterIPs {
+			for _, from := range []string{"a2", "b1"} {
+				addr := net.JoinHostPort(ip, "80")
+				if !connect(t, c, ns, from, addr, "tcp") {
+					t.Errorf("%s cannot reach Service server at %s", from, addr)
+				}
+			}
+		}
+	})
+
+	t.Run("headless Service endpoints", func(t *testing.T) {
+		ips := endpointIPs(t, c, ns, "server-headless")
+		if len(ips) != 4 {
+			t.Fatalf("headless Service has endpoints %v, want the two servers' four addresses", ips)
+		}
+		for _, ip := range ips {
+			if !connect(t, c, ns, "a2", net.JoinHostPort(ip, "8080"), "tcp") {
+				t.Errorf("a2 cannot reach headless endpoint %s", ip)
+			}
+		}
+	})
+
+	t.Run("names through the cluster DNS", func(t *testing.T) {
+		// CoreDNS learns the new Services through its watch of the API
+		// server, a connection through the kubernetes Service: after a
+		// switch of dataplanes it is reset and re-established, within
+		// about a minute (client-go's idle ping), and names of Services
+		// made meanwhile resolve only then.
+		for _, addr := range []string{
+			"server." + ns + ".svc.cluster.local:80", // the ClusterIP
+			"server-headless." + ns + ":8080",        // a server pod, by the search path
+		} {
+			for _, from := range []string{"a2", "b1"} {
+				err := realnode.Poll(t.Context(), 2*time.Minute, 2*time.Second, from+" to reach "+addr, func() (bool, string, error) {
+					return connect(t, c, ns, from, addr, "tcp"), "no connection", nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	})
+
+	t.Run("outside the cluster, masqueraded", func(t *testing.T) {
+		srv := listenOutside(t, c)
+		for _, from := range []string{"a2", "b1"} {
+			node, err := c.Node(pods[from].Spec.NodeName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, dst := range []netip.Addr{c.OutsideV4, c.OutsideV6} {
+				addr := net.JoinHostPort(dst.String(), fmt.Sprint(srv.port))
+				if !connect(t, c, ns, from, addr, "tcp") {
+					t.Errorf("%s cannot reach %s outside the cluster", from, addr)
+					continue
+				}
+				want := node.IPv4
+				if dst.Is6() {
+					want = node.IPv6
+				}
+				if got := srv.lastPeer(); got != want {
+					t.Errorf("%s reached %s from %s, want its node's address %s (masquerade)", from, addr, got, want)
+				}
+			}
+		}
+	})
+}
+
+// TestPrivilegedRealNodeProbesPassDefaultDeny isolates every pod of a
+// namespace for ingress and checks that the kubelet's probes, which come
+// from the pod's own node, still pass: a pod that was Ready stays Ready and
+// is never restarted by its liveness probe, a pod created under the policy
+// becomes Ready, while another pod's connection is dropped.
+func TestPrivilegedRealNodeProbesPassDefaultDeny(t *testing.T) {
+	checkProbesPass(t, cluster(t), "smoke-probes")
+}
+
+// checkProbesPass is TestPrivilegedRealNodeProbesPassDefaultDeny in
+// namespace ns, for whichever dataplane runs.
+func checkProbesPass(t *testing.T, c *realnode.Cluster, ns string) {
+	namespace(t, c, ns, nil)
+	apply(t, c, strings.Join([]string{
+		probedPod(ns, "web-before", node1),
+		agnhostPod(ns, "client-1", node1, map[string]string{"app": "client"}),
+		agnhostPod(ns, "client-2", node2, map[string]string{"app": "client"}),
+	}, "\n---\n"))
+	pods := waitReady(t, c, ns, "web-before", "client-1", "client-2")
+	web := net.JoinHostPort(pods["web-before"].ip("4"), "8080")
+	for _, from := range []string{"client-1", "client-2"} {
+		if !connect(t, c, ns, from, web, "tcp") {
+			t.Fatalf("%s cannot reach web-before before any policy", from)
+		}
+	}
+
+	apply(t, c, fmt.Sprintf(`{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy",
+		"metadata":{"name":"default-deny-ingress","namespace":%q},
+		"spec":{"podSelector":{},"policyTypes":["Ingress"]}}`, ns))
+	err := realnode.Poll(t.Context(), time.Minute, time.Second, "the default deny to be enforced", func() (bool, string, error) {
+		for _, from := range []string{"client-1", "client-2"} {
+			if connect(t, c, ns, from, web, "tcp") {
+				return false, from + " still reaches web-before", nil
+			}
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(t, c, probedPod(ns, "web-after", node2))
+
+	// Three liveness periods and more: a probe that failed three times in
+	// a row would have restarted the container.
+	deadline := time.Now().Add(40 * time.Second)
+	for time.Now().Before(deadline) {
+		p := getPod(t, c, ns, "web-before")
+		if !p.ready() || p.restarts() != 0 {
+			t.Fatalf("web-before under default deny: ready=%v restarts=%d; the kubelet's probes were dropped", p.ready(), p.restarts())
+		}
+		time.Sleep(2 * time.Second)
+	}
+	after := waitReady(t, c, ns, "web-after")["web-after"]
+	if after.restarts() != 0 {
+		t.Errorf("web-after restarted %d times", after.restarts())
+	}
+	if connect(t, c, ns, "client-1", net.JoinHostPort(after.ip("4"), "8080"), "tcp") {
+		t.Error("client-1 reaches web-after through the default deny")
+	}
+}
+
+// TestPrivilegedRealNodeDeleteReleasesAddress deletes a pod and checks that
+// the kubelet's CNI DEL gave its address back to its node's pool and
+// removed its host interface.
+func TestPrivilegedRealNodeDeleteReleasesAddress(t *testing.T) {
+	c := cluster(t)
+	const ns = "smoke-release"
+	namespace(t, c, ns, nil)
+	h, err := c.Node(node2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := poolsUsed(t, c, h)
+	apply(t, c, agnhostPod(ns, "short-lived", node2, nil))
+	p := waitReady(t, c, ns, "short-lived")["short-lived"]
+	if got := poolsUsed(t, c, h); got != before+2 {
+		t.Fatalf("pools of %s hold %d addresses with the pod, want %d (one per family more than %d)", node2, got, before+2, before)
+	}
+	if _, err := c.Kubectl(t.Context(), "delete", "pod", "-n", ns, "short-lived", "--wait=true"); err != nil {
+		t.Fatal(err)
+	}
+	err = realnode.Poll(t.Context(), time.Minute, time.Second, "the address to be released", func() (bool, string, error) {
+		got := poolsUsed(t, c, h)
+		return got == before, fmt.Sprintf("%d used, want %d", got, before), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	links, err := c.Exec(t.Context(), h, "ip", "-o", "route", "show", p.ip("4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(links)) != "" {
+		t.Errorf("the route to the deleted pod's %s is still on %s: %s", p.ip("4"), node2, links)
+	}
+}
+
+// service renders a dual-stack Service selecting app=server, port 80 to
+// the pods' named port http; headless without a ClusterIP.
+func service(ns, name string, headless bool) string {
+	spec := map[string]any{
+		"selector":       map[string]string{"app": "server"},
+		"ipFamilyPolicy": "RequireDualStack",
+		"ports":          []any{map[string]any{"name": "http", "port": 80, "targetPort": "http"}},
+	}
+	if headless {
+		spec["clusterIP"] = "None"
+	}
+	b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec})
+	return string(b)
+}
+
+// probedPod renders an agnhost netexec pod with httpGet readiness and
+// liveness probes on the port a default deny closes to other pods.
+func probedPod(ns, name, node string) string {
+	probe := map[string]any{"httpGet": map[string]any{"path": "/hostname", "port": 8080},
+		"periodSeconds": 2, "timeoutSeconds": 1, "failureThreshold": 3}
+	b, _ := json.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]string{"app": "web"}},
+		"spec": map[string]any{
+			"nodeName":                      node,
+			"terminationGracePeriodSeconds": 1,
+			"containers": []any{map[string]any{
+				"name": "agnhost", "image": realnode.AgnhostImage, "imagePullPolicy": "IfNotPresent",
+				"args":           []string{"netexec", "--http-port=8080", "--udp-port=8080"},
+				"readinessProbe": probe, "livenessProbe": probe,
+			}},
+		},
+	})
+	return string(b)
+}
+
+func inPool(ip string) bool {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	for _, p := range realnode.PodCIDRs {
+		if netip.MustParsePrefix(p).Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// endpointIPs lists the ready endpoint addresses of a Service's
+// EndpointSlices.
+func endpointIPs(tb testing.TB, c *realnode.Cluster, ns, svc string) []string {
+	tb.Helper()
+	var list struct {
+		Items []struct {
+			Endpoints []struct {
+				Addresses  []string `json:"addresses"`
+				Conditions struct {
+					Ready *bool `json:"ready"`
+				} `json:"conditions"`
+			} `json:"endpoints"`
+		} `json:"items"`
+	}
+	if err := c.GetJSON(tb.Context(), &list, "endpointslices", "-n", ns, "-l", "kubernetes.io/service-name="+svc); err != nil {
+		tb.Fatal(err)
+	}
+	var out []string
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				out = append(out, e.Addresses...)
+			}
+		}
+	}
+	return out
+}
+
+// poolsUsed returns how many addresses a node's agent has allocated, from
+// `lockstep status` run on the node.
+func poolsUsed(tb testing.TB, c *realnode.Cluster, h realnode.Host) int {
+	tb.Helper()
+	n := 0
+	for _, p := range agentStatus(tb, c, h).Pools {
+		n += p.Used
+	}
+	return n
+}
