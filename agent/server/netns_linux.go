@@ -49,8 +49,13 @@ func verifyNetns(f *os.File) error {
 	if err != nil {
 		return err
 	}
+	// The calling thread's namespace, not /proc/self's: that one is the
+	// main thread's, and the Go runtime never runs goroutines again on a
+	// main thread that a goroutine left locked (one that entered a pod's
+	// namespace to be discarded), so it can be stuck in a pod's namespace
+	// while every thread that serves requests is the agent's.
 	var own unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/net", &own); err != nil {
+	if err := unix.Stat("/proc/thread-self/ns/net", &own); err != nil {
 		return fmt.Errorf("stat the agent's own network namespace: %w", err)
 	}
 	if st.Dev == own.Dev && st.Ino == own.Ino {

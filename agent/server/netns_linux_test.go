@@ -77,7 +77,7 @@ func TestPassedDescriptorsAreCheckedAndClosed(t *testing.T) {
 	}{
 		{"a regular file is not a namespace", add, func(t *testing.T) []*os.File { return []*os.File{tempFile(t)} },
 			api.CodeInvalidNetNS, "not a namespace handle"},
-		{"the agent's own namespace", add, func(t *testing.T) []*os.File { return []*os.File{open(t, "/proc/self/ns/net")} },
+		{"the agent's own namespace", add, func(t *testing.T) []*os.File { return []*os.File{open(t, "/proc/thread-self/ns/net")} },
 			api.CodeInvalidNetNS, "node's own network namespace"},
 		{"a namespace of another kind", add, func(t *testing.T) []*os.File { return []*os.File{open(t, "/proc/self/ns/uts")} },
 			api.CodeInvalidNetNS, "not a network namespace"},
