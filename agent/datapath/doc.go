@@ -116,9 +116,14 @@
 // BPF ring buffers (5.8), bounded loops (5.3), hash-of-maps whose inner
 // maps differ in size (5.10), bpf_ktime_get_coarse_ns (5.11), global BPF
 // functions (5.6) and bpf_redirect_peer (5.10) for Services,
-// BPF_PROG_TEST_RUN for sched_cls (tests). On 6.16 or later the
-// translation of IPv6 addresses also keeps a CHECKSUM_COMPLETE skb->csum
-// right (bpf_l4_csum_replace's BPF_F_IPV6). The agent needs
+// BPF_PROG_TEST_RUN for sched_cls (tests), and the kernel's BTF
+// (/sys/kernel/btf/vmlinux): the object reads sk_buff's ip_summed through
+// a CO-RE relocation. On 6.3 or later a tracked translated packet's
+// checksums are updated without a helper call (bpf_cast_to_kern_ctx, a
+// weak kfunc: older kernels load the object and use the helper). On 6.16
+// or later the translation of IPv6 addresses also keeps a
+// CHECKSUM_COMPLETE skb->csum right (bpf_l4_csum_replace's BPF_F_IPV6);
+// BPF_F_TEST_SKB_CHECKSUM_COMPLETE (tests) is from the same release. The agent needs
 // CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN (for the bpffs mount), or root.
 // On other systems the package builds so the agent does, and Load fails
 // with an error wrapping errors.ErrUnsupported.

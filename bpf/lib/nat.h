@@ -9,6 +9,11 @@
  * written straight into the packet: every helper call costs a few
  * nanoseconds of every translated packet.
  *
+ * A tracked translated packet (nat_one) skips the helper where the kernel
+ * tells the program how the skb's checksum stands (skb_csum_kind: Linux
+ * 6.3's bpf_cast_to_kern_ctx, a weak kfunc, so older kernels load the
+ * object and keep the helper).
+ *
  * SCTP's CRC32c covers the ports but not the addresses (it has no pseudo
  * header), and no helper updates it: lockstep rewrites the addresses of
  * SCTP packets only, never their ports (see lib/service.h).
@@ -24,6 +29,7 @@
 #include <linux/ipv6.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #include "maps.h"
 #include "parse.h"
@@ -162,6 +168,76 @@ static __always_inline int nat_port(struct __sk_buff *skb, const struct nat_l4 *
 	return store(skb, off, &t, 2);
 }
 
+/* bpf_cast_to_kern_ctx gives the skb behind the context (Linux 6.3), to
+ * read its ip_summed. Weak: on an older kernel its address is 0 and the
+ * verifier drops the call as dead code.
+ */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym __weak;
+
+/* struct sk_buff___lockstep is the one field of the kernel's sk_buff
+ * lockstep reads, located through the kernel's BTF (CO-RE).
+ */
+struct sk_buff___lockstep {
+	__u8 ip_summed : 2;
+} __attribute__((preserve_access_index));
+
+/* The kernel's skb->ip_summed values (include/linux/skbuff.h). */
+#define SKB_CHECKSUM_COMPLETE 2
+#define SKB_CHECKSUM_PARTIAL 3
+
+/* How nat_one updates an L4 checksum. */
+enum {
+	NAT_CSUM_HELPER = 0, /* bpf_l4_csum_replace: the kernel decides */
+	NAT_CSUM_OFFLOAD,    /* left to offload (CHECKSUM_PARTIAL): the field
+			      * holds the pseudo header's sum, which an
+			      * address change is added to; the ports are the
+			      * kernel's to sum on the way out */
+	NAT_CSUM_DONE,       /* complete in the field (CHECKSUM_NONE,
+			      * CHECKSUM_UNNECESSARY): every change is taken
+			      * from the inverted sum, RFC 1624 */
+};
+
+/* skb_csum_kind is how nat_one can update skb's L4 checksum without the
+ * helper. CHECKSUM_COMPLETE also keeps a sum of the whole packet in
+ * skb->csum, which only the helper can update: it, and a kernel without
+ * bpf_cast_to_kern_ctx, get NAT_CSUM_HELPER.
+ */
+static __always_inline int skb_csum_kind(struct __sk_buff *skb)
+{
+	struct sk_buff___lockstep *k;
+	__u32 s;
+
+	if (!bpf_cast_to_kern_ctx)
+		return NAT_CSUM_HELPER;
+	k = bpf_cast_to_kern_ctx(skb);
+	s = BPF_CORE_READ_BITFIELD(k, ip_summed);
+	if (s == SKB_CHECKSUM_PARTIAL)
+		return NAT_CSUM_OFFLOAD;
+	if (s == SKB_CHECKSUM_COMPLETE)
+		return NAT_CSUM_HELPER;
+	return NAT_CSUM_DONE;
+}
+
+/* nat_one_csum is nat_one's L4 checksum update through the helper: the
+ * address through the pseudo header, then the port.
+ */
+static __always_inline int nat_one_csum(struct __sk_buff *skb, const struct pkt *p, const struct nat_l4 *l4,
+					const struct v6addr *from, const struct v6addr *to, __be32 f4, __be32 t4,
+					__be16 fp, __be16 tp, __u32 port)
+{
+	if (!l4->csum_off)
+		return 0;
+	if (!p->is_v6) {
+		if (bpf_l4_csum_replace(skb, l4->csum_off, f4, t4, BPF_F_PSEUDO_HDR | l4->flags | 4))
+			return -1;
+	} else if (l4_csum_pseudo6(skb, l4->csum_off, addr_diff(from, to), l4->flags)) {
+		return -1;
+	}
+	if (port && bpf_l4_csum_replace(skb, l4->csum_off, fp, tp, l4->flags | 2))
+		return -1;
+	return 0;
+}
+
 /* nat_one_slow writes what nat_one writes when the headers are not all
  * in the linear data (the checksums are done already).
  */
@@ -184,6 +260,12 @@ static __always_inline int nat_one_slow(struct __sk_buff *skb, const struct pkt 
  * checksums kept right. What a tracked translated packet needs, inlined:
  * a call to nat_rewrite and its comparisons cost more than the rewrite.
  * The ports of SCTP are never rewritten.
+ *
+ * Where skb_csum_kind knows the L4 checksum's state, every field,
+ * the L4 checksum too, is written straight into the linear data, with no
+ * helper call (the first costs some 20 ns, more than the rest of the
+ * rewrite); else, or when the headers are not all linear, the helper
+ * updates the L4 checksum.
  */
 static __always_inline int nat_one(struct __sk_buff *skb, const struct pkt *p, __u32 aoff, __u32 poff,
 				   const struct v6addr *from, const struct v6addr *to, __u16 pfrom, __u16 pto)
@@ -191,27 +273,47 @@ static __always_inline int nat_one(struct __sk_buff *skb, const struct pkt *p, _
 	__u32 port = pfrom != pto && p->proto != IPPROTO_SCTP;
 	__be32 f4 = *(const __be32 *)&from->addr[12];
 	__be32 t4 = *(const __be32 *)&to->addr[12];
-	__be16 tp = bpf_htons(pto);
+	__be16 fp = bpf_htons(pfrom), tp = bpf_htons(pto);
+	int kind = NAT_CSUM_HELPER;
 	struct nat_l4 l4;
 	void *data, *end;
+	__u32 d = 0;
 
-	/* The L4 checksum first: the helpers move the packet, and then one
-	 * bounds check covers every field written after them. */
 	nat_l4_of(p, &l4);
-	if (l4.csum_off) {
-		if (!p->is_v6) {
-			if (bpf_l4_csum_replace(skb, l4.csum_off, f4, t4, BPF_F_PSEUDO_HDR | l4.flags | 4))
-				return -1;
-		} else if (l4_csum_pseudo6(skb, l4.csum_off, addr_diff(from, to), l4.flags)) {
+	if (l4.csum_off)
+		kind = skb_csum_kind(skb);
+	if (kind == NAT_CSUM_HELPER) {
+		/* The L4 checksum first: the helpers move the packet, and
+		 * then one bounds check covers every field written after. */
+		if (nat_one_csum(skb, p, &l4, from, to, f4, t4, fp, tp, port))
 			return -1;
-		}
-		if (port && bpf_l4_csum_replace(skb, l4.csum_off, bpf_htons(pfrom), tp, l4.flags | 2))
-			return -1;
+	} else {
+		d = p->is_v6 ? addr_diff(from, to) : csum_add32(~f4, t4);
+		if (port && kind == NAT_CSUM_DONE)
+			d = csum_add32(d, csum_add32((__u16)~fp, tp));
 	}
 	data = skb_data(skb);
 	end = skb_data_end(skb);
-	if (poff >= 0x4000 || data + poff + sizeof(tp) > end || data + aoff + 16 > end)
-		return nat_one_slow(skb, p, aoff, poff, f4, t4, to, tp, port);
+	if (poff >= 0x4000 || l4.csum_off >= 0x4000 || data + poff + sizeof(tp) > end || data + aoff + 16 > end)
+		goto slow;
+	if (kind != NAT_CSUM_HELPER) {
+		__u16 *c = data + l4.csum_off;
+		__u16 v;
+
+		if ((void *)(c + 1) > end)
+			goto slow;
+		/* A UDP checksum of zero is none (IPv4), and one that
+		 * comes out zero is sent as 0xffff, as the helper does. */
+		if (!(l4.flags && *c == 0)) {
+			if (kind == NAT_CSUM_OFFLOAD)
+				v = (__u16)~csum_fold32(csum_add32(d, *c));
+			else
+				v = csum_fold32(csum_add32(d, (__u16)~*c));
+			if (l4.flags && v == 0)
+				v = 0xffff;
+			*c = v;
+		}
+	}
 	if (!p->is_v6) {
 		__u16 *c = data + IP4_CSUM_OFF;
 
@@ -223,6 +325,11 @@ static __always_inline int nat_one(struct __sk_buff *skb, const struct pkt *p, _
 	if (port)
 		*(__be16 *)(data + poff) = tp;
 	return 0;
+slow:
+	/* Nothing is written yet but, with the helper, the L4 checksum. */
+	if (kind != NAT_CSUM_HELPER && nat_one_csum(skb, p, &l4, from, to, f4, t4, fp, tp, port))
+		return -1;
+	return nat_one_slow(skb, p, aoff, poff, f4, t4, to, tp, port);
 }
 
 /* nat_rewrite turns the addresses and ports of p, the packet in skb, into

@@ -9,7 +9,11 @@
 //     throwaway netns, as tools/policybench times policy edits;
 //   - the per-packet cost of translation: agent/datapath's
 //     BenchmarkPrivilegedServiceVerdict run as a subprocess, translated packets
-//     against untranslated ones;
+//     against untranslated ones. Its skbs carry CHECKSUM_NONE: on Linux
+//     6.3 or later a tracked packet is rewritten there without a helper
+//     call, as a pod's packet left to offload (CHECKSUM_PARTIAL) is; an
+//     older kernel calls bpf_l4_csum_replace, twice when the port changes
+//     (bpf/lib/nat.h), so the number depends on the kernel it ran on;
 //   - the connection rate from a pod to a ClusterIP of 1 and of 100
 //     backends on the real-node cluster (test/realnode), lockstep's
 //     eBPF translation against kube-proxy's (iptables mode) in
