@@ -164,3 +164,37 @@ func TestPrivilegedConntrackPressureFollowsRelease(t *testing.T) {
 		})
 	}
 }
+
+// A pod's translated connections, two lockstep_svc_ct entries each,
+// count towards the node's estimate as its untranslated ones do: one pod
+// alone opens them until the node holds the pressure threshold, half of
+// one table, and is refused beyond it while beyond its share.
+func TestPrivilegedTranslatedConntrackPressure(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.stopReclaimer()
+	d.fakeAttach(podIf, loIfindex)
+	mustApply(t, d, affinityScenario(affinityBackends))
+	d.flushCT(t)
+	onOneCPU(t)
+	reclaimerRan(t, d)
+
+	before := counter(t, d, bpfmaps.ReasonCTShare)
+	const tries = bpfmaps.CTPressure/2 + 100
+	passed := 0
+	for i := range tries {
+		syn := packet{src: podV4, dst: svcRandom4, proto: policy.ProtoTCP, sport: uint16(1024 + i), dport: 80}
+		if runRaw(t, d.fromPod, csumFrame(syn)) == actOK {
+			passed++
+		}
+	}
+	if want := bpfmaps.CTPressure / 2; passed != want {
+		t.Errorf("%d translated connections of one pod: %d passed, want %d (the threshold's entries, two each)", tries, passed, want)
+	}
+	if got := counter(t, d, bpfmaps.ReasonCTShare) - before; got != uint64(tries-passed) {
+		t.Errorf("conntrack-share grew by %d, want %d", got, tries-passed)
+	}
+	if got := conntrackHeld(t, d); got != bpfmaps.CTPressure {
+		t.Errorf("the node's estimate: %d, want %d", got, bpfmaps.CTPressure)
+	}
+}

@@ -386,8 +386,8 @@ static __always_inline __u64 ct_held(const struct ct_share *s, __u32 key)
  * either while the agent's reclaimer does not run (its last run, at
  * CT_RECLAIM_KEY, older than CT_RECLAIM_STALE): nothing would be released.
  * Without a slot for the endpoint (more than CT_SHARE_SLOTS) its entries
- * are not counted and made; without one for the node (the same), the node
- * counts as under pressure.
+ * are made and counted for the node only; without one for the node (the
+ * same), the node counts as under pressure.
  */
 static __always_inline int ct_admit(__u32 ifindex, __u8 dir, __u32 n, int always, __u64 now)
 {
