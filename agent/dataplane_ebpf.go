@@ -18,12 +18,12 @@ type ebpfDataplane struct {
 }
 
 // WriteMetrics writes, at scrape time, the BPF verdict counters by
-// reason, each endpoint's conntrack entries and refusals, the conntrack
-// tables' evictions and the reclaimer's races, and the entry count of
-// every map.
+// reason, each endpoint's conntrack entries and refusals, the node's
+// conntrack entries, the conntrack tables' evictions and the reclaimer's
+// races, and the entry count of every map.
 func (dp ebpfDataplane) WriteMetrics(w io.Writer) {
 	if counters, err := dp.Counters(); err == nil {
-		promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, allowed-node: packets of the node itself to pods whose ingress is isolated, service-no-backend: connections to a Service without a ready backend, refused, and conntrack-share: new connections beyond their endpoint's conntrack share, dropped).", "counter")
+		promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, allowed-node: packets of the node itself to pods whose ingress is isolated, service-no-backend: connections to a Service without a ready backend, refused, and conntrack-share: new connections beyond their endpoint's conntrack share while the node's tables were under pressure, dropped).", "counter")
 		promtext.WriteHeader(w, "lockstep_datapath_bytes_total", "Bytes of the packets in lockstep_datapath_packets_total.", "counter")
 		for _, reason := range sortedKeys(counters) {
 			promtext.WriteSample(w, "lockstep_datapath_packets_total", float64(counters[reason].Packets), "reason", reason)
@@ -31,12 +31,16 @@ func (dp ebpfDataplane) WriteMetrics(w io.Writer) {
 		}
 	}
 	if shares, err := dp.ConntrackShares(); err == nil {
-		promtext.WriteHeader(w, "lockstep_datapath_conntrack_entries", fmt.Sprintf("Conntrack entries an endpoint holds (the programs' estimate, never below the truth), by host interface; each may hold %d.", bpfmaps.CTShareLimit), "gauge")
-		promtext.WriteHeader(w, "lockstep_datapath_conntrack_refused_total", "New connections dropped because their endpoint held its whole conntrack share, by host interface.", "counter")
+		promtext.WriteHeader(w, "lockstep_datapath_conntrack_entries", fmt.Sprintf("Conntrack entries an endpoint holds (the programs' estimate, never below the truth), by host interface; each may hold %d of each direction while the node is under pressure (lockstep_datapath_conntrack_node_entries above %d).", bpfmaps.CTShareLimit, bpfmaps.CTPressure), "gauge")
+		promtext.WriteHeader(w, "lockstep_datapath_conntrack_refused_total", "New connections dropped because their endpoint held its whole conntrack share while the node was under pressure, by host interface.", "counter")
 		for _, name := range sortedKeys(shares) {
 			promtext.WriteSample(w, "lockstep_datapath_conntrack_entries", float64(shares[name].Entries), "interface", name)
 			promtext.WriteSample(w, "lockstep_datapath_conntrack_refused_total", float64(shares[name].Refused), "interface", name)
 		}
+	}
+	if held, err := dp.ConntrackHeld(); err == nil {
+		promtext.WriteHeader(w, "lockstep_datapath_conntrack_node_entries", fmt.Sprintf("Conntrack entries the node holds in both tables together (the programs' estimate, never below the truth); the endpoints' shares are enforced while it is above %d.", bpfmaps.CTPressure), "gauge")
+		promtext.WriteSample(w, "lockstep_datapath_conntrack_node_entries", float64(held))
 	}
 	if evicted, err := dp.ConntrackEvictions(); err == nil {
 		promtext.WriteHeader(w, "lockstep_datapath_conntrack_evictions_total", fmt.Sprintf("Conntrack entries a full table (an LRU of %d entries) dropped to make room for a new connection, by table (lockstep_ct, lockstep_svc_ct), as of the agent's last reclaim (every 10 s). The connections they held are judged by policy again (a translated one may change backend).", bpfmaps.CTCapacity), "counter")

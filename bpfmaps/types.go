@@ -46,12 +46,16 @@ const (
 
 // Capacities of the conntrack tables (CTMap, SvcCTMap) and the share of
 // one endpoint (C: CT_SHARE): the entries it may hold in both together
-// before its new connections are refused. CTShareSlots is the size of
-// CTShareMap and CTReleasedMap (C: CT_SHARE_SLOTS).
+// before its new connections are refused, while the node is under
+// pressure: while its estimate of the entries held in both tables, at
+// CTNodeKey, is above CTPressure (C: CT_PRESSURE, half of one table).
+// CTShareSlots is the size of CTShareMap and CTReleasedMap (C:
+// CT_SHARE_SLOTS).
 const (
 	CTCapacity    = 131072
 	SvcCTCapacity = 131072
 	CTShareLimit  = 16384
+	CTPressure    = 65536
 	CTShareSlots  = 16384
 )
 
@@ -254,6 +258,14 @@ func CTShareKey(ifindex uint32, dir uint8) uint32 { return ifindex<<1 | uint32(d
 // endpoint has.
 const CTReclaimKey uint32 = 0
 
+// CTNodeKey is the key of CTShareMap and CTReleasedMap that counts the
+// entries of the whole node, in both conntrack tables, like an
+// endpoint's (C: CT_NODE_KEY): that of ifindex 0 and egress, which no
+// endpoint has. Created less released is the programs' estimate of the
+// entries the node holds; the shares are enforced while it is above
+// CTPressure.
+const CTNodeKey uint32 = 1
+
 // CTEntryDir is the direction (0 ingress, 1 egress) a CTMap entry's
 // connection was opened in: the direction of its one allowed bit.
 func CTEntryDir(flags uint32) uint8 {
@@ -271,7 +283,8 @@ func CTEntryDir(flags uint32) uint8 {
 // are gone, and at CTReclaimKey the CLOCK_MONOTONIC_COARSE time of its
 // last reclaim: the programs refuse nothing while that is older than 30 s.
 // Created less released is the programs' estimate of the entries the
-// endpoint holds in that direction.
+// endpoint holds in that direction. At CTNodeKey they count the whole
+// node's entries, and the refusals stay zero.
 type CTShare struct {
 	Created uint64 `json:"created"`
 	Refused uint64 `json:"refused"`
@@ -444,7 +457,8 @@ const (
 	ReasonServiceNoBackend Reason = 7
 	// ReasonCTShare counts the packets of new connections dropped
 	// because their endpoint holds its whole conntrack share
-	// (CTShareLimit).
+	// (CTShareLimit) while the node's tables are under pressure
+	// (CTPressure).
 	ReasonCTShare Reason = 8
 	// NumReasons is the size of lockstep_drops (C: REASON_MAX).
 	NumReasons = 9

@@ -26,6 +26,19 @@ import (
 // which then evicts: the shares bound what one pod takes from the node,
 // they do not make eviction impossible.
 //
+// The shares bite only while the node is under pressure: while its
+// estimate of the entries held in both tables together is above
+// bpfmaps.CTPressure, half of one table. An entry stays counted until it
+// expires and the next reclaim releases it, so a share enforced on an
+// empty table would cap a pod at some hundred new connections a second
+// (16384 over a FIN-closed connection's 130 s) for nothing. The node's
+// estimate is counted like an endpoint's, at bpfmaps.CTNodeKey: the
+// programs add every entry they admit, the reclaimer releases what went.
+// So it is never below the truth between two reclaims either, and a pod
+// cannot fill the tables in the 10 s between them; once it is above the
+// threshold, an endpoint beyond its share creates nothing more, which
+// leaves the other half of each table to the endpoints within theirs.
+//
 // The shares hold only while the reclaimer runs: it writes the time of
 // each run at bpfmaps.CTReclaimKey, and the programs refuse nothing once
 // that is 30 s old (an agent that is down releases nothing, and pods must
@@ -37,12 +50,15 @@ import (
 // writer); the reclaimer counts the ones that went (lockstep_ct_released,
 // the agent its only writer). Every ctReclaimInterval it reads the
 // created counts, then walks both tables, deletes the entries that
-// expired, counts those left per endpoint, and writes released = created
-// (as read before the walk) less left. An entry created during the walk
+// expired, counts those left per endpoint and in all, and writes released
+// = created (as read before the walk) less left, for every endpoint and
+// for the node. What the agent deleted and what the LRUs evicted are
+// released alike: neither is left. An entry created during the walk
 // may be counted as left and again as created since: the estimate,
-// created less released, is never below the entries an endpoint holds,
-// and the next round corrects it. The only way past a share is a race of
-// CPUs that each read one below it (see ct_admit).
+// created less released, is never below the entries an endpoint (or the
+// node) holds, and the next round corrects it. The only way past a share
+// or the threshold is a race of CPUs that each read one below it (see
+// ct_admit).
 
 // ctReclaimInterval is how often the reclaimer runs: an endpoint at its
 // share gets back what expired within that time.
@@ -68,6 +84,9 @@ func (d *Datapath) ConntrackShares() (map[string]ConntrackShare, error) {
 	d.mu.Unlock()
 	out := make(map[string]ConntrackShare, len(created))
 	for key, s := range created {
+		if key == bpfmaps.CTNodeKey {
+			continue
+		}
 		var released uint64
 		if err := d.ctReleased.Lookup(key, &released); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil, fmt.Errorf("read %s: %w", bpfmaps.CTReleasedMap, err)
@@ -83,6 +102,24 @@ func (d *Datapath) ConntrackShares() (map[string]ConntrackShare, error) {
 		out[name] = sum
 	}
 	return out, nil
+}
+
+// ConntrackHeld returns the programs' estimate of the entries the node
+// holds in lockstep_ct and lockstep_svc_ct together (never below the
+// truth, and brought down to it every reclaim): the endpoints' shares are
+// enforced while it is above bpfmaps.CTPressure.
+func (d *Datapath) ConntrackHeld() (uint64, error) {
+	var node bpfmaps.CTShare
+	var released uint64
+	if err := d.ctShare.Lookup(bpfmaps.CTNodeKey, &node); errors.Is(err, ebpf.ErrKeyNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("read %s: %w", bpfmaps.CTShareMap, err)
+	}
+	if err := d.ctReleased.Lookup(bpfmaps.CTNodeKey, &released); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return 0, fmt.Errorf("read %s: %w", bpfmaps.CTReleasedMap, err)
+	}
+	return node.Created - min(released, node.Created), nil
 }
 
 // readShares reads lockstep_ct_share whole.
@@ -219,8 +256,7 @@ func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint
 			doomed = append(doomed, k)
 			return
 		}
-		left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
-		walk.left++
+		keep(left, walk, k, dir)
 	})
 	if err != nil {
 		return 0, err
@@ -236,11 +272,19 @@ func reclaimTable[V any](table *ebpf.Map, name string, now uint64, left map[uint
 		}
 		if fate == ctKept || fate == ctRemade {
 			_, dir := of(v)
-			left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
-			walk.left++
+			keep(left, walk, k, dir)
 		}
 	}
 	return deleted, nil
+}
+
+// keep counts an entry of key k and share direction dir that the walk
+// left in its table: for its endpoint and for the node, in left, and in
+// walk.left.
+func keep(left map[uint32]uint64, walk *ctWalk, k bpfmaps.CTKey, dir uint8) {
+	left[bpfmaps.CTShareKey(k.Ifindex, dir)]++
+	left[bpfmaps.CTNodeKey]++
+	walk.left++
 }
 
 // ctFate is what takeExpired did with an entry.

@@ -63,6 +63,11 @@ func (d *Datapath) ConntrackShares() (map[string]ConntrackShare, error) {
 	return nil, errUnsupported("read eBPF conntrack shares")
 }
 
+// ConntrackHeld fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) ConntrackHeld() (uint64, error) {
+	return 0, errUnsupported("read eBPF conntrack estimate")
+}
+
 // ConntrackEvictions fails with an error wrapping errors.ErrUnsupported.
 func (d *Datapath) ConntrackEvictions() (map[string]uint64, error) {
 	return nil, errUnsupported("read eBPF conntrack evictions")

@@ -339,45 +339,74 @@ static __always_inline __u32 ct_share_key(__u32 ifindex, __u8 dir)
 	return ifindex << 1 | dir;
 }
 
-/* ct_admit reports whether the endpoint of ifindex may create n more
- * conntrack entries for a connection opened in dir, and counts them or the
- * refusal (lockstep_ct_share). Its estimate of the entries the endpoint
- * holds in dir, created less released, is never below the truth but by a
- * race: two CPUs that both read one below the share both create, so an
- * endpoint may exceed its share by one new connection per CPU at most.
- * always admits (and counts) beyond the share: the node's own connections
- * to its pod (kubelet's probes) are never refused. Nothing is refused
- * either while the agent's reclaimer does not run (its last run, at
- * CT_RECLAIM_KEY, older than CT_RECLAIM_STALE): nothing would be released.
- * Without a slot (more than CT_SHARE_SLOTS) nothing is counted and the
- * entry is made.
+/* ct_share_slot returns the lockstep_ct_share slot of key, made empty if
+ * there was none, or NULL when the map has no room.
  */
-static __always_inline int ct_admit(__u32 ifindex, __u8 dir, __u32 n, int always, __u64 now)
+static __always_inline struct ct_share *ct_share_slot(__u32 key)
 {
-	__u32 key = ct_share_key(ifindex, dir), beat_key = CT_RECLAIM_KEY;
 	struct ct_share *s = bpf_map_lookup_elem(&lockstep_ct_share, &key);
-	__u64 *rel, *beat, held;
 
 	if (!s) {
 		struct ct_share z = {};
 
 		bpf_map_update_elem(&lockstep_ct_share, &key, &z, BPF_NOEXIST);
 		s = bpf_map_lookup_elem(&lockstep_ct_share, &key);
-		if (!s)
-			return 1;
 	}
-	rel = bpf_map_lookup_elem(&lockstep_ct_released, &key);
-	held = s->created - (rel ? *rel : 0);
-	if (rel && *rel > s->created)
-		held = 0;
+	return s;
+}
+
+/* ct_held is the estimate of the entries held at key whose slot is s:
+ * created less released, never below zero.
+ */
+static __always_inline __u64 ct_held(const struct ct_share *s, __u32 key)
+{
+	__u64 *rel = bpf_map_lookup_elem(&lockstep_ct_released, &key);
+	__u64 created = s->created;
+
+	if (!rel)
+		return created;
+	if (*rel > created)
+		return 0;
+	return created - *rel;
+}
+
+/* ct_admit reports whether the endpoint of ifindex may create n more
+ * conntrack entries for a connection opened in dir, and counts them or the
+ * refusal (lockstep_ct_share). It refuses only while the node is under
+ * pressure, its estimate of the entries held in both tables, at
+ * CT_NODE_KEY, past CT_PRESSURE with these n (see lib/maps.h), and the
+ * endpoint's estimate in dir past its share. Both estimates, created less
+ * released, are never below the truth but by a race: CPUs that all read
+ * one below the bound all create, so the node may pass CT_PRESSURE, and
+ * an endpoint its share, by one new connection per CPU at most. The
+ * node's count takes every entry admitted, so that it stays above the
+ * truth: those of endpoints without a slot, and those admitted always.
+ * always admits (and counts) beyond the share: the node's own connections
+ * to its pod (kubelet's probes) are never refused. Nothing is refused
+ * either while the agent's reclaimer does not run (its last run, at
+ * CT_RECLAIM_KEY, older than CT_RECLAIM_STALE): nothing would be released.
+ * Without a slot for the endpoint (more than CT_SHARE_SLOTS) its entries
+ * are made and counted for the node only; without one for the node (the
+ * same), the node counts as under pressure.
+ */
+static __always_inline int ct_admit(__u32 ifindex, __u8 dir, __u32 n, int always, __u64 now)
+{
+	__u32 key = ct_share_key(ifindex, dir), node_key = CT_NODE_KEY, beat_key = CT_RECLAIM_KEY;
+	struct ct_share *s = ct_share_slot(key), *node = ct_share_slot(node_key);
+	__u64 *beat;
+
 	beat = bpf_map_lookup_elem(&lockstep_ct_released, &beat_key);
 	if (!beat || *beat + CT_RECLAIM_STALE < now)
 		always = 1;
-	if (held + n > CT_SHARE && !always) {
+	if (!always && s && (!node || ct_held(node, node_key) + n > CT_PRESSURE) &&
+	    ct_held(s, key) + n > CT_SHARE) {
 		__sync_fetch_and_add(&s->refused, 1);
 		return 0;
 	}
-	__sync_fetch_and_add(&s->created, n);
+	if (node)
+		__sync_fetch_and_add(&node->created, n);
+	if (s)
+		__sync_fetch_and_add(&s->created, n);
 	return 1;
 }
 

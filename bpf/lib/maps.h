@@ -348,10 +348,27 @@ struct {
  * writer per field, so neither loses the other's counts. 16384 slots: both
  * directions of every endpoint, and as many of removed ones whose slots
  * wait for the agent's flush.
+ *
+ * The shares are enforced only while the node's tables are under
+ * pressure: while the node's estimate of the entries held in both tables
+ * together, counted like an endpoint's at CT_NODE_KEY of both maps (every
+ * entry the programs admit, whatever its endpoint, slot or exemption),
+ * would pass CT_PRESSURE. Half of one table: the estimate is never below
+ * either table's fill, so until it passes neither table is half full, and
+ * once it has, an endpoint beyond its share creates nothing more: the
+ * other half, as many entries as four endpoints at both their shares,
+ * stays for the endpoints within theirs before the LRU evicts anything.
+ *
+ * Keys of ifindex 0, which no endpoint has: 0 (ingress) holds in
+ * lockstep_ct_released the reclaimer's heartbeat (CT_RECLAIM_KEY) and is
+ * unused in lockstep_ct_share; 1 (egress) is the node's (CT_NODE_KEY) in
+ * both maps. No key is left free.
  */
 #define CT_SHARE 16384
 #define CT_SHARE_SLOTS 16384
 #define CT_RECLAIM_KEY 0 /* ifindex 0, ingress: no endpoint's slot */
+#define CT_NODE_KEY 1    /* ifindex 0, egress: the node's estimate */
+#define CT_PRESSURE 65536 /* half of lockstep_ct (and of lockstep_svc_ct) */
 #define CT_RECLAIM_STALE (30ULL * 1000000000ULL) /* three missed reclaims */
 
 struct ct_share {
