@@ -65,7 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.out, "out", "", "markdown file whose svcbench section is (re)written; empty prints it to stdout")
 	fs.StringVar(&c.binDir, "bin", "bin", "directory holding the lockstep binary whose version is recorded")
 	fs.IntVar(&c.rounds, "rounds", 5, "connection-rate rounds, each measuring lockstep and kube-proxy in turn")
-	fs.IntVar(&c.seconds, "seconds", 3, "length of each connection-rate measurement (shorter when its 62.5k source ports are used up first)")
+	fs.IntVar(&c.seconds, "seconds", 3, "length of each connection-rate measurement (shorter when its 7000 source ports are used up first)")
 	fs.IntVar(&c.workers, "workers", 8, "connections the client opens at a time")
 	fs.IntVar(&c.changes, "changes", 200, "timed Service changes, spaced and back to back each")
 	fs.IntVar(&c.verdictRuns, "verdict-runs", 20000, "BPF_PROG_TEST_RUN runs per case of BenchmarkPrivilegedServiceVerdict (go test -benchtime Nx)")
