@@ -125,7 +125,7 @@ func TestPrivilegedServiceChecksumComplete(t *testing.T) {
 		opts.Flags = testSkbChecksumComplete
 		ret, err := prog.Run(opts)
 		if errors.Is(err, unix.EINVAL) {
-			t.Skipf("BPF_PROG_TEST_RUN without BPF_F_TEST_SKB_CHECKSUM_COMPLETE (Linux 6.16): %v", err)
+			testenv.Missing(t, "BPF_PROG_TEST_RUN's BPF_F_TEST_SKB_CHECKSUM_COMPLETE (Linux 6.16)", err)
 		}
 		if err != nil {
 			t.Fatalf("%s: %v (EBADMSG: the skb's CHECKSUM_COMPLETE sum was left wrong)", what, err)

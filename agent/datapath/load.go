@@ -20,7 +20,7 @@ import (
 	"lockstep.dev/lockstep/internal/bpffs"
 )
 
-// DefaultPinRoot is where the agent pins the dataplane's bpfmaps.
+// DefaultPinRoot is where the agent pins the dataplane's maps.
 const DefaultPinRoot = "/sys/fs/bpf/lockstep"
 
 // Errors callers can test for with errors.Is.
@@ -37,7 +37,7 @@ var (
 )
 
 // btfCarriers are maps in the object only to carry BTF types (see
-// bpf/lib/bpfmaps.h); they are never created.
+// bpf/lib/maps.h); they are never created.
 var btfCarriers = []string{"policy_inner_btf", "event_btf"}
 
 // rejectScratchMap is the per-CPU buffer the programs build refusals in

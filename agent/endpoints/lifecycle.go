@@ -205,6 +205,12 @@ func (s *Service) Confirm(ctx context.Context, req api.OpRequest) error {
 	})
 	if err == nil && s.cfg.Enforce != nil {
 		if err := s.cfg.Enforce(ctx, hostIf, rev); err != nil {
+			var apiErr *api.Error
+			if errors.As(err, &apiErr) && apiErr.Code == api.CodeTryAgainLater {
+				// The pod object has not reached the agent yet (Kubernetes
+				// mode): the runtime retries, as the error says.
+				return apiErr
+			}
 			return &api.Error{
 				Code:    api.CodeInternal,
 				Msg:     fmt.Sprintf("policy for %s/%s could not be put in force", att.ContainerID, att.IfName),

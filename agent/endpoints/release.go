@@ -17,8 +17,9 @@ import (
 // It is the one release path for endpoints that go without a DEL of their
 // own: the CNI GC verb (free: not in the runtime's valid list), the orphan
 // reconcile (ReleaseOrphans, free: Orphaned) and agent/nodeipam dropping a
-// block. The caller commits txn through persist.DB.Commit, so a release is
-// on disk before anyone can see it.
+// block. The caller commits txn, which in the agent's durable store
+// (store.NewDurable) writes the state file first, so a release is on disk
+// before anyone can see it.
 func (s *Service) ReleaseTxn(txn *store.Txn, free func(*store.Endpoint) bool) (released, retained []*store.Endpoint, err error) {
 	eps, err := store.Endpoints(txn, nil)
 	if err != nil {

@@ -551,3 +551,31 @@ func TestAddPinRequiresNamespaceOptIn(t *testing.T) {
 		})
 	}
 }
+
+// TestConfirmEnforceErrorCodes: an Enforce that says "try again later"
+// (Kubernetes mode: the pod object has not reached the agent yet) keeps
+// its code, so the runtime retries; any other failure to put the policy
+// in force is an internal error.
+func TestConfirmEnforceErrorCodes(t *testing.T) {
+	tests := []struct {
+		name     string
+		err      error
+		wantCode uint
+	}{
+		{"pod object late", api.Errorf(api.CodeTryAgainLater, "the pod is not known yet"), api.CodeTryAgainLater},
+		{"apply failed", errors.New("apply: map full"), api.CodeInternal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, t.TempDir(), Config{Enforce: func(context.Context, string, uint64) error { return tt.err }}, "10.244.0.0/24")
+			resp, err := f.svc.Add(ctx, api.AddRequest{Attachment: att(1), Netns: "/x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = f.svc.Confirm(ctx, api.OpRequest{Attachment: att(1), OpID: resp.OpID})
+			if api.CodeOf(err) != tt.wantCode {
+				t.Errorf("Confirm() = %v (code %d), want code %d", err, api.CodeOf(err), tt.wantCode)
+			}
+		})
+	}
+}

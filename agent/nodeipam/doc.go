@@ -46,8 +46,8 @@
 // # Blocks become pools, in one transaction
 //
 // Each application of a NodeIPAM spec to the store is one store write
-// transaction, committed through persist.DB.Commit (so it is on disk
-// before anyone sees it). Every block in spec.blocks gets a pool named
+// transaction, committed through the agent's durable store (so it is on
+// disk before anyone sees it). Every block in spec.blocks gets a pool named
 // after its CIDR (endpoints.PoolName); the endpoints service allocates
 // only from pools that are not draining, and checks that inside its own
 // write transaction. A block's state (store.BlockState) decides:

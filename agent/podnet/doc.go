@@ -21,8 +21,9 @@
 // The order is the one the plugin kept when it did the wiring itself, and
 // so are the guarantees: a DEL of an attachment whose ADD is in flight
 // cancels the ADD and waits for its rollback (endpoints), and an agent
-// killed in the middle of an ADD leaves a Pending endpoint and perhaps a
-// host link, both named by the attachment, which the runtime's DEL (or GC)
+// killed in the middle of an ADD leaves the endpoint it reserved (restored
+// as Ready: the state file keeps no life-cycle state) and perhaps a host
+// link, both named by the attachment, which the runtime's DEL (or GC)
 // removes after the restart.
 //
 // The namespace is a descriptor the API server has verified (an nsfs

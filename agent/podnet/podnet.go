@@ -68,7 +68,7 @@ func (h *Handler) CNIAdd(ctx context.Context, req api.CNIAddRequest, netns *os.F
 			details = "a pod that was never deleted still holds the address on this node; find it with `ip route get ADDRESS`, then " + details
 		}
 		return nil, h.rollback(ctx, op, hostIf, &api.Error{
-			Code:    api.CodeIOFailure,
+			Code:    setupCode(err),
 			Msg:     fmt.Sprintf("wire pod network for %s/%s: %v", att.ContainerID, att.IfName, err),
 			Details: details,
 		})
@@ -77,6 +77,19 @@ func (h *Handler) CNIAdd(ctx context.Context, req api.CNIAddRequest, netns *os.F
 		return nil, h.rollback(ctx, op, hostIf, asAPIError(err))
 	}
 	return result(wired, resp.Addresses), nil
+}
+
+// setupCode is the CNI code of a failed Setup: 7 for arguments the
+// config got wrong, 11 when the request's time ran out (the runtime
+// retries), 5 for what the kernel refused.
+func setupCode(err error) uint {
+	switch {
+	case errors.Is(err, netsetup.ErrInvalidArgs):
+		return api.CodeInvalidConfig
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return api.CodeTryAgainLater
+	}
+	return api.CodeIOFailure
 }
 
 // rollback undoes an ADD after the reservation: first the wiring, so no

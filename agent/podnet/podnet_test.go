@@ -205,6 +205,20 @@ func TestCNIAddRollsBack(t *testing.T) {
 			wantSteps: []string{"reserve", "wire " + hostIf, "unwire " + hostIf, "abort 7"},
 		},
 		{
+			name:      "config the wiring refuses",
+			setupErr:  fmt.Errorf("%w: wire pod: MTU 1000 is below the IPv6 minimum 1280", netsetup.ErrInvalidArgs),
+			wantCode:  api.CodeInvalidConfig,
+			wantMsg:   "IPv6 minimum",
+			wantSteps: []string{"reserve", "wire " + hostIf, "unwire " + hostIf, "abort 7"},
+		},
+		{
+			name:      "time runs out while wiring",
+			setupErr:  fmt.Errorf("open netlink socket in the pod: %w", context.DeadlineExceeded),
+			wantCode:  api.CodeTryAgainLater,
+			wantMsg:   "deadline exceeded",
+			wantSteps: []string{"reserve", "wire " + hostIf, "unwire " + hostIf, "abort 7"},
+		},
+		{
 			// The ADD/DEL race: a DEL arrived during the wiring and the
 			// confirm is cancelled.
 			name:       "DEL wins",

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,15 +19,25 @@ import (
 
 // fakeBackend answers Status and fails CNIDel with a configured error.
 type fakeBackend struct {
+	mu     sync.Mutex
 	delErr error
+}
+
+func (f *fakeBackend) setDelErr(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.delErr = err
 }
 
 func (f *fakeBackend) CNIAdd(_ context.Context, _ api.CNIAddRequest, netns *os.File) (*api.CNIAddResponse, error) {
 	return &api.CNIAddResponse{PodIf: api.Interface{Name: netns.Name()}}, nil
 }
 func (f *fakeBackend) CNIDel(context.Context, api.Attachment) (*api.DelResponse, error) {
-	if f.delErr != nil {
-		return nil, f.delErr
+	f.mu.Lock()
+	err := f.delErr
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
 	return &api.DelResponse{Found: true, HostIfName: "lsx"}, nil
 }
@@ -119,7 +130,7 @@ func TestRoundTripAndErrors(t *testing.T) {
 		{"plain error becomes internal", errors.New("disk on fire"), api.CodeInternal, "disk on fire"},
 	}
 	for _, tc := range tests {
-		b.delErr = tc.err
+		b.setDelErr(tc.err)
 		_, err := c.CNIDel(ctx, api.Attachment{})
 		if api.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.substr) {
 			t.Errorf("%s: got %v", tc.name, err)

@@ -17,7 +17,8 @@ type Backoff struct {
 	// without failures as one).
 	ResetAfter time.Duration
 	// Jitter adds a random part of up to one step to every wait, so that
-	// a fleet of agents does not retry at once.
+	// a fleet of agents does not retry at once: a wait is then up to twice
+	// its step, so up to twice Max.
 	Jitter bool
 
 	next time.Duration

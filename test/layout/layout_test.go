@@ -2,6 +2,7 @@ package layout
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -47,18 +48,23 @@ func violations(lines []string) []string {
 }
 
 // TestImportsRunOneWay checks the imports of every package's own (non-test)
-// files in the module.
+// files in the module, as built for Linux and for Windows (the HNS
+// dataplane's files).
 func TestImportsRunOneWay(t *testing.T) {
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) < 20 {
-		t.Fatalf("go list found %d packages, want the whole module", len(lines))
-	}
-	for _, v := range violations(lines) {
-		t.Error(v)
+	for _, goos := range []string{"linux", "windows"} {
+		cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"...")
+		cmd.Env = append(os.Environ(), "GOOS="+goos)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list (GOOS=%s): %v", goos, err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) < 20 {
+			t.Fatalf("go list (GOOS=%s) found %d packages, want the whole module", goos, len(lines))
+		}
+		for _, v := range violations(lines) {
+			t.Errorf("GOOS=%s: %s", goos, v)
+		}
 	}
 }
 
