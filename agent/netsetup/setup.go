@@ -115,11 +115,6 @@ func createVeth(ctx context.Context, host, pod *netlink.Handle, veth *netlink.Ve
 	return fmt.Errorf("create veth %s with peer %s in %s: %w", args.HostIf, args.PodIf, args.Netns.Name(), err)
 }
 
-// ErrInvalidArgs marks a Setup refused before it touched the kernel:
-// arguments the runtime's config or the agent got wrong (an MTU too small
-// for IPv6, no address), not something the kernel refused.
-var ErrInvalidArgs = errors.New("invalid pod wiring")
-
 // validate checks args and returns the pod addresses as host prefixes; its
 // errors wrap ErrInvalidArgs.
 func (a SetupArgs) validate() ([]netip.Prefix, error) {

@@ -13,6 +13,10 @@ var (
 	// ErrRouteTaken: the node already routes a pod address through another
 	// link, typically a pod that was never deleted.
 	ErrRouteTaken = errors.New("another link already routes this address")
+	// ErrInvalidArgs marks a Setup refused before it touched the kernel:
+	// arguments the runtime's config or the agent got wrong (an MTU too
+	// small for IPv6, no address), not something the kernel refused.
+	ErrInvalidArgs = errors.New("invalid pod wiring")
 	// ErrPodIfExists: the pod namespace already has an interface with the
 	// requested name.
 	ErrPodIfExists = errors.New("pod interface name already taken in the pod netns")
