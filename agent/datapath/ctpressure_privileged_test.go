@@ -29,18 +29,7 @@ func conntrackHeld(tb testing.TB, d *Datapath) uint64 {
 // node's probes, still get their new connections.
 func TestPrivilegedConntrackShareOnlyUnderPressure(t *testing.T) {
 	testenv.Privileged(t)
-	d := newTestDatapath(t)
-	node, otherIdx := twoEndpoints(t)
-	const otherIf, otherV4 = "lsdp-b", "10.0.0.9"
-	d.fakeAttach(podIf, loIfindex)
-	d.fakeAttach(otherIf, int(otherIdx))
-	s := scenario(false, false)
-	s.Addrs[addr(otherV4)] = policy.AddrEntry{Identity: 401, CIDRClass: policy.NoCIDRClass}
-	s.Endpoints[otherIf] = &policy.EndpointPolicy{IPv4: addr(otherV4)}
-	mustApply(t, d, s)
-	d.flushCT(t)
-	onOneCPU(t)
-	reclaimerRan(t, d)
+	d, node, otherIdx := shareSetup(t)
 
 	// Below the threshold: past the share, nothing refused.
 	before := counter(t, d, bpfmaps.ReasonCTShare)

@@ -63,15 +63,17 @@ func runAtIfindex(tb testing.TB, prog *ebpf.Program, raw []byte, ifindex uint32)
 	return ret
 }
 
-// One endpoint's burst of new connections cannot flush the conntrack
-// entries of another: it passes its share while the node's tables have
-// room, and once the node's entries reach the pressure threshold it is
-// refused, and counted; the reclaimer gives it back what expired.
-func TestPrivilegedConntrackShare(t *testing.T) {
-	testenv.Privileged(t)
+// The other endpoint of the share tests: its host interface and address.
+const otherIf, otherV4 = "lsdp-b", "10.0.0.9"
+
+// shareSetup makes a datapath with two endpoints, podIf and otherIf (whose
+// ifindex it returns with the node's namespace), both applied, with an
+// empty conntrack table, pinned to one CPU and a fresh reclaimer
+// heartbeat.
+func shareSetup(t *testing.T) (*Datapath, ns.NetNS, uint32) {
+	t.Helper()
 	d := newTestDatapath(t)
 	node, otherIdx := twoEndpoints(t)
-	const otherIf, otherV4 = "lsdp-b", "10.0.0.9"
 	d.fakeAttach(podIf, loIfindex)
 	d.fakeAttach(otherIf, int(otherIdx))
 	s := scenario(false, false)
@@ -81,6 +83,16 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	d.flushCT(t)
 	onOneCPU(t)
 	reclaimerRan(t, d)
+	return d, node, otherIdx
+}
+
+// One endpoint's burst of new connections cannot flush the conntrack
+// entries of another: it passes its share while the node's tables have
+// room, and once the node's entries reach the pressure threshold it is
+// refused, and counted; the reclaimer gives it back what expired.
+func TestPrivilegedConntrackShare(t *testing.T) {
+	testenv.Privileged(t)
+	d, node, otherIdx := shareSetup(t)
 
 	// The other endpoint's idle connections.
 	const idle = 64
