@@ -230,7 +230,7 @@ func startCleanups(ctx context.Context, cfg Config, st *store.Store, db *persist
 	}
 	// A pending clean-up of the backend now in use would destroy what this
 	// agent is about to apply: it is done, by definition.
-	if err := dropCleanup(st, db, current); err != nil {
+	if err := dropCleanup(st, current); err != nil {
 		return nil, err
 	}
 	attemptCtx, cancel := context.WithTimeout(ctx, CleanupTimeout)
@@ -242,13 +242,8 @@ func startCleanups(ctx context.Context, cfg Config, st *store.Store, db *persist
 }
 
 // dropCleanup deletes the pending clean-up of backend, durably.
-func dropCleanup(st *store.Store, db *persist.DB, backend string) error {
-	txn := st.WriteTxn()
-	defer txn.Abort()
-	if err := store.DeleteCleanup(txn, backend); err != nil {
-		return err
-	}
-	return txn.Commit()
+func dropCleanup(st *store.Store, backend string) error {
+	return st.Update(func(txn *store.Txn) error { return store.DeleteCleanup(txn, backend) })
 }
 
 // agentAPI is the API the agent serves: the endpoint service's, the CNI

@@ -76,12 +76,9 @@ func TestNodeReportsOnlyPoliciesSelectingItsPods(t *testing.T) {
 	}
 	write := func(fn func(*store.Txn) error) {
 		t.Helper()
-		txn := st.WriteTxn()
-		defer txn.Abort()
-		if err := fn(txn); err != nil {
+		if err := st.Update(fn); err != nil {
 			t.Fatal(err)
 		}
-		txn.Commit()
 	}
 	portZero := policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{Ports: []policy.NetworkPolicyPort{{Port: policy.FromInt(0)}}}}}
 	bad := func(ns, name string, sel map[string]string) *policy.NetworkPolicy {

@@ -20,12 +20,9 @@ func TestWaitForPodHoldsTheADDUntilThePodIsKnown(t *testing.T) {
 	}
 	write := func(fn func(*store.Txn) error) {
 		t.Helper()
-		txn := st.WriteTxn()
-		defer txn.Abort()
-		if err := fn(txn); err != nil {
+		if err := st.Update(fn); err != nil {
 			t.Fatal(err)
 		}
-		txn.Commit()
 	}
 	write(func(txn *store.Txn) error {
 		for _, e := range []*store.Endpoint{

@@ -212,12 +212,9 @@ func TestReadyzAndMetricsNameAPolicyThatFailsClosed(t *testing.T) {
 	o.setReady()
 	write := func(fn func(*store.Txn) error) {
 		t.Helper()
-		txn := st.WriteTxn()
-		defer txn.Abort()
-		if err := fn(txn); err != nil {
+		if err := st.Update(fn); err != nil {
 			t.Fatal(err)
 		}
-		txn.Commit()
 		if err := enf.Sync(context.Background()); err != nil {
 			t.Fatalf("sync: %v", err)
 		}

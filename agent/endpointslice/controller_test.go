@@ -21,12 +21,9 @@ func TestControllerFollowsTheStore(t *testing.T) {
 	}
 	write := func(fn func(*store.Txn) error) {
 		t.Helper()
-		txn := st.WriteTxn()
-		defer txn.Abort()
-		if err := fn(txn); err != nil {
+		if err := st.Update(fn); err != nil {
 			t.Fatal(err)
 		}
-		txn.Commit()
 	}
 	web := func(labels map[string]string) *policy.Pod {
 		return &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "web-1", Labels: labels},

@@ -80,12 +80,9 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 			}
 			write := func(fn func(*store.Txn) error) {
 				t.Helper()
-				txn := st.WriteTxn()
-				defer txn.Abort()
-				if err := fn(txn); err != nil {
+				if err := st.Update(fn); err != nil {
 					t.Fatal(err)
 				}
-				txn.Commit()
 			}
 			addPod := func(txn *store.Txn, ns, name, hostIf string, ip netip.Addr) error {
 				if err := store.AttachEndpoint(txn, &store.Endpoint{

@@ -44,12 +44,9 @@ func TestBackendAndPolicyInOneApply(t *testing.T) {
 	}
 	write := func(fn func(*store.Txn) error) {
 		t.Helper()
-		txn := st.WriteTxn()
-		defer txn.Abort()
-		if err := fn(txn); err != nil {
+		if err := st.Update(fn); err != nil {
 			t.Fatal(err)
 		}
-		txn.Commit()
 	}
 	client := netip.MustParseAddr("10.244.0.5")
 	server := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "server", Labels: map[string]string{"app": "server"}},

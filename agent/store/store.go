@@ -83,6 +83,18 @@ func (s *Store) WriteTxn() *Txn {
 	return txn
 }
 
+// Update runs fn in a write transaction and commits it (through the
+// store's Persister, see Txn.Commit); fn's error aborts everything and is
+// returned.
+func (s *Store) Update(fn func(*Txn) error) error {
+	txn := s.WriteTxn()
+	defer txn.Abort()
+	if err := fn(txn); err != nil {
+		return err
+	}
+	return txn.Commit()
+}
+
 // RestoreTxn opens the write transaction for loading what the state file
 // already holds: its Commit writes nothing back. Only the start-up restore
 // paths use it.

@@ -39,12 +39,9 @@ func endpoint(cid, ifname, host, uid string, addrs ...string) *Endpoint {
 
 func commit(t *testing.T, s *Store, fn func(*Txn) error) {
 	t.Helper()
-	txn := s.WriteTxn()
-	defer txn.Abort()
-	if err := fn(txn); err != nil {
+	if err := s.Update(fn); err != nil {
 		t.Fatal(err)
 	}
-	txn.Commit()
 }
 
 // TestSchemaIndexes exercises every index of every table.
