@@ -5,9 +5,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -83,22 +81,7 @@ func TestPrivilegedServiceTrafficChecksums(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for _, fam := range []struct{ fe, client string }{{svcWeb4, trClient4}, {svcWeb6, trClient6}} {
-				for _, proto := range []string{"tcp", "udp"} {
-					ask := askTCP
-					if proto == "udp" {
-						ask = askUDP
-					}
-					reply, err := waitFor(func() (string, error) { return ask(c.ns, hostPort(fam.fe, "80"), time.Second) }, 3*time.Second)
-					if err != nil {
-						t.Errorf("%s to %s:80: %v", proto, fam.fe, err)
-						continue
-					}
-					if ap, perr := netip.ParseAddrPort(reply); perr != nil || ap.Addr() != addr(fam.client) {
-						t.Errorf("%s to %s:80: the backend saw %q, want %s", proto, fam.fe, reply, fam.client)
-					}
-				}
-			}
+			frontendsAnswer(t, c)
 		})
 	}
 }

@@ -124,22 +124,7 @@ func TestPrivilegedServiceTraffic(t *testing.T) {
 	}
 
 	mustApply(t, n.d, trState(true, true))
-	for _, fam := range []struct{ fe, client string }{{svcWeb4, trClient4}, {svcWeb6, trClient6}} {
-		for _, proto := range []string{"tcp", "udp"} {
-			ask := askTCP
-			if proto == "udp" {
-				ask = askUDP
-			}
-			reply, err := waitFor(func() (string, error) { return ask(c.ns, hostPort(fam.fe, "80"), time.Second) }, 3*time.Second)
-			if err != nil {
-				t.Errorf("%s to %s:80: %v", proto, fam.fe, err)
-				continue
-			}
-			if ap, perr := netip.ParseAddrPort(reply); perr != nil || ap.Addr() != addr(fam.client) {
-				t.Errorf("%s to %s:80: the backend saw %q, want the client's own address %s", proto, fam.fe, reply, fam.client)
-			}
-		}
-	}
+	frontendsAnswer(t, c)
 
 	mustApply(t, n.d, trState(true, false))
 	before := counter(t, n.d, bpfmaps.ReasonPolicyIngress)
@@ -233,6 +218,29 @@ func TestPrivilegedServiceBackendUnreachableTraffic(t *testing.T) {
 		}
 		if _, err := askUDP(c.ns, hostPort(fe, "80"), time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("UDP to %s:80, nothing listening on the backend: %v, want ECONNREFUSED", fe, err)
+		}
+	}
+}
+
+// frontendsAnswer checks that the client c reaches the web Service's
+// frontends, IPv4 and IPv6, over TCP and UDP, and that the backend sees
+// the client's own address.
+func frontendsAnswer(t *testing.T, c podNet) {
+	t.Helper()
+	for _, fam := range []struct{ fe, client string }{{svcWeb4, trClient4}, {svcWeb6, trClient6}} {
+		for _, proto := range []string{"tcp", "udp"} {
+			ask := askTCP
+			if proto == "udp" {
+				ask = askUDP
+			}
+			reply, err := waitFor(func() (string, error) { return ask(c.ns, hostPort(fam.fe, "80"), time.Second) }, 3*time.Second)
+			if err != nil {
+				t.Errorf("%s to %s:80: %v", proto, fam.fe, err)
+				continue
+			}
+			if ap, perr := netip.ParseAddrPort(reply); perr != nil || ap.Addr() != addr(fam.client) {
+				t.Errorf("%s to %s:80: the backend saw %q, want the client's own address %s", proto, fam.fe, reply, fam.client)
+			}
 		}
 	}
 }
