@@ -39,17 +39,7 @@ func runMaps(t *testing.T, root string, args ...string) string {
 // parity.
 func TestPrivilegedMapsShowServices(t *testing.T) {
 	testenv.Privileged(t)
-	dir := t.TempDir()
-	if err := unix.Mount("bpffs", dir, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mount private bpffs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	root := filepath.Join(dir, "lockstep")
-	d, err := datapath.Load(datapath.Options{PinRoot: root})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	t.Cleanup(func() { d.Close(); datapath.Remove(root) })
+	d, root := loadPrivateDatapath(t)
 	fe := policy.ServiceFrontend{Addr: netip.MustParseAddr("10.96.0.10"), Port: 80, Proto: policy.ProtoTCP}
 	if err := d.Apply(&policy.Desired{Services: map[policy.ServiceFrontend]*policy.ServiceEntry{
 		fe: {Service: "ns/web", Backends: []policy.ServiceBackend{
@@ -117,17 +107,7 @@ func TestPrivilegedMapsShowServices(t *testing.T) {
 // the agent's account and the programs' inserts summed over the CPUs.
 func TestPrivilegedMapsShowConntrackEvictions(t *testing.T) {
 	testenv.Privileged(t)
-	dir := t.TempDir()
-	if err := unix.Mount("bpffs", dir, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mount private bpffs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	root := filepath.Join(dir, "lockstep")
-	d, err := datapath.Load(datapath.Options{PinRoot: root})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	t.Cleanup(func() { d.Close(); datapath.Remove(root) })
+	_, root := loadPrivateDatapath(t)
 	m, err := ebpf.LoadPinnedMap(filepath.Join(root, bpfmaps.CTEvictionsMap), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -156,4 +136,22 @@ func TestPrivilegedMapsShowConntrackEvictions(t *testing.T) {
 	if out := runMaps(t, root, "dump", bpfmaps.CTInsertedMap); !strings.Contains(out, bpfmaps.CTMap) || !strings.Contains(out, bpfmaps.SvcCTMap) {
 		t.Errorf("dump %s: %q, want a row per table", bpfmaps.CTInsertedMap, out)
 	}
+}
+
+// loadPrivateDatapath loads the eBPF dataplane with its maps pinned in a
+// bpffs of the test's own, removed at the end; it returns the pin root.
+func loadPrivateDatapath(t *testing.T) (*datapath.Datapath, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("bpffs", dir, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("mount private bpffs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	root := filepath.Join(dir, "lockstep")
+	d, err := datapath.Load(datapath.Options{PinRoot: root})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	t.Cleanup(func() { d.Close(); datapath.Remove(root) })
+	return d, root
 }
