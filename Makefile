@@ -1,8 +1,14 @@
 # lockstep: `make demo` and `make test` are all a newcomer needs (as root).
 
 GO       ?= go
+# VERSION, COMMIT and DATE (the commit's time, UTC) are linked into the binary
+# (internal/buildinfo): a build from sources without .git, such as an image
+# build, passes them on the command line (make build COMMIT=... DATE=...).
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X lockstep.dev/lockstep/internal/buildinfo.Version=$(VERSION)
+COMMIT   ?= $(shell git describe --match=NONE --always --abbrev=40 --dirty 2>/dev/null)
+DATE     ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+BUILDINFO := lockstep.dev/lockstep/internal/buildinfo
+LDFLAGS  := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT) -X $(BUILDINFO).Date=$(DATE)
 BIN      := bin
 FUZZTIME ?= 20s
 
