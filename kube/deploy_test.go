@@ -441,7 +441,7 @@ func TestAgentDaemonSet(t *testing.T) {
 		t.Errorf("mount-bpffs mounts host %q at /hostproc, want the host's /proc (PID 1's mount namespace)", got)
 	}
 	initC := spec.InitContainers[1]
-	wantInstall := []string{"install-cni", "--bin-dir", install.DefaultBinDir, "--conf-dir", install.DefaultConfDir, "--cni-version", "$(CNI_VERSION)"}
+	wantInstall := []string{"install-cni", "--cni-bin-dir", install.DefaultBinDir, "--cni-conf-dir", install.DefaultConfDir, "--cni-version", "$(CNI_VERSION)"}
 	if !slices.Equal(initC.Args, wantInstall) || !slices.Equal(initC.Command, []string{"lockstep"}) {
 		t.Errorf("init container runs %v %v, want lockstep %v", initC.Command, initC.Args, wantInstall)
 	}

@@ -20,13 +20,7 @@ import (
 )
 
 func runCLI(args []string) int {
-	root := &cobra.Command{
-		Use:           "lockstep",
-		Short:         "Kubernetes node networking with transactional state",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd(), newOperatorCmd(), newMountBPFFSCmd(), newUninstallCmd())
+	root := newRootCmd()
 	root.SetArgs(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -37,13 +31,48 @@ func runCLI(args []string) int {
 	return 0
 }
 
-func versionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the lockstep version",
-		Args:  cobra.NoArgs,
-		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), buildinfo.String()) },
+// newRootCmd is the lockstep command and every subcommand under it.
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "lockstep",
+		Short:         "Kubernetes node networking with transactional state",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// Every subcommand's --output is checked here, before it does
+		// anything, with one wording.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if f := cmd.Flags().Lookup("output"); f != nil {
+				return checkOutput(f.Value.String())
+			}
+			return nil
+		},
 	}
+	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd(), newOperatorCmd(), newMountBPFFSCmd(), newUninstallCmd())
+	return root
+}
+
+func versionCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the lockstep version, commit and build date",
+		Long: `Print the lockstep version, the commit it was built from ("-dirty" when the
+tree had uncommitted changes), the commit's date, the Go version and the
+platform. A build in a git checkout reads the commit from the toolchain's
+stamp; make passes them to the linker, for builds without .git.`,
+		Example: "  lockstep version\n  lockstep version -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			info := buildinfo.Get()
+			if output != outputTable {
+				return writeStructured(cmd.OutOrStdout(), output, info)
+			}
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), info)
+			return err
+		},
+	}
+	addOutputFlag(cmd, &output)
+	return cmd
 }
 
 func agentCommand() *cobra.Command {
@@ -67,7 +96,10 @@ namespaces, network policies and nodes, allocates from the blocks of the
 node's NodeIPAM, and routes other nodes' blocks through their InternalIPs.
 It answers CNI STATUS with code 50 until it has both. With --standalone it
 needs no API server: the pools are --pool-cidr and policy comes from
---manifests.
+--manifests, whose edits are followed.
+
+The dataplane pins its BPF maps under --bpf-root; when neither it nor its
+parent is on a bpffs, one is mounted at the parent.
 
 From the moment it starts it serves, on --metrics-addr, /healthz (liveness:
 its loops turn; never the API server's health), /readyz (readiness: it
@@ -105,21 +137,20 @@ serves ADDs; until then, what it waits for) and Prometheus /metrics.`,
 	f := cmd.Flags()
 	f.BoolVar(&cfg.Standalone, "standalone", false, "run without a Kubernetes API server (pools from --pool-cidr, policy from --manifests)")
 	f.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node the agent runs on (Kubernetes mode; default $NODE_NAME)")
-	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig file to reach the API server (Kubernetes mode; default: in-cluster config)")
-	f.StringSliceVar(&pools, "pool-cidr", nil, "address pool for pods with --standalone; repeat for IPv6 (e.g. fd00:10:244::/120)")
-	f.StringVar(&cfg.StateDir, "state-dir", agent.DefaultStateDir, "directory of the durable state file")
-	f.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket the CNI plugin calls")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", agent.DefaultMetricsAddr, "address of /healthz (liveness), /readyz (readiness) and /metrics; \":9962\" listens on every address, empty disables")
-	f.StringVar(&cfg.Manifests, "manifests", "", "directory of Namespace, Pod and NetworkPolicy YAML to enforce (standalone source); edits are followed")
-	f.StringVar(&cfg.Dataplane, "dataplane", agent.DataplaneEBPF, "policy dataplane: ebpf, iptables (legacy or nft, detected) or hns (Windows)")
+	addKubeconfigFlag(cmd, &cfg.Kubeconfig)
+	addPoolCIDRFlag(cmd, &pools, nil)
+	addStateDirFlag(cmd, &cfg.StateDir)
+	addSocketFlag(cmd, &cfg.Socket)
+	addMetricsAddrFlag(cmd, &cfg.MetricsAddr, agent.DefaultMetricsAddr)
+	addManifestsFlag(cmd, &cfg.Manifests)
+	addDataplaneFlag(cmd, &cfg.Dataplane)
 	f.StringVar(&cfg.HNSNetwork, "hns-network", agent.DefaultHNSNetwork, "HNS network the hns dataplane programs (Windows)")
-	f.StringVar(&cfg.BPFRoot, "bpf-root", agent.DefaultBPFRoot, "bpffs directory the dataplane pins its maps under (when neither it nor its parent is on a bpffs, one is mounted at the parent)")
+	addBPFRootFlag(cmd, &cfg.BPFRoot, false)
 	f.BoolVar(&cfg.Masquerade, "masquerade", true, "masquerade pod traffic to destinations outside the cluster's pod CIDRs with the node's address (iptables NAT, every Linux dataplane); false removes lockstep's masquerade rules")
 	f.StringSliceVar(&nonMasq, "non-masquerade-cidr", nil, "destination pods reach with their own address although outside the cluster (a network that routes pod CIDRs back); repeatable")
 	f.BoolVar(&translate, "service-translation", true, "translate pods' connections to Service ClusterIPs in the dataplane, before policy (eBPF; iptables only --standalone); false leaves them to kube-proxy, and egress policy then judges the ClusterIP, not the backend")
 	f.StringSliceVar(&cluster, "cluster-cidr", nil, "range to count as the cluster's pod CIDRs besides every node's pools (e.g. the IPPools' CIDRs); repeatable")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	addLogFlags(cmd, &logLevel, &logFormat)
 	return cmd
 }
 
@@ -150,6 +181,9 @@ func installCNICommand() *cobra.Command {
 				return fmt.Errorf("find own binary: %w", err)
 			}
 			o.Source = self
+			if o.Socket == api.DefaultSocket {
+				o.Socket = "" // the plugin's default: the config leaves it out
+			}
 			res, err := install.Install(o)
 			if err != nil {
 				return err
@@ -164,10 +198,13 @@ func installCNICommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.BinDir, "bin-dir", install.DefaultBinDir, "CNI plugin directory")
-	f.StringVar(&o.ConfDir, "conf-dir", install.DefaultConfDir, "CNI network config directory")
-	f.StringVar(&o.ConfName, "conf-name", install.DefaultConfName, "file name of the config list")
-	f.StringVar(&o.Socket, "socket", "", "agent socket to write into the config (default: the plugin's default)")
+	addCNIDirFlags(cmd, &o)
+	// --bin-dir, --conf-dir and --conf-name were their names before
+	// uninstall's --cni-* spelling became the one for both commands.
+	for old, now := range map[string]string{"bin-dir": "cni-bin-dir", "conf-dir": "cni-conf-dir", "conf-name": "cni-conf-name"} {
+		f.AddFlag(deprecatedAlias(f.Lookup(now), old))
+	}
+	addSocketFlag(cmd, &o.Socket)
 	f.BoolVar(&o.Portmap, "portmap", false, "chain the portmap plugin after lockstep (hostPort support)")
 	f.StringVar(&o.CNIVersion, "cni-version", install.DefaultCNIVersion, "cniVersion of the config list: 1.0.0 for containerd 1.6/1.7, 2.x and CRI-O; 1.1.0 lets runtimes that call them use STATUS and GC")
 	return cmd

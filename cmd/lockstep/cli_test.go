@@ -27,7 +27,7 @@ func TestInstallCNIThroughBinary(t *testing.T) {
 	}
 	bin := filepath.Join(builtBinary(t), "lockstep")
 	root := t.TempDir()
-	args := []string{"install-cni", "--bin-dir", filepath.Join(root, "bin"), "--conf-dir", filepath.Join(root, "net.d")}
+	args := []string{"install-cni", "--cni-bin-dir", filepath.Join(root, "bin"), "--cni-conf-dir", filepath.Join(root, "net.d")}
 
 	out, err := run(t, bin, nil, args...)
 	if err != nil || strings.Count(out, "installed ") != 3 {
@@ -76,7 +76,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/24", "--cluster-cidr", "10.0.0.0"}, "--cluster-cidr \"10.0.0.0\""},
 		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/24", "--service-translation=maybe"}, `invalid argument "maybe" for "--service-translation"`},
 		{[]string{"frobnicate"}, "unknown command"},
-		{[]string{"install-cni", "--cni-version", "1.2.0", "--bin-dir", t.TempDir(), "--conf-dir", t.TempDir()}, "choose one of 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"},
+		{[]string{"install-cni", "--cni-version", "1.2.0", "--cni-bin-dir", t.TempDir(), "--cni-conf-dir", t.TempDir()}, "choose one of 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"},
 	}
 	for _, tc := range tests {
 		out, err := run(t, bin, nil, tc.args...)

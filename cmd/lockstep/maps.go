@@ -3,17 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"lockstep.dev/lockstep/bpfmaps"
 )
-
-// defaultBPFRoot is the agent's pin root (agent/datapath.DefaultPinRoot,
-// repeated so the CLI does not link the dataplane loader).
-const defaultBPFRoot = "/sys/fs/bpf/lockstep"
 
 func newMapsCmd() *cobra.Command {
 	var root string
@@ -22,7 +17,7 @@ func newMapsCmd() *cobra.Command {
 		Short: "Inspect the policy dataplane's pinned BPF maps (read-only)",
 		Args:  cobra.NoArgs,
 	}
-	cmd.PersistentFlags().StringVar(&root, "bpf-root", defaultBPFRoot, "directory the agent pins its maps in")
+	addBPFRootFlag(cmd, &root, true)
 	cmd.AddCommand(newMapsListCmd(&root), newMapsDumpCmd(&root))
 	return cmd
 }
@@ -40,9 +35,9 @@ func newMapsListCmd(root *string) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			switch output {
-			case "json":
-				return writeJSON(out, infos)
-			case "table":
+			case outputJSON, outputYAML:
+				return writeStructured(out, output, infos)
+			case outputTable:
 				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "NAME\tTYPE\tKEY\tVALUE\tMAX\tENTRIES")
 				for _, m := range infos {
@@ -54,10 +49,10 @@ func newMapsListCmd(root *string) *cobra.Command {
 				}
 				return w.Flush()
 			}
-			return errOutput(output)
+			return checkOutput(output)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 
@@ -76,9 +71,9 @@ func newMapsDumpCmd(root *string) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			switch output {
-			case "json":
-				return writeJSON(out, entries)
-			case "table":
+			case outputJSON, outputYAML:
+				return writeStructured(out, output, entries)
+			case outputTable:
 				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(w, "KEY\tVALUE")
 				for _, e := range entries {
@@ -94,19 +89,9 @@ func newMapsDumpCmd(root *string) *cobra.Command {
 				}
 				return w.Flush()
 			}
-			return errOutput(output)
+			return checkOutput(output)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	addOutputFlag(cmd, &output)
 	return cmd
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-func errOutput(o string) error {
-	return fmt.Errorf("parse --output %q: want table or json", o)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,12 +23,12 @@ blocks its own node), and every connection to a Service without a ready
 backend that the dataplane refused (REJECT service-no-backend: a TCP reset or
 an ICMP port unreachable went back to the pod). A connection through a
 Service shows its backend, which policy judged. Events are only produced
-while a monitor runs; run one at a time (the first to exit turns events off).`,
+while a monitor runs; run one at a time (the first to exit turns events off).
+
+With -o json each event is one JSON object on a line; with -o yaml, one
+YAML document.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return fmt.Errorf("parse --output %q: want text or json", output)
-			}
 			rd, err := bpfmaps.OpenEvents(root)
 			if err != nil {
 				return err
@@ -46,7 +45,6 @@ while a monitor runs; run one at a time (the first to exit turns events off).`,
 			}()
 			defer rd.Close()
 			out := cmd.OutOrStdout()
-			enc := json.NewEncoder(out)
 			for {
 				ev, err := rd.Read()
 				if errors.Is(err, ringbuf.ErrClosed) {
@@ -55,8 +53,8 @@ while a monitor runs; run one at a time (the first to exit turns events off).`,
 				if err != nil {
 					return fmt.Errorf("read event: %w", err)
 				}
-				if output == "json" {
-					if err := enc.Encode(ev); err != nil {
+				if output != outputTable {
+					if err := writeStreamed(out, output, ev); err != nil {
 						return err
 					}
 					continue
@@ -65,8 +63,8 @@ while a monitor runs; run one at a time (the first to exit turns events off).`,
 			}
 		},
 	}
-	cmd.Flags().StringVar(&root, "bpf-root", defaultBPFRoot, "directory the agent pins its maps in")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json (one object per line)")
+	addBPFRootFlag(cmd, &root, false)
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 

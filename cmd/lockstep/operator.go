@@ -47,16 +47,14 @@ handshake steps, reconcile pass durations and errors, process metrics).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file to reach the API server (default: in-cluster config)")
+	addKubeconfigFlag(cmd, &kubeconfig)
 	f.IntVar(&cfg.MinFree, "min-free", operator.DefaultMinFree, "free addresses each node keeps ahead of demand, per address family")
 	f.DurationVar(&cfg.ExcessReleaseDelay, "excess-ip-release-delay", operator.DefaultExcessReleaseDelay,
 		"how long a block must be excess before it is marked for release")
 	f.BoolVar(&cfg.LeaderElect, "leader-elect", true, "take turns with other replicas through a Lease; only the leader writes")
 	f.StringVar(&cfg.LeaseNamespace, "lease-namespace", operator.DefaultLeaseNamespace, "namespace of the leader election Lease")
 	f.StringVar(&cfg.LeaseName, "lease-name", operator.DefaultLeaseName, "name of the leader election Lease")
-	f.StringVar(&cfg.MetricsAddr, "metrics-addr", operator.DefaultMetricsAddr,
-		"address of /healthz (liveness), /readyz (readiness) and /metrics; empty disables")
-	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	f.StringVar(&logFormat, "log-format", "text", "text or json")
+	addMetricsAddrFlag(cmd, &cfg.MetricsAddr, operator.DefaultMetricsAddr)
+	addLogFlags(cmd, &logLevel, &logFormat)
 	return cmd
 }

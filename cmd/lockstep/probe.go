@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,7 +34,7 @@ and waits for its echo. Each listener answers with its pod's name.
 
 Output is one reachability table per port, as the upstream Kubernetes e2e
 tests print them ('.' allowed, 'X' denied, '?' could not be probed, '-'
-self), or with -o json every result. Progress goes to stderr.
+self), or with -o json or -o yaml every result. Progress goes to stderr.
 
 --via service (the default, with pod-ip, when the manifests declare
 Services) also connects from every pod to every ClusterIP (of --family) and
@@ -46,15 +45,14 @@ Service: '.' every attempt answered, 'X' none (dropped), '~' some (the
 Service has backends this pod may reach and others it may not), 'R' every
 attempt refused at once (no ready endpoint), '?' could not be probed.
 
-The pod annotation lockstep.dev/ip pins a pod's address. Runs as root; the
+The pod annotation lockstep.dev/ip pins a pod's address, which must fall
+inside one of the --pool-cidr pools (with --family IPv6 and no IPv6 pool,
+` + probe.DefaultPool6 + ` is added). Runs as root; the
 machine's own interfaces, routes and firewall are never touched, and
 everything the probe creates is removed when it ends, also on Ctrl-C.`,
-		Example: "  sudo lockstep probe --manifests examples/policy\n  sudo lockstep probe --manifests DIR -o json --timeout 500ms\n  sudo lockstep probe --manifests DIR --via service --family IPv6",
+		Example: "  sudo lockstep probe --manifests examples/policy\n  sudo lockstep probe --manifests DIR -o json --connect-timeout 500ms\n  sudo lockstep probe --manifests DIR --via service --family IPv6",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("parse -o %q: want table or json", output)
-			}
 			switch cfg.Via {
 			case "", probe.ViaPodIP, probe.ViaService, probe.ViaBoth:
 			default:
@@ -97,12 +95,15 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&manifests, "manifests", "", "directory of Namespace, Pod and NetworkPolicy YAML (required)")
-	f.StringVarP(&output, "output", "o", "table", "table or json")
-	f.StringVar(&cfg.Dataplane, "dataplane", "ebpf", "the agent's policy dataplane: ebpf or iptables")
-	f.StringSliceVar(&cfg.Pools, "pool-cidr", []string{probe.DefaultPool}, "the agent's address pools; pods pinned with lockstep.dev/ip must fall inside one (with --family IPv6 and no IPv6 pool, "+probe.DefaultPool6+" is added)")
+	addManifestsFlag(cmd, &manifests)
+	addOutputFlag(cmd, &output)
+	addDataplaneFlag(cmd, &cfg.Dataplane)
+	addPoolCIDRFlag(cmd, &cfg.Pools, []string{probe.DefaultPool})
 	f.StringVar(&cfg.Family, "family", probe.IPv4, "the IP family to probe over: IPv4 or IPv6 (pods get an address of each family the pools have)")
-	f.DurationVar(&cfg.Timeout, "timeout", probe.DefaultTimeout, "how long one connection attempt may take before it counts as denied")
+	f.DurationVar(&cfg.Timeout, "connect-timeout", probe.DefaultTimeout, "how long one connection attempt may take before it counts as denied")
+	// --timeout was --connect-timeout's name before status's --timeout
+	// (how long to wait for the agent) gave the name its one meaning.
+	f.AddFlag(deprecatedAlias(f.Lookup("connect-timeout"), "timeout"))
 	f.IntVar(&cfg.Workers, "workers", probe.DefaultWorkers, "connection attempts in flight at once")
 	f.StringVar(&cfg.Via, "via", "", "how to reach the pods: pod-ip, service (every frontend of every Service) or both (default: both when the manifests declare Services, else pod-ip)")
 	f.IntVar(&cfg.Attempts, "attempts", probe.DefaultAttempts, "connections a probe through a Service makes at most, each reaching a backend the dataplane picks")
@@ -110,10 +111,8 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 }
 
 func writeReport(w io.Writer, rep *probe.Report, output string) error {
-	if output == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+	if output != outputTable {
+		return writeStructured(w, output, rep)
 	}
 	_, err := io.WriteString(w, rep.Table().String())
 	return err

@@ -51,7 +51,7 @@ func TestPrivilegedProbeCommand(t *testing.T) {
 	testenv.Privileged(t)
 	bin := filepath.Join(builtBinary(t), "lockstep")
 	dir := filepath.Join("..", "..", "probe", "testdata", "scenarios", "no-policies")
-	cmd := exec.Command(bin, "probe", "--manifests", dir, "-o", "json", "--timeout", "500ms")
+	cmd := exec.Command(bin, "probe", "--manifests", dir, "-o", "json", "--connect-timeout", "500ms")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -114,7 +114,7 @@ func TestPrivilegedProbeCommandSIGTERM(t *testing.T) {
 	testenv.Privileged(t)
 	bin := filepath.Join(builtBinary(t), "lockstep")
 	dir := filepath.Join("..", "..", "probe", "testdata", "scenarios", "deny-all-both")
-	cmd := exec.Command(bin, "probe", "--manifests", dir, "--timeout", "3s")
+	cmd := exec.Command(bin, "probe", "--manifests", dir, "--connect-timeout", "3s")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -20,25 +20,22 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the agent's dataplane, Service translation, pools, last apply error and pending clean-ups",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return errOutput(output)
-			}
 			c := api.NewClient(socket, timeout)
 			defer c.Close()
 			st, err := c.Status(cmd.Context())
 			if err != nil {
 				return fmt.Errorf("ask the agent on %s for its status: %w", socket, err)
 			}
-			if output == "json" {
-				return writeJSON(cmd.OutOrStdout(), st)
+			if output != outputTable {
+				return writeStructured(cmd.OutOrStdout(), output, st)
 			}
 			return writeStatus(cmd.OutOrStdout(), st, time.Now())
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&socket, "socket", api.DefaultSocket, "the agent's unix socket")
+	addSocketFlag(cmd, &socket)
 	f.DurationVar(&timeout, "timeout", api.DefaultTimeout, "how long to wait for the agent")
-	f.StringVarP(&output, "output", "o", "table", "table or json")
+	addOutputFlag(cmd, &output)
 	return cmd
 }
 

@@ -8,8 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lockstep.dev/lockstep/agent"
-	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/uninstall"
 	"lockstep.dev/lockstep/cni/install"
 )
@@ -87,12 +85,10 @@ what is left, when something could not be removed.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cni.BinDir, "cni-bin-dir", install.DefaultBinDir, "CNI plugin directory install-cni wrote the binary and symlink to")
-	f.StringVar(&cni.ConfDir, "cni-conf-dir", install.DefaultConfDir, "CNI network config directory")
-	f.StringVar(&cni.ConfName, "cni-conf-name", install.DefaultConfName, "file name of lockstep's config list")
-	f.StringVar(&node.BPFRoot, "bpf-root", agent.DefaultBPFRoot, "the agent's --bpf-root")
-	f.StringVar(&node.StateDir, "state-dir", agent.DefaultStateDir, "the agent's --state-dir")
-	f.StringVar(&node.Socket, "socket", api.DefaultSocket, "the agent's --socket")
+	addCNIDirFlags(cmd, &cni)
+	addBPFRootFlag(cmd, &node.BPFRoot, false)
+	addStateDirFlag(cmd, &node.StateDir)
+	addSocketFlag(cmd, &node.Socket)
 	f.BoolVar(&node.PurgeState, "purge-state", false, "remove the state file and directory too")
 	return cmd
 }

@@ -86,7 +86,7 @@ func TestPrivilegedUninstallRemovesEverything(t *testing.T) {
 	// install-cni's files, next to a plugin and a config that are not
 	// lockstep's.
 	cniBin, cniConf := filepath.Join(t.TempDir(), "bin"), filepath.Join(t.TempDir(), "net.d")
-	if out, _, code := runInNode(t, node.NS, "install-cni", "--bin-dir", cniBin, "--conf-dir", cniConf, "--socket", node.Socket); code != 0 {
+	if out, _, code := runInNode(t, node.NS, "install-cni", "--cni-bin-dir", cniBin, "--cni-conf-dir", cniConf, "--socket", node.Socket); code != 0 {
 		t.Fatalf("install-cni: %s", out)
 	}
 	foreignFiles := []string{filepath.Join(cniBin, "bridge"), filepath.Join(cniConf, "20-bridge.conflist")}
