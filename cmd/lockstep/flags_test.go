@@ -171,3 +171,32 @@ func TestBadOutputOneWording(t *testing.T) {
 		t.Fatal("no subcommand has --output")
 	}
 }
+
+// TestDeprecatedAliases: the old spellings still set the value of the
+// new ones, so manifests and scripts written for them keep working.
+func TestDeprecatedAliases(t *testing.T) {
+	for _, tc := range []struct {
+		command  string
+		old, now string
+		value    string
+	}{
+		{"install-cni", "bin-dir", "cni-bin-dir", "/x/bin"},
+		{"install-cni", "conf-dir", "cni-conf-dir", "/x/net.d"},
+		{"install-cni", "conf-name", "cni-conf-name", "99-x.conflist"},
+		{"probe", "timeout", "connect-timeout", "3s"},
+	} {
+		cmd, _, err := newRootCmd().Find([]string{tc.command})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.ParseFlags([]string{"--" + tc.old, tc.value}); err != nil {
+			if tc.command == "probe" && strings.Contains(err.Error(), "unknown flag") {
+				continue // probe_other.go: probe has no flags off Linux
+			}
+			t.Fatalf("%s --%s %s: %v", tc.command, tc.old, tc.value, err)
+		}
+		if got := cmd.Flags().Lookup(tc.now).Value.String(); got != tc.value {
+			t.Errorf("%s --%s %s: --%s is %q, want %q", tc.command, tc.old, tc.value, tc.now, got, tc.value)
+		}
+	}
+}
