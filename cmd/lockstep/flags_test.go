@@ -3,12 +3,17 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+
+	"lockstep.dev/lockstep/agent/api"
 )
 
 // flagUse is one subcommand's definition of a flag.
@@ -197,6 +202,42 @@ func TestDeprecatedAliases(t *testing.T) {
 		}
 		if got := cmd.Flags().Lookup(tc.now).Value.String(); got != tc.value {
 			t.Errorf("%s --%s %s: --%s is %q, want %q", tc.command, tc.old, tc.value, tc.now, got, tc.value)
+		}
+	}
+}
+
+// TestYAMLHasTheJSONFields: -o yaml says what -o json says, under the same
+// field names (the json tags, not Go's field names), one value or a stream.
+func TestYAMLHasTheJSONFields(t *testing.T) {
+	v := api.StatusResponse{
+		Pools:     []api.PoolStatus{{Name: "default-v4", CIDR: netip.MustParsePrefix("10.244.0.0/24"), Size: 254, Used: 3, Free: 251}},
+		Dataplane: &api.DataplaneStatus{Name: "ebpf", LastApplyError: "compile: too many rules"}, // a YAML library of its own would write "lastapplyerror"
+	}
+	decode := func(output string, streamed bool) map[string]any {
+		var b bytes.Buffer
+		write := writeStructured
+		if streamed {
+			write = writeStreamed
+		}
+		if err := write(&b, output, v); err != nil {
+			t.Fatal(err)
+		}
+		if streamed && output == outputYAML && !strings.HasPrefix(b.String(), "---\n") {
+			t.Errorf("a streamed YAML document starts %q, want ---", b.String())
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(b.Bytes(), &m); err != nil { // YAML reads JSON too
+			t.Fatalf("-o %s: %v\n%s", output, err, b.String())
+		}
+		return m
+	}
+	want := decode(outputJSON, false)
+	if dp, _ := want["dataplane"].(map[string]any); dp["lastApplyError"] == nil {
+		t.Fatalf("-o json = %v, want the dataplane's lastApplyError", want)
+	}
+	for _, streamed := range []bool{false, true} {
+		if got := decode(outputYAML, streamed); !reflect.DeepEqual(got, want) {
+			t.Errorf("-o yaml (streamed %v) = %v,\nwant the JSON's %v", streamed, got, want)
 		}
 	}
 }
