@@ -19,7 +19,7 @@ import (
 	"lockstep.dev/lockstep/agent/iptables"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/podnet"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/watchdog"
 )
@@ -284,7 +284,7 @@ func dataplaneStatus(be *backend, enf *enforcer.Enforcer, cleanups *cleanup.Mana
 	}
 	for _, ef := range f.Endpoints {
 		out.FailedEndpoints = append(out.FailedEndpoints, api.EndpointFailure{HostIf: ef.HostIf,
-			Ingress: ef.Reasons[policy.Ingress], Egress: ef.Reasons[policy.Egress]})
+			Ingress: ef.Reasons[policyapi.Ingress], Egress: ef.Reasons[policyapi.Egress]})
 	}
 	for _, c := range cleanups.Pending() {
 		out.PendingCleanups = append(out.PendingCleanups, api.CleanupStatus{

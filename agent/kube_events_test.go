@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/agent/enforcer"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -80,11 +80,11 @@ func TestNodeReportsOnlyPoliciesSelectingItsPods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	portZero := policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{Ports: []policy.NetworkPolicyPort{{Port: policy.FromInt(0)}}}}}
-	bad := func(ns, name string, sel map[string]string) *policy.NetworkPolicy {
-		return &policy.NetworkPolicy{
-			ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: name, UID: "uid-" + name},
-			Spec:       policy.NetworkPolicySpec{PodSelector: policy.LabelSelector{MatchLabels: sel}, Ingress: portZero.Ingress},
+	portZero := policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: []policyapi.NetworkPolicyPort{{Port: policyapi.FromInt(0)}}}}}
+	bad := func(ns, name string, sel map[string]string) *policyapi.NetworkPolicy {
+		return &policyapi.NetworkPolicy{
+			ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name, UID: "uid-" + name},
+			Spec:       policyapi.NetworkPolicySpec{PodSelector: policyapi.LabelSelector{MatchLabels: sel}, Ingress: portZero.Ingress},
 		}
 	}
 	write(func(txn *store.Txn) error {
@@ -95,10 +95,10 @@ func TestNodeReportsOnlyPoliciesSelectingItsPods(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		if err := store.UpsertPod(txn, &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "a", Labels: map[string]string{"app": "a"}}}); err != nil {
+		if err := store.UpsertPod(txn, &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "a", Labels: map[string]string{"app": "a"}}}); err != nil {
 			return err
 		}
-		for _, np := range []*policy.NetworkPolicy{
+		for _, np := range []*policyapi.NetworkPolicy{
 			bad("far", "elsewhere", nil), // selects every pod of far: none here
 			bad("team", "deleted", map[string]string{"app": "a"}),
 			bad("team", "fixed", map[string]string{"app": "a"}),

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -35,7 +35,7 @@ func TestWaitForPodHoldsTheADDUntilThePodIsKnown(t *testing.T) {
 				return err
 			}
 		}
-		return store.UpsertPod(txn, &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "web"}})
+		return store.UpsertPod(txn, &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "web"}})
 	})
 	ctx := context.Background()
 
@@ -49,7 +49,7 @@ func TestWaitForPodHoldsTheADDUntilThePodIsKnown(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- waitForPod(ctx, st, "lslate", PodObjectWait) }()
 	write(func(txn *store.Txn) error {
-		return store.UpsertPod(txn, &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "late"}})
+		return store.UpsertPod(txn, &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "late"}})
 	})
 	if err := <-done; err != nil {
 		t.Errorf("lslate: %v after its pod arrived", err)

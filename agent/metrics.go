@@ -6,7 +6,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/cleanup"
 	"lockstep.dev/lockstep/agent/enforcer"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/promtext"
 )
@@ -86,7 +86,7 @@ func writePolicyFailures(w io.Writer, f enforcer.Failures) {
 	for _, ef := range f.Endpoints {
 		for d, why := range ef.Reasons {
 			if why != "" {
-				promtext.WriteSample(w, "lockstep_endpoint_policy_failed", 1, "endpoint", ef.HostIf, "direction", policy.Direction(d).String())
+				promtext.WriteSample(w, "lockstep_endpoint_policy_failed", 1, "endpoint", ef.HostIf, "direction", policyapi.Direction(d).String())
 			}
 		}
 	}

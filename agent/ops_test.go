@@ -14,6 +14,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/server"
 	"lockstep.dev/lockstep/agent/store"
 )
@@ -220,8 +221,8 @@ func TestReadyzAndMetricsNameAPolicyThatFailsClosed(t *testing.T) {
 		}
 	}
 	write(func(txn *store.Txn) error {
-		return store.UpsertPolicy(txn, &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "bad"},
-			Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{IPBlock: &policy.IPBlock{CIDR: "10.0.0.0/40"}}}}}}})
+		return store.UpsertPolicy(txn, &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "bad"},
+			Spec: policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{CIDR: "10.0.0.0/40"}}}}}}})
 	})
 	// A tenant's policy that fails closed is enforced, closed: the agent
 	// stays ready, and the failure shows in the metrics.

@@ -5,7 +5,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/manifests"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // IPAnnotation pins a pod's addresses: the agent hands the pod this
@@ -17,7 +17,7 @@ const IPAnnotation = endpoints.PinnedIPAnnotation
 // FromPolicyPods converts manifest pods to the pods a probe creates. Pods
 // with hostNetwork share their node's namespace and are not subject to
 // NetworkPolicy; they are left out and named in skipped.
-func FromPolicyPods(in []policy.Pod) (pods []Pod, skipped []string, err error) {
+func FromPolicyPods(in []policyapi.Pod) (pods []Pod, skipped []string, err error) {
 	for _, kp := range in {
 		key := kp.Namespace + "/" + kp.Name
 		if kp.Spec.HostNetwork {
@@ -58,7 +58,7 @@ func LoadPods(dir string) (pods []Pod, skipped []string, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	in := make([]policy.Pod, len(objs.Pods))
+	in := make([]policyapi.Pod, len(objs.Pods))
 	for i, p := range objs.Pods {
 		in[i] = *p
 	}

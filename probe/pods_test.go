@@ -6,22 +6,22 @@ import (
 	"strings"
 	"testing"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
-func kpod(ns, name string, ports ...policy.ContainerPort) policy.Pod {
-	p := policy.Pod{}
+func kpod(ns, name string, ports ...policyapi.ContainerPort) policyapi.Pod {
+	p := policyapi.Pod{}
 	p.Namespace, p.Name = ns, name
-	p.Spec.Containers = []policy.Container{{Name: "c", Ports: ports}}
+	p.Spec.Containers = []policyapi.Container{{Name: "c", Ports: ports}}
 	return p
 }
 
 func TestFromPolicyPods(t *testing.T) {
-	a := kpod("x", "a", policy.ContainerPort{ContainerPort: 80}, policy.ContainerPort{ContainerPort: 53, Protocol: policy.UDP}, policy.ContainerPort{ContainerPort: 80, Protocol: policy.TCP})
+	a := kpod("x", "a", policyapi.ContainerPort{ContainerPort: 80}, policyapi.ContainerPort{ContainerPort: 53, Protocol: policyapi.UDP}, policyapi.ContainerPort{ContainerPort: 80, Protocol: policyapi.TCP})
 	a.Annotations = map[string]string{IPAnnotation: "10.244.1.5"}
-	host := kpod("x", "host", policy.ContainerPort{ContainerPort: 80})
+	host := kpod("x", "host", policyapi.ContainerPort{ContainerPort: 80})
 	host.Spec.HostNetwork = true
-	pods, skipped, err := FromPolicyPods([]policy.Pod{a, host})
+	pods, skipped, err := FromPolicyPods([]policyapi.Pod{a, host})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,16 +38,16 @@ func TestFromPolicyPods(t *testing.T) {
 		t.Errorf("WantIPs %v, want 10.244.1.5 first", pods[0].WantIPs)
 	}
 
-	for name, bad := range map[string]policy.Pod{
-		"bad protocol": kpod("x", "a", policy.ContainerPort{ContainerPort: 80, Protocol: "ICMP"}),
-		"bad port":     kpod("x", "a", policy.ContainerPort{ContainerPort: 70000}),
-		"bad address": func() policy.Pod {
+	for name, bad := range map[string]policyapi.Pod{
+		"bad protocol": kpod("x", "a", policyapi.ContainerPort{ContainerPort: 80, Protocol: "ICMP"}),
+		"bad port":     kpod("x", "a", policyapi.ContainerPort{ContainerPort: 70000}),
+		"bad address": func() policyapi.Pod {
 			p := kpod("x", "a")
 			p.Annotations = map[string]string{IPAnnotation: "10.244.1"}
 			return p
 		}(),
 	} {
-		if _, _, err := FromPolicyPods([]policy.Pod{bad}); err == nil || !strings.Contains(err.Error(), "x/a") {
+		if _, _, err := FromPolicyPods([]policyapi.Pod{bad}); err == nil || !strings.Contains(err.Error(), "x/a") {
 			t.Errorf("%s: error %v, want one naming x/a", name, err)
 		}
 	}

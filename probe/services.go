@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"lockstep.dev/lockstep/agent/manifests"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // The ways a probe reaches its destinations (Config.Via, --via).
@@ -51,14 +51,14 @@ func (s Service) Key() string { return s.Namespace + "/" + s.Name }
 // FromPolicyServices converts manifest Services to the Services a probe
 // connects through. Headless and ExternalName Services have no ClusterIP
 // to connect to; they are left out and named in skipped.
-func FromPolicyServices(in []policy.Service) (svcs []Service, skipped []string, err error) {
+func FromPolicyServices(in []policyapi.Service) (svcs []Service, skipped []string, err error) {
 	for _, ks := range in {
-		s := Service{Namespace: cmp.Or(ks.Namespace, "default"), Name: ks.Name, Affinity: ks.Spec.SessionAffinity == policy.ServiceAffinityClientIP}
+		s := Service{Namespace: cmp.Or(ks.Namespace, "default"), Name: ks.Name, Affinity: ks.Spec.SessionAffinity == policyapi.ServiceAffinityClientIP}
 		ips := ks.Spec.ClusterIPs
 		if len(ips) == 0 && ks.Spec.ClusterIP != "" {
 			ips = []string{ks.Spec.ClusterIP}
 		}
-		if ks.Spec.Type == policy.ServiceTypeExternalName || len(ips) == 0 || ips[0] == policy.ClusterIPNone {
+		if ks.Spec.Type == policyapi.ServiceTypeExternalName || len(ips) == 0 || ips[0] == policyapi.ClusterIPNone {
 			skipped = append(skipped, s.Key())
 			continue
 		}
@@ -93,7 +93,7 @@ func LoadServices(dir string) (svcs []Service, skipped []string, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	in := make([]policy.Service, len(objs.Services))
+	in := make([]policyapi.Service, len(objs.Services))
 	for i, s := range objs.Services {
 		in[i] = *s
 	}

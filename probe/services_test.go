@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 func TestDecide(t *testing.T) {
@@ -42,8 +42,8 @@ func TestOutcomeCells(t *testing.T) {
 	}
 }
 
-func ksvc(ns, name string, ips []string, ports ...policy.ServicePort) policy.Service {
-	s := policy.Service{}
+func ksvc(ns, name string, ips []string, ports ...policyapi.ServicePort) policyapi.Service {
+	s := policyapi.Service{}
 	s.Namespace, s.Name = ns, name
 	s.Spec.ClusterIPs = ips
 	if len(ips) > 0 {
@@ -55,13 +55,13 @@ func ksvc(ns, name string, ips []string, ports ...policy.ServicePort) policy.Ser
 
 func TestFromPolicyServices(t *testing.T) {
 	dual := ksvc("x", "web", []string{"10.96.0.1", "fd00:10:96::1"},
-		policy.ServicePort{Port: 80}, policy.ServicePort{Port: 53, Protocol: policy.UDP}, policy.ServicePort{Port: 80, Protocol: policy.TCP})
-	dual.Spec.SessionAffinity = policy.ServiceAffinityClientIP
-	v6first := ksvc("", "six", []string{"fd00:10:96::2", "10.96.0.2"}, policy.ServicePort{Port: 443})
-	headless := ksvc("x", "headless", []string{policy.ClusterIPNone}, policy.ServicePort{Port: 80})
+		policyapi.ServicePort{Port: 80}, policyapi.ServicePort{Port: 53, Protocol: policyapi.UDP}, policyapi.ServicePort{Port: 80, Protocol: policyapi.TCP})
+	dual.Spec.SessionAffinity = policyapi.ServiceAffinityClientIP
+	v6first := ksvc("", "six", []string{"fd00:10:96::2", "10.96.0.2"}, policyapi.ServicePort{Port: 443})
+	headless := ksvc("x", "headless", []string{policyapi.ClusterIPNone}, policyapi.ServicePort{Port: 80})
 	external := ksvc("x", "ext", nil)
-	external.Spec.Type = policy.ServiceTypeExternalName
-	svcs, skipped, err := FromPolicyServices([]policy.Service{dual, v6first, headless, external})
+	external.Spec.Type = policyapi.ServiceTypeExternalName
+	svcs, skipped, err := FromPolicyServices([]policyapi.Service{dual, v6first, headless, external})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +85,12 @@ func TestFromPolicyServices(t *testing.T) {
 		t.Errorf("%s ClusterIPs %v, want default/six with %v (IPv4 first whatever the order)", six.Key(), six.ClusterIPs, want)
 	}
 
-	for name, bad := range map[string]policy.Service{
-		"bad address":  ksvc("x", "a", []string{"10.96.0"}, policy.ServicePort{Port: 80}),
-		"bad port":     ksvc("x", "a", []string{"10.96.0.1"}, policy.ServicePort{Port: 70000}),
-		"bad protocol": ksvc("x", "a", []string{"10.96.0.1"}, policy.ServicePort{Port: 80, Protocol: "ICMP"}),
+	for name, bad := range map[string]policyapi.Service{
+		"bad address":  ksvc("x", "a", []string{"10.96.0"}, policyapi.ServicePort{Port: 80}),
+		"bad port":     ksvc("x", "a", []string{"10.96.0.1"}, policyapi.ServicePort{Port: 70000}),
+		"bad protocol": ksvc("x", "a", []string{"10.96.0.1"}, policyapi.ServicePort{Port: 80, Protocol: "ICMP"}),
 	} {
-		if _, _, err := FromPolicyServices([]policy.Service{bad}); err == nil || !strings.Contains(err.Error(), "x/a") {
+		if _, _, err := FromPolicyServices([]policyapi.Service{bad}); err == nil || !strings.Contains(err.Error(), "x/a") {
 			t.Errorf("%s: error %v, want one naming x/a", name, err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 )
 
@@ -164,7 +165,7 @@ func (d *Datapath) resolve(want *policy.Desired) (map[string]uint32, error) {
 //
 // When both parities were written from want itself, the trie holds exactly
 // want and there is nothing to write.
-func (d *Datapath) writeCIDRs(want map[netip.Prefix]policy.Peer, p, q int) (map[netip.Prefix]uint32, error) {
+func (d *Datapath) writeCIDRs(want map[netip.Prefix]policyapi.Peer, p, q int) (map[netip.Prefix]uint32, error) {
 	m := &d.mirror
 	if want != nil && sameMap(m.cidrsFrom[q], want) && sameMap(m.cidrsFrom[p], want) && m.cidrSet[q].valid {
 		return m.cidrSet[q].m, nil
@@ -173,7 +174,7 @@ func (d *Datapath) writeCIDRs(want map[netip.Prefix]policy.Peer, p, q int) (map[
 	for pfx, class := range want {
 		// IPv4 is keyed IPv4-mapped: a mapped IPv6 prefix would be
 		// the key of an IPv4 one, whichever came last winning.
-		if err := policy.CheckNotMapped(pfx); err != nil {
+		if err := policyapi.CheckNotMapped(pfx); err != nil {
 			return nil, fmt.Errorf("apply policy: %w", err)
 		}
 		canon[canonPrefix(pfx)] = uint32(class)
@@ -261,7 +262,7 @@ func (d *Datapath) writeIPCache(want map[netip.Addr]policy.AddrEntry, p, q int) 
 		if e == nil {
 			cur := m.trieLookup(hostPrefix(a))
 			e = &ipcEntry{}
-			e.v.Identity[p] = uint32(policy.PeerWorld)
+			e.v.Identity[p] = uint32(policyapi.PeerWorld)
 			e.v.CIDRClass[p] = cur.CIDRClass[p]
 			e.v.Identity[q] = ^uint32(0) // forces the write below
 			m.ipc[a] = e
@@ -284,7 +285,7 @@ func (d *Datapath) writeIPCache(want map[netip.Addr]policy.AddrEntry, p, q int) 
 			}
 			gone = append(gone, a)
 			v := e.v
-			v.Identity[q] = uint32(policy.PeerWorld)
+			v.Identity[q] = uint32(policyapi.PeerWorld)
 			v.CIDRClass[q] = m.trieLookup(hostPrefix(a)).CIDRClass[q]
 			if v != e.v {
 				keys = append(keys, bpfmaps.AddrFrom(a))
@@ -423,7 +424,7 @@ func (d *Datapath) cleanup(canon map[netip.Prefix]uint32, goneAddrs []netip.Addr
 			d.stats.entries++
 			if err := d.cidrs.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				errs = append(errs, fmt.Errorf("delete %s from %s: %w", pfx, bpfmaps.CIDRsMap, err))
-				m.cidrsFrom = [2]map[netip.Prefix]policy.Peer{}
+				m.cidrsFrom = [2]map[netip.Prefix]policyapi.Peer{}
 				continue
 			}
 			m.delTrie(pfx)

@@ -10,6 +10,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -21,9 +22,9 @@ func stateA() *policy.Desired {
 	d := scenario(true, true)
 	d.Endpoints["gone-in-b"] = &policy.EndpointPolicy{
 		IPv4: addr("10.0.0.50"), IngressIsolated: true,
-		Rules: map[policy.RuleKey][]policy.PortRange{{Peer: idWeb, Proto: policy.ProtoTCP}: ports(1, 2)},
+		Rules: map[policy.RuleKey][]policy.PortRange{{Peer: idWeb, Proto: policyapi.ProtoTCP}: ports(1, 2)},
 	}
-	d.Addrs[addr("10.0.0.50")] = policy.AddrEntry{Identity: 500, CIDRClass: policy.NoCIDRClass}
+	d.Addrs[addr("10.0.0.50")] = policy.AddrEntry{Identity: 500, CIDRClass: policyapi.NoCIDRClass}
 	return d
 }
 
@@ -31,19 +32,19 @@ func stateB() *policy.Desired {
 	d := stateA()
 	ep := *d.Endpoints[podIf]
 	ep.Rules = maps.Clone(ep.Rules)
-	ep.Rules[policy.RuleKey{Peer: idWeb, Dir: policy.Egress, Proto: policy.ProtoTCP}] = ports(81, 81)
-	ep.Rules[policy.RuleKey{Peer: idOther, Dir: policy.Egress, Proto: policy.ProtoTCP}] = ports(82, 82)
-	ep.Rules[policy.RuleKey{Peer: policy.CIDRClassBit | 5, Dir: policy.Egress, Proto: policy.ProtoTCP}] = ports(443, 443)
+	ep.Rules[policy.RuleKey{Peer: idWeb, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}] = ports(81, 81)
+	ep.Rules[policy.RuleKey{Peer: idOther, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}] = ports(82, 82)
+	ep.Rules[policy.RuleKey{Peer: policyapi.CIDRClassBit | 5, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}] = ports(443, 443)
 	d.Endpoints[podIf] = &ep
-	d.Addrs[addr("10.0.0.2")] = policy.AddrEntry{Identity: idOther, CIDRClass: policy.NoCIDRClass}
-	d.Addrs[addr("10.0.0.7")] = policy.AddrEntry{Identity: idWeb, CIDRClass: policy.NoCIDRClass}
+	d.Addrs[addr("10.0.0.2")] = policy.AddrEntry{Identity: idOther, CIDRClass: policyapi.NoCIDRClass}
+	d.Addrs[addr("10.0.0.7")] = policy.AddrEntry{Identity: idWeb, CIDRClass: policyapi.NoCIDRClass}
 	delete(d.Addrs, addr("10.0.0.3"))
-	d.CIDRs[prefix("172.16.0.0/12")] = policy.CIDRClassBit | 5
+	d.CIDRs[prefix("172.16.0.0/12")] = policyapi.CIDRClassBit | 5
 	delete(d.CIDRs, prefix("192.168.1.0/24"))
 	delete(d.Endpoints, "gone-in-b")
 	delete(d.Addrs, addr("10.0.0.50"))
 	d.Endpoints["new-in-b"] = &policy.EndpointPolicy{IPv6: addr("fd00::60"), EgressIsolated: true}
-	d.Addrs[addr("fd00::60")] = policy.AddrEntry{Identity: 600, CIDRClass: policy.NoCIDRClass}
+	d.Addrs[addr("fd00::60")] = policy.AddrEntry{Identity: 600, CIDRClass: policyapi.NoCIDRClass}
 	return d
 }
 
@@ -53,7 +54,7 @@ func flipCases() []struct {
 	pkt       packet
 	wantA, wB uint32
 } {
-	tcp := policy.ProtoTCP
+	tcp := policyapi.ProtoTCP
 	out := func(dst string, dport uint16) packet {
 		return packet{src: podV4, dst: dst, proto: tcp, sport: 40000, dport: dport}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/probe/nodesim"
 	"lockstep.dev/lockstep/test/testenv"
@@ -43,8 +44,8 @@ const (
 	atomClient         = remoteV4
 	atomServer         = "10.99.0.2"
 	atomPort           = 80
-	atomIDOld          = policy.Peer(300)
-	atomIDNew          = policy.Peer(301)
+	atomIDOld          = policyapi.Peer(300)
+	atomIDNew          = policyapi.Peer(301)
 	atomUnrelatedRules = 200
 	atomUnrelatedAddrs = 1000
 )
@@ -52,26 +53,26 @@ const (
 // atomState builds a fresh Desired for the flip scenario. clientID is the
 // client address's identity; isolated and rules say what S's ingress
 // enforces. n varies the unrelated entries from one call to the next.
-func atomState(n int, clientID policy.Peer, isolated, rules bool) *policy.Desired {
+func atomState(n int, clientID policyapi.Peer, isolated, rules bool) *policy.Desired {
 	addrs := make(map[netip.Addr]policy.AddrEntry, atomUnrelatedAddrs+2)
-	addrs[addr(atomServer)] = policy.AddrEntry{Identity: 400, CIDRClass: policy.NoCIDRClass}
-	addrs[addr(atomClient)] = policy.AddrEntry{Identity: clientID, CIDRClass: policy.NoCIDRClass}
+	addrs[addr(atomServer)] = policy.AddrEntry{Identity: 400, CIDRClass: policyapi.NoCIDRClass}
+	addrs[addr(atomClient)] = policy.AddrEntry{Identity: clientID, CIDRClass: policyapi.NoCIDRClass}
 	for i := range atomUnrelatedAddrs {
 		a := netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)})
-		addrs[a] = policy.AddrEntry{Identity: 1000 + clientID*10 + policy.Peer(i%10), CIDRClass: policy.NoCIDRClass}
+		addrs[a] = policy.AddrEntry{Identity: 1000 + clientID*10 + policyapi.Peer(i%10), CIDRClass: policyapi.NoCIDRClass}
 	}
 	ep := &policy.EndpointPolicy{IPv4: addr(atomServer), IngressIsolated: isolated}
 	if rules {
 		ep.Rules = make(map[policy.RuleKey][]policy.PortRange, atomUnrelatedRules+1)
-		ep.Rules[policy.RuleKey{Peer: atomIDNew, Dir: policy.Ingress, Proto: policy.ProtoUDP}] = ports(atomPort, atomPort)
+		ep.Rules[policy.RuleKey{Peer: atomIDNew, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}] = ports(atomPort, atomPort)
 		for j := range atomUnrelatedRules {
 			p := uint16(1000 + n%1000)
-			ep.Rules[policy.RuleKey{Peer: 5000 + policy.Peer(j), Dir: policy.Ingress, Proto: policy.ProtoTCP}] = ports(p, p)
+			ep.Rules[policy.RuleKey{Peer: 5000 + policyapi.Peer(j), Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}] = ports(p, p)
 		}
 	}
 	return &policy.Desired{
 		Addrs:     addrs,
-		CIDRs:     map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		CIDRs:     map[netip.Prefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 		Endpoints: map[string]*policy.EndpointPolicy{atomHost: ep},
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/probe/nodesim"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -219,13 +220,13 @@ func flushNeighbours(tb testing.TB, n ns.NetNS, ifname string) {
 
 func vethPolicy(egressPort uint16) *policy.Desired {
 	return &policy.Desired{
-		Addrs: map[netipAddr]policy.AddrEntry{addr("10.99.0.2"): {Identity: 400, CIDRClass: policy.NoCIDRClass}},
-		CIDRs: map[netipPrefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		Addrs: map[netipAddr]policy.AddrEntry{addr("10.99.0.2"): {Identity: 400, CIDRClass: policyapi.NoCIDRClass}},
+		CIDRs: map[netipPrefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 		Endpoints: map[string]*policy.EndpointPolicy{"lsdp-h0": {
 			IPv4: addr("10.99.0.2"), IngressIsolated: true, EgressIsolated: true,
 			Rules: map[policy.RuleKey][]policy.PortRange{
-				{Peer: policy.PeerWorld, Dir: policy.Egress, Proto: policy.ProtoUDP}:  ports(egressPort, egressPort),
-				{Peer: policy.PeerWorld, Dir: policy.Ingress, Proto: policy.ProtoUDP}: ports(6000, 6000),
+				{Peer: policyapi.PeerWorld, Dir: policyapi.Egress, Proto: policyapi.ProtoUDP}:  ports(egressPort, egressPort),
+				{Peer: policyapi.PeerWorld, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}: ports(6000, 6000),
 			},
 		}},
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -29,21 +30,21 @@ const benchIdentities = 10000
 func benchDesired(nrules int) *policy.Desired {
 	d := &policy.Desired{
 		Addrs: make(map[netip.Addr]policy.AddrEntry, 2*benchIdentities),
-		CIDRs: map[netip.Prefix]policy.Peer{
-			prefix("0.0.0.0/0"):  policy.NoCIDRClass,
-			prefix("::/0"):       policy.NoCIDRClass,
-			prefix("10.0.0.0/8"): policy.CIDRClassBit | 1,
+		CIDRs: map[netip.Prefix]policyapi.Peer{
+			prefix("0.0.0.0/0"):  policyapi.NoCIDRClass,
+			prefix("::/0"):       policyapi.NoCIDRClass,
+			prefix("10.0.0.0/8"): policyapi.CIDRClassBit | 1,
 		},
 	}
 	rules := make(map[policy.RuleKey][]policy.PortRange, nrules)
 	for i := range benchIdentities {
-		id := policy.FirstPodIdentity + policy.Peer(i)
-		d.Addrs[benchAddr(i)] = policy.AddrEntry{Identity: id, CIDRClass: policy.NoCIDRClass}
+		id := policyapi.FirstPodIdentity + policyapi.Peer(i)
+		d.Addrs[benchAddr(i)] = policy.AddrEntry{Identity: id, CIDRClass: policyapi.NoCIDRClass}
 		if i < nrules {
-			rules[policy.RuleKey{Peer: id, Dir: policy.Ingress, Proto: policy.ProtoTCP}] = ports(80, 80, 8000, 8100)
+			rules[policy.RuleKey{Peer: id, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}] = ports(80, 80, 8000, 8100)
 		}
 	}
-	d.Addrs[addr(podV4)] = policy.AddrEntry{Identity: 50000, CIDRClass: policy.NoCIDRClass}
+	d.Addrs[addr(podV4)] = policy.AddrEntry{Identity: 50000, CIDRClass: policyapi.NoCIDRClass}
 	d.Endpoints = map[string]*policy.EndpointPolicy{podIf: {
 		IPv4: addr(podV4), IngressIsolated: true, EgressIsolated: true, Rules: rules,
 	}}
@@ -75,13 +76,13 @@ func BenchmarkPrivilegedVerdict(b *testing.B) {
 		// into is a packet from peer from to the pod: a SYN (new) or,
 		// as every later packet of a connection, an ACK.
 		into := func(from int, sport uint16, flags uint8) []byte {
-			return frame(packet{src: benchAddr(from).String(), dst: podV4, proto: policy.ProtoTCP, sport: sport, dport: 80, tcpFlags: flags})
+			return frame(packet{src: benchAddr(from).String(), dst: podV4, proto: policyapi.ProtoTCP, sport: sport, dport: 80, tcpFlags: flags})
 		}
 
 		b.Run(fmt.Sprintf("rules=%d/deny", nrules), func(b *testing.B) {
 			// The last identity has no rule (nrules < benchIdentities
 			// except at 10k, where port 81 misses every range).
-			pkt := frame(packet{src: benchAddr(benchIdentities - 1).String(), dst: podV4, proto: policy.ProtoTCP, sport: 1, dport: 81})
+			pkt := frame(packet{src: benchAddr(benchIdentities - 1).String(), dst: podV4, proto: policyapi.ProtoTCP, sport: 1, dport: 81})
 			benchRepeat(b, d.toPod, pkt, actShot)
 		})
 		b.Run(fmt.Sprintf("rules=%d/allow-new", nrules), func(b *testing.B) {
@@ -126,7 +127,7 @@ func BenchmarkPrivilegedVerdict(b *testing.B) {
 			if ret := runRaw(b, d.toPod, into(0, 999, tcpSYN)); ret != actOK {
 				b.Fatalf("request: %s", actName(ret))
 			}
-			reply := frame(packet{src: podV4, dst: benchAddr(0).String(), proto: policy.ProtoTCP, sport: 80, dport: 999, tcpFlags: tcpACK})
+			reply := frame(packet{src: podV4, dst: benchAddr(0).String(), proto: policyapi.ProtoTCP, sport: 80, dport: 999, tcpFlags: tcpACK})
 			benchRepeat(b, d.fromPod, reply, actOK)
 		})
 	}
@@ -173,7 +174,7 @@ func BenchmarkPrivilegedVerdictFloor(b *testing.B) {
 		b.Fatalf("load the empty program: %v", err)
 	}
 	defer prog.Close()
-	pkt := frame(packet{src: benchAddr(benchIdentities - 1).String(), dst: podV4, proto: policy.ProtoTCP, sport: 1, dport: 81})
+	pkt := frame(packet{src: benchAddr(benchIdentities - 1).String(), dst: podV4, proto: policyapi.ProtoTCP, sport: 1, dport: 81})
 	b.Run("repeat", func(b *testing.B) { benchRepeat(b, prog, pkt, actOK) })
 	b.Run("single", func(b *testing.B) { benchSingle(b, prog, [][]byte{pkt}, actOK, nil) })
 	b.Run("ct-insert", func(b *testing.B) {
@@ -288,7 +289,7 @@ func BenchmarkPrivilegedApplyRuleChange(b *testing.B) {
 	s1 := *states[0]
 	ep := *s1.Endpoints[podIf]
 	ep.Rules = maps.Clone(ep.Rules)
-	ep.Rules[policy.RuleKey{Peer: policy.PeerWorld, Dir: policy.Ingress, Proto: policy.ProtoUDP}] = ports(53, 53)
+	ep.Rules[policy.RuleKey{Peer: policyapi.PeerWorld, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}] = ports(53, 53)
 	s1.Endpoints = map[string]*policy.EndpointPolicy{podIf: &ep}
 	states[1] = &s1
 	mustApply(b, d, states[0])
@@ -364,12 +365,12 @@ func benchPolicyEdits(b *testing.B, settled bool) {
 func editRules(k, n, changed, v int) map[policy.RuleKey][]policy.PortRange {
 	rules := make(map[policy.RuleKey][]policy.PortRange, n)
 	for i := range n {
-		id := policy.FirstPodIdentity + policy.Peer((k*311+i)%benchIdentities)
+		id := policyapi.FirstPodIdentity + policyapi.Peer((k*311+i)%benchIdentities)
 		r := ports(80, 80)
 		if i < changed {
 			r = ports(80, 80, 9000, uint16(9100+v%500))
 		}
-		rules[policy.RuleKey{Peer: id, Dir: policy.Ingress, Proto: policy.ProtoTCP}] = r
+		rules[policy.RuleKey{Peer: id, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}] = r
 	}
 	return rules
 }
@@ -410,7 +411,7 @@ func BenchmarkPrivilegedApplyNewRules(b *testing.B) {
 		d.waitQuiet(b)
 		ep := *base.Endpoints[podIf]
 		ep.Rules = maps.Clone(ep.Rules)
-		ep.Rules[policy.RuleKey{Peer: policy.PeerWorld, Dir: policy.Ingress, Proto: policy.ProtoUDP}] = ports(uint16(i%60000+1), uint16(i%60000+1))
+		ep.Rules[policy.RuleKey{Peer: policyapi.PeerWorld, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}] = ports(uint16(i%60000+1), uint16(i%60000+1))
 		want := *base
 		want.Endpoints = map[string]*policy.EndpointPolicy{podIf: &ep}
 		b.StartTimer()

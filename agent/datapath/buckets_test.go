@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 )
 
@@ -17,7 +18,7 @@ import (
 // ranges stays one entry.
 func TestBucketedRulesAllowWhatTheRuleAllows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 16))
-	k := policy.RuleKey{Peer: 300, Proto: policy.ProtoTCP}
+	k := policy.RuleKey{Peer: 300, Proto: policyapi.ProtoTCP}
 	for round := range 300 {
 		var rs []policy.PortRange
 		next, n := 1+rng.IntN(50), rng.IntN(2000)

@@ -12,7 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -119,7 +119,7 @@ func TestPrivilegedServiceChecksumComplete(t *testing.T) {
 		return mustWire(t, what, opts.DataOut)
 	}
 	for _, fam := range svcFamilies {
-		for _, proto := range []uint8{policy.ProtoTCP, policy.ProtoUDP} {
+		for _, proto := range []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP} {
 			t.Run(fam.name+"/"+protoName(proto), func(t *testing.T) {
 				d.flushCT(t)
 				fport, bport := webPorts[proto][0], webPorts[proto][1]

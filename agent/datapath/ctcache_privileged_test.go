@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -26,7 +26,7 @@ func TestPrivilegedFlowCache(t *testing.T) {
 	mustApply(t, d, scenario(true, true))
 	reply := with(flowReply, tcpACK)
 	key := requestKey()
-	egressByPod := bpfmaps.CTAllowed(uint8(policy.Egress), 0)
+	egressByPod := bpfmaps.CTAllowed(uint8(policyapi.Egress), 0)
 
 	for _, tc := range []struct {
 		name  string
@@ -44,9 +44,9 @@ func TestPrivilegedFlowCache(t *testing.T) {
 		{"another port", func(s *bpfmaps.CTCacheSlot) { s.Key.Port[0]++ }, actShot, 0},
 		{"another address", func(s *bpfmaps.CTCacheSlot) { s.Key.Addr[1][15]++ }, actShot, 0},
 		{"another endpoint", func(s *bpfmaps.CTCacheSlot) { s.Key.Ifindex++ }, actShot, 0},
-		{"another protocol", func(s *bpfmaps.CTCacheSlot) { s.Key.Proto = policy.ProtoUDP }, actShot, 0},
-		{"opened in the other direction", func(s *bpfmaps.CTCacheSlot) { s.Flags = bpfmaps.CTAllowed(uint8(policy.Ingress), 0) }, actShot, 0},
-		{"opened by the other end", func(s *bpfmaps.CTCacheSlot) { s.Flags = bpfmaps.CTAllowed(uint8(policy.Egress), 1) }, actShot, 0},
+		{"another protocol", func(s *bpfmaps.CTCacheSlot) { s.Key.Proto = policyapi.ProtoUDP }, actShot, 0},
+		{"opened in the other direction", func(s *bpfmaps.CTCacheSlot) { s.Flags = bpfmaps.CTAllowed(uint8(policyapi.Ingress), 0) }, actShot, 0},
+		{"opened by the other end", func(s *bpfmaps.CTCacheSlot) { s.Flags = bpfmaps.CTAllowed(uint8(policyapi.Egress), 1) }, actShot, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d.flushCT(t)
@@ -106,15 +106,15 @@ func TestPrivilegedFlowCacheFilledByConntrackHits(t *testing.T) {
 // 10.0.0.2:80, which the scenario's egress allows, and its reply, which
 // only conntrack lets in (ingress allows 8080 only).
 var (
-	flowRequest = packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
-	flowReply   = packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 80, dport: 41000}
+	flowRequest = packet{src: podV4, dst: "10.0.0.2", proto: policyapi.ProtoTCP, sport: 41000, dport: 80}
+	flowReply   = packet{src: "10.0.0.2", dst: podV4, proto: policyapi.ProtoTCP, sport: 80, dport: 41000}
 )
 
 // requestKey is flowRequest's conntrack key at the test endpoint: 10.0.0.1
 // orders before 10.0.0.2, so the pod is end 0.
 func requestKey() bpfmaps.CTKey {
 	return bpfmaps.CTKey{
-		Ifindex: loIfindex, Proto: policy.ProtoTCP, Port: [2]uint16{41000, 80},
+		Ifindex: loIfindex, Proto: policyapi.ProtoTCP, Port: [2]uint16{41000, 80},
 		Addr: [2]bpfmaps.Addr{bpfmaps.AddrFrom(addr(podV4)), bpfmaps.AddrFrom(addr("10.0.0.2"))},
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -154,7 +155,7 @@ func TestPrivilegedConntrackSYNAfterCloseJudgedAgain(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	allow := scenario(true, true)
 	deny := scenario(true, true)
-	delete(deny.Endpoints[podIf].Rules, policy.RuleKey{Peer: idWeb, Dir: policy.Egress, Proto: policy.ProtoTCP})
+	delete(deny.Endpoints[podIf].Rules, policy.RuleKey{Peer: idWeb, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP})
 	req, reply := flowRequest, flowReply
 	key := ctKeyOf(loIfindex, req)
 	for _, tc := range []struct {
@@ -181,7 +182,7 @@ func TestPrivilegedConntrackSYNAfterCloseJudgedAgain(t *testing.T) {
 			}
 			if tc.cache {
 				d.fillCTCache(t, bpfmaps.CTCacheSlot{
-					Key: key, Epoch: d.ctEpochNow(t), Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0),
+					Key: key, Epoch: d.ctEpochNow(t), Flags: bpfmaps.CTAllowed(uint8(policyapi.Egress), 0),
 					ValidUntil: coarseNow(t) + uint64(10*time.Second),
 				})
 			}
@@ -216,13 +217,13 @@ func TestPrivilegedServiceSYNAfterCloseTranslatedAnew(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	withBackend := func(b string) *policy.Desired {
 		s := svcScenario()
-		s.Services[frontend(svcWeb4, policy.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/web", Backends: backends(8080, b)}
+		s.Services[frontend(svcWeb4, policyapi.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/web", Backends: backends(8080, b)}
 		return s
 	}
 	const first, second = "10.0.0.2", "10.0.0.5"
-	req := packet{src: podV4, dst: svcWeb4, proto: policy.ProtoTCP, sport: 42000, dport: 80}
+	req := packet{src: podV4, dst: svcWeb4, proto: policyapi.ProtoTCP, sport: 42000, dport: 80}
 	replyFrom := func(b string) packet {
-		return packet{src: b, dst: podV4, proto: policy.ProtoTCP, sport: 8080, dport: 42000}
+		return packet{src: b, dst: podV4, proto: policyapi.ProtoTCP, sport: 8080, dport: 42000}
 	}
 	translatedTo := func(t *testing.T, what string, p packet) string {
 		t.Helper()
@@ -246,7 +247,7 @@ func TestPrivilegedServiceSYNAfterCloseTranslatedAnew(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := withBackend(first)
-			s.Addrs[addr(second)] = policy.AddrEntry{Identity: idWeb, CIDRClass: policy.NoCIDRClass}
+			s.Addrs[addr(second)] = policy.AddrEntry{Identity: idWeb, CIDRClass: policyapi.NoCIDRClass}
 			mustApply(t, d, s)
 			d.flushCT(t)
 			if got := translatedTo(t, "SYN", with(req, tcpSYN)); got != first {
@@ -263,7 +264,7 @@ func TestPrivilegedServiceSYNAfterCloseTranslatedAnew(t *testing.T) {
 				}
 			}
 			s = withBackend(second)
-			s.Addrs[addr(second)] = policy.AddrEntry{Identity: idWeb, CIDRClass: policy.NoCIDRClass}
+			s.Addrs[addr(second)] = policy.AddrEntry{Identity: idWeb, CIDRClass: policyapi.NoCIDRClass}
 			mustApply(t, d, s)
 			if got := translatedTo(t, "the next SYN", with(req, tcpSYN)); got != tc.want {
 				t.Fatalf("the next SYN translated to %s, want %s", got, tc.want)
@@ -287,9 +288,9 @@ func TestPrivilegedServiceFourTupleReuseAfterClose(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, svcScenario())
 	const backend = "10.0.0.2"
-	viaSvc := packet{src: podV4, dst: svcWeb4, proto: policy.ProtoTCP, sport: 43000, dport: 80}
-	direct := packet{src: podV4, dst: backend, proto: policy.ProtoTCP, sport: 43000, dport: 8080}
-	reply := packet{src: backend, dst: podV4, proto: policy.ProtoTCP, sport: 8080, dport: 43000}
+	viaSvc := packet{src: podV4, dst: svcWeb4, proto: policyapi.ProtoTCP, sport: 43000, dport: 80}
+	direct := packet{src: podV4, dst: backend, proto: policyapi.ProtoTCP, sport: 43000, dport: 8080}
+	reply := packet{src: backend, dst: podV4, proto: policyapi.ProtoTCP, sport: 8080, dport: 43000}
 	replySource := func(t *testing.T) string {
 		t.Helper()
 		ret, out := runOut(t, d.toPod, csumFrame(with(reply, tcpSYN|tcpACK)))
@@ -329,9 +330,9 @@ func TestPrivilegedServiceHairpinClose(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	s := svcScenario()
-	tcp := policy.ProtoTCP
-	s.Endpoints[podIf].Rules[policy.RuleKey{Peer: idPod, Dir: policy.Egress, Proto: tcp}] = ports(8080, 8080)
-	s.Endpoints[podIf].Rules[policy.RuleKey{Peer: idPod, Dir: policy.Ingress, Proto: tcp}] = ports(8080, 8080)
+	tcp := policyapi.ProtoTCP
+	s.Endpoints[podIf].Rules[policy.RuleKey{Peer: idPod, Dir: policyapi.Egress, Proto: tcp}] = ports(8080, 8080)
+	s.Endpoints[podIf].Rules[policy.RuleKey{Peer: idPod, Dir: policyapi.Ingress, Proto: tcp}] = ports(8080, 8080)
 	mustApply(t, d, s)
 	syn := packet{src: podV4, dst: svcSelf4, proto: tcp, sport: 41000, dport: 80}
 	// The backend side's packets, before translation: from the pod's 8080

@@ -5,7 +5,7 @@ package datapath
 import (
 	"testing"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -133,7 +133,7 @@ func TestPrivilegedServiceConntrackEvictionsCounted(t *testing.T) {
 	// to one frontend, then from the IPv6 one to another.
 	made := make(map[bpfmaps.CTKey]struct{})
 	connect := func(src, svc string, sport uint16) {
-		syn := packet{src: src, dst: svc, proto: policy.ProtoTCP, sport: sport, dport: 80}
+		syn := packet{src: src, dst: svc, proto: policyapi.ProtoTCP, sport: sport, dport: 80}
 		ret, out := runOut(t, d.fromPod, csumFrame(syn))
 		w := mustWire(t, "SYN", out)
 		if ret != actOK || w.dport != 8080 {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -27,8 +27,8 @@ func TestPrivilegedConntrackFlushedWhenEndpointLeaves(t *testing.T) {
 		t.Fatalf("request: got %s, want OK", actName(got))
 	}
 	const otherIfindex = 4242
-	other := bpfmaps.CTKey{Ifindex: otherIfindex, Proto: policy.ProtoTCP, Port: [2]uint16{1, 2}}
-	if err := d.ct.Put(other, bpfmaps.CTEntry{Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0)}); err != nil {
+	other := bpfmaps.CTKey{Ifindex: otherIfindex, Proto: policyapi.ProtoTCP, Port: [2]uint16{1, 2}}
+	if err := d.ct.Put(other, bpfmaps.CTEntry{Flags: bpfmaps.CTAllowed(uint8(policyapi.Egress), 0)}); err != nil {
 		t.Fatal(err)
 	}
 	if n := ctEntriesOf(t, d, loIfindex); n != 1 {
@@ -38,7 +38,7 @@ func TestPrivilegedConntrackFlushedWhenEndpointLeaves(t *testing.T) {
 	// must drop the copies too.
 	d.fillCTCache(t, bpfmaps.CTCacheSlot{
 		Key:   requestKey(),
-		Epoch: d.ctEpochNow(t), Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0),
+		Epoch: d.ctEpochNow(t), Flags: bpfmaps.CTAllowed(uint8(policyapi.Egress), 0),
 		ValidUntil: coarseNow(t) + uint64(10*time.Second),
 	})
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -61,12 +61,12 @@ func TestPrivilegedConntrackShareOnlyUnderPressure(t *testing.T) {
 	// endpoint within its share and the node's probe are admitted.
 	underPressure(t, d)
 	err = node.Do(func(ns.NetNS) error {
-		raw := frame(packet{src: podV4, dst: "10.0.0.4", proto: policy.ProtoUDP, sport: 9, dport: 53})
+		raw := frame(packet{src: podV4, dst: "10.0.0.4", proto: policyapi.ProtoUDP, sport: 9, dport: 53})
 		if got := runRaw(t, d.fromPod, raw); got != actShot {
 			t.Errorf("a new flow of the endpoint beyond its share, under pressure: got %s, want SHOT", actName(got))
 		}
 		for i := range 100 {
-			raw := frame(packet{src: otherV4, dst: "10.0.0.2", proto: policy.ProtoUDP, sport: uint16(3000 + i), dport: 53})
+			raw := frame(packet{src: otherV4, dst: "10.0.0.2", proto: policyapi.ProtoUDP, sport: uint16(3000 + i), dport: 53})
 			if got := runAtIfindex(t, d.fromPod, raw, otherIdx); got != actOK {
 				t.Fatalf("the other endpoint's flow %d under pressure: got %s, want OK", i, actName(got))
 			}
@@ -76,7 +76,7 @@ func TestPrivilegedConntrackShareOnlyUnderPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe := packet{src: "10.0.0.3", dst: podV4, proto: policy.ProtoTCP, sport: 5555, dport: 8080, fromNode: true}
+	probe := packet{src: "10.0.0.3", dst: podV4, proto: policyapi.ProtoTCP, sport: 5555, dport: 8080, fromNode: true}
 	if got := run(t, d.toPod, probe); got != actOK {
 		t.Errorf("the node's probe to the pod under pressure: got %s, want OK", actName(got))
 	}
@@ -172,7 +172,7 @@ func TestPrivilegedTranslatedConntrackPressure(t *testing.T) {
 	const tries = bpfmaps.CTPressure/2 + 100
 	passed := 0
 	for i := range tries {
-		syn := packet{src: podV4, dst: svcRandom4, proto: policy.ProtoTCP, sport: uint16(1024 + i), dport: 80}
+		syn := packet{src: podV4, dst: svcRandom4, proto: policyapi.ProtoTCP, sport: uint16(1024 + i), dport: 80}
 		if runRaw(t, d.fromPod, csumFrame(syn)) == actOK {
 			passed++
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -22,8 +22,8 @@ func TestPrivilegedReclaimRacesNewConnection(t *testing.T) {
 	d := newTestDatapath(t)
 	d.stopReclaimer()
 	now := coarseNow(t)
-	expired := bpfmaps.CTEntry{Expires: now - 60e9, Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0)}
-	live := bpfmaps.CTEntry{Expires: now + 60e9, Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0)}
+	expired := bpfmaps.CTEntry{Expires: now - 60e9, Flags: bpfmaps.CTAllowed(uint8(policyapi.Egress), 0)}
+	live := bpfmaps.CTEntry{Expires: now + 60e9, Flags: bpfmaps.CTAllowed(uint8(policyapi.Egress), 0)}
 	key := ctKeyOf(loIfindex, flowRequest)
 	of := func(v bpfmaps.CTEntry) (uint64, uint8) { return v.Expires, bpfmaps.CTEntryDir(v.Flags) }
 	for _, tc := range []struct {

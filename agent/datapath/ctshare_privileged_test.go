@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/probe/nodesim"
 	"lockstep.dev/lockstep/test/testenv"
@@ -77,7 +78,7 @@ func shareSetup(t *testing.T) (*Datapath, ns.NetNS, uint32) {
 	d.fakeAttach(podIf, loIfindex)
 	d.fakeAttach(otherIf, int(otherIdx))
 	s := scenario(false, false)
-	s.Addrs[addr(otherV4)] = policy.AddrEntry{Identity: 401, CIDRClass: policy.NoCIDRClass}
+	s.Addrs[addr(otherV4)] = policy.AddrEntry{Identity: 401, CIDRClass: policyapi.NoCIDRClass}
 	s.Endpoints[otherIf] = &policy.EndpointPolicy{IPv4: addr(otherV4)}
 	mustApply(t, d, s)
 	d.flushCT(t)
@@ -98,7 +99,7 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	const idle = 64
 	err := node.Do(func(ns.NetNS) error {
 		for i := range idle {
-			raw := frame(packet{src: otherV4, dst: "10.0.0.2", proto: policy.ProtoUDP, sport: uint16(2000 + i), dport: 53})
+			raw := frame(packet{src: otherV4, dst: "10.0.0.2", proto: policyapi.ProtoUDP, sport: uint16(2000 + i), dport: 53})
 			if got := runAtIfindex(t, d.fromPod, raw, otherIdx); got != actOK {
 				t.Fatalf("the other endpoint's flow %d: got %s, want OK", i, actName(got))
 			}
@@ -111,7 +112,7 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 
 	// A burst of short flows, more than the table holds.
 	flood := bpfmaps.CTCapacity + 8192
-	raw := frame(packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoUDP, sport: 1, dport: 53})
+	raw := frame(packet{src: podV4, dst: "10.0.0.2", proto: policyapi.ProtoUDP, sport: 1, dport: 53})
 	const dstOff, sportOff = 14 + 16, 14 + 20
 	before := counter(t, d, bpfmaps.ReasonCTShare)
 	var passed, dropped int
@@ -140,7 +141,7 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	}
 	// The node's own connection to the pod (a kubelet probe) is never
 	// refused.
-	probe := packet{src: "10.0.0.3", dst: podV4, proto: policy.ProtoTCP, sport: 5555, dport: 8080, fromNode: true}
+	probe := packet{src: "10.0.0.3", dst: podV4, proto: policyapi.ProtoTCP, sport: 5555, dport: 8080, fromNode: true}
 	if got := run(t, d.toPod, probe); got != actOK {
 		t.Errorf("the node's probe to the pod at its share: got %s, want OK", actName(got))
 	}
@@ -177,7 +178,7 @@ func TestPrivilegedConntrackShare(t *testing.T) {
 	if got := shares[otherIf].Entries; got != idle {
 		t.Errorf("%s holds %d entries after the reclaim, want %d", otherIf, got, idle)
 	}
-	if got := run(t, d.fromPod, packet{src: podV4, dst: "10.0.0.3", proto: policy.ProtoUDP, sport: 7, dport: 53}); got != actOK {
+	if got := run(t, d.fromPod, packet{src: podV4, dst: "10.0.0.3", proto: policyapi.ProtoUDP, sport: 7, dport: 53}); got != actOK {
 		t.Errorf("a new flow after the reclaim: got %s, want OK", actName(got))
 	}
 }
@@ -212,7 +213,7 @@ func reclaimerRan(tb testing.TB, d *Datapath) {
 // the source of those towards it) changes every 60000 flows.
 func newFlows(tb testing.TB, d *Datapath, prog *ebpf.Program, from, to string, n int) (passed int) {
 	tb.Helper()
-	raw := frame(packet{src: from, dst: to, proto: policy.ProtoUDP, sport: 1, dport: 53})
+	raw := frame(packet{src: from, dst: to, proto: policyapi.ProtoUDP, sport: 1, dport: 53})
 	const srcOff, dstOff, sportOff = 14 + 12, 14 + 16, 14 + 20
 	peerOff := srcOff
 	if prog == d.fromPod {
@@ -333,7 +334,7 @@ func ageCT(tb testing.TB, d *Datapath, ifindex uint32) {
 	}
 	past := coarseNow(tb) - 60e9
 	for _, k := range keys {
-		if err := d.ct.Update(k, bpfmaps.CTEntry{Expires: past, Flags: bpfmaps.CTAllowed(uint8(policy.Egress), 0)}, ebpf.UpdateExist); err != nil {
+		if err := d.ct.Update(k, bpfmaps.CTEntry{Expires: past, Flags: bpfmaps.CTAllowed(uint8(policyapi.Egress), 0)}, ebpf.UpdateExist); err != nil {
 			tb.Fatal(err)
 		}
 	}

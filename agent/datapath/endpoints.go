@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 )
 
@@ -85,10 +86,10 @@ func flagsOf(ep *policy.EndpointPolicy) uint8 {
 	if ep.EgressIsolated {
 		f |= bpfmaps.EgressIsolated
 	}
-	if !hasAnyPeerRule(ep, policy.Ingress) {
+	if !hasAnyPeerRule(ep, policyapi.Ingress) {
 		f |= bpfmaps.IngressNoAny
 	}
-	if !hasAnyPeerRule(ep, policy.Egress) {
+	if !hasAnyPeerRule(ep, policyapi.Egress) {
 		f |= bpfmaps.EgressNoAny
 	}
 	return f
@@ -96,9 +97,9 @@ func flagsOf(ep *policy.EndpointPolicy) uint8 {
 
 // hasAnyPeerRule reports whether ep has a rule of dir for every peer
 // (policy.PeerAny), on any protocol.
-func hasAnyPeerRule(ep *policy.EndpointPolicy, dir policy.Direction) bool {
-	for _, proto := range []uint8{policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP, policy.ProtoOther} {
-		if _, ok := ep.Rules[policy.RuleKey{Peer: policy.PeerAny, Dir: dir, Proto: proto}]; ok {
+func hasAnyPeerRule(ep *policy.EndpointPolicy, dir policyapi.Direction) bool {
+	for _, proto := range []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP, policyapi.ProtoOther} {
+		if _, ok := ep.Rules[policy.RuleKey{Peer: policyapi.PeerAny, Dir: dir, Proto: proto}]; ok {
 			return true
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 )
 
@@ -308,7 +309,7 @@ func ttl(p packet) uint8 {
 
 func l4Header(p packet) []byte {
 	switch p.proto {
-	case policy.ProtoTCP:
+	case policyapi.ProtoTCP:
 		h := make([]byte, 20)
 		binary.BigEndian.PutUint16(h[0:], p.sport)
 		binary.BigEndian.PutUint16(h[2:], p.dport)
@@ -321,13 +322,13 @@ func l4Header(p packet) []byte {
 		}
 		binary.BigEndian.PutUint16(h[14:], 65535)
 		return append(h, p.payload...)
-	case policy.ProtoUDP:
+	case policyapi.ProtoUDP:
 		h := make([]byte, 8)
 		binary.BigEndian.PutUint16(h[0:], p.sport)
 		binary.BigEndian.PutUint16(h[2:], p.dport)
 		binary.BigEndian.PutUint16(h[4:], uint16(8+len(p.payload)))
 		return append(h, p.payload...)
-	case policy.ProtoSCTP:
+	case policyapi.ProtoSCTP:
 		h := make([]byte, 12)
 		binary.BigEndian.PutUint16(h[0:], p.sport)
 		binary.BigEndian.PutUint16(h[2:], p.dport)

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -22,7 +23,7 @@ import (
 // map and none deny alike.
 type liveView struct {
 	Addrs     map[netip.Addr]policy.AddrEntry
-	CIDRs     map[netip.Prefix]policy.Peer // canonical 16-byte prefixes
+	CIDRs     map[netip.Prefix]policyapi.Peer // canonical 16-byte prefixes
 	Flags     map[uint32]uint8
 	Rules     map[uint32]map[policy.RuleKey][]policy.PortRange
 	OuterOnly []uint32 // outer entries of ifindexes without an endpoint
@@ -31,7 +32,7 @@ type liveView struct {
 // readView reads the live parity of d's maps.
 func readView(t *testing.T, d *Datapath) liveView {
 	t.Helper()
-	v := liveView{Addrs: map[netip.Addr]policy.AddrEntry{}, CIDRs: map[netip.Prefix]policy.Peer{}, Flags: map[uint32]uint8{}, Rules: map[uint32]map[policy.RuleKey][]policy.PortRange{}}
+	v := liveView{Addrs: map[netip.Addr]policy.AddrEntry{}, CIDRs: map[netip.Prefix]policyapi.Peer{}, Flags: map[uint32]uint8{}, Rules: map[uint32]map[policy.RuleKey][]policy.PortRange{}}
 	var st bpfmaps.State
 	if err := d.state.Lookup(uint32(0), &st); err != nil {
 		t.Fatalf("read state: %v", err)
@@ -40,12 +41,12 @@ func readView(t *testing.T, d *Datapath) liveView {
 	var a bpfmaps.Addr
 	var iv bpfmaps.IPCacheValue
 	for it := d.ipcache.Iterate(); it.Next(&a, &iv); {
-		v.Addrs[a.Netip()] = policy.AddrEntry{Identity: policy.Peer(iv.Identity[p]), CIDRClass: policy.Peer(iv.CIDRClass[p])}
+		v.Addrs[a.Netip()] = policy.AddrEntry{Identity: policyapi.Peer(iv.Identity[p]), CIDRClass: policyapi.Peer(iv.CIDRClass[p])}
 	}
 	var ck bpfmaps.CIDRKey
 	var cv bpfmaps.CIDRValue
 	for it := d.cidrs.Iterate(); it.Next(&ck, &cv); {
-		v.CIDRs[netip.PrefixFrom(netip.AddrFrom16(ck.Addr), int(ck.PrefixLen))] = policy.Peer(cv.CIDRClass[p])
+		v.CIDRs[netip.PrefixFrom(netip.AddrFrom16(ck.Addr), int(ck.PrefixLen))] = policyapi.Peer(cv.CIDRClass[p])
 	}
 	var idx uint32
 	var info bpfmaps.EndpointInfo
@@ -87,14 +88,14 @@ func readRules(t *testing.T, d *Datapath, ifindex uint32, parity int) map[policy
 		for _, r := range pv.Ranges[:pv.NRanges] {
 			rs = append(rs, policy.PortRange{Lo: r.Lo, Hi: r.Hi})
 		}
-		rules[policy.RuleKey{Peer: policy.Peer(k.Peer), Dir: policy.Direction(k.Dir), Proto: k.Proto}] = rs
+		rules[policy.RuleKey{Peer: policyapi.Peer(k.Peer), Dir: policyapi.Direction(k.Dir), Proto: k.Proto}] = rs
 	}
 	return rules
 }
 
 // wantView is the liveView that applying want must produce.
 func wantView(want *policy.Desired, ifindexes map[string]uint32) liveView {
-	v := liveView{Addrs: map[netip.Addr]policy.AddrEntry{}, CIDRs: map[netip.Prefix]policy.Peer{}, Flags: map[uint32]uint8{}, Rules: map[uint32]map[policy.RuleKey][]policy.PortRange{}}
+	v := liveView{Addrs: map[netip.Addr]policy.AddrEntry{}, CIDRs: map[netip.Prefix]policyapi.Peer{}, Flags: map[uint32]uint8{}, Rules: map[uint32]map[policy.RuleKey][]policy.PortRange{}}
 	for a, e := range want.Addrs {
 		v.Addrs[a.Unmap()] = e
 	}
@@ -122,7 +123,7 @@ func checkUntouched(t *testing.T, step int, prev, got liveView) {
 		}
 	}
 	for a, g := range got.Addrs {
-		if _, ok := prev.Addrs[a]; !ok && g.Identity != policy.PeerWorld {
+		if _, ok := prev.Addrs[a]; !ok && g.Identity != policyapi.PeerWorld {
 			t.Errorf("step %d, before the flip: new address %s reads identity %d, want world", step, a, g.Identity)
 		}
 	}
@@ -206,16 +207,16 @@ var editPrefixes = []netip.Prefix{
 	prefix("172.16.0.0/12"), prefix("fd00::/8"), prefix("fd00::/120"), prefix("192.168.1.0/24"),
 }
 
-func (w *editWorld) peer() policy.Peer {
+func (w *editWorld) peer() policyapi.Peer {
 	switch w.rng.IntN(6) {
 	case 0:
-		return policy.PeerAny
+		return policyapi.PeerAny
 	case 1:
-		return policy.PeerWorld
+		return policyapi.PeerWorld
 	case 2:
-		return policy.CIDRClassBit | policy.Peer(1+w.rng.IntN(4))
+		return policyapi.CIDRClassBit | policyapi.Peer(1+w.rng.IntN(4))
 	}
-	return policy.FirstPodIdentity + policy.Peer(w.rng.IntN(200))
+	return policyapi.FirstPodIdentity + policyapi.Peer(w.rng.IntN(200))
 }
 
 func (w *editWorld) ranges() []policy.PortRange {
@@ -230,8 +231,8 @@ func (w *editWorld) ranges() []policy.PortRange {
 }
 
 func (w *editWorld) ruleKey() policy.RuleKey {
-	protos := []uint8{policy.ProtoOther, policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP}
-	return policy.RuleKey{Peer: w.peer(), Dir: policy.Direction(w.rng.IntN(2)), Proto: protos[w.rng.IntN(len(protos))]}
+	protos := []uint8{policyapi.ProtoOther, policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP}
+	return policy.RuleKey{Peer: w.peer(), Dir: policyapi.Direction(w.rng.IntN(2)), Proto: protos[w.rng.IntN(len(protos))]}
 }
 
 // editRulesOf returns a changed copy of rules: keys added, removed or
@@ -277,7 +278,7 @@ func (w *editWorld) edit(cur *policy.Desired) *policy.Desired {
 			if _, ok := next.Addrs[a]; ok && w.rng.IntN(2) == 0 {
 				delete(next.Addrs, a)
 			} else {
-				next.Addrs[a] = policy.AddrEntry{Identity: policy.FirstPodIdentity + policy.Peer(w.rng.IntN(200)), CIDRClass: policy.CIDRClassBit | policy.Peer(w.rng.IntN(4))}
+				next.Addrs[a] = policy.AddrEntry{Identity: policyapi.FirstPodIdentity + policyapi.Peer(w.rng.IntN(200)), CIDRClass: policyapi.CIDRClassBit | policyapi.Peer(w.rng.IntN(4))}
 			}
 		case 2:
 			if sameMap(next.CIDRs, cur.CIDRs) {
@@ -287,7 +288,7 @@ func (w *editWorld) edit(cur *policy.Desired) *policy.Desired {
 			if _, ok := next.CIDRs[pfx]; ok {
 				delete(next.CIDRs, pfx)
 			} else {
-				next.CIDRs[pfx] = policy.CIDRClassBit | policy.Peer(1+w.rng.IntN(4))
+				next.CIDRs[pfx] = policyapi.CIDRClassBit | policyapi.Peer(1+w.rng.IntN(4))
 			}
 		case 3:
 			if sameMap(next.Endpoints, cur.Endpoints) {
@@ -350,7 +351,7 @@ func TestPrivilegedApplyRandomEditsMatchFresh(t *testing.T) {
 			}
 			cur := &policy.Desired{
 				Addrs:     map[netip.Addr]policy.AddrEntry{},
-				CIDRs:     map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+				CIDRs:     map[netip.Prefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 				Endpoints: map[string]*policy.EndpointPolicy{},
 			}
 			mustApply(t, d, cur)
@@ -423,7 +424,7 @@ func TestPrivilegedApplyOneRuleChangeIsBounded(t *testing.T) {
 		next := *cur
 		ep := *cur.Endpoints[podIf]
 		ep.Rules = maps.Clone(ep.Rules)
-		ep.Rules[policy.RuleKey{Peer: policy.PeerWorld, Dir: policy.Ingress, Proto: policy.ProtoUDP}] = ports(uint16(100+i), uint16(100+i))
+		ep.Rules[policy.RuleKey{Peer: policyapi.PeerWorld, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}] = ports(uint16(100+i), uint16(100+i))
 		next.Endpoints = map[string]*policy.EndpointPolicy{podIf: &ep}
 		cur = &next
 		mustApply(t, d, cur)
@@ -451,12 +452,12 @@ func TestPrivilegedApplyOuterWrites(t *testing.T) {
 	rules := func(n int) map[policy.RuleKey][]policy.PortRange {
 		r := map[policy.RuleKey][]policy.PortRange{}
 		for i := range n {
-			r[policy.RuleKey{Peer: policy.FirstPodIdentity + policy.Peer(i), Proto: policy.ProtoTCP}] = ports(80, 80)
+			r[policy.RuleKey{Peer: policyapi.FirstPodIdentity + policyapi.Peer(i), Proto: policyapi.ProtoTCP}] = ports(80, 80)
 		}
 		return r
 	}
 	st := func(eps map[string]*policy.EndpointPolicy) *policy.Desired {
-		return &policy.Desired{CIDRs: map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass}, Endpoints: eps}
+		return &policy.Desired{CIDRs: map[netip.Prefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass}, Endpoints: eps}
 	}
 	a := &policy.EndpointPolicy{IngressIsolated: true, Rules: rules(3)}
 	b := &policy.EndpointPolicy{IngressIsolated: true, Rules: rules(5)}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/test/testenv"
 )
 
@@ -22,23 +23,23 @@ import (
 // its own policy says.
 func TestPrivilegedPrefixHogCannotFillTheNode(t *testing.T) {
 	testenv.Privileged(t)
-	hog := &policy.IPBlock{CIDR: "10.0.0.0/8"}
+	hog := &policyapi.IPBlock{CIDR: "10.0.0.0/8"}
 	for i := range policy.CIDRCapacity + 1000 {
 		hog.Except = append(hog.Except, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 12), byte(i >> 4), byte(i << 4)}), 28).String())
 	}
-	tenant := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "tenant", Name: "web", Labels: map[string]string{"app": "web"}}}
+	tenant := &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "tenant", Name: "web", Labels: map[string]string{"app": "web"}}}
 	snapshot := func(l policy.Limits) *policy.Snapshot {
 		return &policy.Snapshot{
-			Pods: []*policy.Pod{tenant},
-			Policies: []*policy.NetworkPolicy{
-				{ObjectMeta: policy.ObjectMeta{Namespace: "tenant", Name: "web"}, Spec: policy.NetworkPolicySpec{
-					PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-					Ingress:     []policy.IngressRule{{Ports: []policy.NetworkPolicyPort{{Port: policy.FromInt(80)}}}}}},
-				{ObjectMeta: policy.ObjectMeta{Namespace: "hostile", Name: "hog"}, Spec: policy.NetworkPolicySpec{
-					PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "nobody"}},
-					Ingress:     []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{IPBlock: hog}}}}}},
+			Pods: []*policyapi.Pod{tenant},
+			Policies: []*policyapi.NetworkPolicy{
+				{ObjectMeta: policyapi.ObjectMeta{Namespace: "tenant", Name: "web"}, Spec: policyapi.NetworkPolicySpec{
+					PodSelector: policyapi.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+					Ingress:     []policyapi.IngressRule{{Ports: []policyapi.NetworkPolicyPort{{Port: policyapi.FromInt(80)}}}}}},
+				{ObjectMeta: policyapi.ObjectMeta{Namespace: "hostile", Name: "hog"}, Spec: policyapi.NetworkPolicySpec{
+					PodSelector: policyapi.LabelSelector{MatchLabels: map[string]string{"app": "nobody"}},
+					Ingress:     []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{IPBlock: hog}}}}}},
 			},
-			Identities: map[string]policy.Peer{policy.IdentityKey(nil, tenant): policy.FirstPodIdentity},
+			Identities: map[string]policyapi.Peer{policyapi.IdentityKey(nil, tenant): policyapi.FirstPodIdentity},
 			Local:      []policy.LocalEndpoint{{HostIfName: podIf, Namespace: "tenant", PodName: "web", IPv4: addr(podV4)}},
 			Limits:     l,
 		}
@@ -65,10 +66,10 @@ func TestPrivilegedPrefixHogCannotFillTheNode(t *testing.T) {
 	if n := mapEntries(t, d, "lockstep_cidrs"); n > policy.CIDRCapacity || n < 2 {
 		t.Errorf("lockstep_cidrs holds %d entries", n)
 	}
-	tcp := policy.ProtoTCP
+	tcp := policyapi.ProtoTCP
 	checkVerdicts(t, d, []verdictCase{
-		{"the tenant's allowed port", policy.Ingress, packet{src: "10.9.9.9", dst: podV4, proto: tcp, sport: 40000, dport: 80}, actOK},
-		{"the tenant's other port", policy.Ingress, packet{src: "10.9.9.9", dst: podV4, proto: tcp, sport: 40000, dport: 81}, actShot},
+		{"the tenant's allowed port", policyapi.Ingress, packet{src: "10.9.9.9", dst: podV4, proto: tcp, sport: 40000, dport: 80}, actOK},
+		{"the tenant's other port", policyapi.Ingress, packet{src: "10.9.9.9", dst: podV4, proto: tcp, sport: 40000, dport: 81}, actShot},
 	})
 }
 

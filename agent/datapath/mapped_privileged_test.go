@@ -7,7 +7,7 @@ import (
 	"maps"
 	"testing"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/test/testenv"
 )
 
@@ -21,15 +21,15 @@ func TestPrivilegedApplyRefusesMappedPrefix(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	good := scenario(true, true)
 	mustApply(t, d, good)
-	allowed := packet{src: podV4, dst: "192.168.5.5", proto: policy.ProtoTCP, sport: 40000, dport: 443} // class 1
-	denied := packet{src: podV4, dst: "172.16.0.1", proto: policy.ProtoTCP, sport: 40000, dport: 443}   // no class
+	allowed := packet{src: podV4, dst: "192.168.5.5", proto: policyapi.ProtoTCP, sport: 40000, dport: 443} // class 1
+	denied := packet{src: podV4, dst: "172.16.0.1", proto: policyapi.ProtoTCP, sport: 40000, dport: 443}   // no class
 
 	for _, mapped := range []string{"::ffff:0.0.0.0/96", "::ffff:172.16.0.0/108"} {
 		t.Run(mapped, func(t *testing.T) {
 			bad := *good
 			bad.CIDRs = maps.Clone(good.CIDRs)
 			bad.CIDRs[prefix(mapped)] = class1
-			if err := d.Apply(&bad); !errors.Is(err, policy.ErrMappedPrefix) {
+			if err := d.Apply(&bad); !errors.Is(err, policyapi.ErrMappedPrefix) {
 				t.Fatalf("Apply with %s = %v, want an error wrapping policy.ErrMappedPrefix", mapped, err)
 			}
 			d.flushCT(t)

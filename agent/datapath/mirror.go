@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 )
 
@@ -43,7 +44,7 @@ type mirror struct {
 	// written parity's source, and lockstep_cidrs when want.CIDRs is both
 	// parities' (prefixes new to one parity take the other's value there).
 	addrsFrom [2]map[netip.Addr]policy.AddrEntry
-	cidrsFrom [2]map[netip.Prefix]policy.Peer
+	cidrsFrom [2]map[netip.Prefix]policyapi.Peer
 }
 
 type ipcEntry struct {
@@ -86,7 +87,7 @@ func (s *cidrSet) lpm(pfx netip.Prefix) uint32 {
 			return c
 		}
 	}
-	return uint32(policy.NoCIDRClass)
+	return uint32(policyapi.NoCIDRClass)
 }
 
 // epEntry is one endpoint's lockstep_endpoints value and inner policy
@@ -167,7 +168,7 @@ func (m *mirror) trieLookup(pfx netip.Prefix) bpfmaps.CIDRValue {
 		}
 	}
 	if best < 0 {
-		v.CIDRClass = [2]uint32{uint32(policy.NoCIDRClass), uint32(policy.NoCIDRClass)}
+		v.CIDRClass = [2]uint32{uint32(policyapi.NoCIDRClass), uint32(policyapi.NoCIDRClass)}
 	}
 	return v
 }

@@ -5,7 +5,7 @@ package datapath
 import (
 	"testing"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -47,7 +47,7 @@ const (
 // reaches the pod, whether the node sent it or forwarded it. None
 // depends on policy: each must hold with the pod isolated and open.
 func linkControlCases() []verdictCase {
-	eg, in := policy.Egress, policy.Ingress
+	eg, in := policyapi.Egress, policyapi.Ingress
 	icmp := func(typ uint8, src, dst string, hl uint8) packet {
 		return packet{src: src, dst: dst, proto: protoICMPv6, icmpType: typ, hopLimit: hl}
 	}
@@ -127,7 +127,7 @@ func linkControlCases() []verdictCase {
 		{"echo from :: to link-local", eg, icmp(128, "::", nodeLL, 64), actShot},
 		{"error from ::", eg, icmp(destUnreach, "::", otherPod, 64), actShot},
 		// Nor a destination (RFC 4291 2.5.2): no connection to it.
-		{"tcp to ::", eg, packet{src: podV6, dst: "::", proto: policy.ProtoTCP, sport: 40000, dport: 8443}, actShot},
+		{"tcp to ::", eg, packet{src: podV6, dst: "::", proto: policyapi.ProtoTCP, sport: 40000, dport: 8443}, actShot},
 		{"echo to ::", eg, icmp(128, podV6, "::", 64), actShot},
 
 		// What reaches the pod: the node's own stack sends by the RFCs and
@@ -150,14 +150,14 @@ func linkControlCases() []verdictCase {
 		{"redirect forwarded", in, icmp(redirect, spoofedV6, podV6, 63), actShot},
 		{"MLD query forwarded", in, withHBH(icmp(mldQuery, spoofedV6, podV6, 1)), actShot},
 		{"echo from :: forwarded to the pod", in, icmp(128, "::", podV6, 64), actShot},
-		{"udp from :: forwarded to the pod", in, packet{src: "::", dst: podV6, proto: policy.ProtoUDP, sport: 40000, dport: 53}, actShot},
+		{"udp from :: forwarded to the pod", in, packet{src: "::", dst: podV6, proto: policyapi.ProtoUDP, sport: 40000, dport: 53}, actShot},
 		{"echo from the node's ::", in, fromNode(icmp(128, "::", podV6, 64)), actOK},
 
 		// IPv4-mapped addresses are how the programs key IPv4: an IPv6
 		// packet must not be judged as if it were IPv4 (RFC 4291 2.5.5.2).
-		{"tcp to an IPv4-mapped pod address", eg, packet{src: podV6, dst: mappedPeer, proto: policy.ProtoTCP, sport: 40000, dport: 80}, actShot},
+		{"tcp to an IPv4-mapped pod address", eg, packet{src: podV6, dst: mappedPeer, proto: policyapi.ProtoTCP, sport: 40000, dport: 80}, actShot},
 		{"echo to an IPv4-mapped address", eg, icmp(128, podV6, mappedPeer, 64), actShot},
-		{"udp from an IPv4-mapped ipBlock address", in, packet{src: "::ffff:192.168.9.9", dst: podV6, proto: policy.ProtoUDP, sport: 40000, dport: 53}, actShot},
+		{"udp from an IPv4-mapped ipBlock address", in, packet{src: "::ffff:192.168.9.9", dst: podV6, proto: policyapi.ProtoUDP, sport: 40000, dport: 53}, actShot},
 	}
 }
 
@@ -213,11 +213,11 @@ func TestPrivilegedVerdictLinkControlReasons(t *testing.T) {
 		reason bpfmaps.Reason
 	}{
 		{"echo from ::", packet{src: "::", dst: otherPod, proto: protoICMPv6, sport: 1}, bpfmaps.ReasonSpoofed},
-		{"udp from an IPv4-mapped address", packet{src: "::ffff:10.0.0.1", dst: otherPod, proto: policy.ProtoUDP, sport: 1, dport: 53}, bpfmaps.ReasonSpoofed},
+		{"udp from an IPv4-mapped address", packet{src: "::ffff:10.0.0.1", dst: otherPod, proto: policyapi.ProtoUDP, sport: 1, dport: 53}, bpfmaps.ReasonSpoofed},
 		{"NS with hop limit 64", packet{src: podLL, dst: podSN, proto: protoICMPv6, icmpType: neighSol, hopLimit: 64}, bpfmaps.ReasonUnparseable},
 		{"RA from the pod", packet{src: podLL, dst: allNodes, proto: protoICMPv6, icmpType: routerAdv, hopLimit: 255}, bpfmaps.ReasonUnparseable},
-		{"tcp to an IPv4-mapped address", packet{src: podV6, dst: mappedPeer, proto: policy.ProtoTCP, sport: 1, dport: 80}, bpfmaps.ReasonUnparseable},
-		{"tcp to ::", packet{src: podV6, dst: "::", proto: policy.ProtoTCP, sport: 1, dport: 80}, bpfmaps.ReasonUnparseable},
+		{"tcp to an IPv4-mapped address", packet{src: podV6, dst: mappedPeer, proto: policyapi.ProtoTCP, sport: 1, dport: 80}, bpfmaps.ReasonUnparseable},
+		{"tcp to ::", packet{src: podV6, dst: "::", proto: policyapi.ProtoTCP, sport: 1, dport: 80}, bpfmaps.ReasonUnparseable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := counter(t, d, tc.reason)

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/probe/nodesim"
 	"lockstep.dev/lockstep/test/testenv"
@@ -28,7 +29,7 @@ const (
 func defaultDenyIngress() *policy.Desired {
 	d := scenario(true, true)
 	for k := range d.Endpoints[podIf].Rules {
-		if k.Dir == policy.Ingress {
+		if k.Dir == policyapi.Ingress {
 			delete(d.Endpoints[podIf].Rules, k)
 		}
 	}
@@ -65,11 +66,11 @@ func TestPrivilegedVerdictNodeTraffic(t *testing.T) {
 		name string
 		pkt  packet
 	}{
-		{"v4 tcp", packet{src: nodeV4, dst: podV4, proto: policy.ProtoTCP, sport: 40000, dport: 8080}},
-		{"v4 udp", packet{src: nodeV4, dst: podV4, proto: policy.ProtoUDP, sport: 40000, dport: 53}},
+		{"v4 tcp", packet{src: nodeV4, dst: podV4, proto: policyapi.ProtoTCP, sport: 40000, dport: 8080}},
+		{"v4 udp", packet{src: nodeV4, dst: podV4, proto: policyapi.ProtoUDP, sport: 40000, dport: 53}},
 		{"v4 icmp echo", packet{src: nodeV4, dst: podV4, proto: protoICMP, sport: 77}},
-		{"v6 tcp", packet{src: nodeV6, dst: podV6, proto: policy.ProtoTCP, sport: 40000, dport: 8080}},
-		{"v6 udp", packet{src: nodeV6, dst: podV6, proto: policy.ProtoUDP, sport: 40000, dport: 53}},
+		{"v6 tcp", packet{src: nodeV6, dst: podV6, proto: policyapi.ProtoTCP, sport: 40000, dport: 8080}},
+		{"v6 udp", packet{src: nodeV6, dst: podV6, proto: policyapi.ProtoUDP, sport: 40000, dport: 53}},
 		{"v6 icmpv6 echo", packet{src: nodeV6, dst: podV6, proto: protoICMPv6, sport: 77}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,22 +112,22 @@ func TestPrivilegedVerdictNodeTrafficEgressAndOpenIngress(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
-	tcp := policy.ProtoTCP
+	tcp := policyapi.ProtoTCP
 	for _, tc := range []struct {
 		name   string
 		state  *policy.Desired
-		dir    policy.Direction
+		dir    policyapi.Direction
 		pkt    packet
 		want   uint32
 		reason bpfmaps.Reason
 	}{
-		{"pod to the node, no egress rule", defaultDenyIngress(), policy.Egress,
+		{"pod to the node, no egress rule", defaultDenyIngress(), policyapi.Egress,
 			packet{src: podV4, dst: nodeV4, proto: tcp, sport: 40000, dport: 10250}, actShot, bpfmaps.ReasonPolicyEgress},
-		{"pod to the node v6, no egress rule", defaultDenyIngress(), policy.Egress,
+		{"pod to the node v6, no egress rule", defaultDenyIngress(), policyapi.Egress,
 			packet{src: podV6, dst: nodeV6, proto: tcp, sport: 40000, dport: 10250}, actShot, bpfmaps.ReasonPolicyEgress},
-		{"pod to the node, world rule", defaultDenyIngress(), policy.Egress,
+		{"pod to the node, world rule", defaultDenyIngress(), policyapi.Egress,
 			packet{src: podV4, dst: nodeV4, proto: tcp, sport: 40000, dport: 8443}, actOK, bpfmaps.ReasonAllowedNew},
-		{"node to a pod whose ingress is open", scenario(false, true), policy.Ingress,
+		{"node to a pod whose ingress is open", scenario(false, true), policyapi.Ingress,
 			packet{src: nodeV4, dst: podV4, proto: tcp, sport: 40000, dport: 8080, fromNode: true}, actOK, bpfmaps.ReasonAllowedNew},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,7 +152,7 @@ func TestPrivilegedVerdictNodeFragment(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, defaultDenyIngress())
-	frag := packet{src: nodeV4, dst: podV4, proto: policy.ProtoUDP, fragOff: 100}
+	frag := packet{src: nodeV4, dst: podV4, proto: policyapi.ProtoUDP, fragOff: 100}
 	local := frag
 	local.fromNode = true
 	if got := run(t, d.toPod, frag); got != actShot {
@@ -173,15 +174,15 @@ func TestPrivilegedVerdictNodeTrafficEvent(t *testing.T) {
 		t.Fatalf("Events: %v", err)
 	}
 	defer rd.Close()
-	run(t, d.toPod, packet{src: nodeV4, dst: podV4, proto: policy.ProtoTCP, sport: 4321, dport: 8080, fromNode: true})
+	run(t, d.toPod, packet{src: nodeV4, dst: podV4, proto: policyapi.ProtoTCP, sport: 4321, dport: 8080, fromNode: true})
 	rd.SetDeadline(time.Now().Add(time.Second))
 	ev, err := rd.Read()
 	if err != nil {
 		t.Fatalf("Read: %v", err)
 	}
 	want := bpfmaps.Event{
-		Ifindex: loIfindex, Dir: uint8(policy.Ingress), Verdict: bpfmaps.VerdictAllow, Reason: bpfmaps.ReasonAllowedNode,
-		Proto: policy.ProtoTCP, Sport: 4321, Dport: 8080,
+		Ifindex: loIfindex, Dir: uint8(policyapi.Ingress), Verdict: bpfmaps.VerdictAllow, Reason: bpfmaps.ReasonAllowedNode,
+		Proto: policyapi.ProtoTCP, Sport: 4321, Dport: 8080,
 		Saddr: bpfmaps.AddrFrom(addr(nodeV4)), Daddr: bpfmaps.AddrFrom(addr(podV4)),
 	}
 	if ev != want {
@@ -225,10 +226,10 @@ func TestPrivilegedNodeToPodTraffic(t *testing.T) {
 	}
 	mustApply(t, d, &policy.Desired{
 		Addrs: map[netipAddr]policy.AddrEntry{
-			addr("10.99.0.2"): {Identity: 400, CIDRClass: policy.NoCIDRClass},
-			addr("fd99::2"):   {Identity: 400, CIDRClass: policy.NoCIDRClass},
+			addr("10.99.0.2"): {Identity: 400, CIDRClass: policyapi.NoCIDRClass},
+			addr("fd99::2"):   {Identity: 400, CIDRClass: policyapi.NoCIDRClass},
 		},
-		CIDRs: map[netipPrefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		CIDRs: map[netipPrefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 		Endpoints: map[string]*policy.EndpointPolicy{"lsnt-h0": {
 			IPv4: addr("10.99.0.2"), IPv6: addr("fd99::2"), IngressIsolated: true, EgressIsolated: true,
 		}},

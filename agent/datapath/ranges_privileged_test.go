@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/test/testenv"
 )
 
@@ -35,11 +36,11 @@ func TestPrivilegedManyPortRanges(t *testing.T) {
 				rs = append(rs, policy.PortRange{Lo: uint16(30000 + 2*i), Hi: uint16(30000 + 2*i)})
 			}
 		}
-		want.Endpoints[podIf].Rules[policy.RuleKey{Peer: idWeb, Dir: policy.Ingress, Proto: policy.ProtoTCP}] = rs
+		want.Endpoints[podIf].Rules[policy.RuleKey{Peer: idWeb, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}] = rs
 		return want
 	}
 	in := func(port uint16) packet {
-		return packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 40000, dport: port}
+		return packet{src: "10.0.0.2", dst: podV4, proto: policyapi.ProtoTCP, sport: 40000, dport: port}
 	}
 	for _, n := range []int{16, 17, 40, 3, 300, 16, 33, 300, 2} {
 		t.Run(fmt.Sprint(n, " ranges"), func(t *testing.T) {
@@ -49,10 +50,10 @@ func TestPrivilegedManyPortRanges(t *testing.T) {
 			if n > 100 {
 				for _, port := range []uint16{1000, 1600, 1601, 999, 20000, 20600, 20601, 30000, 30001, 30000 + 2*uint16(n-21), 30000 + 2*uint16(n-20), 10000, 10001} {
 					want := uint32(actShot)
-					if rangesHold(state(n).Endpoints[podIf].Rules[policy.RuleKey{Peer: idWeb, Dir: policy.Ingress, Proto: policy.ProtoTCP}], port) {
+					if rangesHold(state(n).Endpoints[podIf].Rules[policy.RuleKey{Peer: idWeb, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}], port) {
 						want = actOK
 					}
-					cases = append(cases, verdictCase{fmt.Sprint("port ", port), policy.Ingress, in(port), want})
+					cases = append(cases, verdictCase{fmt.Sprint("port ", port), policyapi.Ingress, in(port), want})
 				}
 				checkVerdicts(t, d, cases)
 				return
@@ -64,9 +65,9 @@ func TestPrivilegedManyPortRanges(t *testing.T) {
 				}
 				lo := uint16(10000 + 10*i)
 				cases = append(cases,
-					verdictCase{fmt.Sprintf("range %d low end", i), policy.Ingress, in(lo), want},
-					verdictCase{fmt.Sprintf("range %d high end", i), policy.Ingress, in(lo + 1), want},
-					verdictCase{fmt.Sprintf("gap after range %d", i), policy.Ingress, in(lo + 5), actShot})
+					verdictCase{fmt.Sprintf("range %d low end", i), policyapi.Ingress, in(lo), want},
+					verdictCase{fmt.Sprintf("range %d high end", i), policyapi.Ingress, in(lo + 1), want},
+					verdictCase{fmt.Sprintf("gap after range %d", i), policyapi.Ingress, in(lo + 5), actShot})
 			}
 			checkVerdicts(t, d, cases)
 		})

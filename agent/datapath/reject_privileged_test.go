@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -33,7 +34,7 @@ func TestPrivilegedServiceNoBackendTCP(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, svcScenario())
-	tcp := policy.ProtoTCP
+	tcp := policyapi.ProtoTCP
 	for _, fam := range []struct{ name, pod, svc string }{{"v4", podV4, svcEmpty4}, {"v6", podV6, svcEmpty6}} {
 		for _, tc := range []struct {
 			name             string
@@ -121,7 +122,7 @@ func TestPrivilegedServiceNoBackendUnreachable(t *testing.T) {
 		for _, tc := range []struct {
 			proto uint8
 			port  uint16
-		}{{policy.ProtoUDP, 1053}, {policy.ProtoSCTP, 9000}} {
+		}{{policyapi.ProtoUDP, 1053}, {policyapi.ProtoSCTP, 9000}} {
 			t.Run(fam.name+"/"+protoName(tc.proto), func(t *testing.T) {
 				d.flushCT(t)
 				req := packet{src: fam.pod, dst: fam.svc, proto: tc.proto, sport: 41000, dport: tc.port, payload: bytes.Repeat([]byte("x"), 300)}
@@ -157,13 +158,13 @@ func TestPrivilegedServiceNoBackendSparesConnections(t *testing.T) {
 	want := svcScenario()
 	mustApply(t, d, want)
 	d.flushCT(t)
-	syn := packet{src: podV4, dst: svcWeb4, proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	syn := packet{src: podV4, dst: svcWeb4, proto: policyapi.ProtoTCP, sport: 41000, dport: 80}
 	if ret, _ := runOut(t, d.fromPod, csumFrame(syn)); ret != actOK {
 		t.Fatalf("SYN: got %s, want OK", actName(ret))
 	}
 	next := *want
 	next.Services = cloneServices(want.Services)
-	next.Services[frontend(svcWeb4, policy.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/web"}
+	next.Services[frontend(svcWeb4, policyapi.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/web"}
 	mustApply(t, d, &next)
 	ack := syn
 	ack.tcpFlags, ack.seq = tcpACK, 1
@@ -233,7 +234,7 @@ func TestPrivilegedServiceICMPErrorsTranslated(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, svcScenario())
-	udp := policy.ProtoUDP
+	udp := policyapi.ProtoUDP
 	for _, fam := range []struct {
 		name, pod, fe, backend, router string
 		typ, code                      uint8

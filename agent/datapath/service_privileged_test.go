@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -32,7 +33,7 @@ const (
 	svcEmpty4, svcEmpty6 = "10.96.0.12", "fd00:96::12"
 	svcSelf4, svcSelf6   = "10.96.0.13", "fd00:96::13"
 	svcWrongPort4        = "10.96.0.14"
-	idPod                = policy.Peer(400)
+	idPod                = policyapi.Peer(400)
 )
 
 func frontend(a string, proto uint8, port uint16) policy.ServiceFrontend {
@@ -49,14 +50,14 @@ func backends(port uint16, addrs ...string) []policy.ServiceBackend {
 
 // webPorts are svcWeb's ports: frontend port → backend port, by protocol.
 var webPorts = map[uint8][2]uint16{
-	policy.ProtoTCP:  {80, 8080},
-	policy.ProtoUDP:  {1053, 53},
-	policy.ProtoSCTP: {9000, 9000},
+	policyapi.ProtoTCP:  {80, 8080},
+	policyapi.ProtoUDP:  {1053, 53},
+	policyapi.ProtoSCTP: {9000, 9000},
 }
 
 func svcScenario() *policy.Desired {
 	d := scenario(true, true)
-	tcp, udp, sctp := policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP
+	tcp, udp, sctp := policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP
 	d.Services = map[policy.ServiceFrontend]*policy.ServiceEntry{
 		frontend(svcOther4, tcp, 80):       {Service: "ns/other", Backends: backends(8080, "10.0.0.3")},
 		frontend(svcSelf4, tcp, 80):        {Service: "ns/self", Backends: backends(8080, podV4)},
@@ -110,7 +111,7 @@ func TestPrivilegedServiceTranslation(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, svcScenario())
 	for _, fam := range svcFamilies {
-		for _, proto := range []uint8{policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP} {
+		for _, proto := range []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP} {
 			t.Run(fam.name+"/"+protoName(proto), func(t *testing.T) {
 				d.flushCT(t)
 				fport, bport := webPorts[proto][0], webPorts[proto][1]
@@ -131,7 +132,7 @@ func TestPrivilegedServiceTranslation(t *testing.T) {
 				if w.src != addr(fam.pod) || w.sport != 41000 || w.dst != addr(fam.backend) || w.dport != bport {
 					t.Errorf("translated request %s:%d → %s:%d, want %s:41000 → %s:%d", w.src, w.sport, w.dst, w.dport, fam.pod, fam.backend, bport)
 				}
-				if proto == policy.ProtoSCTP {
+				if proto == policyapi.ProtoSCTP {
 					orig, _ := parseWire(in)
 					if !bytes.Equal(w.l4, orig.l4) {
 						t.Errorf("SCTP packet changed beyond its addresses")
@@ -180,7 +181,7 @@ func TestPrivilegedServiceUDPWithoutChecksum(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, svcScenario())
-	raw := csumFrame(packet{src: podV4, dst: svcWeb4, proto: policy.ProtoUDP, sport: 4000, dport: 1053, payload: []byte("x")})
+	raw := csumFrame(packet{src: podV4, dst: svcWeb4, proto: policyapi.ProtoUDP, sport: 4000, dport: 1053, payload: []byte("x")})
 	clear(raw[14+20+6 : 14+20+8])
 	ret, out := runOut(t, d.fromPod, raw)
 	if ret != actOK {
@@ -204,20 +205,20 @@ func TestPrivilegedServicePolicyJudgesBackend(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, svcScenario())
-	tcp := policy.ProtoTCP
+	tcp := policyapi.ProtoTCP
 	for _, tc := range []struct {
 		name   string
 		pkt    packet
 		want   uint32
 		reason bpfmaps.Reason
-		peer   policy.Peer
+		peer   policyapi.Peer
 		dst    netip.AddrPort
 	}{
 		{"allowed identity, port in range", packet{src: podV4, dst: svcWeb4, proto: tcp, sport: 5, dport: 80}, actOK, bpfmaps.ReasonAllowedNew, idWeb, netip.MustParseAddrPort("10.0.0.2:8080")},
 		{"backend identity not allowed", packet{src: podV4, dst: svcOther4, proto: tcp, sport: 5, dport: 80}, actShot, bpfmaps.ReasonPolicyEgress, idOther, netip.MustParseAddrPort("10.0.0.3:8080")},
 		{"backend port not allowed", packet{src: podV4, dst: svcWrongPort4, proto: tcp, sport: 5, dport: 8080}, actShot, bpfmaps.ReasonPolicyEgress, idWeb, netip.MustParseAddrPort("10.0.0.2:81")},
-		{"a frontend lockstep does not know: world", packet{src: podV4, dst: "10.96.0.99", proto: tcp, sport: 5, dport: 80}, actShot, bpfmaps.ReasonPolicyEgress, policy.PeerWorld, netip.MustParseAddrPort("10.96.0.99:80")},
-		{"a known address on another port: world", packet{src: podV4, dst: svcWeb4, proto: tcp, sport: 5, dport: 81}, actShot, bpfmaps.ReasonPolicyEgress, policy.PeerWorld, netip.MustParseAddrPort("10.96.0.10:81")},
+		{"a frontend lockstep does not know: world", packet{src: podV4, dst: "10.96.0.99", proto: tcp, sport: 5, dport: 80}, actShot, bpfmaps.ReasonPolicyEgress, policyapi.PeerWorld, netip.MustParseAddrPort("10.96.0.99:80")},
+		{"a known address on another port: world", packet{src: podV4, dst: svcWeb4, proto: tcp, sport: 5, dport: 81}, actShot, bpfmaps.ReasonPolicyEgress, policyapi.PeerWorld, netip.MustParseAddrPort("10.96.0.10:81")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d.flushCT(t)
@@ -273,10 +274,10 @@ func TestPrivilegedServiceLeftToKubeProxy(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	s := svcScenario()
-	sctpMoved := frontend("10.96.0.30", policy.ProtoSCTP, 9000)
+	sctpMoved := frontend("10.96.0.30", policyapi.ProtoSCTP, 9000)
 	s.Services[sctpMoved] = &policy.ServiceEntry{Service: "ns/sctp", Backends: backends(9001, "10.0.0.2")}
 	s.Services[frontend("10.96.0.31", protoICMP, 0)] = &policy.ServiceEntry{Service: "ns/icmp", Backends: backends(0, "10.0.0.2")}
-	mixed := frontend("10.96.0.32", policy.ProtoTCP, 80)
+	mixed := frontend("10.96.0.32", policyapi.ProtoTCP, 80)
 	s.Services[mixed] = &policy.ServiceEntry{Service: "ns/mixed", Backends: append(backends(8080, "10.0.0.2"), backends(8080, "fd00::2")...)}
 	mustApply(t, d, s)
 
@@ -292,7 +293,7 @@ func TestPrivilegedServiceLeftToKubeProxy(t *testing.T) {
 	}
 
 	d.flushCT(t)
-	raw := csumFrame(packet{src: podV4, dst: "10.96.0.30", proto: policy.ProtoSCTP, sport: 5, dport: 9000})
+	raw := csumFrame(packet{src: podV4, dst: "10.96.0.30", proto: policyapi.ProtoSCTP, sport: 5, dport: 9000})
 	ret, out := runOut(t, d.fromPod, raw)
 	if ret != actShot {
 		t.Errorf("SCTP to the untranslated frontend: got %s, want SHOT (judged on the ClusterIP, the world)", actName(ret))

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 )
 
@@ -83,7 +84,7 @@ type svcWant struct {
 // svcKey returns the map key of fe, and whether lockstep translates it.
 func svcKey(fe policy.ServiceFrontend) (bpfmaps.SvcKey, bool) {
 	switch fe.Proto {
-	case policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP:
+	case policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP:
 	default:
 		return bpfmaps.SvcKey{}, false
 	}
@@ -153,7 +154,7 @@ func (d *Datapath) checkService(fe policy.ServiceFrontend, se *policy.ServiceEnt
 		if b.Addr.Unmap().Is4() != is4 {
 			mixed = true
 		}
-		if fe.Proto == policy.ProtoSCTP && b.Port != fe.Port {
+		if fe.Proto == policyapi.ProtoSCTP && b.Port != fe.Port {
 			d.log.Info("leaving an SCTP frontend to kube-proxy: a backend listens on another port than the Service's", "frontend", fe, "service", serviceName(se))
 			return svcCheck{src: se}
 		}

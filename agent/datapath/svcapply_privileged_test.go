@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -110,7 +111,7 @@ func viewDiff(got, want map[policy.ServiceFrontend]svcParity) string {
 func manyServices(n, per int) map[policy.ServiceFrontend]*policy.ServiceEntry {
 	out := make(map[policy.ServiceFrontend]*policy.ServiceEntry, n)
 	for i := range n {
-		fe := policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), Port: 80, Proto: policy.ProtoTCP}
+		fe := policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), Port: 80, Proto: policyapi.ProtoTCP}
 		se := &policy.ServiceEntry{Service: fmt.Sprintf("ns/svc%d", i)}
 		for k := range per {
 			se.Backends = append(se.Backends, policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i >> 6), byte(i<<2 + k)}), Port: 8080})
@@ -149,7 +150,7 @@ func TestPrivilegedServiceApplyIncremental(t *testing.T) {
 	}
 
 	s2 := &policy.Desired{Services: cloneServices(s1.Services)}
-	fe := policy.ServiceFrontend{Addr: addr("10.97.0.7"), Port: 80, Proto: policy.ProtoTCP}
+	fe := policy.ServiceFrontend{Addr: addr("10.97.0.7"), Port: 80, Proto: policyapi.ProtoTCP}
 	changed := *s1.Services[fe]
 	changed.Backends = slices.Clone(changed.Backends)
 	changed.Backends[1].Addr = addr("10.2.0.1")
@@ -171,7 +172,7 @@ func TestPrivilegedServiceApplyIncremental(t *testing.T) {
 
 	s4 := &policy.Desired{Services: cloneServices(s3.Services)}
 	for i := range 10 {
-		delete(s4.Services, policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, 0, byte(100 + i)}), Port: 80, Proto: policy.ProtoTCP})
+		delete(s4.Services, policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, 0, byte(100 + i)}), Port: 80, Proto: policyapi.ProtoTCP})
 	}
 	d.waitSettled(t)
 	mustApply(t, d, s4)
@@ -251,7 +252,7 @@ func TestPrivilegedServiceCapacity(t *testing.T) {
 			for k := range se.Backends {
 				se.Backends[k] = policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, byte(i), byte(k >> 8), byte(k)}), Port: 80}
 			}
-			out[policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 96, 0, byte(i)}), Port: 80, Proto: policy.ProtoTCP}] = se
+			out[policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 96, 0, byte(i)}), Port: 80, Proto: policyapi.ProtoTCP}] = se
 		}
 		return out
 	}
@@ -329,13 +330,13 @@ func TestPrivilegedServicesLeftToKubeProxy(t *testing.T) {
 	// The same, with egress to 10.0.0.0/8 (CIDR class 1, where the
 	// ClusterIPs are) on TCP 80 allowed as well.
 	wantRange := svcBenchDesired()
-	wantRange.Endpoints[podIf].Rules[policy.RuleKey{Peer: policy.CIDRClassBit | 1, Dir: policy.Egress, Proto: policy.ProtoTCP}] = ports(80, 80)
+	wantRange.Endpoints[podIf].Rules[policy.RuleKey{Peer: policyapi.CIDRClassBit | 1, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}] = ports(80, 80)
 
 	sport := uint16(3000)
 	syn := func(t *testing.T, d *Datapath) (uint32, netip.AddrPort) {
 		t.Helper()
 		sport++
-		ret, raw := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: "10.96.0.1", proto: policy.ProtoTCP, sport: sport, dport: 80, tcpFlags: tcpSYN}))
+		ret, raw := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: "10.96.0.1", proto: policyapi.ProtoTCP, sport: sport, dport: 80, tcpFlags: tcpSYN}))
 		if ret != actOK {
 			return ret, netip.AddrPort{}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -36,7 +37,7 @@ import (
 // between the idle parity's first write and the generation flip.
 const (
 	flipB1, flipB2         = "10.99.0.3", "10.99.0.4"
-	flipID1, flipID2       = policy.Peer(601), policy.Peer(602)
+	flipID1, flipID2       = policyapi.Peer(601), policyapi.Peer(602)
 	flipUnrelated          = 300
 	flipFirst, flipLast    = 10000, 32000 // source ports, one per datagram
 	flipHostC              = "lsfl-c"
@@ -46,29 +47,29 @@ const (
 // flipState is S1 (backend 1) or S2 (backend 2), or a torn mix: the
 // backends of one with the egress rule of the other.
 func flipState(n int, backend, allowed int) *policy.Desired {
-	ids := map[int]policy.Peer{1: flipID1, 2: flipID2}
+	ids := map[int]policyapi.Peer{1: flipID1, 2: flipID2}
 	bs := map[int]string{1: flipB1, 2: flipB2}
 	d := &policy.Desired{
 		Addrs: map[netip.Addr]policy.AddrEntry{
-			addr(trClient4): {Identity: idClient, CIDRClass: policy.NoCIDRClass},
-			addr(flipB1):    {Identity: flipID1, CIDRClass: policy.NoCIDRClass},
-			addr(flipB2):    {Identity: flipID2, CIDRClass: policy.NoCIDRClass},
+			addr(trClient4): {Identity: idClient, CIDRClass: policyapi.NoCIDRClass},
+			addr(flipB1):    {Identity: flipID1, CIDRClass: policyapi.NoCIDRClass},
+			addr(flipB2):    {Identity: flipID2, CIDRClass: policyapi.NoCIDRClass},
 		},
-		CIDRs: map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		CIDRs: map[netip.Prefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 		Endpoints: map[string]*policy.EndpointPolicy{flipHostC: {
 			IPv4: addr(trClient4), IPv6: addr(trClient6), IngressIsolated: true, EgressIsolated: true,
 			Rules: map[policy.RuleKey][]policy.PortRange{
-				{Peer: ids[allowed], Dir: policy.Egress, Proto: policy.ProtoUDP}: ports(8080, 8080),
+				{Peer: ids[allowed], Dir: policyapi.Egress, Proto: policyapi.ProtoUDP}: ports(8080, 8080),
 			},
 		}},
 		Services: map[policy.ServiceFrontend]*policy.ServiceEntry{
-			frontend(svcWeb4, policy.ProtoUDP, 80): {Service: "ns/flip", Backends: backends(8080, bs[backend])},
+			frontend(svcWeb4, policyapi.ProtoUDP, 80): {Service: "ns/flip", Backends: backends(8080, bs[backend])},
 		},
 	}
 	for i := range flipUnrelated {
 		a := netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)})
-		d.Addrs[a] = policy.AddrEntry{Identity: 1000 + policy.Peer(n%7), CIDRClass: policy.NoCIDRClass}
-		fe := policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), Port: 80, Proto: policy.ProtoTCP}
+		d.Addrs[a] = policy.AddrEntry{Identity: 1000 + policyapi.Peer(n%7), CIDRClass: policyapi.NoCIDRClass}
+		fe := policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), Port: 80, Proto: policyapi.ProtoTCP}
 		d.Services[fe] = &policy.ServiceEntry{Backends: []policy.ServiceBackend{{Addr: a, Port: uint16(1000 + n%1000)}}}
 	}
 	return d

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/test/testenv"
 )
 
@@ -23,8 +24,8 @@ func svcBenchDesired() *policy.Desired {
 	one := &policy.ServiceEntry{Service: "bench/one"}
 	hundred := &policy.ServiceEntry{Service: "bench/hundred"}
 	for i := range 100 {
-		id := policy.FirstPodIdentity + policy.Peer(i)
-		rules[policy.RuleKey{Peer: id, Dir: policy.Egress, Proto: policy.ProtoTCP}] = ports(8080, 8080)
+		id := policyapi.FirstPodIdentity + policyapi.Peer(i)
+		rules[policy.RuleKey{Peer: id, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}] = ports(8080, 8080)
 		b := policy.ServiceBackend{Addr: benchAddr(i), Port: 8080}
 		hundred.Backends = append(hundred.Backends, b)
 		if i == 0 {
@@ -32,9 +33,9 @@ func svcBenchDesired() *policy.Desired {
 		}
 	}
 	d.Services = map[policy.ServiceFrontend]*policy.ServiceEntry{
-		frontend("10.96.0.1", policy.ProtoTCP, 80):   one,
-		frontend("10.96.0.2", policy.ProtoTCP, 8080): one,
-		frontend("10.96.0.100", policy.ProtoTCP, 80): hundred,
+		frontend("10.96.0.1", policyapi.ProtoTCP, 80):   one,
+		frontend("10.96.0.2", policyapi.ProtoTCP, 8080): one,
+		frontend("10.96.0.100", policyapi.ProtoTCP, 80): hundred,
 	}
 	return d
 }
@@ -67,10 +68,10 @@ func BenchmarkPrivilegedServiceVerdict(b *testing.B) {
 	mustApply(b, d, svcBenchDesired())
 	backend := benchAddr(0).String()
 	out := func(dst string, dport, sport uint16, flags uint8) []byte {
-		return csumFrame(packet{src: podV4, dst: dst, proto: policy.ProtoTCP, sport: sport, dport: dport, tcpFlags: flags})
+		return csumFrame(packet{src: podV4, dst: dst, proto: policyapi.ProtoTCP, sport: sport, dport: dport, tcpFlags: flags})
 	}
 	reply := func(sport uint16) []byte {
-		return csumFrame(packet{src: backend, dst: podV4, proto: policy.ProtoTCP, sport: 8080, dport: sport, tcpFlags: tcpACK})
+		return csumFrame(packet{src: backend, dst: podV4, proto: policyapi.ProtoTCP, sport: 8080, dport: sport, tcpFlags: tcpACK})
 	}
 	open := func(b *testing.B, frames ...[]byte) {
 		for _, f := range frames {
@@ -189,7 +190,7 @@ func TestPrivilegedServiceBenchPackets(t *testing.T) {
 		if tc.dst == benchAddr(0).String() {
 			dport = 8080
 		}
-		ret, raw := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: tc.dst, proto: policy.ProtoTCP, sport: 7, dport: dport}))
+		ret, raw := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: tc.dst, proto: policyapi.ProtoTCP, sport: 7, dport: dport}))
 		w := mustWire(t, "SYN", raw)
 		if got := netip.AddrPortFrom(w.dst, w.dport); ret != actOK || got != tc.want {
 			t.Errorf("to %s: %s to %s, want OK to %s", tc.dst, actName(ret), got, tc.want)
@@ -197,7 +198,7 @@ func TestPrivilegedServiceBenchPackets(t *testing.T) {
 	}
 	seen := map[netip.Addr]bool{}
 	for i := range 300 {
-		_, raw := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: "10.96.0.100", proto: policy.ProtoTCP, sport: uint16(2000 + i), dport: 80}))
+		_, raw := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: "10.96.0.100", proto: policyapi.ProtoTCP, sport: uint16(2000 + i), dport: 80}))
 		seen[mustWire(t, "SYN", raw).dst] = true
 	}
 	if len(seen) < 50 {

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -24,9 +25,9 @@ func TestPrivilegedServiceHairpin(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
-	tcp := policy.ProtoTCP
-	selfOut := policy.RuleKey{Peer: idPod, Dir: policy.Egress, Proto: tcp}
-	selfIn := policy.RuleKey{Peer: idPod, Dir: policy.Ingress, Proto: tcp}
+	tcp := policyapi.ProtoTCP
+	selfOut := policy.RuleKey{Peer: idPod, Dir: policyapi.Egress, Proto: tcp}
+	selfIn := policy.RuleKey{Peer: idPod, Dir: policyapi.Ingress, Proto: tcp}
 	withRules := func(keys ...policy.RuleKey) *policy.Desired {
 		s := svcScenario()
 		for _, k := range keys {
@@ -104,10 +105,10 @@ var affinityBackends = []string{"10.0.0.2", "10.0.0.5", "10.0.0.6", "10.0.0.7"}
 func affinityScenario(bs []string) *policy.Desired {
 	s := svcScenario()
 	for _, a := range append([]string{"10.0.0.8"}, affinityBackends...) {
-		s.Addrs[addr(a)] = policy.AddrEntry{Identity: idWeb, CIDRClass: policy.NoCIDRClass}
+		s.Addrs[addr(a)] = policy.AddrEntry{Identity: idWeb, CIDRClass: policyapi.NoCIDRClass}
 	}
-	s.Services[frontend(svcAffinity4, policy.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/sticky", Backends: backends(8080, bs...), AffinityTimeout: time.Second}
-	s.Services[frontend(svcRandom4, policy.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/random", Backends: backends(8080, bs...)}
+	s.Services[frontend(svcAffinity4, policyapi.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/sticky", Backends: backends(8080, bs...), AffinityTimeout: time.Second}
+	s.Services[frontend(svcRandom4, policyapi.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/random", Backends: backends(8080, bs...)}
 	return s
 }
 
@@ -115,7 +116,7 @@ func affinityScenario(bs []string) *policy.Desired {
 // returns the backend from_pod translated it to.
 func connectTo(t *testing.T, d *Datapath, svc string, sport uint16) netip.Addr {
 	t.Helper()
-	ret, out := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: svc, proto: policy.ProtoTCP, sport: sport, dport: 80}))
+	ret, out := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: svc, proto: policyapi.ProtoTCP, sport: sport, dport: 80}))
 	w := mustWire(t, "SYN", out)
 	if ret != actOK || w.dport != 8080 {
 		t.Fatalf("SYN from %d to %s: %s to %s:%d, want OK to a backend's 8080", sport, svc, actName(ret), w.dst, w.dport)
@@ -200,11 +201,11 @@ func TestPrivilegedServiceAffinityBeforePolicy(t *testing.T) {
 	const svc = "10.96.0.22"
 	// 10.0.0.2 (identity 300) the pod's egress allows on 8080, 10.0.0.3
 	// (identity 301) it does not.
-	s.Services[frontend(svc, policy.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/half", Backends: backends(8080, "10.0.0.2", "10.0.0.3"), AffinityTimeout: time.Minute}
+	s.Services[frontend(svc, policyapi.ProtoTCP, 80)] = &policy.ServiceEntry{Service: "ns/half", Backends: backends(8080, "10.0.0.2", "10.0.0.3"), AffinityTimeout: time.Minute}
 	mustApply(t, d, s)
 	d.flushCT(t)
 	syn := func(sport uint16) uint32 {
-		ret, _ := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: svc, proto: policy.ProtoTCP, sport: sport, dport: 80}))
+		ret, _ := runOut(t, d.fromPod, csumFrame(packet{src: podV4, dst: svc, proto: policyapi.ProtoTCP, sport: sport, dport: 80}))
 		return ret
 	}
 	aff, err := ebpf.LoadPinnedMap(filepath.Join(d.pinRoot, bpfmaps.AffinityMap), nil)
@@ -258,10 +259,10 @@ func TestPrivilegedServiceConnectionKeepsBackend(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	base := affinityScenario(affinityBackends)
-	webTCP := frontend(svcWeb4, policy.ProtoTCP, 80)
+	webTCP := frontend(svcWeb4, policyapi.ProtoTCP, 80)
 	mustApply(t, d, base)
 	d.flushCT(t)
-	syn := packet{src: podV4, dst: svcWeb4, proto: policy.ProtoTCP, sport: 41000, dport: 80}
+	syn := packet{src: podV4, dst: svcWeb4, proto: policyapi.ProtoTCP, sport: 41000, dport: 80}
 	if ret, out := runOut(t, d.fromPod, csumFrame(syn)); ret != actOK || mustWire(t, "SYN", out).dst != addr("10.0.0.2") {
 		t.Fatalf("SYN: %s, want OK to 10.0.0.2", actName(ret))
 	}
@@ -294,7 +295,7 @@ func TestPrivilegedServiceConnectionKeepsBackend(t *testing.T) {
 			if w := mustWire(t, "ACK", out); ret != actOK || w.dst != addr("10.0.0.2") || w.dport != 8080 {
 				t.Errorf("%s, %s: ACK %s to %s:%d, want OK to 10.0.0.2:8080", step.name, path, actName(ret), w.dst, w.dport)
 			}
-			reply := packet{src: "10.0.0.2", dst: podV4, proto: policy.ProtoTCP, sport: 8080, dport: 41000, tcpFlags: tcpACK}
+			reply := packet{src: "10.0.0.2", dst: podV4, proto: policyapi.ProtoTCP, sport: 8080, dport: 41000, tcpFlags: tcpACK}
 			ret, out = runOut(t, d.toPod, csumFrame(reply))
 			if w := mustWire(t, "reply", out); ret != actOK || w.src != addr(svcWeb4) || w.sport != 80 {
 				t.Errorf("%s, %s: reply %s from %s:%d, want OK from %s:80", step.name, path, actName(ret), w.src, w.sport, svcWeb4)
@@ -340,7 +341,7 @@ func TestPrivilegedServiceAffinityFollowsTraffic(t *testing.T) {
 	if err := d.bumpCTEpoch(); err != nil {
 		t.Fatal(err)
 	}
-	ack := packet{src: podV4, dst: svcAffinity4, proto: policy.ProtoTCP, sport: 30000, dport: 80, tcpFlags: tcpACK, seq: 1}
+	ack := packet{src: podV4, dst: svcAffinity4, proto: policyapi.ProtoTCP, sport: 30000, dport: 80, tcpFlags: tcpACK, seq: 1}
 	if ret, _ := runOut(t, d.fromPod, csumFrame(ack)); ret != actOK {
 		t.Fatalf("ACK: got %s, want OK", actName(ret))
 	}

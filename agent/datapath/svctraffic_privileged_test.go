@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -31,39 +32,39 @@ const (
 	trClient4, trClient6   = "10.99.0.2", "fd99::2"
 	trBackend4, trBackend6 = "10.99.0.3", "fd99::3"
 	trHostC, trHostB       = "lssv-c", "lssv-b"
-	idClient, idBackend    = policy.Peer(500), policy.Peer(501)
+	idClient, idBackend    = policyapi.Peer(500), policyapi.Peer(501)
 	svcClosed4, svcClosed6 = "10.96.0.15", "fd00:96::15"
 )
 
 func trState(services bool, backendIngress bool) *policy.Desired {
-	tcp, udp := policy.ProtoTCP, policy.ProtoUDP
-	rule := func(peer policy.Peer, dir policy.Direction, proto uint8) policy.RuleKey {
+	tcp, udp := policyapi.ProtoTCP, policyapi.ProtoUDP
+	rule := func(peer policyapi.Peer, dir policyapi.Direction, proto uint8) policy.RuleKey {
 		return policy.RuleKey{Peer: peer, Dir: dir, Proto: proto}
 	}
 	c := &policy.EndpointPolicy{IPv4: addr(trClient4), IPv6: addr(trClient6), IngressIsolated: true, EgressIsolated: true,
 		Rules: map[policy.RuleKey][]policy.PortRange{
-			rule(idBackend, policy.Egress, tcp): ports(8080, 8080),
-			rule(idBackend, policy.Egress, udp): ports(8080, 8081),
+			rule(idBackend, policyapi.Egress, tcp): ports(8080, 8080),
+			rule(idBackend, policyapi.Egress, udp): ports(8080, 8081),
 			// Hairpin: C reaches itself on 8080.
-			rule(idClient, policy.Egress, tcp):  ports(8080, 8080),
-			rule(idClient, policy.Egress, udp):  ports(8080, 8080),
-			rule(idClient, policy.Ingress, tcp): ports(8080, 8080),
-			rule(idClient, policy.Ingress, udp): ports(8080, 8080),
+			rule(idClient, policyapi.Egress, tcp):  ports(8080, 8080),
+			rule(idClient, policyapi.Egress, udp):  ports(8080, 8080),
+			rule(idClient, policyapi.Ingress, tcp): ports(8080, 8080),
+			rule(idClient, policyapi.Ingress, udp): ports(8080, 8080),
 		}}
 	b := &policy.EndpointPolicy{IPv4: addr(trBackend4), IPv6: addr(trBackend6), IngressIsolated: true, EgressIsolated: true,
 		Rules: map[policy.RuleKey][]policy.PortRange{}}
 	if backendIngress {
-		b.Rules[rule(idClient, policy.Ingress, tcp)] = ports(8080, 8080)
-		b.Rules[rule(idClient, policy.Ingress, udp)] = ports(8080, 8081)
+		b.Rules[rule(idClient, policyapi.Ingress, tcp)] = ports(8080, 8080)
+		b.Rules[rule(idClient, policyapi.Ingress, udp)] = ports(8080, 8081)
 	}
 	d := &policy.Desired{
 		Addrs: map[netip.Addr]policy.AddrEntry{
-			addr(trClient4):  {Identity: idClient, CIDRClass: policy.NoCIDRClass},
-			addr(trClient6):  {Identity: idClient, CIDRClass: policy.NoCIDRClass},
-			addr(trBackend4): {Identity: idBackend, CIDRClass: policy.NoCIDRClass},
-			addr(trBackend6): {Identity: idBackend, CIDRClass: policy.NoCIDRClass},
+			addr(trClient4):  {Identity: idClient, CIDRClass: policyapi.NoCIDRClass},
+			addr(trClient6):  {Identity: idClient, CIDRClass: policyapi.NoCIDRClass},
+			addr(trBackend4): {Identity: idBackend, CIDRClass: policyapi.NoCIDRClass},
+			addr(trBackend6): {Identity: idBackend, CIDRClass: policyapi.NoCIDRClass},
 		},
-		CIDRs:     map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		CIDRs:     map[netip.Prefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 		Endpoints: map[string]*policy.EndpointPolicy{trHostC: c, trHostB: b},
 	}
 	if !services {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -18,15 +19,15 @@ import (
 // split by ipBlocks 192.168.0.0/16 (class 1), 192.168.1.0/24 (class 2) and
 // 2001:db8::/32 (class 1).
 const (
-	idWeb   policy.Peer = 300
-	idOther policy.Peer = 301
-	idBlock policy.Peer = 302
-	class1              = policy.CIDRClassBit | 1
-	class2              = policy.CIDRClassBit | 2
-	class3              = policy.CIDRClassBit | 3
-	podIf               = "lo-test"
-	podV4               = "10.0.0.1"
-	podV6               = "fd00::1"
+	idWeb   policyapi.Peer = 300
+	idOther policyapi.Peer = 301
+	idBlock policyapi.Peer = 302
+	class1                 = policyapi.CIDRClassBit | 1
+	class2                 = policyapi.CIDRClassBit | 2
+	class3                 = policyapi.CIDRClassBit | 3
+	podIf                  = "lo-test"
+	podV4                  = "10.0.0.1"
+	podV6                  = "fd00::1"
 )
 
 func ports(r ...uint16) []policy.PortRange {
@@ -38,19 +39,19 @@ func ports(r ...uint16) []policy.PortRange {
 }
 
 func scenario(ingressIsolated, egressIsolated bool) *policy.Desired {
-	eg, in := policy.Egress, policy.Ingress
+	eg, in := policyapi.Egress, policyapi.Ingress
 	return &policy.Desired{
 		Addrs: map[netipAddr]policy.AddrEntry{
-			addr(podV4):      {Identity: 400, CIDRClass: policy.NoCIDRClass},
-			addr(podV6):      {Identity: 400, CIDRClass: policy.NoCIDRClass},
-			addr("10.0.0.2"): {Identity: idWeb, CIDRClass: policy.NoCIDRClass},
-			addr("fd00::2"):  {Identity: idWeb, CIDRClass: policy.NoCIDRClass},
-			addr("10.0.0.3"): {Identity: idOther, CIDRClass: policy.NoCIDRClass},
+			addr(podV4):      {Identity: 400, CIDRClass: policyapi.NoCIDRClass},
+			addr(podV6):      {Identity: 400, CIDRClass: policyapi.NoCIDRClass},
+			addr("10.0.0.2"): {Identity: idWeb, CIDRClass: policyapi.NoCIDRClass},
+			addr("fd00::2"):  {Identity: idWeb, CIDRClass: policyapi.NoCIDRClass},
+			addr("10.0.0.3"): {Identity: idOther, CIDRClass: policyapi.NoCIDRClass},
 			addr("10.0.0.4"): {Identity: idBlock, CIDRClass: class3},
 		},
-		CIDRs: map[netipPrefix]policy.Peer{
-			prefix("0.0.0.0/0"):      policy.NoCIDRClass,
-			prefix("::/0"):           policy.NoCIDRClass,
+		CIDRs: map[netipPrefix]policyapi.Peer{
+			prefix("0.0.0.0/0"):      policyapi.NoCIDRClass,
+			prefix("::/0"):           policyapi.NoCIDRClass,
 			prefix("192.168.0.0/16"): class1,
 			prefix("192.168.1.0/24"): class2,
 			prefix("2001:db8::/32"):  class1,
@@ -60,17 +61,17 @@ func scenario(ingressIsolated, egressIsolated bool) *policy.Desired {
 				IPv4: addr(podV4), IPv6: addr(podV6),
 				IngressIsolated: ingressIsolated, EgressIsolated: egressIsolated,
 				Rules: map[policy.RuleKey][]policy.PortRange{
-					{Peer: idWeb, Dir: eg, Proto: policy.ProtoTCP}:            ports(80, 80, 8000, 8100),
-					{Peer: idWeb, Dir: eg, Proto: policy.ProtoUDP}:            ports(53, 53),
-					{Peer: idWeb, Dir: eg, Proto: policy.ProtoSCTP}:           ports(9000, 9000),
-					{Peer: idWeb, Dir: eg, Proto: policy.ProtoOther}:          nil,
-					{Peer: class1, Dir: eg, Proto: policy.ProtoTCP}:           ports(443, 443),
-					{Peer: class2, Dir: eg, Proto: policy.ProtoTCP}:           ports(22, 22),
-					{Peer: class3, Dir: eg, Proto: policy.ProtoUDP}:           ports(5000, 5000),
-					{Peer: policy.PeerAny, Dir: eg, Proto: policy.ProtoUDP}:   ports(123, 123),
-					{Peer: policy.PeerWorld, Dir: eg, Proto: policy.ProtoTCP}: ports(8443, 8443),
-					{Peer: idWeb, Dir: in, Proto: policy.ProtoTCP}:            ports(8080, 8080),
-					{Peer: class1, Dir: in, Proto: policy.ProtoUDP}:           ports(0, 65535),
+					{Peer: idWeb, Dir: eg, Proto: policyapi.ProtoTCP}:               ports(80, 80, 8000, 8100),
+					{Peer: idWeb, Dir: eg, Proto: policyapi.ProtoUDP}:               ports(53, 53),
+					{Peer: idWeb, Dir: eg, Proto: policyapi.ProtoSCTP}:              ports(9000, 9000),
+					{Peer: idWeb, Dir: eg, Proto: policyapi.ProtoOther}:             nil,
+					{Peer: class1, Dir: eg, Proto: policyapi.ProtoTCP}:              ports(443, 443),
+					{Peer: class2, Dir: eg, Proto: policyapi.ProtoTCP}:              ports(22, 22),
+					{Peer: class3, Dir: eg, Proto: policyapi.ProtoUDP}:              ports(5000, 5000),
+					{Peer: policyapi.PeerAny, Dir: eg, Proto: policyapi.ProtoUDP}:   ports(123, 123),
+					{Peer: policyapi.PeerWorld, Dir: eg, Proto: policyapi.ProtoTCP}: ports(8443, 8443),
+					{Peer: idWeb, Dir: in, Proto: policyapi.ProtoTCP}:               ports(8080, 8080),
+					{Peer: class1, Dir: in, Proto: policyapi.ProtoUDP}:              ports(0, 65535),
 				},
 			},
 		},
@@ -79,7 +80,7 @@ func scenario(ingressIsolated, egressIsolated bool) *policy.Desired {
 
 type verdictCase struct {
 	name string
-	dir  policy.Direction
+	dir  policyapi.Direction
 	pkt  packet
 	want uint32
 }
@@ -88,18 +89,18 @@ type verdictCase struct {
 var (
 	// Hop-by-hop (8 bytes, next: destination options), destination
 	// options (8 bytes, next: UDP).
-	hbhThenDstThenUDP = []byte{60, 0, 1, 4, 0, 0, 0, 0, policy.ProtoUDP, 0, 1, 4, 0, 0, 0, 0}
+	hbhThenDstThenUDP = []byte{60, 0, 1, 4, 0, 0, 0, 0, policyapi.ProtoUDP, 0, 1, 4, 0, 0, 0, 0}
 	// Hop-by-hop with router alert, next: ICMPv6 (MLD).
 	hbhThenICMPv6 = []byte{protoICMPv6, 0, 5, 2, 0, 0, 1, 0}
 	// Fragment header, next UDP, offset 8 (not the first fragment).
-	fragNonFirst = []byte{policy.ProtoUDP, 0, 0, 8 << 3, 0, 0, 0, 1}
+	fragNonFirst = []byte{policyapi.ProtoUDP, 0, 0, 8 << 3, 0, 0, 0, 1}
 	// Fragment header, next UDP, offset 0 (first fragment).
-	fragFirst = []byte{policy.ProtoUDP, 0, 0, 1, 0, 0, 0, 1}
+	fragFirst = []byte{policyapi.ProtoUDP, 0, 0, 1, 0, 0, 0, 1}
 )
 
 func isolatedCases() []verdictCase {
-	eg, in := policy.Egress, policy.Ingress
-	tcp, udp, sctp := policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP
+	eg, in := policyapi.Egress, policyapi.Ingress
+	tcp, udp, sctp := policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP
 	out := func(dst string, proto uint8, dport uint16) packet {
 		src := podV4
 		if addr(dst).Is6() {
@@ -176,8 +177,8 @@ func isolatedCases() []verdictCase {
 	}
 }
 
-func (d *Datapath) progFor(dir policy.Direction) *ebpfProgram {
-	if dir == policy.Egress {
+func (d *Datapath) progFor(dir policyapi.Direction) *ebpfProgram {
+	if dir == policyapi.Egress {
 		return d.fromPod
 	}
 	return d.toPod
@@ -208,13 +209,13 @@ func TestPrivilegedVerdictNotIsolated(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, false)) // egress open, ingress isolated
-	tcp := policy.ProtoTCP
+	tcp := policyapi.ProtoTCP
 	checkVerdicts(t, d, []verdictCase{
-		{"egress open: any tcp", policy.Egress, packet{src: podV4, dst: "10.0.0.3", proto: tcp, sport: 1, dport: 1}, actOK},
-		{"egress open: world v6", policy.Egress, packet{src: podV6, dst: "2001:4860::1", proto: tcp, sport: 1, dport: 1}, actOK},
-		{"egress open: non-first fragment passes", policy.Egress, packet{src: podV4, dst: "10.0.0.2", proto: 17, fragOff: 9}, actOK},
-		{"egress open still anti-spoofs", policy.Egress, packet{src: "10.0.0.3", dst: "10.0.0.2", proto: tcp, sport: 1, dport: 1}, actShot},
-		{"ingress still isolated", policy.Ingress, packet{src: "10.0.0.3", dst: podV4, proto: tcp, sport: 1, dport: 1}, actShot},
+		{"egress open: any tcp", policyapi.Egress, packet{src: podV4, dst: "10.0.0.3", proto: tcp, sport: 1, dport: 1}, actOK},
+		{"egress open: world v6", policyapi.Egress, packet{src: podV6, dst: "2001:4860::1", proto: tcp, sport: 1, dport: 1}, actOK},
+		{"egress open: non-first fragment passes", policyapi.Egress, packet{src: podV4, dst: "10.0.0.2", proto: 17, fragOff: 9}, actOK},
+		{"egress open still anti-spoofs", policyapi.Egress, packet{src: "10.0.0.3", dst: "10.0.0.2", proto: tcp, sport: 1, dport: 1}, actShot},
+		{"ingress still isolated", policyapi.Ingress, packet{src: "10.0.0.3", dst: podV4, proto: tcp, sport: 1, dport: 1}, actShot},
 	})
 }
 
@@ -227,7 +228,7 @@ func TestPrivilegedVerdictConntrackReply(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, true))
 	for _, fam := range []struct{ pod, peer string }{{podV4, "10.0.0.2"}, {podV6, "fd00::2"}} {
-		for _, proto := range []uint8{policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP} {
+		for _, proto := range []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP} {
 			d.flushCT(t)
 			var dport uint16 = map[uint8]uint16{6: 80, 17: 53, 132: 9000}[proto]
 			req := packet{src: fam.pod, dst: fam.peer, proto: proto, sport: 41000, dport: dport}
@@ -289,8 +290,8 @@ func TestPrivilegedVerdictAnyPeerRuleFollowsEdits(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
-	anyUDP := policy.RuleKey{Peer: policy.PeerAny, Dir: policy.Egress, Proto: policy.ProtoUDP}
-	pkt := packet{src: podV4, dst: "8.8.8.8", proto: policy.ProtoUDP, sport: 5, dport: 123}
+	anyUDP := policy.RuleKey{Peer: policyapi.PeerAny, Dir: policyapi.Egress, Proto: policyapi.ProtoUDP}
+	pkt := packet{src: podV4, dst: "8.8.8.8", proto: policyapi.ProtoUDP, sport: 5, dport: 123}
 	for i, with := range []bool{false, true, false, true} {
 		want := scenario(true, true)
 		if !with {
@@ -314,7 +315,7 @@ func TestPrivilegedVerdictConntrackNeverLicensesSpoofing(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
-	udp := policy.ProtoUDP
+	udp := policyapi.ProtoUDP
 	t.Run("ingress to an address not the pod's", func(t *testing.T) {
 		mustApply(t, d, scenario(true, true))
 		for _, dst := range []string{podV4, "10.9.9.9"} {
@@ -381,7 +382,7 @@ func TestPrivilegedVerdictConntrackEntry(t *testing.T) {
 	if want := requestKey(); k != want {
 		t.Errorf("key\n got %+v\nwant %+v (the pod, which orders first, is end 0)", k, want)
 	}
-	if want := bpfmaps.CTAllowed(uint8(policy.Egress), 0); v.Flags != want {
+	if want := bpfmaps.CTAllowed(uint8(policyapi.Egress), 0); v.Flags != want {
 		t.Errorf("flags %#x, want %#x (egress, opened by end 0)", v.Flags, want)
 	}
 }
@@ -394,7 +395,7 @@ func TestPrivilegedVerdictNoEndpoint(t *testing.T) {
 	mustApply(t, d, want)
 	before := counter(t, d, bpfmaps.ReasonNoEndpoint)
 	for _, prog := range []*ebpfProgram{d.fromPod, d.toPod} {
-		if got := run(t, prog, packet{src: podV4, dst: "10.0.0.2", proto: policy.ProtoUDP, sport: 1, dport: 53}); got != actShot {
+		if got := run(t, prog, packet{src: podV4, dst: "10.0.0.2", proto: policyapi.ProtoUDP, sport: 1, dport: 53}); got != actShot {
 			t.Errorf("%s: no endpoint: got %s, want SHOT", prog, actName(got))
 		}
 	}
@@ -409,7 +410,7 @@ func TestPrivilegedVerdictCounters(t *testing.T) {
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, true))
-	tcp := policy.ProtoTCP
+	tcp := policyapi.ProtoTCP
 	for _, tc := range []struct {
 		reason bpfmaps.Reason
 		prog   *ebpfProgram
@@ -449,15 +450,15 @@ func TestPrivilegedVerdictEvents(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Events: %v", err)
 	}
-	run(t, d.fromPod, packet{src: podV4, dst: "10.0.0.3", proto: policy.ProtoTCP, sport: 4321, dport: 81})
+	run(t, d.fromPod, packet{src: podV4, dst: "10.0.0.3", proto: policyapi.ProtoTCP, sport: 4321, dport: 81})
 	rd.SetDeadline(time.Now().Add(time.Second))
 	ev, err := rd.Read()
 	if err != nil {
 		t.Fatalf("Read: %v", err)
 	}
 	want := bpfmaps.Event{
-		Ifindex: loIfindex, Dir: uint8(policy.Egress), Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonPolicyEgress,
-		Proto: policy.ProtoTCP, Sport: 4321, Dport: 81, Peer: uint32(idOther),
+		Ifindex: loIfindex, Dir: uint8(policyapi.Egress), Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonPolicyEgress,
+		Proto: policyapi.ProtoTCP, Sport: 4321, Dport: 81, Peer: uint32(idOther),
 		Saddr: bpfmaps.AddrFrom(addr(podV4)), Daddr: bpfmaps.AddrFrom(addr("10.0.0.3")),
 	}
 	if ev != want {
@@ -494,8 +495,8 @@ func TestPrivilegedVerdictICMPErrors(t *testing.T) {
 	d.fakeAttach(podIf, loIfindex)
 	mustApply(t, d, scenario(true, true))
 	tcpOut := flowRequest
-	tcpOut6 := packet{src: podV6, dst: "fd00::2", proto: policy.ProtoTCP, sport: 41000, dport: 80}
-	udpIn := packet{src: "192.168.7.7", dst: podV4, proto: policy.ProtoUDP, sport: 5353, dport: 7000}
+	tcpOut6 := packet{src: podV6, dst: "fd00::2", proto: policyapi.ProtoTCP, sport: 41000, dport: 80}
+	udpIn := packet{src: "192.168.7.7", dst: podV4, proto: policyapi.ProtoUDP, sport: 5353, dport: 7000}
 	pingOut := packet{src: podV4, dst: "10.0.0.2", proto: protoICMP, sport: 77}
 	otherPort := tcpOut
 	otherPort.sport++
@@ -520,7 +521,7 @@ func TestPrivilegedVerdictICMPErrors(t *testing.T) {
 		}
 		return packet{src: quote.dst, dst: dst, proto: proto, icmpType: typ, quote: &quote}
 	}
-	udpIn6 := packet{src: "2001:db8::5", dst: podV6, proto: policy.ProtoUDP, sport: 5353, dport: 7000}
+	udpIn6 := packet{src: "2001:db8::5", dst: podV6, proto: policyapi.ProtoUDP, sport: 5353, dport: 7000}
 
 	type step struct {
 		prog *ebpfProgram

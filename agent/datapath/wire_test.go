@@ -12,7 +12,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Frames with real checksums, and the parser of what the programs send
@@ -78,13 +78,13 @@ func parseWire(raw []byte) (wire, error) {
 		return w, fmt.Errorf("ethertype %#04x", binary.BigEndian.Uint16(raw[12:]))
 	}
 	switch w.proto {
-	case policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP:
+	case policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP:
 		if len(w.l4) < 8 {
 			return w, errors.New("short L4 header")
 		}
 		w.sport = binary.BigEndian.Uint16(w.l4)
 		w.dport = binary.BigEndian.Uint16(w.l4[2:])
-		if w.proto == policy.ProtoTCP {
+		if w.proto == policyapi.ProtoTCP {
 			if len(w.l4) < 20 {
 				return w, errors.New("short TCP header")
 			}
@@ -135,9 +135,9 @@ func (w wire) pseudoSum(proto uint8) uint32 {
 // csumAt is the offset of the checksum in w's L4 header, -1 for none.
 func csumAt(proto uint8) int {
 	switch proto {
-	case policy.ProtoTCP:
+	case policyapi.ProtoTCP:
 		return 16
-	case policy.ProtoUDP:
+	case policyapi.ProtoUDP:
 		return 6
 	case protoICMP, protoICMPv6:
 		return 2
@@ -164,7 +164,7 @@ func withChecksums(raw []byte) []byte {
 		clear(w.ip[10:12])
 		binary.BigEndian.PutUint16(w.ip[10:], fold(sum16(0, w.ip)))
 	}
-	if w.proto == policy.ProtoSCTP {
+	if w.proto == policyapi.ProtoSCTP {
 		binary.LittleEndian.PutUint32(w.l4[8:], sctpCRC(w.l4))
 		return raw
 	}
@@ -178,7 +178,7 @@ func withChecksums(raw []byte) []byte {
 		sum = w.pseudoSum(w.proto)
 	}
 	c := fold(sum16(sum, w.l4))
-	if c == 0 && w.proto == policy.ProtoUDP {
+	if c == 0 && w.proto == policyapi.ProtoUDP {
 		c = 0xffff
 	}
 	binary.BigEndian.PutUint16(w.l4[at:], c)
@@ -192,7 +192,7 @@ func (w wire) checkChecksums() error {
 	if w.src.Is4() && fold(sum16(0, w.ip)) != 0 {
 		errs = append(errs, fmt.Errorf("IPv4 header checksum %#04x is wrong", binary.BigEndian.Uint16(w.ip[10:])))
 	}
-	if w.proto == policy.ProtoSCTP {
+	if w.proto == policyapi.ProtoSCTP {
 		if got, want := binary.LittleEndian.Uint32(w.l4[8:]), sctpCRC(w.l4); got != want {
 			errs = append(errs, fmt.Errorf("SCTP CRC32c %#08x, want %#08x", got, want))
 		}
@@ -202,7 +202,7 @@ func (w wire) checkChecksums() error {
 	if at < 0 {
 		return errors.Join(errs...)
 	}
-	if w.proto == policy.ProtoUDP && w.src.Is4() && binary.BigEndian.Uint16(w.l4[at:]) == 0 {
+	if w.proto == policyapi.ProtoUDP && w.src.Is4() && binary.BigEndian.Uint16(w.l4[at:]) == 0 {
 		return errors.Join(errs...)
 	}
 	var sum uint32
@@ -216,7 +216,7 @@ func (w wire) checkChecksums() error {
 }
 
 func protoName(p uint8) string {
-	return map[uint8]string{policy.ProtoTCP: "TCP", policy.ProtoUDP: "UDP", policy.ProtoSCTP: "SCTP", protoICMP: "ICMP", protoICMPv6: "ICMPv6"}[p]
+	return map[uint8]string{policyapi.ProtoTCP: "TCP", policyapi.ProtoUDP: "UDP", policyapi.ProtoSCTP: "SCTP", protoICMP: "ICMP", protoICMPv6: "ICMPv6"}[p]
 }
 
 // csumFrame is frame(p) with every checksum right.
@@ -239,9 +239,9 @@ func runOut(tb testing.TB, prog *ebpf.Program, raw []byte) (uint32, []byte) {
 // against frames whose checksums are known.
 func TestChecksumHelpers(t *testing.T) {
 	for _, p := range []packet{
-		{src: "10.0.0.1", dst: "10.0.0.2", proto: policy.ProtoTCP, sport: 1234, dport: 80, payload: []byte("abc")},
-		{src: "fd00::1", dst: "fd00::2", proto: policy.ProtoUDP, sport: 1234, dport: 53, payload: []byte("hello")},
-		{src: "10.0.0.1", dst: "10.0.0.2", proto: policy.ProtoSCTP, sport: 1, dport: 9000},
+		{src: "10.0.0.1", dst: "10.0.0.2", proto: policyapi.ProtoTCP, sport: 1234, dport: 80, payload: []byte("abc")},
+		{src: "fd00::1", dst: "fd00::2", proto: policyapi.ProtoUDP, sport: 1234, dport: 53, payload: []byte("hello")},
+		{src: "10.0.0.1", dst: "10.0.0.2", proto: policyapi.ProtoSCTP, sport: 1, dport: 9000},
 		{src: "fd00::1", dst: "fd00::2", proto: protoICMPv6, sport: 7},
 	} {
 		raw := csumFrame(p)

@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/persist"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -466,7 +466,7 @@ func TestAddPinnedAddresses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, t.TempDir(), Config{}, "10.244.0.0/24", "fd00:10:244::/120")
 			txn := f.svc.store.WriteTxn()
-			pod := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "ns", Name: "c001", Annotations: map[string]string{PinnedIPAnnotation: tc.pin}}}
+			pod := &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "ns", Name: "c001", Annotations: map[string]string{PinnedIPAnnotation: tc.pin}}}
 			if err := store.UpsertPod(txn, pod); err != nil {
 				txn.Abort()
 				t.Fatal(err)
@@ -519,13 +519,13 @@ func TestAddPinRequiresNamespaceOptIn(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, t.TempDir(), Config{PinOptIn: tc.optIn}, "10.244.0.0/24")
 			txn := f.svc.store.WriteTxn()
-			pod := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "ns", Name: "c001"}}
+			pod := &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "ns", Name: "c001"}}
 			if tc.pin != "" {
 				pod.Annotations = map[string]string{PinnedIPAnnotation: tc.pin}
 			}
 			err := store.UpsertPod(txn, pod)
 			if err == nil && tc.labels != nil {
-				err = store.UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: "ns", Labels: tc.labels}})
+				err = store.UpsertNamespace(txn, &policyapi.Namespace{ObjectMeta: policyapi.ObjectMeta{Name: "ns", Labels: tc.labels}})
 			}
 			if err != nil {
 				txn.Abort()

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // ManagedByLabel and ManagedBy mark the slices this controller writes, as
@@ -21,7 +21,7 @@ const (
 // Pod is a pod as the controller sees it: its object and the addresses it
 // has now.
 type Pod struct {
-	Object *policy.Pod
+	Object *policyapi.Pod
 	Addrs  []netip.Addr
 }
 
@@ -29,11 +29,11 @@ type Pod struct {
 // documentation), sorted by name; nil when svc has none. Slices are named
 // after the Service, the family and a hash of their ports, so the same
 // endpoints give the same slices.
-func Slices(svc *policy.Service, pods []Pod) []*policy.EndpointSlice {
-	if svc.Spec.Type == policy.ServiceTypeExternalName || len(svc.Spec.Selector) == 0 {
+func Slices(svc *policyapi.Service, pods []Pod) []*policyapi.EndpointSlice {
+	if svc.Spec.Type == policyapi.ServiceTypeExternalName || len(svc.Spec.Selector) == 0 {
 		return nil
 	}
-	var families []policy.AddressType
+	var families []policyapi.AddressType
 	for _, ip := range clusterIPs(svc) {
 		if a, err := netip.ParseAddr(ip); err == nil {
 			families = append(families, family(a))
@@ -44,14 +44,14 @@ func Slices(svc *policy.Service, pods []Pod) []*policy.EndpointSlice {
 	}
 	// Endpoints by family and by the ports they resolve to.
 	type group struct {
-		ports []policy.EndpointSlicePort
+		ports []policyapi.EndpointSlicePort
 		addrs []netip.Addr
 	}
-	groups := map[policy.AddressType]map[string]*group{}
+	groups := map[policyapi.AddressType]map[string]*group{}
 	for _, p := range pods {
 		pod := p.Object
 		if objNamespace(pod.Namespace) != objNamespace(svc.Namespace) || !selects(svc.Spec.Selector, pod.Labels) ||
-			pod.Status.Phase == policy.PodSucceeded || pod.Status.Phase == policy.PodFailed {
+			pod.Status.Phase == policyapi.PodSucceeded || pod.Status.Phase == policyapi.PodFailed {
 			continue
 		}
 		ports := endpointPorts(svc, pod)
@@ -72,32 +72,32 @@ func Slices(svc *policy.Service, pods []Pod) []*policy.EndpointSlice {
 			g.addrs = append(g.addrs, p.Addrs[i].Unmap())
 		}
 	}
-	var out []*policy.EndpointSlice
+	var out []*policyapi.EndpointSlice
 	for fam, bySig := range groups {
 		for sig, g := range bySig {
 			slices.SortFunc(g.addrs, netip.Addr.Compare)
 			g.addrs = slices.Compact(g.addrs)
-			s := &policy.EndpointSlice{
-				TypeMeta: policy.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-				ObjectMeta: policy.ObjectMeta{
+			s := &policyapi.EndpointSlice{
+				TypeMeta: policyapi.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+				ObjectMeta: policyapi.ObjectMeta{
 					Namespace: svc.Namespace,
 					Name:      sliceName(svc.Name, fam, sig),
-					Labels:    map[string]string{policy.ServiceNameLabel: svc.Name, ManagedByLabel: ManagedBy},
+					Labels:    map[string]string{policyapi.ServiceNameLabel: svc.Name, ManagedByLabel: ManagedBy},
 				},
 				AddressType: fam,
 				Ports:       g.ports,
 			}
 			for _, a := range g.addrs {
 				yes, no := true, false
-				s.Endpoints = append(s.Endpoints, policy.SliceEndpoint{
+				s.Endpoints = append(s.Endpoints, policyapi.SliceEndpoint{
 					Addresses:  []string{a.String()},
-					Conditions: policy.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
+					Conditions: policyapi.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
 				})
 			}
 			out = append(out, s)
 		}
 	}
-	slices.SortFunc(out, func(a, b *policy.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *policyapi.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -105,10 +105,10 @@ func Slices(svc *policy.Service, pods []Pod) []*policy.EndpointSlice {
 // the targetPort's number, or the number of the pod's container port of
 // that name and the port's protocol. A port that does not resolve is left
 // out, as Kubernetes' controller leaves it.
-func endpointPorts(svc *policy.Service, pod *policy.Pod) []policy.EndpointSlicePort {
-	out := []policy.EndpointSlicePort{}
+func endpointPorts(svc *policyapi.Service, pod *policyapi.Pod) []policyapi.EndpointSlicePort {
+	out := []policyapi.EndpointSlicePort{}
 	for _, sp := range svc.Spec.Ports {
-		proto := cmp.Or(sp.Protocol, policy.TCP)
+		proto := cmp.Or(sp.Protocol, policyapi.TCP)
 		port := sp.Port
 		switch tp := sp.TargetPort; {
 		case tp == nil || (!tp.IsString && tp.IntVal == 0):
@@ -121,17 +121,17 @@ func endpointPorts(svc *policy.Service, pod *policy.Pod) []policy.EndpointSliceP
 			continue
 		}
 		name := sp.Name
-		out = append(out, policy.EndpointSlicePort{Name: &name, Protocol: &proto, Port: &port})
+		out = append(out, policyapi.EndpointSlicePort{Name: &name, Protocol: &proto, Port: &port})
 	}
 	return out
 }
 
 // namedPort returns the number of pod's container port name of protocol
 // proto, 0 when it declares none.
-func namedPort(pod *policy.Pod, name string, proto policy.Protocol) int32 {
+func namedPort(pod *policyapi.Pod, name string, proto policyapi.Protocol) int32 {
 	for _, c := range pod.Spec.Containers {
 		for _, cp := range c.Ports {
-			if cp.Name == name && cmp.Or(cp.Protocol, policy.TCP) == proto {
+			if cp.Name == name && cmp.Or(cp.Protocol, policyapi.TCP) == proto {
 				return cp.ContainerPort
 			}
 		}
@@ -140,7 +140,7 @@ func namedPort(pod *policy.Pod, name string, proto policy.Protocol) int32 {
 }
 
 // signature is a key equal for equal port lists.
-func signature(ports []policy.EndpointSlicePort) string {
+func signature(ports []policyapi.EndpointSlicePort) string {
 	var b strings.Builder
 	for _, p := range ports {
 		fmt.Fprintf(&b, "%s/%s/%d,", *p.Name, *p.Protocol, *p.Port)
@@ -149,13 +149,13 @@ func signature(ports []policy.EndpointSlicePort) string {
 }
 
 // sliceName names a slice after its Service, family and ports.
-func sliceName(svc string, fam policy.AddressType, sig string) string {
+func sliceName(svc string, fam policyapi.AddressType, sig string) string {
 	h := fnv.New32a()
 	h.Write([]byte(sig))
 	return fmt.Sprintf("%s-%s-%08x", svc, strings.ToLower(string(fam)), h.Sum32())
 }
 
-func clusterIPs(svc *policy.Service) []string {
+func clusterIPs(svc *policyapi.Service) []string {
 	if len(svc.Spec.ClusterIPs) > 0 {
 		return svc.Spec.ClusterIPs
 	}
@@ -165,11 +165,11 @@ func clusterIPs(svc *policy.Service) []string {
 	return nil
 }
 
-func family(a netip.Addr) policy.AddressType {
+func family(a netip.Addr) policyapi.AddressType {
 	if a.Unmap().Is4() {
-		return policy.AddressTypeIPv4
+		return policyapi.AddressTypeIPv4
 	}
-	return policy.AddressTypeIPv6
+	return policyapi.AddressTypeIPv6
 }
 
 // selects reports whether a Service's selector (every key with its value)

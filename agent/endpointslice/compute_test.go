@@ -8,35 +8,36 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
-func svc(ns string, clusterIPs []string, selector map[string]string, ports ...policy.ServicePort) *policy.Service {
-	s := &policy.Service{ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: policy.ServiceSpec{ClusterIPs: clusterIPs, Selector: selector, Ports: ports}}
+func svc(ns string, clusterIPs []string, selector map[string]string, ports ...policyapi.ServicePort) *policyapi.Service {
+	s := &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: policyapi.ServiceSpec{ClusterIPs: clusterIPs, Selector: selector, Ports: ports}}
 	if len(clusterIPs) > 0 {
 		s.Spec.ClusterIP = clusterIPs[0]
 	}
 	return s
 }
 
-func port(name string, proto policy.Protocol, p int32, target *policy.IntOrString) policy.ServicePort {
-	return policy.ServicePort{Name: name, Protocol: proto, Port: p, TargetPort: target}
+func port(name string, proto policyapi.Protocol, p int32, target *policyapi.IntOrString) policyapi.ServicePort {
+	return policyapi.ServicePort{Name: name, Protocol: proto, Port: p, TargetPort: target}
 }
 
 // pod is pod ns/name with labels app=app, container ports "name:port/proto"
 // and addresses.
 func pod(ns, name, app string, ports []string, addrs ...string) Pod {
-	p := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}}}
-	var cps []policy.ContainerPort
+	p := &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": app}}}
+	var cps []policyapi.ContainerPort
 	for _, s := range ports {
 		name, rest, _ := strings.Cut(s, ":")
 		num, proto, _ := strings.Cut(rest, "/")
-		cp := policy.ContainerPort{Name: name, Protocol: policy.Protocol(proto)}
+		cp := policyapi.ContainerPort{Name: name, Protocol: policyapi.Protocol(proto)}
 		fmt.Sscan(num, &cp.ContainerPort)
 		cps = append(cps, cp)
 	}
 	if len(cps) > 0 {
-		p.Spec.Containers = []policy.Container{{Name: "c", Ports: cps}}
+		p.Spec.Containers = []policyapi.Container{{Name: "c", Ports: cps}}
 	}
 	out := Pod{Object: p}
 	for _, a := range addrs {
@@ -47,11 +48,11 @@ func pod(ns, name, app string, ports []string, addrs ...string) Pod {
 
 // render describes slices as "family [ports] addrs" lines, sorted, each
 // endpoint checked to be ready, serving and not terminating.
-func render(t *testing.T, sl []*policy.EndpointSlice) []string {
+func render(t *testing.T, sl []*policyapi.EndpointSlice) []string {
 	t.Helper()
 	var out []string
 	for _, s := range sl {
-		if s.Labels[policy.ServiceNameLabel] != "web" || s.Labels[ManagedByLabel] != ManagedBy || !strings.HasPrefix(s.Name, "web-") {
+		if s.Labels[policyapi.ServiceNameLabel] != "web" || s.Labels[ManagedByLabel] != ManagedBy || !strings.HasPrefix(s.Name, "web-") {
 			t.Errorf("slice %s/%s labels %v", s.Namespace, s.Name, s.Labels)
 		}
 		var ports []string
@@ -75,10 +76,10 @@ func render(t *testing.T, sl []*policy.EndpointSlice) []string {
 func TestSlices(t *testing.T) {
 	web := map[string]string{"app": "web"}
 	v4, dual := []string{"10.96.0.10"}, []string{"10.96.0.10", "fd00:96::10"}
-	http := port("", "", 80, policy.FromInt(8080))
+	http := port("", "", 80, policyapi.FromInt(8080))
 	tests := []struct {
 		name string
-		svc  *policy.Service
+		svc  *policyapi.Service
 		pods []Pod
 		want []string
 	}{
@@ -104,7 +105,7 @@ func TestSlices(t *testing.T) {
 			svc:  svc("prod", v4, web, http),
 			pods: func() []Pod {
 				done, failed := pod("prod", "a", "web", nil, "10.244.0.2"), pod("prod", "b", "web", nil, "10.244.0.3")
-				done.Object.Status.Phase, failed.Object.Status.Phase = policy.PodSucceeded, policy.PodFailed
+				done.Object.Status.Phase, failed.Object.Status.Phase = policyapi.PodSucceeded, policyapi.PodFailed
 				return []Pod{done, failed, pod("prod", "c", "web", nil, "10.244.0.4")}
 			}(),
 			want: []string{"IPv4 [:8080/TCP] [10.244.0.4]"},
@@ -128,8 +129,8 @@ func TestSlices(t *testing.T) {
 		{
 			name: "named target ports resolve per pod; pods resolving alike share a slice",
 			svc: svc("prod", v4, web,
-				port("http", policy.TCP, 80, policy.FromString("web")),
-				port("dns", policy.UDP, 53, policy.FromString("dns")),
+				port("http", policyapi.TCP, 80, policyapi.FromString("web")),
+				port("dns", policyapi.UDP, 53, policyapi.FromString("dns")),
 				port("metrics", "", 9090, nil)),
 			pods: []Pod{
 				pod("prod", "a", "web", []string{"web:8080/TCP", "dns:5353/UDP"}, "10.244.0.2"),
@@ -152,9 +153,9 @@ func TestSlices(t *testing.T) {
 		},
 		{
 			name: "no slices: ExternalName",
-			svc: func() *policy.Service {
+			svc: func() *policyapi.Service {
 				s := svc("prod", nil, web, http)
-				s.Spec.Type = policy.ServiceTypeExternalName
+				s.Spec.Type = policyapi.ServiceTypeExternalName
 				return s
 			}(),
 			pods: []Pod{pod("prod", "a", "web", nil, "10.244.0.2")},
@@ -185,13 +186,13 @@ func TestSlices(t *testing.T) {
 // the Service's frontends get the endpoints with the resolved ports.
 func TestSlicesCompile(t *testing.T) {
 	s := svc("prod", []string{"10.96.0.10", "fd00:96::10"}, map[string]string{"app": "web"},
-		port("http", policy.TCP, 80, policy.FromString("web")), port("dns", policy.UDP, 53, policy.FromInt(5353)))
+		port("http", policyapi.TCP, 80, policyapi.FromString("web")), port("dns", policyapi.UDP, 53, policyapi.FromInt(5353)))
 	pods := []Pod{
 		pod("prod", "a", "web", []string{"web:8080/TCP"}, "10.244.0.2", "fd00:244::2"),
 		pod("prod", "b", "web", []string{"web:9000/TCP"}, "10.244.0.3"),
 		pod("prod", "c", "web", nil, "10.244.0.4"),
 	}
-	d, err := policy.Compile(&policy.Snapshot{Services: []*policy.Service{s}, EndpointSlices: Slices(s, pods)})
+	d, err := policy.Compile(&policy.Snapshot{Services: []*policyapi.Service{s}, EndpointSlices: Slices(s, pods)})
 	if err != nil {
 		t.Fatal(err)
 	}

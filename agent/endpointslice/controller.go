@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/go-memdb"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/watchdog"
 )
@@ -28,7 +28,7 @@ func SyncTxn(txn *store.Txn) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	var all []*policy.EndpointSlice
+	var all []*policyapi.EndpointSlice
 	for _, svc := range svcs {
 		all = append(all, Slices(svc, pods)...)
 	}
@@ -69,10 +69,10 @@ func podsWithAddrs(txn *store.Txn) ([]Pod, error) {
 }
 
 // statusAddrs returns the addresses of a pod's status that parse.
-func statusAddrs(p *policy.Pod) []netip.Addr {
+func statusAddrs(p *policyapi.Pod) []netip.Addr {
 	ips := p.Status.PodIPs
 	if len(ips) == 0 && p.Status.PodIP != "" {
-		ips = []policy.PodIP{{IP: p.Status.PodIP}}
+		ips = []policyapi.PodIP{{IP: p.Status.PodIP}}
 	}
 	var out []netip.Addr
 	for _, ip := range ips {

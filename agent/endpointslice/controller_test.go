@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -25,14 +26,14 @@ func TestControllerFollowsTheStore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	web := func(labels map[string]string) *policy.Pod {
-		return &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "web-1", Labels: labels},
-			Spec: policy.PodSpec{Containers: []policy.Container{{Name: "c", Ports: []policy.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: policy.TCP}}}}}}
+	web := func(labels map[string]string) *policyapi.Pod {
+		return &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "web-1", Labels: labels},
+			Spec: policyapi.PodSpec{Containers: []policyapi.Container{{Name: "c", Ports: []policyapi.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: policyapi.TCP}}}}}}
 	}
-	service := func(target string) *policy.Service {
-		return &policy.Service{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "web"}, Spec: policy.ServiceSpec{
+	service := func(target string) *policyapi.Service {
+		return &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "web"}, Spec: policyapi.ServiceSpec{
 			ClusterIP: "10.96.0.10", Selector: map[string]string{"app": "web"},
-			Ports: []policy.ServicePort{{Port: 80, Protocol: policy.TCP, TargetPort: policy.FromString(target)}}}}
+			Ports: []policyapi.ServicePort{{Port: 80, Protocol: policyapi.TCP, TargetPort: policyapi.FromString(target)}}}}
 	}
 	att := store.Attachment{ContainerID: "c1", IfName: "eth0"}
 	write(func(txn *store.Txn) error {
@@ -108,10 +109,10 @@ func TestSyncTxnInTheManifestsTransaction(t *testing.T) {
 	}
 	txn := st.WriteTxn()
 	objs := store.Objects{
-		Pods: []*policy.Pod{{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "remote", Labels: map[string]string{"app": "web"}},
-			Status: policy.PodStatus{PodIPs: []policy.PodIP{{IP: "10.244.1.5"}}}}},
-		Services: []*policy.Service{{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "web"},
-			Spec: policy.ServiceSpec{ClusterIP: "10.96.0.10", Selector: map[string]string{"app": "web"}, Ports: []policy.ServicePort{{Port: 80}}}}},
+		Pods: []*policyapi.Pod{{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "remote", Labels: map[string]string{"app": "web"}},
+			Status: policyapi.PodStatus{PodIPs: []policyapi.PodIP{{IP: "10.244.1.5"}}}}},
+		Services: []*policyapi.Service{{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "web"},
+			Spec: policyapi.ServiceSpec{ClusterIP: "10.96.0.10", Selector: map[string]string{"app": "web"}, Ports: []policyapi.ServicePort{{Port: 80}}}}},
 	}
 	if _, err := store.ReplaceObjects(txn, objs); err != nil {
 		t.Fatal(err)

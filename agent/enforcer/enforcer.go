@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/backoff"
 	"lockstep.dev/lockstep/internal/watchdog"
@@ -419,7 +420,7 @@ func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
 // itself feeds an incremental compiler the same objects (see feeder);
 // [policy.Compile] of a Snapshot is the reference its result must equal.
 func Snapshot(txn *store.Txn) (*policy.Snapshot, error) {
-	snap := &policy.Snapshot{Namespaces: map[string]*policy.Namespace{}, Identities: map[string]policy.Peer{}, Limits: policy.DefaultLimits}
+	snap := &policy.Snapshot{Namespaces: map[string]*policyapi.Namespace{}, Identities: map[string]policyapi.Peer{}, Limits: policy.DefaultLimits}
 	nss, err := store.Namespaces(txn, nil)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -20,17 +21,17 @@ import (
 // Now the apply succeeds, an unrelated pod's ADD is enforced, the pods
 // the policy selects fail closed and Failures says why.
 func TestOnePolicyCannotStopTheNode(t *testing.T) {
-	var manyPorts []policy.NetworkPolicyPort
+	var manyPorts []policyapi.NetworkPolicyPort
 	for i := range int32(policy.MaxPortRanges + 1) {
-		manyPorts = append(manyPorts, policy.NetworkPolicyPort{Port: policy.FromInt(1000 + 2*i)})
+		manyPorts = append(manyPorts, policyapi.NetworkPolicyPort{Port: policyapi.FromInt(1000 + 2*i)})
 	}
-	huge := &policy.IPBlock{CIDR: "10.0.0.0/8"}
+	huge := &policyapi.IPBlock{CIDR: "10.0.0.0/8"}
 	for i := range 20000 {
 		huge.Except = append(huge.Except, fmt.Sprintf("10.%d.%d.0/24", i/256, i%256))
 	}
 	for _, tc := range []struct {
 		name string
-		bad  *policy.NetworkPolicy
+		bad  *policyapi.NetworkPolicy
 		// failedPolicy is the policy reported failed ("" none); aFails,
 		// whether team/a's ingress fails closed.
 		failedPolicy string
@@ -44,32 +45,32 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 	}{
 		{
 			name: "more port ranges than a rule holds",
-			bad: &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "ports"},
-				Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{Ports: manyPorts}}}},
+			bad: &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "ports"},
+				Spec: policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: manyPorts}}}},
 			aFails: true,
 			roomy:  true,
 		},
 		{
 			name: "more port ranges than a namespace's rule budget",
-			bad: &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "ports"},
-				Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{Ports: manyPorts}}}},
+			bad: &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "ports"},
+				Spec: policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: manyPorts}}}},
 			failedPolicy: "team/ports",
 			aFails:       true,
 			local:        true,
 		},
 		{
 			name: "a cidr netip rejects",
-			bad: &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "cidr"},
-				Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{IPBlock: &policy.IPBlock{CIDR: "10.0.0.0/8 "}}}}}}},
+			bad: &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "cidr"},
+				Spec: policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{CIDR: "10.0.0.0/8 "}}}}}}},
 			failedPolicy: "team/cidr",
 			aFails:       true,
 			local:        true,
 		},
 		{
 			name: "tens of thousands of excepts, selecting no pod",
-			bad: &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "excepts"},
-				Spec: policy.NetworkPolicySpec{PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "nobody"}},
-					Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{IPBlock: huge}}}}}},
+			bad: &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "excepts"},
+				Spec: policyapi.NetworkPolicySpec{PodSelector: policyapi.LabelSelector{MatchLabels: map[string]string{"app": "nobody"}},
+					Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{IPBlock: huge}}}}}},
 			failedPolicy: "team/excepts", // over its namespace's budget; it selects no pod here
 		},
 	} {
@@ -92,7 +93,7 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 				}); err != nil {
 					return err
 				}
-				return store.UpsertPod(txn, &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name}}})
+				return store.UpsertPod(txn, &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": name}}})
 			}
 			write(func(txn *store.Txn) error {
 				if err := addPod(txn, "team", "a", "lsa", netip.MustParseAddr("10.244.0.2")); err != nil {
@@ -101,8 +102,8 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 				if err := addPod(txn, "other", "b", "lsb", netip.MustParseAddr("10.244.0.3")); err != nil {
 					return err
 				}
-				return store.UpsertPolicy(txn, &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "other", Name: "b"},
-					Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{Ports: []policy.NetworkPolicyPort{{Port: policy.FromInt(443)}}}}}})
+				return store.UpsertPolicy(txn, &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: "other", Name: "b"},
+					Spec: policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: []policyapi.NetworkPolicyPort{{Port: policyapi.FromInt(443)}}}}}})
 			})
 			dp := &historyDataplane{}
 			e := New(st, dp, nil)
@@ -141,7 +142,7 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 				t.Errorf("CIDRs: %d entries, %d before the bad policy", len(after.CIDRs), len(before.CIDRs))
 			}
 			a := after.Endpoints["lsa"]
-			if tc.aFails != (a.Failed[policy.Ingress] != "") || (tc.aFails && (!a.IngressIsolated || len(a.Rules) != 0)) {
+			if tc.aFails != (a.Failed[policyapi.Ingress] != "") || (tc.aFails && (!a.IngressIsolated || len(a.Rules) != 0)) {
 				t.Errorf("lsa: %+v; want failed closed %v", a, tc.aFails)
 			}
 			f := e.Failures()
@@ -158,7 +159,7 @@ func TestOnePolicyCannotStopTheNode(t *testing.T) {
 			if len(heard) == 0 || !reflect.DeepEqual(heard[len(heard)-1], f) {
 				t.Errorf("OnFailures heard %+v, want the last to be %+v", heard, f)
 			}
-			if tc.aFails && (len(f.Endpoints) != 1 || f.Endpoints[0].HostIf != "lsa" || !strings.Contains(f.Endpoints[0].Reasons[policy.Ingress], "team/")) {
+			if tc.aFails && (len(f.Endpoints) != 1 || f.Endpoints[0].HostIf != "lsa" || !strings.Contains(f.Endpoints[0].Reasons[policyapi.Ingress], "team/")) {
 				t.Errorf("failures %+v: want endpoint lsa, ingress, naming a policy of team", f)
 			}
 

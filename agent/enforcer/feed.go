@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -76,7 +77,7 @@ func (f *feeder) feedChange(c store.Change) {
 	deleted := c.After == nil
 	switch c.Table {
 	case store.TableNamespaces:
-		ns := obj.(*policy.Namespace)
+		ns := obj.(*policyapi.Namespace)
 		if deleted {
 			f.comp.DeleteNamespace(ns.Name)
 		} else {
@@ -90,7 +91,7 @@ func (f *feeder) feedChange(c store.Change) {
 			f.setPod(p)
 		}
 	case store.TablePolicies:
-		np := obj.(*policy.NetworkPolicy)
+		np := obj.(*policyapi.NetworkPolicy)
 		if deleted {
 			f.comp.DeletePolicy(np.Namespace, np.Name)
 		} else {
@@ -123,7 +124,7 @@ func (f *feeder) feedChange(c store.Change) {
 }
 
 // setPod hands the compiler p, with its CNI addresses if it is local.
-func (f *feeder) setPod(p *policy.Pod) {
+func (f *feeder) setPod(p *policyapi.Pod) {
 	if addrs, ok := f.localAddrs[podRef{p.Namespace, p.Name}]; ok {
 		p = withAddrs(p, addrs)
 	}
@@ -253,12 +254,12 @@ func localEndpoints(txn *store.Txn) ([]policy.LocalEndpoint, map[podRef][]netip.
 
 // withAddrs returns a copy of p whose status lists addrs, the addresses CNI
 // gave the local pod; the stored object is left alone.
-func withAddrs(p *policy.Pod, addrs []netip.Addr) *policy.Pod {
+func withAddrs(p *policyapi.Pod, addrs []netip.Addr) *policyapi.Pod {
 	c := *p
 	c.Status.PodIP = ""
-	c.Status.PodIPs = make([]policy.PodIP, len(addrs))
+	c.Status.PodIPs = make([]policyapi.PodIP, len(addrs))
 	for i, a := range addrs {
-		c.Status.PodIPs[i] = policy.PodIP{IP: a.String()}
+		c.Status.PodIPs[i] = policyapi.PodIP{IP: a.String()}
 	}
 	if len(addrs) > 0 {
 		c.Status.PodIP = addrs[0].String()

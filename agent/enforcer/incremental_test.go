@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -47,79 +48,79 @@ func (w *storeWorld) addr() netip.Addr {
 	return netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + w.rng.IntN(12))})
 }
 
-func (w *storeWorld) pod() *policy.Pod {
-	p := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: w.pick("a", "b", "c"), Name: w.pick("p0", "p1", "p2", "p3", "p4"), Labels: w.labels("app", "tier")}}
+func (w *storeWorld) pod() *policyapi.Pod {
+	p := &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: w.pick("a", "b", "c"), Name: w.pick("p0", "p1", "p2", "p3", "p4"), Labels: w.labels("app", "tier")}}
 	if w.rng.IntN(2) == 0 {
-		p.Spec.Containers = []policy.Container{{Name: "c", Ports: []policy.ContainerPort{{Name: w.pick("http", "dns"), ContainerPort: int32(80 + w.rng.IntN(3))}}}}
+		p.Spec.Containers = []policyapi.Container{{Name: "c", Ports: []policyapi.ContainerPort{{Name: w.pick("http", "dns"), ContainerPort: int32(80 + w.rng.IntN(3))}}}}
 	}
 	for range w.rng.IntN(3) {
-		p.Status.PodIPs = append(p.Status.PodIPs, policy.PodIP{IP: w.addr().String()})
+		p.Status.PodIPs = append(p.Status.PodIPs, policyapi.PodIP{IP: w.addr().String()})
 	}
 	if w.rng.IntN(10) == 0 {
-		p.Status.Phase = policy.PodSucceeded
+		p.Status.Phase = policyapi.PodSucceeded
 	}
 	return p
 }
 
-func (w *storeWorld) selector() *policy.LabelSelector {
+func (w *storeWorld) selector() *policyapi.LabelSelector {
 	if w.rng.IntN(3) == 0 {
-		return &policy.LabelSelector{}
+		return &policyapi.LabelSelector{}
 	}
-	return &policy.LabelSelector{MatchLabels: w.labels("app", "tier")}
+	return &policyapi.LabelSelector{MatchLabels: w.labels("app", "tier")}
 }
 
-func (w *storeWorld) policy() *policy.NetworkPolicy {
-	np := &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: w.pick("a", "b", "c"), Name: w.pick("n0", "n1", "n2")}}
+func (w *storeWorld) policy() *policyapi.NetworkPolicy {
+	np := &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: w.pick("a", "b", "c"), Name: w.pick("n0", "n1", "n2")}}
 	np.Spec.PodSelector = *w.selector()
-	peer := func() policy.NetworkPolicyPeer {
+	peer := func() policyapi.NetworkPolicyPeer {
 		switch w.rng.IntN(3) {
 		case 0:
-			return policy.NetworkPolicyPeer{PodSelector: w.selector()}
+			return policyapi.NetworkPolicyPeer{PodSelector: w.selector()}
 		case 1:
-			return policy.NetworkPolicyPeer{NamespaceSelector: &policy.LabelSelector{MatchLabels: w.labels("team")}, PodSelector: w.selector()}
+			return policyapi.NetworkPolicyPeer{NamespaceSelector: &policyapi.LabelSelector{MatchLabels: w.labels("team")}, PodSelector: w.selector()}
 		}
-		return policy.NetworkPolicyPeer{IPBlock: &policy.IPBlock{CIDR: w.pick("10.0.0.0/29", "10.0.0.0/24", "0.0.0.0/0")}}
+		return policyapi.NetworkPolicyPeer{IPBlock: &policyapi.IPBlock{CIDR: w.pick("10.0.0.0/29", "10.0.0.0/24", "0.0.0.0/0")}}
 	}
-	port := func() []policy.NetworkPolicyPort {
+	port := func() []policyapi.NetworkPolicyPort {
 		if w.rng.IntN(2) == 0 {
-			return []policy.NetworkPolicyPort{{Port: policy.FromString(w.pick("http", "dns"))}}
+			return []policyapi.NetworkPolicyPort{{Port: policyapi.FromString(w.pick("http", "dns"))}}
 		}
-		return []policy.NetworkPolicyPort{{Port: policy.FromInt(int32(80 + w.rng.IntN(3)))}}
+		return []policyapi.NetworkPolicyPort{{Port: policyapi.FromInt(int32(80 + w.rng.IntN(3)))}}
 	}
 	for range w.rng.IntN(3) {
-		np.Spec.Ingress = append(np.Spec.Ingress, policy.IngressRule{Ports: port(), From: []policy.NetworkPolicyPeer{peer()}})
+		np.Spec.Ingress = append(np.Spec.Ingress, policyapi.IngressRule{Ports: port(), From: []policyapi.NetworkPolicyPeer{peer()}})
 	}
 	for range w.rng.IntN(3) {
-		np.Spec.Egress = append(np.Spec.Egress, policy.EgressRule{Ports: port(), To: []policy.NetworkPolicyPeer{peer()}})
+		np.Spec.Egress = append(np.Spec.Egress, policyapi.EgressRule{Ports: port(), To: []policyapi.NetworkPolicyPeer{peer()}})
 	}
 	return np
 }
 
-func (w *storeWorld) service() *policy.Service {
-	svc := &policy.Service{ObjectMeta: policy.ObjectMeta{Namespace: w.pick("a", "b"), Name: w.pick("s0", "s1")}}
+func (w *storeWorld) service() *policyapi.Service {
+	svc := &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: w.pick("a", "b"), Name: w.pick("s0", "s1")}}
 	svc.Spec.ClusterIP = w.pick("10.96.0.1", "10.96.0.2")
-	svc.Spec.Ports = []policy.ServicePort{{Name: "http", Port: 80}, {Name: "dns", Port: 53, Protocol: policy.UDP}}
+	svc.Spec.Ports = []policyapi.ServicePort{{Name: "http", Port: 80}, {Name: "dns", Port: 53, Protocol: policyapi.UDP}}
 	if w.rng.IntN(3) == 0 {
-		svc.Spec.SessionAffinity = policy.ServiceAffinityClientIP
+		svc.Spec.SessionAffinity = policyapi.ServiceAffinityClientIP
 	}
 	return svc
 }
 
-func (w *storeWorld) slice() *policy.EndpointSlice {
+func (w *storeWorld) slice() *policyapi.EndpointSlice {
 	svc := w.pick("s0", "s1")
-	sl := &policy.EndpointSlice{
-		ObjectMeta:  policy.ObjectMeta{Namespace: w.pick("a", "b"), Name: svc + "-" + w.pick("0", "1"), Labels: map[string]string{policy.ServiceNameLabel: svc}},
-		AddressType: policy.AddressTypeIPv4,
+	sl := &policyapi.EndpointSlice{
+		ObjectMeta:  policyapi.ObjectMeta{Namespace: w.pick("a", "b"), Name: svc + "-" + w.pick("0", "1"), Labels: map[string]string{policyapi.ServiceNameLabel: svc}},
+		AddressType: policyapi.AddressTypeIPv4,
 	}
 	name, port := w.pick("http", "dns"), int32(8080+w.rng.IntN(2))
-	proto := policy.TCP
+	proto := policyapi.TCP
 	if name == "dns" {
-		proto = policy.UDP
+		proto = policyapi.UDP
 	}
-	sl.Ports = []policy.EndpointSlicePort{{Name: &name, Protocol: &proto, Port: &port}}
+	sl.Ports = []policyapi.EndpointSlicePort{{Name: &name, Protocol: &proto, Port: &port}}
 	for range w.rng.IntN(3) {
 		ready := w.rng.IntN(4) != 0
-		sl.Endpoints = append(sl.Endpoints, policy.SliceEndpoint{Addresses: []string{w.addr().String()}, Conditions: policy.EndpointConditions{Ready: &ready}})
+		sl.Endpoints = append(sl.Endpoints, policyapi.SliceEndpoint{Addresses: []string{w.addr().String()}, Conditions: policyapi.EndpointConditions{Ready: &ready}})
 	}
 	return sl
 }
@@ -128,7 +129,7 @@ func (w *storeWorld) slice() *policy.EndpointSlice {
 func (w *storeWorld) write(txn *store.Txn) error {
 	switch n := w.rng.IntN(100); {
 	case n < 8:
-		return store.UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: w.pick("a", "b", "c"), Labels: w.labels("team")}})
+		return store.UpsertNamespace(txn, &policyapi.Namespace{ObjectMeta: policyapi.ObjectMeta{Name: w.pick("a", "b", "c"), Labels: w.labels("team")}})
 	case n < 10:
 		return store.DeleteNamespace(txn, w.pick("a", "b", "c"))
 	case n < 40:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/test/seedtest"
 )
@@ -21,7 +22,7 @@ import (
 // update pods, then delete the sets nothing references any more.
 type setDataplane struct {
 	mu    sync.Mutex
-	sets  map[policy.Peer]bool
+	sets  map[policyapi.Peer]bool
 	rules map[string]map[policy.RuleKey]bool
 
 	inApply    atomic.Int32
@@ -31,7 +32,7 @@ type setDataplane struct {
 }
 
 func newSetDataplane() *setDataplane {
-	return &setDataplane{sets: map[policy.Peer]bool{}, rules: map[string]map[policy.RuleKey]bool{}}
+	return &setDataplane{sets: map[policyapi.Peer]bool{}, rules: map[string]map[policy.RuleKey]bool{}}
 }
 
 func (f *setDataplane) Attach(string) error { return nil }
@@ -43,11 +44,11 @@ func (f *setDataplane) Detach(hostIf string) error {
 }
 
 // referenced lists the sets d needs.
-func referenced(d *policy.Desired) map[policy.Peer]bool {
-	need := map[policy.Peer]bool{}
+func referenced(d *policy.Desired) map[policyapi.Peer]bool {
+	need := map[policyapi.Peer]bool{}
 	for _, ep := range d.Endpoints {
 		for k := range ep.Rules {
-			if k.Peer != policy.PeerAny && k.Peer != policy.PeerWorld {
+			if k.Peer != policyapi.PeerAny && k.Peer != policyapi.PeerWorld {
 				need[k.Peer] = true
 			}
 		}
@@ -76,7 +77,7 @@ func (f *setDataplane) Apply(d *policy.Desired) error {
 	for hostIf, ep := range d.Endpoints {
 		rules := map[policy.RuleKey]bool{}
 		for k := range ep.Rules {
-			if k.Peer != policy.PeerAny && k.Peer != policy.PeerWorld && !f.sets[k.Peer] {
+			if k.Peer != policyapi.PeerAny && k.Peer != policyapi.PeerWorld && !f.sets[k.Peer] {
 				return fmt.Errorf("update pod %s: selector set %d does not exist", hostIf, k.Peer)
 			}
 			rules[k] = true
@@ -89,7 +90,7 @@ func (f *setDataplane) Apply(d *policy.Desired) error {
 
 // deleteUnreferencedLocked deletes the sets outside keep, refusing (as HNS
 // does) to delete one a rule still references.
-func (f *setDataplane) deleteUnreferencedLocked(keep map[policy.Peer]bool) error {
+func (f *setDataplane) deleteUnreferencedLocked(keep map[policyapi.Peer]bool) error {
 	for s := range f.sets {
 		if keep[s] {
 			continue
@@ -240,10 +241,10 @@ func TestEnforcerChurnNeverFailsAnApply(t *testing.T) {
 		defer wg.Done()
 		for i := 0; i < rounds; i++ {
 			txn := st.WriteTxn()
-			np := &policy.NetworkPolicy{
-				ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: "churn"},
-				Spec: policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{
-					PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{fmt.Sprintf("l%d", i%5): "v"}},
+			np := &policyapi.NetworkPolicy{
+				ObjectMeta: policyapi.ObjectMeta{Namespace: "x", Name: "churn"},
+				Spec: policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{
+					PodSelector: &policyapi.LabelSelector{MatchLabels: map[string]string{fmt.Sprintf("l%d", i%5): "v"}},
 				}}}}},
 			}
 			var err error

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -49,8 +50,8 @@ func TestBackendAndPolicyInOneApply(t *testing.T) {
 		}
 	}
 	client := netip.MustParseAddr("10.244.0.5")
-	server := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "server", Labels: map[string]string{"app": "server"}},
-		Status: policy.PodStatus{PodIPs: []policy.PodIP{{IP: "10.244.1.7"}}}}
+	server := &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "server", Labels: map[string]string{"app": "server"}},
+		Status: policyapi.PodStatus{PodIPs: []policyapi.PodIP{{IP: "10.244.1.7"}}}}
 	write(func(txn *store.Txn) error {
 		if err := store.AttachEndpoint(txn, &store.Endpoint{
 			Attachment: store.Attachment{ContainerID: "c1", IfName: "eth0"}, HostIfName: "lsclient", State: store.EndpointReady,
@@ -59,14 +60,14 @@ func TestBackendAndPolicyInOneApply(t *testing.T) {
 		}); err != nil {
 			return err
 		}
-		if err := store.UpsertPod(txn, &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "client", Labels: map[string]string{"app": "client"}}}); err != nil {
+		if err := store.UpsertPod(txn, &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "client", Labels: map[string]string{"app": "client"}}}); err != nil {
 			return err
 		}
 		if err := store.UpsertPod(txn, server); err != nil {
 			return err
 		}
-		return store.UpsertService(txn, &policy.Service{ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "server"},
-			Spec: policy.ServiceSpec{ClusterIP: "10.96.0.20", Ports: []policy.ServicePort{{Port: 80, TargetPort: policy.FromInt(8080)}}}})
+		return store.UpsertService(txn, &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "server"},
+			Spec: policyapi.ServiceSpec{ClusterIP: "10.96.0.20", Ports: []policyapi.ServicePort{{Port: 80, TargetPort: policyapi.FromInt(8080)}}}})
 	})
 
 	dp := &historyDataplane{}
@@ -77,7 +78,7 @@ func TestBackendAndPolicyInOneApply(t *testing.T) {
 	go func() { defer close(done); e.Run(ctx, 0) }()
 	defer func() { cancel(); <-done }()
 
-	frontend := policy.ServiceFrontend{Addr: netip.MustParseAddr("10.96.0.20"), Port: 80, Proto: policy.ProtoTCP}
+	frontend := policy.ServiceFrontend{Addr: netip.MustParseAddr("10.96.0.20"), Port: 80, Proto: policyapi.ProtoTCP}
 	backend := policy.ServiceBackend{Addr: netip.MustParseAddr("10.244.1.7"), Port: 8080}
 	// What one applied state says: whether the client's egress is
 	// isolated with a rule to the server, and whether the frontend has
@@ -85,7 +86,7 @@ func TestBackendAndPolicyInOneApply(t *testing.T) {
 	look := func(d *policy.Desired) (policyNew, backendNew bool) {
 		if ep := d.Endpoints["lsclient"]; ep != nil && ep.EgressIsolated {
 			for k := range ep.Rules {
-				policyNew = policyNew || (k.Dir == policy.Egress && k.Peer >= policy.FirstPodIdentity)
+				policyNew = policyNew || (k.Dir == policyapi.Egress && k.Peer >= policyapi.FirstPodIdentity)
 			}
 		}
 		if ent := d.Services[frontend]; ent != nil {
@@ -108,24 +109,24 @@ func TestBackendAndPolicyInOneApply(t *testing.T) {
 	before := len(dp.states())
 
 	ready := true
-	name, proto, port := "", policy.TCP, int32(8080)
+	name, proto, port := "", policyapi.TCP, int32(8080)
 	write(func(txn *store.Txn) error {
-		if err := store.UpsertPolicy(txn, &policy.NetworkPolicy{
-			ObjectMeta: policy.ObjectMeta{Namespace: "prod", Name: "client-egress"},
-			Spec: policy.NetworkPolicySpec{
-				PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
-				PolicyTypes: []policy.PolicyType{policy.PolicyTypeEgress},
-				Egress: []policy.EgressRule{{To: []policy.NetworkPolicyPeer{{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"app": "server"}}}},
-					Ports: []policy.NetworkPolicyPort{{Port: policy.FromInt(8080)}}}},
+		if err := store.UpsertPolicy(txn, &policyapi.NetworkPolicy{
+			ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "client-egress"},
+			Spec: policyapi.NetworkPolicySpec{
+				PodSelector: policyapi.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
+				PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeEgress},
+				Egress: []policyapi.EgressRule{{To: []policyapi.NetworkPolicyPeer{{PodSelector: &policyapi.LabelSelector{MatchLabels: map[string]string{"app": "server"}}}},
+					Ports: []policyapi.NetworkPolicyPort{{Port: policyapi.FromInt(8080)}}}},
 			},
 		}); err != nil {
 			return err
 		}
-		return store.UpsertEndpointSlice(txn, &policy.EndpointSlice{
-			ObjectMeta:  policy.ObjectMeta{Namespace: "prod", Name: "server-abc", Labels: map[string]string{policy.ServiceNameLabel: "server"}},
-			AddressType: policy.AddressTypeIPv4,
-			Endpoints:   []policy.SliceEndpoint{{Addresses: []string{"10.244.1.7"}, Conditions: policy.EndpointConditions{Ready: &ready}}},
-			Ports:       []policy.EndpointSlicePort{{Name: &name, Protocol: &proto, Port: &port}},
+		return store.UpsertEndpointSlice(txn, &policyapi.EndpointSlice{
+			ObjectMeta:  policyapi.ObjectMeta{Namespace: "prod", Name: "server-abc", Labels: map[string]string{policyapi.ServiceNameLabel: "server"}},
+			AddressType: policyapi.AddressTypeIPv4,
+			Endpoints:   []policyapi.SliceEndpoint{{Addresses: []string{"10.244.1.7"}, Conditions: policyapi.EndpointConditions{Ready: &ready}}},
+			Ports:       []policyapi.EndpointSlicePort{{Name: &name, Protocol: &proto, Port: &port}},
 		})
 	})
 	waitFor("the policy and the backend", func(d *policy.Desired) bool { p, b := look(d); return p && b })

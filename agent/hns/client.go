@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Errors a Client reports. The real client wraps HNS's own errors in them
@@ -77,8 +78,8 @@ const (
 )
 
 // directionOf maps a policy direction to HNS's.
-func directionOf(d policy.Direction) Direction {
-	if d == policy.Ingress {
+func directionOf(d policyapi.Direction) Direction {
+	if d == policyapi.Ingress {
 		return In
 	}
 	return Out

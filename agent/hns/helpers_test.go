@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // reference is the verdict of d for a packet between local endpoint ep and
@@ -16,41 +17,41 @@ import (
 // end is a pod identity with its CIDR class (known address) or PeerWorld
 // with the class of its longest prefix, and the packet passes if a rule
 // for the identity, the class or PeerAny covers the protocol and port.
-func reference(d *policy.Desired, ep string, dir policy.Direction, remote netip.Addr, proto uint8, port uint16) bool {
+func reference(d *policy.Desired, ep string, dir policyapi.Direction, remote netip.Addr, proto uint8, port uint16) bool {
 	e := d.Endpoints[ep]
-	if e == nil || !(dir == policy.Ingress && e.IngressIsolated || dir == policy.Egress && e.EgressIsolated) {
+	if e == nil || !(dir == policyapi.Ingress && e.IngressIsolated || dir == policyapi.Egress && e.EgressIsolated) {
 		return true
 	}
 	key := proto
 	if !slices.Contains(portProtocols, proto) {
-		key = policy.ProtoOther
+		key = policyapi.ProtoOther
 	}
-	identity, class := policy.PeerWorld, lpmClass(d.CIDRs, remote)
+	identity, class := policyapi.PeerWorld, lpmClass(d.CIDRs, remote)
 	if a, ok := d.Addrs[remote]; ok {
 		identity, class = a.Identity, a.CIDRClass
 	}
-	allows := func(peer policy.Peer) bool {
+	allows := func(peer policyapi.Peer) bool {
 		ranges, ok := e.Rules[policy.RuleKey{Peer: peer, Dir: dir, Proto: key}]
 		if !ok {
 			return false
 		}
-		if key == policy.ProtoOther {
+		if key == policyapi.ProtoOther {
 			return true
 		}
 		return slices.ContainsFunc(ranges, func(r policy.PortRange) bool { return port >= r.Lo && port <= r.Hi })
 	}
-	return allows(identity) || class != policy.NoCIDRClass && allows(class) || allows(policy.PeerAny)
+	return allows(identity) || class != policyapi.NoCIDRClass && allows(class) || allows(policyapi.PeerAny)
 }
 
 // lpmClass is the class of a's longest prefix in cidrs.
-func lpmClass(cidrs map[netip.Prefix]policy.Peer, a netip.Addr) policy.Peer {
+func lpmClass(cidrs map[netip.Prefix]policyapi.Peer, a netip.Addr) policyapi.Peer {
 	for bits := a.BitLen(); bits >= 0; bits-- {
 		p, _ := a.Prefix(bits)
 		if c, ok := cidrs[p]; ok {
 			return c
 		}
 	}
-	return policy.NoCIDRClass
+	return policyapi.NoCIDRClass
 }
 
 // Probe packets: remote addresses beyond the pods', protocols (ICMP and
@@ -59,7 +60,7 @@ func lpmClass(cidrs map[netip.Prefix]policy.Peer, a netip.Addr) policy.Peer {
 var (
 	probeAddrs = []string{"10.0.5.5", "10.0.1.200", "10.9.0.1", "172.16.0.1", "192.168.1.1",
 		"8.8.8.8", "fd00::99", "fd00:1::1", "2001:db8::1"}
-	probeProtos = []uint8{policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP, 1, 58}
+	probeProtos = []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP, 1, 58}
 	probePorts  = []uint16{0, 22, 53, 79, 80, 81, 443, 999, 1000, 1500, 2000, 2001, 5432, 9000, 65535}
 )
 
@@ -76,7 +77,7 @@ func verdictMismatches(m *Memory, d *policy.Desired) []string {
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	var bad []string
 	for _, ep := range slices.Sorted(maps.Keys(d.Endpoints)) {
-		for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
+		for _, dir := range []policyapi.Direction{policyapi.Ingress, policyapi.Egress} {
 			for _, a := range addrs {
 				for _, proto := range probeProtos {
 					for _, port := range probePorts {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // ACL priorities, lowest first. HNS runs an endpoint's ACLs of a direction
@@ -35,7 +36,7 @@ const (
 )
 
 // portProtocols are the protocols that have ports in lockstep's rules.
-var portProtocols = []uint8{policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP}
+var portProtocols = []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP}
 
 // target is what HNS must hold for one Desired: lockstep's SetPolicies by
 // ID and its ACLs by endpoint name (no entry: no ACLs).
@@ -45,12 +46,12 @@ type target struct {
 }
 
 // peerSetID names the IPSET of a peer.
-func peerSetID(p policy.Peer) string {
+func peerSetID(p policyapi.Peer) string {
 	switch {
-	case p == policy.PeerWorld:
+	case p == policyapi.PeerWorld:
 		return IDPrefix + "world"
-	case p&policy.CIDRClassBit != 0:
-		return IDPrefix + "cidr-" + strconv.FormatUint(uint64(p&^policy.CIDRClassBit), 10)
+	case p&policyapi.CIDRClassBit != 0:
+		return IDPrefix + "cidr-" + strconv.FormatUint(uint64(p&^policyapi.CIDRClassBit), 10)
 	default:
 		return IDPrefix + "id-" + strconv.FormatUint(uint64(p), 10)
 	}
@@ -86,18 +87,18 @@ func render(d *policy.Desired) (*target, error) {
 type renderer struct {
 	d       *policy.Desired
 	t       *target
-	members map[policy.Peer][]string // IPSET values of peers rendered so far
-	regions map[policy.Peer][]netip.Prefix
+	members map[policyapi.Peer][]string // IPSET values of peers rendered so far
+	regions map[policyapi.Peer][]netip.Prefix
 }
 
 // endpoint returns the ACLs of ep, creating the sets they reference.
 func (r *renderer) endpoint(ep *policy.EndpointPolicy) ([]ACL, error) {
 	isolated := [2]bool{ep.IngressIsolated, ep.EgressIsolated}
-	if !isolated[policy.Ingress] && !isolated[policy.Egress] {
+	if !isolated[policyapi.Ingress] && !isolated[policyapi.Egress] {
 		return nil, nil
 	}
 	var acls []ACL
-	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
+	for _, dir := range []policyapi.Direction{policyapi.Ingress, policyapi.Egress} {
 		hd := directionOf(dir)
 		if !isolated[dir] {
 			acls = append(acls, ACL{Direction: hd, Action: Allow, Priority: prioDefault})
@@ -117,18 +118,18 @@ func (r *renderer) endpoint(ep *policy.EndpointPolicy) ([]ACL, error) {
 }
 
 // direction returns the allow ACLs of ep's rules in dir (isolated).
-func (r *renderer) direction(ep *policy.EndpointPolicy, dir policy.Direction) ([]ACL, error) {
+func (r *renderer) direction(ep *policy.EndpointPolicy, dir policyapi.Direction) ([]ACL, error) {
 	type group struct {
 		proto  uint8
 		ranges []policy.PortRange
-		peers  []policy.Peer
+		peers  []policyapi.Peer
 	}
 	groups := map[string]*group{}
 	// A peer allowed every port of TCP, UDP and SCTP and the portless
 	// protocols (a rule without ports) needs one ACL, not the tiers.
-	every := map[policy.Peer]bool{}
+	every := map[policyapi.Peer]bool{}
 	for k := range ep.Rules {
-		if k.Dir != dir || k.Proto != policy.ProtoOther {
+		if k.Dir != dir || k.Proto != policyapi.ProtoOther {
 			continue
 		}
 		every[k.Peer] = !slices.ContainsFunc(portProtocols, func(p uint8) bool {
@@ -141,14 +142,14 @@ func (r *renderer) direction(ep *policy.EndpointPolicy, dir policy.Direction) ([
 			continue
 		}
 		if every[k.Peer] {
-			if k.Proto == policy.ProtoOther {
+			if k.Proto == policyapi.ProtoOther {
 				groups["every"] = cmp.Or(groups["every"], &group{proto: ProtocolAny})
 				groups["every"].peers = append(groups["every"].peers, k.Peer)
 			}
 			continue
 		}
 		key := "other"
-		if k.Proto != policy.ProtoOther {
+		if k.Proto != policyapi.ProtoOther {
 			if len(ranges) == 1 && ranges[0] == (policy.PortRange{Lo: 0, Hi: 65535}) {
 				ranges = nil
 			}
@@ -178,7 +179,7 @@ func (r *renderer) direction(ep *policy.EndpointPolicy, dir policy.Direction) ([
 			acls = append(acls, ACL{Direction: hd, Action: Allow, RemoteSets: remote, Priority: prioPorts})
 			continue
 		}
-		if g.proto == policy.ProtoOther {
+		if g.proto == policyapi.ProtoOther {
 			for _, p := range portProtocols {
 				acls = append(acls, ACL{Direction: hd, Action: Block, Protocol: p, RemoteSets: remote, Priority: prioOtherBlock})
 			}
@@ -186,7 +187,7 @@ func (r *renderer) direction(ep *policy.EndpointPolicy, dir policy.Direction) ([
 			continue
 		}
 		a := ACL{Direction: hd, Action: Allow, Protocol: g.proto, RemoteSets: remote, Priority: prioPorts}
-		if dir == policy.Ingress {
+		if dir == policyapi.Ingress {
 			a.LocalPorts = g.ranges
 		} else {
 			a.RemotePorts = g.ranges
@@ -200,8 +201,8 @@ func (r *renderer) direction(ep *policy.EndpointPolicy, dir policy.Direction) ([
 // remote returns the RemoteSets of an ACL for peers: nil when PeerAny is
 // one of them, the peer's IPSET for one peer, else a NESTEDIPSET of the
 // peers' IPSETs.
-func (r *renderer) remote(peers []policy.Peer) ([]string, error) {
-	if slices.Contains(peers, policy.PeerAny) {
+func (r *renderer) remote(peers []policyapi.Peer) ([]string, error) {
+	if slices.Contains(peers, policyapi.PeerAny) {
 		return nil, nil
 	}
 	ids := make([]string, 0, len(peers))
@@ -222,14 +223,14 @@ func (r *renderer) remote(peers []policy.Peer) ([]string, error) {
 }
 
 // peerSet creates the IPSET of peer p and returns its ID.
-func (r *renderer) peerSet(p policy.Peer) string {
+func (r *renderer) peerSet(p policyapi.Peer) string {
 	id := peerSetID(p)
 	if _, ok := r.t.sets[id]; ok {
 		return id
 	}
 	var pfxs []netip.Prefix
 	switch {
-	case p == policy.PeerWorld:
+	case p == policyapi.PeerWorld:
 		// Every address that is not a known pod's.
 		var holes []netip.Prefix
 		for a := range r.d.Addrs {
@@ -237,7 +238,7 @@ func (r *renderer) peerSet(p policy.Peer) string {
 		}
 		pfxs = subtract(netip.MustParsePrefix("0.0.0.0/0"), holes)
 		pfxs = append(pfxs, subtract(netip.MustParsePrefix("::/0"), holes)...)
-	case p&policy.CIDRClassBit != 0:
+	case p&policyapi.CIDRClassBit != 0:
 		pfxs = r.classPrefixes(p)
 	default:
 		for a, e := range r.d.Addrs {
@@ -254,7 +255,7 @@ func (r *renderer) peerSet(p policy.Peer) string {
 // of CIDR class c as the eBPF dataplane classifies them: a pod address by
 // its Addrs entry, any other address by the longest prefix of d.CIDRs
 // that contains it.
-func (r *renderer) classPrefixes(c policy.Peer) []netip.Prefix {
+func (r *renderer) classPrefixes(c policyapi.Peer) []netip.Prefix {
 	if r.regions == nil {
 		r.regions = lpmRegions(r.d.CIDRs)
 	}
@@ -282,12 +283,12 @@ func (r *renderer) classPrefixes(c policy.Peer) []netip.Prefix {
 // lpmRegions splits the address space by longest-prefix match on cidrs:
 // for each class, disjoint prefixes whose longest match in cidrs has that
 // class.
-func lpmRegions(cidrs map[netip.Prefix]policy.Peer) map[policy.Peer][]netip.Prefix {
+func lpmRegions(cidrs map[netip.Prefix]policyapi.Peer) map[policyapi.Peer][]netip.Prefix {
 	all := make([]netip.Prefix, 0, len(cidrs))
 	for p := range cidrs {
 		all = append(all, p)
 	}
-	out := map[policy.Peer][]netip.Prefix{}
+	out := map[policyapi.Peer][]netip.Prefix{}
 	for q, class := range cidrs {
 		var inside []netip.Prefix
 		for _, p := range all {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/enforcer"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/test/seedtest"
 )
@@ -31,7 +31,7 @@ func TestStressChurnWithTransientFaults(t *testing.T) {
 	must(t, store.UpsertPod(txn, seedtest.Pod("c", map[string]string{"app": "server", "l1": "v"})))
 	must(t, store.UpsertPod(txn, seedtest.Pod("d", map[string]string{"l2": "v"})))
 	remote := seedtest.Pod("r", map[string]string{"l3": "v"})
-	remote.Status.PodIPs = []policy.PodIP{{IP: "10.244.1.5"}, {IP: "fd00::1:5"}}
+	remote.Status.PodIPs = []policyapi.PodIP{{IP: "10.244.1.5"}, {IP: "fd00::1:5"}}
 	must(t, store.UpsertPod(txn, remote))
 	txn.Commit()
 
@@ -135,23 +135,23 @@ func TestStressChurnWithTransientFaults(t *testing.T) {
 
 // churnPolicy is round i's version of policy x/churn: its selector, peers
 // and ports change every round.
-func churnPolicy(i int) *policy.NetworkPolicy {
-	peer := policy.NetworkPolicyPeer{PodSelector: sel(fmt.Sprintf("l%d", i%5), "v")}
-	var ports []policy.NetworkPolicyPort
+func churnPolicy(i int) *policyapi.NetworkPolicy {
+	peer := policyapi.NetworkPolicyPeer{PodSelector: sel(fmt.Sprintf("l%d", i%5), "v")}
+	var ports []policyapi.NetworkPolicyPort
 	if i%3 != 0 {
-		ports = append(ports, port(policy.TCP, int32(80+i%4)), port(policy.UDP, 5000, int32(5000+i%7)))
+		ports = append(ports, port(policyapi.TCP, int32(80+i%4)), port(policyapi.UDP, 5000, int32(5000+i%7)))
 	}
-	peers := []policy.NetworkPolicyPeer{peer}
+	peers := []policyapi.NetworkPolicyPeer{peer}
 	if i%5 == 1 {
 		peers = append(peers, block("10.244.0.0/16", "10.244.0.0/24"), block("fd00::/16"))
 	}
-	spec := policy.NetworkPolicySpec{
+	spec := policyapi.NetworkPolicySpec{
 		PodSelector: *sel(fmt.Sprintf("l%d", (i+1)%5), "v"),
-		Ingress:     []policy.IngressRule{{Ports: ports, From: peers}},
+		Ingress:     []policyapi.IngressRule{{Ports: ports, From: peers}},
 	}
 	if i%2 == 1 {
-		spec.PolicyTypes = []policy.PolicyType{policy.PolicyTypeIngress, policy.PolicyTypeEgress}
-		spec.Egress = []policy.EgressRule{{To: peers}}
+		spec.PolicyTypes = []policyapi.PolicyType{policyapi.PolicyTypeIngress, policyapi.PolicyTypeEgress}
+		spec.Egress = []policyapi.EgressRule{{To: peers}}
 	}
-	return &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: "churn"}, Spec: spec}
+	return &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: "x", Name: "churn"}, Spec: spec}
 }

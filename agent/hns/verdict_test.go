@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // The verdict scenarios: two namespaces, pods with labels, two of them
 // local (endpoints ep-a and ep-b); policies are added per case.
 
-func ns(name string, kv ...string) *policy.Namespace {
-	return &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: name, Labels: kvs(kv...)}}
+func ns(name string, kv ...string) *policyapi.Namespace {
+	return &policyapi.Namespace{ObjectMeta: policyapi.ObjectMeta{Name: name, Labels: kvs(kv...)}}
 }
 
 func kvs(kv ...string) map[string]string {
@@ -24,48 +25,50 @@ func kvs(kv ...string) map[string]string {
 	return m
 }
 
-func pod(namespace, name string, addrs []string, kv ...string) *policy.Pod {
-	p := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: namespace, Name: name, Labels: kvs(kv...)}}
+func pod(namespace, name string, addrs []string, kv ...string) *policyapi.Pod {
+	p := &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: namespace, Name: name, Labels: kvs(kv...)}}
 	for _, a := range addrs {
-		p.Status.PodIPs = append(p.Status.PodIPs, policy.PodIP{IP: a})
+		p.Status.PodIPs = append(p.Status.PodIPs, policyapi.PodIP{IP: a})
 	}
 	return p
 }
 
-func sel(kv ...string) *policy.LabelSelector { return &policy.LabelSelector{MatchLabels: kvs(kv...)} }
+func sel(kv ...string) *policyapi.LabelSelector {
+	return &policyapi.LabelSelector{MatchLabels: kvs(kv...)}
+}
 
-func port(proto policy.Protocol, p int32, end ...int32) policy.NetworkPolicyPort {
-	np := policy.NetworkPolicyPort{Protocol: &proto, Port: policy.FromInt(p)}
+func port(proto policyapi.Protocol, p int32, end ...int32) policyapi.NetworkPolicyPort {
+	np := policyapi.NetworkPolicyPort{Protocol: &proto, Port: policyapi.FromInt(p)}
 	if len(end) > 0 {
 		np.EndPort = &end[0]
 	}
 	return np
 }
 
-func netpol(name string, podSel *policy.LabelSelector, spec policy.NetworkPolicySpec) *policy.NetworkPolicy {
+func netpol(name string, podSel *policyapi.LabelSelector, spec policyapi.NetworkPolicySpec) *policyapi.NetworkPolicy {
 	spec.PodSelector = *podSel
-	return &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: name}, Spec: spec}
+	return &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: name}, Spec: spec}
 }
 
-func from(ports []policy.NetworkPolicyPort, peers ...policy.NetworkPolicyPeer) policy.NetworkPolicySpec {
-	return policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{Ports: ports, From: peers}}}
+func from(ports []policyapi.NetworkPolicyPort, peers ...policyapi.NetworkPolicyPeer) policyapi.NetworkPolicySpec {
+	return policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: ports, From: peers}}}
 }
 
-func block(cidr string, except ...string) policy.NetworkPolicyPeer {
-	return policy.NetworkPolicyPeer{IPBlock: &policy.IPBlock{CIDR: cidr, Except: except}}
+func block(cidr string, except ...string) policyapi.NetworkPolicyPeer {
+	return policyapi.NetworkPolicyPeer{IPBlock: &policyapi.IPBlock{CIDR: cidr, Except: except}}
 }
 
-func podPeer(kv ...string) policy.NetworkPolicyPeer {
-	return policy.NetworkPolicyPeer{PodSelector: sel(kv...)}
+func podPeer(kv ...string) policyapi.NetworkPolicyPeer {
+	return policyapi.NetworkPolicyPeer{PodSelector: sel(kv...)}
 }
 
 // compileScenario compiles the fixed cluster with policies, identities
 // assigned in sorted key order.
-func compileScenario(t *testing.T, policies ...*policy.NetworkPolicy) *policy.Desired {
+func compileScenario(t *testing.T, policies ...*policyapi.NetworkPolicy) *policy.Desired {
 	t.Helper()
 	s := &policy.Snapshot{
-		Namespaces: map[string]*policy.Namespace{"team": ns("team", "env", "prod"), "other": ns("other", "env", "dev")},
-		Pods: []*policy.Pod{
+		Namespaces: map[string]*policyapi.Namespace{"team": ns("team", "env", "prod"), "other": ns("other", "env", "dev")},
+		Pods: []*policyapi.Pod{
 			pod("team", "a", []string{"10.0.0.1", "fd00::1"}, "app", "a"),
 			pod("team", "b", []string{"10.0.0.2"}, "app", "b"),
 			pod("team", "c", []string{"10.0.0.3"}, "app", "c"),
@@ -73,7 +76,7 @@ func compileScenario(t *testing.T, policies ...*policy.NetworkPolicy) *policy.De
 			pod("other", "y", []string{"10.0.1.4", "fd00::4"}, "app", "b"),
 		},
 		Policies:   policies,
-		Identities: map[string]policy.Peer{},
+		Identities: map[string]policyapi.Peer{},
 		Local: []policy.LocalEndpoint{
 			{HostIfName: "ep-a", Namespace: "team", PodName: "a", IPv4: netip.MustParseAddr("10.0.0.1"), IPv6: netip.MustParseAddr("fd00::1")},
 			{HostIfName: "ep-b", Namespace: "team", PodName: "b", IPv4: netip.MustParseAddr("10.0.0.2")},
@@ -81,11 +84,11 @@ func compileScenario(t *testing.T, policies ...*policy.NetworkPolicy) *policy.De
 	}
 	var keys []string
 	for _, p := range s.Pods {
-		keys = append(keys, policy.IdentityKey(s.Namespaces[p.Namespace], p))
+		keys = append(keys, policyapi.IdentityKey(s.Namespaces[p.Namespace], p))
 	}
 	slices.Sort(keys)
 	for _, k := range slices.Compact(keys) {
-		s.Identities[k] = policy.FirstPodIdentity + policy.Peer(len(s.Identities))
+		s.Identities[k] = policyapi.FirstPodIdentity + policyapi.Peer(len(s.Identities))
 	}
 	d, err := policy.Compile(s)
 	if err != nil {
@@ -96,44 +99,44 @@ func compileScenario(t *testing.T, policies ...*policy.NetworkPolicy) *policy.De
 
 func verdictCases() []struct {
 	name     string
-	policies []*policy.NetworkPolicy
+	policies []*policyapi.NetworkPolicy
 } {
-	tcp, udp, sctp := policy.TCP, policy.UDP, policy.SCTP
-	ports := func(p ...policy.NetworkPolicyPort) []policy.NetworkPolicyPort { return p }
-	egressOnly := []policy.PolicyType{policy.PolicyTypeEgress}
+	tcp, udp, sctp := policyapi.TCP, policyapi.UDP, policyapi.SCTP
+	ports := func(p ...policyapi.NetworkPolicyPort) []policyapi.NetworkPolicyPort { return p }
+	egressOnly := []policyapi.PolicyType{policyapi.PolicyTypeEgress}
 	return []struct {
 		name     string
-		policies []*policy.NetworkPolicy
+		policies []*policyapi.NetworkPolicy
 	}{
 		{name: "no policy: nothing isolated, no ACLs"},
-		{name: "deny all ingress in team", policies: []*policy.NetworkPolicy{netpol("deny", sel(), policy.NetworkPolicySpec{})}},
-		{name: "pod selector on TCP 80", policies: []*policy.NetworkPolicy{
+		{name: "deny all ingress in team", policies: []*policyapi.NetworkPolicy{netpol("deny", sel(), policyapi.NetworkPolicySpec{})}},
+		{name: "pod selector on TCP 80", policies: []*policyapi.NetworkPolicy{
 			netpol("web", sel("app", "a"), from(ports(port(tcp, 80)), podPeer("app", "b")))}},
-		{name: "namespace selector, port range and UDP", policies: []*policy.NetworkPolicy{
+		{name: "namespace selector, port range and UDP", policies: []*policyapi.NetworkPolicy{
 			netpol("ns", sel("app", "a"), from(ports(port(tcp, 1000, 2000), port(udp, 53)),
-				policy.NetworkPolicyPeer{NamespaceSelector: sel("env", "dev")}))}},
-		{name: "egress ipBlocks with excepts", policies: []*policy.NetworkPolicy{
-			netpol("out", sel("app", "a"), policy.NetworkPolicySpec{PolicyTypes: egressOnly, Egress: []policy.EgressRule{
-				{Ports: ports(port(tcp, 443)), To: []policy.NetworkPolicyPeer{block("10.0.0.0/8", "10.0.1.0/24")}},
-				{Ports: ports(port(udp, 53)), To: []policy.NetworkPolicyPeer{block("0.0.0.0/0", "10.0.0.0/8")}},
+				policyapi.NetworkPolicyPeer{NamespaceSelector: sel("env", "dev")}))}},
+		{name: "egress ipBlocks with excepts", policies: []*policyapi.NetworkPolicy{
+			netpol("out", sel("app", "a"), policyapi.NetworkPolicySpec{PolicyTypes: egressOnly, Egress: []policyapi.EgressRule{
+				{Ports: ports(port(tcp, 443)), To: []policyapi.NetworkPolicyPeer{block("10.0.0.0/8", "10.0.1.0/24")}},
+				{Ports: ports(port(udp, 53)), To: []policyapi.NetworkPolicyPeer{block("0.0.0.0/0", "10.0.0.0/8")}},
 			}})}},
-		{name: "peers without ports allow portless protocols", policies: []*policy.NetworkPolicy{
+		{name: "peers without ports allow portless protocols", policies: []*policyapi.NetworkPolicy{
 			netpol("all", sel("app", "a"), from(nil, podPeer("app", "b"), podPeer("app", "c"))),
 			netpol("ssh", sel("app", "a"), from(ports(port(tcp, 22)))),
 		}},
-		{name: "egress isolated, ingress open", policies: []*policy.NetworkPolicy{
-			netpol("db", sel(), policy.NetworkPolicySpec{PolicyTypes: egressOnly, Egress: []policy.EgressRule{
-				{Ports: ports(port(tcp, 5432)), To: []policy.NetworkPolicyPeer{podPeer("app", "b")}}}})}},
-		{name: "ipBlock without ports, selector ports, egress denied", policies: []*policy.NetworkPolicy{
-			netpol("mix", sel("app", "b"), policy.NetworkPolicySpec{
-				PolicyTypes: []policy.PolicyType{policy.PolicyTypeIngress, policy.PolicyTypeEgress},
-				Ingress: []policy.IngressRule{
-					{From: []policy.NetworkPolicyPeer{block("192.168.0.0/16")}},
-					{Ports: ports(port(tcp, 80), port(tcp, 81)), From: []policy.NetworkPolicyPeer{podPeer("app", "c")}},
+		{name: "egress isolated, ingress open", policies: []*policyapi.NetworkPolicy{
+			netpol("db", sel(), policyapi.NetworkPolicySpec{PolicyTypes: egressOnly, Egress: []policyapi.EgressRule{
+				{Ports: ports(port(tcp, 5432)), To: []policyapi.NetworkPolicyPeer{podPeer("app", "b")}}}})}},
+		{name: "ipBlock without ports, selector ports, egress denied", policies: []*policyapi.NetworkPolicy{
+			netpol("mix", sel("app", "b"), policyapi.NetworkPolicySpec{
+				PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeIngress, policyapi.PolicyTypeEgress},
+				Ingress: []policyapi.IngressRule{
+					{From: []policyapi.NetworkPolicyPeer{block("192.168.0.0/16")}},
+					{Ports: ports(port(tcp, 80), port(tcp, 81)), From: []policyapi.NetworkPolicyPeer{podPeer("app", "c")}},
 				}})}},
-		{name: "SCTP from IPv6 block, everything from any on another policy", policies: []*policy.NetworkPolicy{
+		{name: "SCTP from IPv6 block, everything from any on another policy", policies: []*policyapi.NetworkPolicy{
 			netpol("v6", sel("app", "a"), from(ports(port(sctp, 9000)), block("fd00::/64"))),
-			netpol("open", sel("app", "b"), policy.NetworkPolicySpec{Ingress: []policy.IngressRule{{}}}),
+			netpol("open", sel("app", "b"), policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{}}}),
 		}},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 var bothModes = []Mode{ModeNFT, ModeLegacy}
@@ -115,7 +116,7 @@ func TestPrivilegedNetSetsMatchLPM(t *testing.T) {
 		// Make every class referenced, so every class has its sets.
 		ep := want.Endpoints["ep0"]
 		for _, c := range semClasses[1:] {
-			ep.Rules[policy.RuleKey{Peer: c, Dir: policy.Ingress, Proto: policy.ProtoTCP}] = ports(1, 1)
+			ep.Rules[policy.RuleKey{Peer: c, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}] = ports(1, 1)
 		}
 		attachAll(t, d, want)
 		mustApply(t, d, want)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // TestApplyOrderSetsRulesDestroy: a change that swaps the set a rule uses
@@ -74,7 +75,7 @@ func TestApplyDiff(t *testing.T) {
 	removed := manyEndpoints(49, 0)
 	newPeer := manyEndpoints(50, 0)
 	newPeer.Endpoints["ep7"] = &policy.EndpointPolicy{IPv4: base.Endpoints["ep7"].IPv4, IngressIsolated: true,
-		Rules: map[policy.RuleKey][]policy.PortRange{{Peer: policy.PeerWorld, Dir: policy.Ingress, Proto: policy.ProtoUDP}: ports(53, 53)}}
+		Rules: map[policy.RuleKey][]policy.PortRange{{Peer: policyapi.PeerWorld, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}: ports(53, 53)}}
 	tests := []struct {
 		name       string
 		next       *policy.Desired
@@ -495,8 +496,8 @@ func TestApplyRefusesMappedPrefix(t *testing.T) {
 	for _, mapped := range []string{"::ffff:0.0.0.0/96", "::ffff:10.0.0.0/104"} {
 		bad := *good
 		bad.CIDRs = maps.Clone(good.CIDRs)
-		bad.CIDRs[prefix(mapped)] = policy.CIDRClassBit | 1
-		if err := d.Apply(&bad); !errors.Is(err, policy.ErrMappedPrefix) {
+		bad.CIDRs[prefix(mapped)] = policyapi.CIDRClassBit | 1
+		if err := d.Apply(&bad); !errors.Is(err, policyapi.ErrMappedPrefix) {
 			t.Errorf("Apply with %s = %v, want an error wrapping policy.ErrMappedPrefix", mapped, err)
 		}
 		if calls := n.takeCalls(); len(calls) != 0 {

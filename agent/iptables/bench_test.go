@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 const (
@@ -30,38 +31,40 @@ const (
 func benchState(changed int, shift uint16) *policy.Desired {
 	d := &policy.Desired{
 		Addrs:     make(map[netip.Addr]policy.AddrEntry, benchIdentities*10+benchEndpoints),
-		CIDRs:     map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		CIDRs:     map[netip.Prefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 		Endpoints: make(map[string]*policy.EndpointPolicy, benchEndpoints),
 	}
 	for k := range 8 {
-		d.CIDRs[netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(16 + k), 0, 0}), 16)] = policy.CIDRClassBit | policy.Peer(k+1)
-		d.CIDRs[netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(16 + k), 5, 0}), 24)] = policy.NoCIDRClass
+		d.CIDRs[netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(16 + k), 0, 0}), 16)] = policyapi.CIDRClassBit | policyapi.Peer(k+1)
+		d.CIDRs[netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(16 + k), 5, 0}), 24)] = policyapi.NoCIDRClass
 	}
 	for i := range benchIdentities * 10 {
-		e := policy.AddrEntry{Identity: policy.FirstPodIdentity + policy.Peer(i%benchIdentities), CIDRClass: policy.NoCIDRClass}
+		e := policy.AddrEntry{Identity: policyapi.FirstPodIdentity + policyapi.Peer(i%benchIdentities), CIDRClass: policyapi.NoCIDRClass}
 		d.Addrs[netip.AddrFrom4([4]byte{10, 128 + byte(i>>16), byte(i >> 8), byte(i)})] = e
 		d.Addrs[netip.AddrFrom16([16]byte{0: 0xfd, 1: 0x80, 13: byte(i >> 16), 14: byte(i >> 8), 15: byte(i)})] = e
 	}
 	for i := range benchEndpoints {
 		a := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
 		a6 := netip.AddrFrom16([16]byte{0: 0xfd, 14: byte(i >> 8), 15: byte(i)})
-		d.Addrs[a] = policy.AddrEntry{Identity: 5000 + policy.Peer(i), CIDRClass: policy.NoCIDRClass}
-		d.Addrs[a6] = policy.AddrEntry{Identity: 5000 + policy.Peer(i), CIDRClass: policy.NoCIDRClass}
+		d.Addrs[a] = policy.AddrEntry{Identity: 5000 + policyapi.Peer(i), CIDRClass: policyapi.NoCIDRClass}
+		d.Addrs[a6] = policy.AddrEntry{Identity: 5000 + policyapi.Peer(i), CIDRClass: policyapi.NoCIDRClass}
 		rules := make(map[policy.RuleKey][]policy.PortRange, 28)
-		id := func(j int) policy.Peer { return policy.FirstPodIdentity + policy.Peer((i*7+j*13)%benchIdentities) }
+		id := func(j int) policyapi.Peer {
+			return policyapi.FirstPodIdentity + policyapi.Peer((i*7+j*13)%benchIdentities)
+		}
 		for j := range benchIngressPeers {
 			lo := 8000 + uint16(j)*10
 			if i == changed && j == 0 {
 				lo += shift
 			}
-			rules[policy.RuleKey{Peer: id(j), Dir: policy.Ingress, Proto: policy.ProtoTCP}] = ports(lo, lo+5)
+			rules[policy.RuleKey{Peer: id(j), Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}] = ports(lo, lo+5)
 		}
-		rules[policy.RuleKey{Peer: policy.PeerAny, Dir: policy.Egress, Proto: policy.ProtoUDP}] = ports(53, 53)
-		rules[policy.RuleKey{Peer: policy.CIDRClassBit | policy.Peer(i%8+1), Dir: policy.Egress, Proto: policy.ProtoTCP}] = ports(443, 443)
+		rules[policy.RuleKey{Peer: policyapi.PeerAny, Dir: policyapi.Egress, Proto: policyapi.ProtoUDP}] = ports(53, 53)
+		rules[policy.RuleKey{Peer: policyapi.CIDRClassBit | policyapi.Peer(i%8+1), Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}] = ports(443, 443)
 		for j := range 5 {
-			rules[policy.RuleKey{Peer: id(100 + j), Dir: policy.Egress, Proto: policy.ProtoTCP}] = ports(80, 80, 8080, 8090)
+			rules[policy.RuleKey{Peer: id(100 + j), Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}] = ports(80, 80, 8080, 8090)
 		}
-		rules[policy.RuleKey{Peer: policy.PeerWorld, Dir: policy.Egress, Proto: policy.ProtoOther}] = ports(0, 65535)
+		rules[policy.RuleKey{Peer: policyapi.PeerWorld, Dir: policyapi.Egress, Proto: policyapi.ProtoOther}] = ports(0, 65535)
 		d.Endpoints[fmt.Sprintf("lxc%d", i)] = &policy.EndpointPolicy{IPv4: a, IPv6: a6, IngressIsolated: true, EgressIsolated: true, Rules: rules}
 	}
 	return d

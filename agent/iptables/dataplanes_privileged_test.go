@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/test/testenv"
 )
 
@@ -165,10 +166,10 @@ func (c *comparison) wireOf(p testPacket) wirePacket {
 	w := wirePacket{proto: p.proto, icmpType: p.icmpType, hopLimit: p.hopLimit}
 	var sport, dport uint16
 	switch {
-	case p.proto == policy.ProtoTCP:
+	case p.proto == policyapi.ProtoTCP:
 		w.tcpFlags = tcpSYN
 		sport, dport = c.nextPort(), p.dport
-	case p.proto == policy.ProtoUDP || p.proto == policy.ProtoSCTP:
+	case p.proto == policyapi.ProtoUDP || p.proto == policyapi.ProtoSCTP:
 		sport, dport = c.nextPort(), p.dport
 	case p.proto == protoICMP && p.icmpType == 0:
 		w.icmpType = 8
@@ -254,7 +255,7 @@ func (c *comparison) first(p testPacket) error {
 	}
 	if to.IsValid() && !res.hairpin {
 		c.kinds["translated "+res.verdict]++
-		if p.proto == policy.ProtoSCTP {
+		if p.proto == policyapi.ProtoSCTP {
 			c.kinds["SCTP translated"]++
 		}
 	}
@@ -311,7 +312,7 @@ func (c *comparison) first(p testPacket) error {
 
 	// An echo reply opens nothing: netfilter's conntrack starts a
 	// connection on an echo request only, and so does lockstep's.
-	tracked := p.proto == policy.ProtoTCP || p.proto == policy.ProtoUDP || p.proto == policy.ProtoSCTP ||
+	tracked := p.proto == policyapi.ProtoTCP || p.proto == policyapi.ProtoUDP || p.proto == policyapi.ProtoSCTP ||
 		w.proto == protoICMP && w.icmpType == 8 || w.proto == protoICMPv6 && w.icmpType == 128
 	if design == "" && res.verdict == "ACCEPT" && tracked {
 		f := &flow{p: p, sent: w, got: res.pkt, via: res.out, hairpin: res.hairpin, to: choice.to, out: p.out}
@@ -362,7 +363,7 @@ func (c *comparison) followUp(f *flow, reply bool) error {
 	var want wirePacket // what the programs must deliver
 	var hook, in, out string
 	if !reply {
-		if w.proto == policy.ProtoTCP {
+		if w.proto == policyapi.ProtoTCP {
 			w.tcpFlags = tcpACK
 		}
 		hook, in, out = p.hook, p.in, p.out
@@ -374,7 +375,7 @@ func (c *comparison) followUp(f *flow, reply bool) error {
 		// The responder answers what it received.
 		w = wirePacket{src: f.got.dst, dst: f.got.src, proto: w.proto, icmpType: w.icmpType}
 		switch {
-		case w.proto == policy.ProtoTCP:
+		case w.proto == policyapi.ProtoTCP:
 			w.tcpFlags = tcpSYN | tcpACK
 		case w.icmpType == 8:
 			w.icmpType = 0

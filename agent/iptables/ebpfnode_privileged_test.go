@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/datapath"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 )
 
@@ -323,7 +323,7 @@ func (e *ebpfNode) traverse(raw []byte, hook, in, out string, route func(netip.A
 // returns "" when w is no refusal.
 func refusalKind(w wirePacket) string {
 	switch {
-	case w.proto == policy.ProtoTCP && w.tcpFlags&tcpRST != 0:
+	case w.proto == policyapi.ProtoTCP && w.tcpFlags&tcpRST != 0:
 		return "tcp-reset"
 	case w.proto == protoICMP && w.icmpType == 3 && w.icmpCode == 3:
 		return "icmp-port-unreachable"

@@ -12,6 +12,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/test/seedtest"
 )
@@ -218,16 +219,16 @@ func churn(tb testing.TB, st *store.Store, i int) {
 		if i%4 == 3 {
 			err = store.DeletePolicy(txn, "x", "churn")
 		} else {
-			peer := policy.NetworkPolicyPeer{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{fmt.Sprintf("l%d", i%4): "v"}}}
+			peer := policyapi.NetworkPolicyPeer{PodSelector: &policyapi.LabelSelector{MatchLabels: map[string]string{fmt.Sprintf("l%d", i%4): "v"}}}
 			if i%2 == 0 {
-				peer = policy.NetworkPolicyPeer{IPBlock: &policy.IPBlock{CIDR: "10.244.0.0/16", Except: []string{fmt.Sprintf("10.244.%d.0/24", i%3)}}}
+				peer = policyapi.NetworkPolicyPeer{IPBlock: &policyapi.IPBlock{CIDR: "10.244.0.0/16", Except: []string{fmt.Sprintf("10.244.%d.0/24", i%3)}}}
 			}
-			err = store.UpsertPolicy(txn, &policy.NetworkPolicy{
-				ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: "churn"},
-				Spec: policy.NetworkPolicySpec{
-					PolicyTypes: []policy.PolicyType{policy.PolicyTypeIngress, policy.PolicyTypeEgress},
-					Ingress:     []policy.IngressRule{{From: []policy.NetworkPolicyPeer{peer}}},
-					Egress:      []policy.EgressRule{{To: []policy.NetworkPolicyPeer{peer}}},
+			err = store.UpsertPolicy(txn, &policyapi.NetworkPolicy{
+				ObjectMeta: policyapi.ObjectMeta{Namespace: "x", Name: "churn"},
+				Spec: policyapi.NetworkPolicySpec{
+					PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeIngress, policyapi.PolicyTypeEgress},
+					Ingress:     []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{peer}}},
+					Egress:      []policyapi.EgressRule{{To: []policyapi.NetworkPolicyPeer{peer}}},
 				},
 			})
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // testPacket is a packet at one of the hooks lockstep uses.
@@ -275,7 +276,7 @@ func refAllowed(d *policy.Desired, p testPacket) bool {
 			if !ndOK(p) {
 				return false
 			}
-		} else if ep.EgressIsolated && !p.established && !refPolicy(d, ep, policy.Egress, p.dst, p) {
+		} else if ep.EgressIsolated && !p.established && !refPolicy(d, ep, policyapi.Egress, p.dst, p) {
 			return false
 		}
 	}
@@ -283,7 +284,7 @@ func refAllowed(d *policy.Desired, p testPacket) bool {
 		if !linkOK(p) || isND(p) {
 			return false
 		}
-		if ep.IngressIsolated && !p.established && !refPolicy(d, ep, policy.Ingress, p.src, p) {
+		if ep.IngressIsolated && !p.established && !refPolicy(d, ep, policyapi.Ingress, p.src, p) {
 			return false
 		}
 	}
@@ -345,21 +346,21 @@ func ndOK(p testPacket) bool {
 	return p.hl() == 1 && (linkLocal.Contains(p.src) || p.src == netip.IPv6Unspecified())
 }
 
-func refPolicy(d *policy.Desired, ep *policy.EndpointPolicy, dir policy.Direction, remote netip.Addr, p testPacket) bool {
-	identity, class := policy.PeerWorld, newCIDRIndex(d.CIDRs).lookup(remote)
+func refPolicy(d *policy.Desired, ep *policy.EndpointPolicy, dir policyapi.Direction, remote netip.Addr, p testPacket) bool {
+	identity, class := policyapi.PeerWorld, newCIDRIndex(d.CIDRs).lookup(remote)
 	if e, ok := d.Addrs[remote]; ok {
 		identity, class = e.Identity, e.CIDRClass
 	}
 	proto := p.proto
 	if protoRank(proto) < 0 {
-		proto = policy.ProtoOther
+		proto = policyapi.ProtoOther
 	}
-	allows := func(peer policy.Peer) bool {
+	allows := func(peer policyapi.Peer) bool {
 		ranges, ok := ep.Rules[policy.RuleKey{Peer: peer, Dir: dir, Proto: proto}]
 		if !ok {
 			return false
 		}
-		if proto == policy.ProtoOther {
+		if proto == policyapi.ProtoOther {
 			return true
 		}
 		for _, r := range ranges {
@@ -369,5 +370,5 @@ func refPolicy(d *policy.Desired, ep *policy.EndpointPolicy, dir policy.Directio
 		}
 		return false
 	}
-	return allows(identity) || class != policy.NoCIDRClass && allows(class) || allows(policy.PeerAny)
+	return allows(identity) || class != policyapi.NoCIDRClass && allows(class) || allows(policyapi.PeerAny)
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // natOutcome is one way the nat table can send a packet, and its
@@ -277,7 +278,7 @@ const (
 // iptables.
 func byDesign(d *policy.Desired, p testPacket) string {
 	ep := d.Endpoints[p.in]
-	if p.proto != policy.ProtoSCTP || ep == nil || p.hook != "FORWARD" || p.established || !sourceOK(ep, p) || !linkOK(p) {
+	if p.proto != policyapi.ProtoSCTP || ep == nil || p.hook != "FORWARD" || p.established || !sourceOK(ep, p) || !linkOK(p) {
 		return ""
 	}
 	e := d.Services[policy.ServiceFrontend{Addr: p.dst, Port: p.dport, Proto: p.proto}]
@@ -331,7 +332,7 @@ func refPaths(d *policy.Desired, p testPacket, route func(netip.Addr) string, dp
 // without backends: the verdict, with the answer as iptables names it.
 func refusal(p testPacket) string {
 	switch {
-	case p.proto == policy.ProtoTCP:
+	case p.proto == policyapi.ProtoTCP:
 		return "REJECT tcp-reset"
 	case p.dst.Is4():
 		return "REJECT icmp-port-unreachable"

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // TestFailedPolicyMatchesEBPF: a policy that fails closed reaches both
@@ -13,24 +14,24 @@ import (
 // in the direction it declares, including those another policy allowed,
 // and every other pod keeps the verdicts it has without the bad policy.
 func TestFailedPolicyMatchesEBPF(t *testing.T) {
-	pods := []*policy.Pod{
-		{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "a", Labels: map[string]string{"app": "a"}}},
-		{ObjectMeta: policy.ObjectMeta{Namespace: "other", Name: "b", Labels: map[string]string{"app": "b"}}},
-		{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "c", Labels: map[string]string{"app": "c"}}},
+	pods := []*policyapi.Pod{
+		{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "a", Labels: map[string]string{"app": "a"}}},
+		{ObjectMeta: policyapi.ObjectMeta{Namespace: "other", Name: "b", Labels: map[string]string{"app": "b"}}},
+		{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "c", Labels: map[string]string{"app": "c"}}},
 	}
 	addrs := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.0.0.3")}
-	allow := func(ns, app string, port int32) *policy.NetworkPolicy {
-		return &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: "allow-" + app},
-			Spec: policy.NetworkPolicySpec{PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": app}},
-				Ingress: []policy.IngressRule{{Ports: []policy.NetworkPolicyPort{{Port: policy.FromInt(port)}}}}}}
+	allow := func(ns, app string, port int32) *policyapi.NetworkPolicy {
+		return &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: "allow-" + app},
+			Spec: policyapi.NetworkPolicySpec{PodSelector: policyapi.LabelSelector{MatchLabels: map[string]string{"app": app}},
+				Ingress: []policyapi.IngressRule{{Ports: []policyapi.NetworkPolicyPort{{Port: policyapi.FromInt(port)}}}}}}
 	}
-	bad := &policy.NetworkPolicy{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "bad"},
-		Spec: policy.NetworkPolicySpec{PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "a"}},
-			Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{IPBlock: &policy.IPBlock{CIDR: "10.0.0.0/33"}}}}}}}
-	compile := func(policies ...*policy.NetworkPolicy) *policy.Desired {
-		s := &policy.Snapshot{Pods: pods, Policies: policies, Identities: map[string]policy.Peer{}, Limits: policy.DefaultLimits}
+	bad := &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "bad"},
+		Spec: policyapi.NetworkPolicySpec{PodSelector: policyapi.LabelSelector{MatchLabels: map[string]string{"app": "a"}},
+			Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{CIDR: "10.0.0.0/33"}}}}}}}
+	compile := func(policies ...*policyapi.NetworkPolicy) *policy.Desired {
+		s := &policy.Snapshot{Pods: pods, Policies: policies, Identities: map[string]policyapi.Peer{}, Limits: policy.DefaultLimits}
 		for i, p := range pods {
-			s.Identities[policy.IdentityKey(nil, p)] = policy.FirstPodIdentity + policy.Peer(i)
+			s.Identities[policyapi.IdentityKey(nil, p)] = policyapi.FirstPodIdentity + policyapi.Peer(i)
 			s.Local = append(s.Local, policy.LocalEndpoint{HostIfName: semIfs[i], Namespace: p.Namespace, PodName: p.Name, IPv4: addrs[i]})
 		}
 		d, err := policy.Compile(s)
@@ -39,9 +40,9 @@ func TestFailedPolicyMatchesEBPF(t *testing.T) {
 		}
 		return d
 	}
-	good := []*policy.NetworkPolicy{allow("team", "a", 80), allow("other", "b", 443), allow("team", "c", 80)}
+	good := []*policyapi.NetworkPolicy{allow("team", "a", 80), allow("other", "b", 443), allow("team", "c", 80)}
 	base, failed := compile(good...), compile(append(good, bad)...)
-	if failed.Endpoints["ep0"].Failed[policy.Ingress] == "" {
+	if failed.Endpoints["ep0"].Failed[policyapi.Ingress] == "" {
 		t.Fatalf("ep0: %+v, want its ingress failed closed", failed.Endpoints["ep0"])
 	}
 	for _, m := range []Mode{ModeNFT, ModeLegacy} {
@@ -68,7 +69,7 @@ func TestFailedPolicyMatchesEBPF(t *testing.T) {
 							continue
 						}
 						for _, port := range []uint16{80, 443, 8080} {
-							p := testPacket{hook: "FORWARD", in: semIfs[from], out: semIfs[to], src: addrs[from], dst: addrs[to], proto: policy.ProtoTCP, dport: port}
+							p := testPacket{hook: "FORWARD", in: semIfs[from], out: semIfs[to], src: addrs[from], dst: addrs[to], proto: policyapi.ProtoTCP, dport: port}
 							got, err := n.evalPaths(m, p, route)
 							if err != nil {
 								t.Fatalf("evaluate %v: %v", p, err)
@@ -90,7 +91,7 @@ func TestFailedPolicyMatchesEBPF(t *testing.T) {
 					t.Errorf("%v: %v with the bad policy, %v without: it selects only ep0", p, now, before)
 				}
 			}
-			if p := (testPacket{hook: "FORWARD", in: "ep1", out: "ep0", src: addrs[1], dst: addrs[0], proto: policy.ProtoTCP, dport: 80}); !verdicts[base][p] {
+			if p := (testPacket{hook: "FORWARD", in: "ep1", out: "ep0", src: addrs[1], dst: addrs[0], proto: policyapi.ProtoTCP, dport: 80}); !verdicts[base][p] {
 				t.Errorf("%v: refused without the bad policy; the test proves nothing", p)
 			}
 		})

@@ -9,7 +9,7 @@ import (
 	"hash/crc32"
 	"net/netip"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Frames for the real eBPF programs: built with every checksum right, and
@@ -36,7 +36,7 @@ type wirePacket struct {
 func (w wirePacket) String() string {
 	s := fmt.Sprintf("%s -> %s proto %d", w.src, w.dst, w.proto)
 	switch {
-	case w.proto == policy.ProtoTCP:
+	case w.proto == policyapi.ProtoTCP:
 		s += fmt.Sprintf(" flags %#02x", w.tcpFlags)
 	case w.proto == protoICMP || w.proto == protoICMPv6:
 		s += fmt.Sprintf(" type %d code %d", w.icmpType, w.icmpCode)
@@ -64,7 +64,7 @@ func buildFrame(w wirePacket) []byte {
 	payload := []byte("lockstep")
 	var l4 []byte
 	switch w.proto {
-	case policy.ProtoTCP:
+	case policyapi.ProtoTCP:
 		l4 = make([]byte, 20)
 		binary.BigEndian.PutUint16(l4[0:], w.src.Port())
 		binary.BigEndian.PutUint16(l4[2:], w.dst.Port())
@@ -75,12 +75,12 @@ func buildFrame(w wirePacket) []byte {
 		l4[12] = 5 << 4
 		l4[13] = w.tcpFlags
 		binary.BigEndian.PutUint16(l4[14:], 65535)
-	case policy.ProtoUDP:
+	case policyapi.ProtoUDP:
 		l4 = make([]byte, 8)
 		binary.BigEndian.PutUint16(l4[0:], w.src.Port())
 		binary.BigEndian.PutUint16(l4[2:], w.dst.Port())
 		binary.BigEndian.PutUint16(l4[4:], uint16(8+len(payload)))
-	case policy.ProtoSCTP:
+	case policyapi.ProtoSCTP:
 		l4 = make([]byte, 12)
 		binary.BigEndian.PutUint16(l4[0:], w.src.Port())
 		binary.BigEndian.PutUint16(l4[2:], w.dst.Port())
@@ -165,9 +165,9 @@ func parseWirePacket(raw []byte) (wirePacket, error) {
 	}
 	var sport, dport uint16
 	switch w.proto {
-	case policy.ProtoTCP, policy.ProtoUDP, policy.ProtoSCTP:
+	case policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP:
 		sport, dport = binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
-		if w.proto == policy.ProtoTCP {
+		if w.proto == policyapi.ProtoTCP {
 			if len(l4) < 20 {
 				return w, errors.New("short TCP header")
 			}
@@ -191,9 +191,9 @@ func parseWirePacket(raw []byte) (wirePacket, error) {
 // that sums 16-bit words (SCTP has a CRC32c).
 func csumAt(proto uint8) int {
 	switch proto {
-	case policy.ProtoTCP:
+	case policyapi.ProtoTCP:
 		return 16
-	case policy.ProtoUDP:
+	case policyapi.ProtoUDP:
 		return 6
 	case protoICMP, protoICMPv6:
 		return 2
@@ -212,7 +212,7 @@ func l4Sum(proto uint8, src, dst netip.Addr, l4 []byte) uint32 {
 }
 
 func setChecksum(proto uint8, src, dst netip.Addr, l4 []byte) {
-	if proto == policy.ProtoSCTP {
+	if proto == policyapi.ProtoSCTP {
 		binary.LittleEndian.PutUint32(l4[8:], sctpCRC(l4))
 		return
 	}
@@ -222,21 +222,21 @@ func setChecksum(proto uint8, src, dst netip.Addr, l4 []byte) {
 	}
 	clear(l4[at : at+2])
 	c := fold(l4Sum(proto, src, dst, l4))
-	if c == 0 && proto == policy.ProtoUDP {
+	if c == 0 && proto == policyapi.ProtoUDP {
 		c = 0xffff
 	}
 	binary.BigEndian.PutUint16(l4[at:], c)
 }
 
 func checkChecksum(proto uint8, src, dst netip.Addr, l4 []byte) error {
-	if proto == policy.ProtoSCTP {
+	if proto == policyapi.ProtoSCTP {
 		if got, want := binary.LittleEndian.Uint32(l4[8:]), sctpCRC(l4); got != want {
 			return fmt.Errorf("SCTP CRC32c %#08x, want %#08x", got, want)
 		}
 		return nil
 	}
 	at := csumAt(proto)
-	if at < 0 || proto == policy.ProtoUDP && src.Is4() && binary.BigEndian.Uint16(l4[at:]) == 0 {
+	if at < 0 || proto == policyapi.ProtoUDP && src.Is4() && binary.BigEndian.Uint16(l4[at:]) == 0 {
 		return nil
 	}
 	if fold(l4Sum(proto, src, dst, l4)) != 0 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // newTestDataplane returns a Dataplane of mode m on r with every endpoint
@@ -135,20 +136,20 @@ func assertNoViolations(tb testing.TB, n *fakeNode) {
 // twoPods is a node with server ls-a (10.0.0.5, fd00::5) whose ingress
 // allows TCP 80 from identity from, and client addresses of identities
 // 300 (10.0.0.1, fd00::1) and 301 (10.0.0.2, fd00::2).
-func twoPods(from policy.Peer) *policy.Desired {
+func twoPods(from policyapi.Peer) *policy.Desired {
 	return &policy.Desired{
 		Addrs: map[netip.Addr]policy.AddrEntry{
-			addr("10.0.0.1"): {Identity: 300, CIDRClass: policy.NoCIDRClass},
-			addr("10.0.0.2"): {Identity: 301, CIDRClass: policy.NoCIDRClass},
-			addr("fd00::1"):  {Identity: 300, CIDRClass: policy.NoCIDRClass},
-			addr("fd00::2"):  {Identity: 301, CIDRClass: policy.NoCIDRClass},
-			addr("10.0.0.5"): {Identity: 400, CIDRClass: policy.NoCIDRClass},
-			addr("fd00::5"):  {Identity: 400, CIDRClass: policy.NoCIDRClass},
+			addr("10.0.0.1"): {Identity: 300, CIDRClass: policyapi.NoCIDRClass},
+			addr("10.0.0.2"): {Identity: 301, CIDRClass: policyapi.NoCIDRClass},
+			addr("fd00::1"):  {Identity: 300, CIDRClass: policyapi.NoCIDRClass},
+			addr("fd00::2"):  {Identity: 301, CIDRClass: policyapi.NoCIDRClass},
+			addr("10.0.0.5"): {Identity: 400, CIDRClass: policyapi.NoCIDRClass},
+			addr("fd00::5"):  {Identity: 400, CIDRClass: policyapi.NoCIDRClass},
 		},
-		CIDRs: map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		CIDRs: map[netip.Prefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 		Endpoints: map[string]*policy.EndpointPolicy{"ls-a": {
 			IPv4: addr("10.0.0.5"), IPv6: addr("fd00::5"), IngressIsolated: true,
-			Rules: map[policy.RuleKey][]policy.PortRange{{Peer: from, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(80, 80)},
+			Rules: map[policy.RuleKey][]policy.PortRange{{Peer: from, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}: ports(80, 80)},
 		}},
 	}
 }
@@ -159,25 +160,25 @@ func twoPods(from policy.Peer) *policy.Desired {
 func manyEndpoints(n int, shift uint16) *policy.Desired {
 	d := &policy.Desired{
 		Addrs: map[netip.Addr]policy.AddrEntry{},
-		CIDRs: map[netip.Prefix]policy.Peer{
-			prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass,
-			prefix("172.16.0.0/12"): class1, prefix("172.16.5.0/24"): policy.NoCIDRClass,
+		CIDRs: map[netip.Prefix]policyapi.Peer{
+			prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass,
+			prefix("172.16.0.0/12"): class1, prefix("172.16.5.0/24"): policyapi.NoCIDRClass,
 		},
 		Endpoints: map[string]*policy.EndpointPolicy{},
 	}
 	for i := range 100 {
-		d.Addrs[netip.AddrFrom4([4]byte{10, 1, byte(i / 100), byte(i % 100)})] = policy.AddrEntry{Identity: 300 + policy.Peer(i%50), CIDRClass: policy.NoCIDRClass}
+		d.Addrs[netip.AddrFrom4([4]byte{10, 1, byte(i / 100), byte(i % 100)})] = policy.AddrEntry{Identity: 300 + policyapi.Peer(i%50), CIDRClass: policyapi.NoCIDRClass}
 	}
 	for i := range n {
 		a := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
-		d.Addrs[a] = policy.AddrEntry{Identity: 1000 + policy.Peer(i), CIDRClass: policy.NoCIDRClass}
+		d.Addrs[a] = policy.AddrEntry{Identity: 1000 + policyapi.Peer(i), CIDRClass: policyapi.NoCIDRClass}
 		p := 1000 + uint16(i) + shift
 		d.Endpoints[fmt.Sprintf("ep%d", i)] = &policy.EndpointPolicy{
 			IPv4: a, IngressIsolated: true, EgressIsolated: true,
 			Rules: map[policy.RuleKey][]policy.PortRange{
-				{Peer: 300 + policy.Peer(i%50), Dir: policy.Ingress, Proto: policy.ProtoTCP}:     ports(p, p),
-				{Peer: 300 + policy.Peer((i+1)%50), Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(p, p),
-				{Peer: class1, Dir: policy.Egress, Proto: policy.ProtoTCP}:                       ports(443, 443),
+				{Peer: 300 + policyapi.Peer(i%50), Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}:     ports(p, p),
+				{Peer: 300 + policyapi.Peer((i+1)%50), Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}: ports(p, p),
+				{Peer: class1, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}:                          ports(443, 443),
 			},
 		}
 	}

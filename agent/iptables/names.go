@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Errors callers can test for with errors.Is.
@@ -87,16 +87,16 @@ func isModeSet(m Mode, name string) bool {
 // the peer has one: PeerAny needs no set, and peers the eBPF dataplane can
 // never see as a remote end (NoCIDRClass, reserved identities other than
 // PeerWorld) match nothing.
-func setName(m Mode, f Family, peer policy.Peer) (string, bool) {
+func setName(m Mode, f Family, peer policyapi.Peer) (string, bool) {
 	switch {
-	case peer == policy.PeerWorld:
+	case peer == policyapi.PeerWorld:
 		return setPrefix(m, f) + "pods", true
-	case peer&policy.CIDRClassBit != 0:
-		if peer == policy.NoCIDRClass {
+	case peer&policyapi.CIDRClassBit != 0:
+		if peer == policyapi.NoCIDRClass {
 			return "", false
 		}
-		return setPrefix(m, f) + "net-" + strconv.FormatUint(uint64(peer&^policy.CIDRClassBit), 10), true
-	case peer >= policy.FirstPodIdentity:
+		return setPrefix(m, f) + "net-" + strconv.FormatUint(uint64(peer&^policyapi.CIDRClassBit), 10), true
+	case peer >= policyapi.FirstPodIdentity:
 		return setPrefix(m, f) + "id-" + strconv.FormatUint(uint64(peer), 10), true
 	}
 	return "", false

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // ipSet is one ipset's content, desired or applied.
@@ -126,7 +127,7 @@ type renderer struct {
 	// The sets of the last plan and what they were built from: reused
 	// while the addresses, CIDRs and referenced sets stay the same.
 	lastAddrs map[netip.Addr]policy.AddrEntry
-	lastCIDRs map[netip.Prefix]policy.Peer
+	lastCIDRs map[netip.Prefix]policyapi.Peer
 	lastRefs  map[ref]bool
 	lastSets  map[string]*ipSet
 	// lastHas is, per family, which referenced sets the last render found
@@ -147,7 +148,7 @@ func (r *renderer) render(want *policy.Desired, cache map[string]*epRender) (*pl
 		// Classes are looked up unmapped (newCIDRIndex): a mapped IPv6
 		// prefix would be an IPv4 one, as in the eBPF dataplane's keys.
 		for pfx := range want.CIDRs {
-			if err := policy.CheckNotMapped(pfx); err != nil {
+			if err := policyapi.CheckNotMapped(pfx); err != nil {
 				return nil, nil, fmt.Errorf("render CIDRs: %w", err)
 			}
 		}
@@ -350,7 +351,7 @@ func (r *renderer) renderEndpoint(f Family, er *epRender, nonEmpty func(ref) boo
 		egress = append(egress, "-d ::/128 -j DROP", "-d ::ffff:0.0.0.0/96 -j DROP", "-p ipv6-icmp -j "+chainND6)
 	}
 	if ep.EgressIsolated {
-		egress = append(egress, r.policyRules(f, policy.Egress, er, nonEmpty)...)
+		egress = append(egress, r.policyRules(f, policyapi.Egress, er, nonEmpty)...)
 	}
 	var ingress []string
 	if f == IPv6 {
@@ -358,7 +359,7 @@ func (r *renderer) renderEndpoint(f Family, er *epRender, nonEmpty func(ref) boo
 		ingress = append(ingress, "-s ::/128 -j DROP", "-d ::/128 -j DROP", "-p ipv6-icmp -j "+chainND6In)
 	}
 	if ep.IngressIsolated {
-		ingress = append(ingress, r.policyRules(f, policy.Ingress, er, nonEmpty)...)
+		ingress = append(ingress, r.policyRules(f, policyapi.Ingress, er, nonEmpty)...)
 	}
 	return [2][]string{egress, ingress}
 }
@@ -367,19 +368,19 @@ func (r *renderer) renderEndpoint(f Family, er *epRender, nonEmpty func(ref) boo
 // protocol a RuleKey cannot have.
 func protoRank(proto uint8) int {
 	switch proto {
-	case policy.ProtoTCP:
+	case policyapi.ProtoTCP:
 		return 0
-	case policy.ProtoUDP:
+	case policyapi.ProtoUDP:
 		return 1
-	case policy.ProtoSCTP:
+	case policyapi.ProtoSCTP:
 		return 2
-	case policy.ProtoOther:
+	case policyapi.ProtoOther:
 		return 3
 	}
 	return -1
 }
 
-var protoName = map[uint8]string{policy.ProtoTCP: "tcp", policy.ProtoUDP: "udp", policy.ProtoSCTP: "sctp"}
+var protoName = map[uint8]string{policyapi.ProtoTCP: "tcp", policyapi.ProtoUDP: "udp", policyapi.ProtoSCTP: "sctp"}
 
 // policyRules renders the allow-list of one isolated direction: replies of
 // accepted connections, then one rule per (peer, protocol, port chunk),
@@ -387,13 +388,13 @@ var protoName = map[uint8]string{policy.ProtoTCP: "tcp", policy.ProtoUDP: "udp",
 // TCP, UDP and SCTP are dropped, so a rule with ports never lets ICMP
 // through and a ProtoOther rule never lets TCP through. Identity rules
 // with the same protocol and ports are one rule matching their union set.
-func (r *renderer) policyRules(f Family, dir policy.Direction, er *epRender, nonEmpty func(ref) bool) []string {
+func (r *renderer) policyRules(f Family, dir policyapi.Direction, er *epRender, nonEmpty func(ref) bool) []string {
 	word := "src"
-	if dir == policy.Egress {
+	if dir == policyapi.Egress {
 		word = "dst"
 	}
 	out := []string{"-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"}
-	if f == IPv6 && dir == policy.Egress {
+	if f == IPv6 && dir == policyapi.Egress {
 		// What LOCKSTEP-ND6 let through passes without policy.
 		for _, t := range append(slices.Clone(ndTypes), mldTypes...) {
 			out = append(out, icmp6Type(t)+"-j RETURN")
@@ -409,10 +410,10 @@ func (r *renderer) policyRules(f Family, dir policy.Direction, er *epRender, non
 			rf = ref{union: u}
 		}
 		match, ok := r.refMatch(f, rf, word)
-		if !ok || rf != (ref{peer: policy.PeerAny}) && !nonEmpty(rf) {
+		if !ok || rf != (ref{peer: policyapi.PeerAny}) && !nonEmpty(rf) {
 			continue
 		}
-		if k.Proto == policy.ProtoOther {
+		if k.Proto == policyapi.ProtoOther {
 			other = append(other, match+"-j RETURN")
 			continue
 		}
@@ -431,14 +432,14 @@ func (r *renderer) policyRules(f Family, dir policy.Direction, er *epRender, non
 // refMatch is the match of a rule for rf (with a trailing space), and
 // false for a peer that matches nothing.
 func (r *renderer) refMatch(f Family, rf ref, word string) (string, bool) {
-	if rf == (ref{peer: policy.PeerAny}) {
+	if rf == (ref{peer: policyapi.PeerAny}) {
 		return "", true
 	}
 	name, ok := r.refSetName(f, rf)
 	if !ok {
 		return "", false
 	}
-	if rf == (ref{peer: policy.PeerWorld}) {
+	if rf == (ref{peer: policyapi.PeerWorld}) {
 		return "-m set ! --match-set " + name + " " + word + " ", true
 	}
 	return "-m set --match-set " + name + " " + word + " ", true
@@ -494,9 +495,9 @@ func (r *renderer) fillSets(want *policy.Desired, refs map[ref]bool) map[string]
 	sets := map[string]*ipSet{}
 	// ids holds the members of every identity a rule matches, directly or
 	// through a union; only the directly matched ones become sets.
-	var ids [2]map[policy.Peer]*ipSet
+	var ids [2]map[policyapi.Peer]*ipSet
 	var pods [2]*ipSet
-	classes := map[policy.Peer]bool{}
+	classes := map[policyapi.Peer]bool{}
 	var unions []string
 	for rf := range refs {
 		if rf.union != "" {
@@ -504,7 +505,7 @@ func (r *renderer) fillSets(want *policy.Desired, refs map[ref]bool) map[string]
 		}
 	}
 	for _, f := range r.fams {
-		ids[f.index()] = map[policy.Peer]*ipSet{}
+		ids[f.index()] = map[policyapi.Peer]*ipSet{}
 		for _, u := range unions {
 			for _, id := range unionIdentities(u) {
 				if ids[f.index()][id] == nil {
@@ -519,10 +520,10 @@ func (r *renderer) fillSets(want *policy.Desired, refs map[ref]bool) map[string]
 			peer := rf.peer
 			name, _ := setName(r.mode, f, peer)
 			switch {
-			case peer == policy.PeerWorld:
+			case peer == policyapi.PeerWorld:
 				pods[f.index()] = newSet(f, false)
 				sets[name] = pods[f.index()]
-			case peer&policy.CIDRClassBit != 0:
+			case peer&policyapi.CIDRClassBit != 0:
 				classes[peer] = true
 			default:
 				s := ids[f.index()][peer]
@@ -596,7 +597,7 @@ func familyOf(a netip.Addr) Family {
 // address whose class differs from its longest prefix's gets a host entry:
 // a member in its own class's set, nomatch in the other. ipset refuses /0,
 // so a default route of class C becomes the two /1 halves.
-func (r *renderer) netSets(want *policy.Desired, classes map[policy.Peer]bool) map[string]*ipSet {
+func (r *renderer) netSets(want *policy.Desired, classes map[policyapi.Peer]bool) map[string]*ipSet {
 	idx := newCIDRIndex(want.CIDRs)
 	out := map[string]*ipSet{}
 	sets := map[[2]uint32]*ipSet{}
@@ -608,7 +609,7 @@ func (r *renderer) netSets(want *policy.Desired, classes map[policy.Peer]bool) m
 			sets[[2]uint32{uint32(f), uint32(c)}] = s
 		}
 	}
-	set := func(f Family, c policy.Peer) *ipSet { return sets[[2]uint32{uint32(f), uint32(c)}] }
+	set := func(f Family, c policyapi.Peer) *ipSet { return sets[[2]uint32{uint32(f), uint32(c)}] }
 	for pfx, c := range idx.m {
 		f := familyOf(pfx.Addr())
 		if pfx.Bits() == 0 {
@@ -657,12 +658,12 @@ func halves(f Family) [2]netip.Prefix {
 
 // cidrIndex is a longest-prefix-match view of Desired.CIDRs.
 type cidrIndex struct {
-	m    map[netip.Prefix]policy.Peer
+	m    map[netip.Prefix]policyapi.Peer
 	lens [2][]int // prefix lengths present, longest first, by family index
 }
 
-func newCIDRIndex(cidrs map[netip.Prefix]policy.Peer) *cidrIndex {
-	x := &cidrIndex{m: make(map[netip.Prefix]policy.Peer, len(cidrs))}
+func newCIDRIndex(cidrs map[netip.Prefix]policyapi.Peer) *cidrIndex {
+	x := &cidrIndex{m: make(map[netip.Prefix]policyapi.Peer, len(cidrs))}
 	var seen [2]map[int]bool
 	seen[0], seen[1] = map[int]bool{}, map[int]bool{}
 	for pfx, c := range cidrs {
@@ -681,20 +682,20 @@ func newCIDRIndex(cidrs map[netip.Prefix]policy.Peer) *cidrIndex {
 }
 
 // lookup is the class of a's longest prefix (NoCIDRClass when none).
-func (x *cidrIndex) lookup(a netip.Addr) policy.Peer {
+func (x *cidrIndex) lookup(a netip.Addr) policyapi.Peer {
 	for _, l := range x.lens[familyOf(a).index()] {
 		p, _ := a.Prefix(l)
 		if c, ok := x.m[p]; ok {
 			return c
 		}
 	}
-	return policy.NoCIDRClass
+	return policyapi.NoCIDRClass
 }
 
 // ancestorClasses lists the classes of the listed prefixes strictly
 // containing pfx (with repeats).
-func (x *cidrIndex) ancestorClasses(pfx netip.Prefix) []policy.Peer {
-	var out []policy.Peer
+func (x *cidrIndex) ancestorClasses(pfx netip.Prefix) []policyapi.Peer {
+	var out []policyapi.Peer
 	for _, l := range x.lens[familyOf(pfx.Addr()).index()] {
 		if l >= pfx.Bits() {
 			continue

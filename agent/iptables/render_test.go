@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 func addr(s string) netip.Addr     { return netip.MustParseAddr(s) }
@@ -22,7 +23,7 @@ func ports(lohi ...uint16) []policy.PortRange {
 	return out
 }
 
-const class1 = policy.CIDRClassBit | 1
+const class1 = policyapi.CIDRClassBit | 1
 
 func TestRenderEndpoint(t *testing.T) {
 	all := ports(0, 65535)
@@ -62,16 +63,16 @@ func TestRenderEndpoint(t *testing.T) {
 	}, {
 		name: "peers, protocols and ports",
 		ep: policy.EndpointPolicy{IPv4: addr("10.0.0.5"), IngressIsolated: true, EgressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
-			{Peer: 300, Dir: policy.Ingress, Proto: policy.ProtoTCP}:               all,
-			{Peer: 300, Dir: policy.Ingress, Proto: policy.ProtoOther}:             all,
-			{Peer: policy.PeerWorld, Dir: policy.Ingress, Proto: policy.ProtoUDP}:  ports(53, 53),
-			{Peer: policy.PeerAny, Dir: policy.Ingress, Proto: policy.ProtoSCTP}:   ports(1000, 2000),
-			{Peer: class1, Dir: policy.Egress, Proto: policy.ProtoTCP}:             ports(80, 80, 443, 443, 8000, 8100),
-			{Peer: policy.NoCIDRClass, Dir: policy.Egress, Proto: policy.ProtoTCP}: all, // matches nothing
-			{Peer: 7, Dir: policy.Egress, Proto: policy.ProtoTCP}:                  all, // reserved: nothing
-			{Peer: policy.PeerAny, Dir: policy.Egress, Proto: policy.ProtoOther}:   all,
-			{Peer: policy.PeerWorld, Dir: policy.Egress, Proto: policy.ProtoOther}: all,
-			{Peer: 301, Dir: policy.Egress, Proto: policy.ProtoUDP}:                nil, // no range: nothing
+			{Peer: 300, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}:                  all,
+			{Peer: 300, Dir: policyapi.Ingress, Proto: policyapi.ProtoOther}:                all,
+			{Peer: policyapi.PeerWorld, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}:  ports(53, 53),
+			{Peer: policyapi.PeerAny, Dir: policyapi.Ingress, Proto: policyapi.ProtoSCTP}:   ports(1000, 2000),
+			{Peer: class1, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}:                ports(80, 80, 443, 443, 8000, 8100),
+			{Peer: policyapi.NoCIDRClass, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}: all, // matches nothing
+			{Peer: 7, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}:                     all, // reserved: nothing
+			{Peer: policyapi.PeerAny, Dir: policyapi.Egress, Proto: policyapi.ProtoOther}:   all,
+			{Peer: policyapi.PeerWorld, Dir: policyapi.Egress, Proto: policyapi.ProtoOther}: all,
+			{Peer: 301, Dir: policyapi.Egress, Proto: policyapi.ProtoUDP}:                   nil, // no range: nothing
 		}},
 		fam: IPv4,
 		egress: []string{
@@ -92,17 +93,17 @@ func TestRenderEndpoint(t *testing.T) {
 			"-m set --match-set lockstep-nft4-id-300 src -j RETURN",
 			"-j DROP",
 		},
-		wantRefs: []ref{{peer: policy.PeerWorld}, {peer: 300}, {peer: 301}, {peer: class1}},
+		wantRefs: []ref{{peer: policyapi.PeerWorld}, {peer: 300}, {peer: 301}, {peer: class1}},
 	}, {
 		name: "identities with the same protocol and ports share one union rule",
 		ep: policy.EndpointPolicy{IPv4: addr("10.0.0.5"), IngressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
-			{Peer: 302, Dir: policy.Ingress, Proto: policy.ProtoTCP}:    ports(80, 80, 8080, 8090),
-			{Peer: 300, Dir: policy.Ingress, Proto: policy.ProtoTCP}:    ports(80, 80, 8080, 8090),
-			{Peer: 301, Dir: policy.Ingress, Proto: policy.ProtoTCP}:    ports(443, 443),           // other ports: its own rule
-			{Peer: 303, Dir: policy.Ingress, Proto: policy.ProtoUDP}:    ports(80, 80, 8080, 8090), // other protocol
-			{Peer: 304, Dir: policy.Ingress, Proto: policy.ProtoUDP}:    ports(80, 80, 8080, 8090), // ... with 303
-			{Peer: class1, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(80, 80, 8080, 8090), // a CIDR class keeps its set
-			{Peer: 300, Dir: policy.Egress, Proto: policy.ProtoTCP}:     ports(80, 80, 8080, 8090), // other direction
+			{Peer: 302, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}:    ports(80, 80, 8080, 8090),
+			{Peer: 300, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}:    ports(80, 80, 8080, 8090),
+			{Peer: 301, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}:    ports(443, 443),           // other ports: its own rule
+			{Peer: 303, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}:    ports(80, 80, 8080, 8090), // other protocol
+			{Peer: 304, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}:    ports(80, 80, 8080, 8090), // ... with 303
+			{Peer: class1, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}: ports(80, 80, 8080, 8090), // a CIDR class keeps its set
+			{Peer: 300, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}:     ports(80, 80, 8080, 8090), // other direction
 		}},
 		fam:    IPv4,
 		egress: []string{"! -s 10.0.0.5/32 -j DROP"},
@@ -118,7 +119,7 @@ func TestRenderEndpoint(t *testing.T) {
 	}, {
 		name: "more ranges than one multiport holds",
 		ep: policy.EndpointPolicy{IPv6: addr("fd00::5"), IngressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
-			{Peer: policy.PeerAny, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(1, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19, 21, 21, 23, 24),
+			{Peer: policyapi.PeerAny, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}: ports(1, 1, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19, 21, 21, 23, 24),
 		}},
 		fam:    IPv6,
 		egress: []string{"! -s fd00::5/128 -j LOCKSTEP-LL6", "-d ::/128 -j DROP", "-d ::ffff:0.0.0.0/96 -j DROP", "-p ipv6-icmp -j LOCKSTEP-ND6"},
@@ -154,7 +155,7 @@ func TestRenderEndpoint(t *testing.T) {
 }
 
 func TestRenderRejectsUnknownProtocol(t *testing.T) {
-	ep := &policy.EndpointPolicy{Rules: map[policy.RuleKey][]policy.PortRange{{Peer: policy.PeerAny, Proto: 47}: nil}}
+	ep := &policy.EndpointPolicy{Rules: map[policy.RuleKey][]policy.PortRange{{Peer: policyapi.PeerAny, Proto: 47}: nil}}
 	if _, err := newEPRender("ls-a", ep); err == nil || !strings.Contains(err.Error(), "protocol 47") {
 		t.Fatalf("got %v, want an error naming protocol 47", err)
 	}
@@ -165,17 +166,17 @@ func TestRenderRejectsUnknownProtocol(t *testing.T) {
 // two halves, and a pod whose class differs from its prefix's gets a host
 // entry.
 func TestNetSets(t *testing.T) {
-	c1, c2 := policy.CIDRClassBit|1, policy.CIDRClassBit|2
+	c1, c2 := policyapi.CIDRClassBit|1, policyapi.CIDRClassBit|2
 	tests := []struct {
 		name  string
-		cidrs map[netip.Prefix]policy.Peer
+		cidrs map[netip.Prefix]policyapi.Peer
 		addrs map[netip.Addr]policy.AddrEntry
 		want  map[string]map[netip.Prefix]bool
 	}{{
 		name: "ipBlock with an except",
-		cidrs: map[netip.Prefix]policy.Peer{
-			prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass,
-			prefix("10.0.0.0/8"): c1, prefix("10.1.0.0/16"): policy.NoCIDRClass,
+		cidrs: map[netip.Prefix]policyapi.Peer{
+			prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass,
+			prefix("10.0.0.0/8"): c1, prefix("10.1.0.0/16"): policyapi.NoCIDRClass,
 		},
 		want: map[string]map[netip.Prefix]bool{
 			"lockstep-nft4-net-1": {prefix("10.0.0.0/8"): false, prefix("10.1.0.0/16"): true},
@@ -183,8 +184,8 @@ func TestNetSets(t *testing.T) {
 		},
 	}, {
 		name: "nested classes: a nomatch only under an ancestor of the class",
-		cidrs: map[netip.Prefix]policy.Peer{
-			prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass,
+		cidrs: map[netip.Prefix]policyapi.Peer{
+			prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass,
 			prefix("10.0.0.0/8"): c1, prefix("10.1.0.0/16"): c2, prefix("10.1.2.0/24"): c1,
 			prefix("172.16.0.0/12"): c2,
 		},
@@ -195,9 +196,9 @@ func TestNetSets(t *testing.T) {
 		},
 	}, {
 		name: "default route of a class: two halves, an except under it",
-		cidrs: map[netip.Prefix]policy.Peer{
+		cidrs: map[netip.Prefix]policyapi.Peer{
 			prefix("0.0.0.0/0"): c1, prefix("::/0"): c1,
-			prefix("10.0.0.0/8"): policy.NoCIDRClass, prefix("128.0.0.0/1"): c1,
+			prefix("10.0.0.0/8"): policyapi.NoCIDRClass, prefix("128.0.0.0/1"): c1,
 		},
 		want: map[string]map[netip.Prefix]bool{
 			"lockstep-nft4-net-1": {prefix("0.0.0.0/1"): false, prefix("128.0.0.0/1"): false, prefix("10.0.0.0/8"): true},
@@ -205,15 +206,15 @@ func TestNetSets(t *testing.T) {
 		},
 	}, {
 		name: "pods whose class is not their prefix's",
-		cidrs: map[netip.Prefix]policy.Peer{
-			prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass,
+		cidrs: map[netip.Prefix]policyapi.Peer{
+			prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass,
 			prefix("10.0.0.0/8"): c1,
 		},
 		addrs: map[netip.Addr]policy.AddrEntry{
-			addr("10.0.0.1"): {Identity: 300, CIDRClass: c1},                 // agrees: no entry
-			addr("10.0.0.2"): {Identity: 300, CIDRClass: c2},                 // in c2 instead
-			addr("11.0.0.1"): {Identity: 300, CIDRClass: c1},                 // in c1 although outside
-			addr("fd00::1"):  {Identity: 300, CIDRClass: policy.NoCIDRClass}, // agrees
+			addr("10.0.0.1"): {Identity: 300, CIDRClass: c1},                    // agrees: no entry
+			addr("10.0.0.2"): {Identity: 300, CIDRClass: c2},                    // in c2 instead
+			addr("11.0.0.1"): {Identity: 300, CIDRClass: c1},                    // in c1 although outside
+			addr("fd00::1"):  {Identity: 300, CIDRClass: policyapi.NoCIDRClass}, // agrees
 		},
 		want: map[string]map[netip.Prefix]bool{
 			"lockstep-nft4-net-1": {prefix("10.0.0.0/8"): false, prefix("10.0.0.2/32"): true, prefix("11.0.0.1/32"): false},
@@ -224,7 +225,7 @@ func TestNetSets(t *testing.T) {
 	r := renderer{mode: ModeNFT, fams: []Family{IPv4, IPv6}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			classes := map[policy.Peer]bool{}
+			classes := map[policyapi.Peer]bool{}
 			for name := range tt.want {
 				if strings.HasSuffix(name, "-1") {
 					classes[c1] = true
@@ -264,7 +265,7 @@ func TestCheckIfName(t *testing.T) {
 func TestSetNamesFitAndDifferByMode(t *testing.T) {
 	for _, m := range []Mode{ModeNFT, ModeLegacy} {
 		for _, f := range families {
-			for _, peer := range []policy.Peer{policy.PeerWorld, policy.CIDRClassBit | (1<<31 - 1), 1<<31 - 1} {
+			for _, peer := range []policyapi.Peer{policyapi.PeerWorld, policyapi.CIDRClassBit | (1<<31 - 1), 1<<31 - 1} {
 				name, ok := setName(m, f, peer)
 				if !ok || len(name) > 31 {
 					t.Errorf("set name %q for %s %s peer %d: ok=%v, %d characters (ipset allows 31)", name, m, f, peer, ok, len(name))
@@ -291,18 +292,18 @@ func TestSetNamesFitAndDifferByMode(t *testing.T) {
 func TestUnionSets(t *testing.T) {
 	d := &policy.Desired{
 		Addrs: map[netip.Addr]policy.AddrEntry{
-			addr("10.1.0.1"): {Identity: 300, CIDRClass: policy.NoCIDRClass},
-			addr("10.1.0.2"): {Identity: 301, CIDRClass: policy.NoCIDRClass},
-			addr("fd01::2"):  {Identity: 301, CIDRClass: policy.NoCIDRClass},
-			addr("10.1.0.3"): {Identity: 302, CIDRClass: policy.NoCIDRClass},
+			addr("10.1.0.1"): {Identity: 300, CIDRClass: policyapi.NoCIDRClass},
+			addr("10.1.0.2"): {Identity: 301, CIDRClass: policyapi.NoCIDRClass},
+			addr("fd01::2"):  {Identity: 301, CIDRClass: policyapi.NoCIDRClass},
+			addr("10.1.0.3"): {Identity: 302, CIDRClass: policyapi.NoCIDRClass},
 		},
 		Endpoints: map[string]*policy.EndpointPolicy{},
 	}
 	for _, name := range []string{"ep0", "ep1"} {
 		d.Endpoints[name] = &policy.EndpointPolicy{IngressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
-			{Peer: 300, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(80, 80),
-			{Peer: 301, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(80, 80),
-			{Peer: 302, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(81, 81),
+			{Peer: 300, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}: ports(80, 80),
+			{Peer: 301, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}: ports(80, 80),
+			{Peer: 302, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}: ports(81, 81),
 		}}
 	}
 	r := renderer{mode: ModeNFT, fams: []Family{IPv4, IPv6}}

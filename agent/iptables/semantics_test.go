@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // The address space of the random states: pods, nested ipBlocks and
@@ -23,7 +24,7 @@ var (
 		"10.9.9.9", "10.0.1.3", "10.0.1.5", "10.0.2.5", "11.1.1.1", "192.168.1.1", "192.168.2.2", "200.1.1.1",
 		"fd00::99", "fd00::1:1", "fd01::1", "2001:db8::1", "fe80::1", "::",
 	}
-	semClasses = []policy.Peer{policy.NoCIDRClass, policy.CIDRClassBit | 1, policy.CIDRClassBit | 2, policy.CIDRClassBit | 3}
+	semClasses = []policyapi.Peer{policyapi.NoCIDRClass, policyapi.CIDRClassBit | 1, policyapi.CIDRClassBit | 2, policyapi.CIDRClassBit | 3}
 	semIfs     = []string{"ep0", "ep1", "ep2"}
 	// semFrontends are the ClusterIPs, outside every prefix above.
 	semFrontends = []string{"10.96.0.1", "10.96.0.2", "fd96::1"}
@@ -31,10 +32,10 @@ var (
 
 // randomDesired builds a random but well-formed Desired.
 func randomDesired(rng *rand.Rand) *policy.Desired {
-	pick := func(p []policy.Peer) policy.Peer { return p[rng.IntN(len(p))] }
+	pick := func(p []policyapi.Peer) policyapi.Peer { return p[rng.IntN(len(p))] }
 	d := &policy.Desired{
 		Addrs: map[netip.Addr]policy.AddrEntry{},
-		CIDRs: map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		CIDRs: map[netip.Prefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 	}
 	if rng.IntN(4) == 0 {
 		d.CIDRs[prefix("0.0.0.0/0")] = pick(semClasses)
@@ -46,7 +47,7 @@ func randomDesired(rng *rand.Rand) *policy.Desired {
 		}
 	}
 	idx := newCIDRIndex(d.CIDRs)
-	ids := []policy.Peer{300, 301, 302, 303}
+	ids := []policyapi.Peer{300, 301, 302, 303}
 	for i := range 12 {
 		var a netip.Addr
 		if i%3 == 2 {
@@ -67,7 +68,7 @@ func randomDesired(rng *rand.Rand) *policy.Desired {
 			}
 		}
 	}, netip.Addr.Compare)
-	peers := append([]policy.Peer{policy.PeerAny, policy.PeerWorld, 7}, ids...)
+	peers := append([]policyapi.Peer{policyapi.PeerAny, policyapi.PeerWorld, 7}, ids...)
 	peers = append(peers, semClasses...)
 	d.Endpoints = map[string]*policy.EndpointPolicy{}
 	for i, name := range semIfs {
@@ -82,7 +83,7 @@ func randomDesired(rng *rand.Rand) *policy.Desired {
 			ep.IPv6 = netip.AddrFrom16([16]byte{0: 0xfd, 15: byte(2 + 3*i)})
 		}
 		for range rng.IntN(10) {
-			k := policy.RuleKey{Peer: pick(peers), Dir: policy.Direction(rng.IntN(2)), Proto: []uint8{6, 17, 132, 0}[rng.IntN(4)]}
+			k := policy.RuleKey{Peer: pick(peers), Dir: policyapi.Direction(rng.IntN(2)), Proto: []uint8{6, 17, 132, 0}[rng.IntN(4)]}
 			ep.Rules[k] = randomRanges(rng)
 		}
 		d.Endpoints[name] = ep
@@ -112,7 +113,7 @@ func randomServices(rng *rand.Rand, d *policy.Desired) map[policy.ServiceFronten
 		e := &policy.ServiceEntry{Service: fmt.Sprintf("ns/svc-%d", i)}
 		// Half the SCTP frontends have their backends on the Service
 		// port: the only SCTP frontends the eBPF programs translate.
-		samePort := fr.Proto == policy.ProtoSCTP && rng.IntN(2) == 0
+		samePort := fr.Proto == policyapi.ProtoSCTP && rng.IntN(2) == 0
 		for range rng.IntN(4) {
 			b := policy.ServiceBackend{Addr: pods[rng.IntN(len(pods))], Port: uint16(1 + rng.IntN(200))}
 			if samePort {
@@ -126,7 +127,7 @@ func randomServices(rng *rand.Rand, d *policy.Desired) map[policy.ServiceFronten
 			return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
 		})
 		if rng.IntN(3) == 0 {
-			e.AffinityTimeout = policy.DefaultAffinityTimeout
+			e.AffinityTimeout = policyapi.DefaultAffinityTimeout
 		}
 		out[fr] = e
 	}

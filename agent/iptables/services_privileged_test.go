@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // The Service topology: newTrafficNode's client a (identity 300) and
@@ -86,24 +87,24 @@ func svcTrafficState(both bool, affinity time.Duration) *policy.Desired {
 	d4, d6 := addr(svcServer2), addr(svcServer26)
 	server := func(v4, v6 netip.Addr) *policy.EndpointPolicy {
 		return &policy.EndpointPolicy{IPv4: v4, IPv6: v6, IngressIsolated: true, EgressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
-			{Peer: 300, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(8080, 8080),
-			{Peer: 300, Dir: policy.Ingress, Proto: policy.ProtoUDP}: ports(5353, 5353),
-			{Peer: 400, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(8080, 8080),
-			{Peer: 400, Dir: policy.Egress, Proto: policy.ProtoTCP}:  ports(8080, 8080),
+			{Peer: 300, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}: ports(8080, 8080),
+			{Peer: 300, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}: ports(5353, 5353),
+			{Peer: 400, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}: ports(8080, 8080),
+			{Peer: 400, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}:  ports(8080, 8080),
 		}}
 	}
 	d := &policy.Desired{
 		Addrs: map[netip.Addr]policy.AddrEntry{
-			a4: {Identity: 300, CIDRClass: policy.NoCIDRClass}, a6: {Identity: 300, CIDRClass: policy.NoCIDRClass},
-			b4: {Identity: 400, CIDRClass: policy.NoCIDRClass}, b6: {Identity: 400, CIDRClass: policy.NoCIDRClass},
-			c4: {Identity: 301, CIDRClass: policy.NoCIDRClass}, c6: {Identity: 301, CIDRClass: policy.NoCIDRClass},
-			d4: {Identity: 400, CIDRClass: policy.NoCIDRClass}, d6: {Identity: 400, CIDRClass: policy.NoCIDRClass},
+			a4: {Identity: 300, CIDRClass: policyapi.NoCIDRClass}, a6: {Identity: 300, CIDRClass: policyapi.NoCIDRClass},
+			b4: {Identity: 400, CIDRClass: policyapi.NoCIDRClass}, b6: {Identity: 400, CIDRClass: policyapi.NoCIDRClass},
+			c4: {Identity: 301, CIDRClass: policyapi.NoCIDRClass}, c6: {Identity: 301, CIDRClass: policyapi.NoCIDRClass},
+			d4: {Identity: 400, CIDRClass: policyapi.NoCIDRClass}, d6: {Identity: 400, CIDRClass: policyapi.NoCIDRClass},
 		},
-		CIDRs: map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		CIDRs: map[netip.Prefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 		Endpoints: map[string]*policy.EndpointPolicy{
 			"lsipt-a": {IPv4: a4, IPv6: a6, EgressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
-				{Peer: 400, Dir: policy.Egress, Proto: policy.ProtoTCP}: ports(8080, 8080),
-				{Peer: 400, Dir: policy.Egress, Proto: policy.ProtoUDP}: ports(5353, 5353),
+				{Peer: 400, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}: ports(8080, 8080),
+				{Peer: 400, Dir: policyapi.Egress, Proto: policyapi.ProtoUDP}: ports(5353, 5353),
 			}},
 			"lsipt-b": server(b4, b6),
 			"lsipt-c": {IPv4: c4, IPv6: c6},
@@ -120,10 +121,10 @@ func svcTrafficState(both bool, affinity time.Duration) *policy.Desired {
 		if both {
 			web.Backends = append(web.Backends, policy.ServiceBackend{Addr: dd, Port: 8080})
 		}
-		d.Services[policy.ServiceFrontend{Addr: addr(svcIP[f]), Port: 80, Proto: policy.ProtoTCP}] = web
-		d.Services[policy.ServiceFrontend{Addr: addr(svcIP[f]), Port: 53, Proto: policy.ProtoUDP}] = &policy.ServiceEntry{Service: "kube-system/dns", Backends: []policy.ServiceBackend{{Addr: b, Port: 5353}}}
-		d.Services[policy.ServiceFrontend{Addr: addr(svcIPNone[f]), Port: 80, Proto: policy.ProtoTCP}] = &policy.ServiceEntry{Service: "default/none"}
-		d.Services[policy.ServiceFrontend{Addr: addr(svcIPNone[f]), Port: 53, Proto: policy.ProtoUDP}] = &policy.ServiceEntry{Service: "default/none"}
+		d.Services[policy.ServiceFrontend{Addr: addr(svcIP[f]), Port: 80, Proto: policyapi.ProtoTCP}] = web
+		d.Services[policy.ServiceFrontend{Addr: addr(svcIP[f]), Port: 53, Proto: policyapi.ProtoUDP}] = &policy.ServiceEntry{Service: "kube-system/dns", Backends: []policy.ServiceBackend{{Addr: b, Port: 5353}}}
+		d.Services[policy.ServiceFrontend{Addr: addr(svcIPNone[f]), Port: 80, Proto: policyapi.ProtoTCP}] = &policy.ServiceEntry{Service: "default/none"}
+		d.Services[policy.ServiceFrontend{Addr: addr(svcIPNone[f]), Port: 53, Proto: policyapi.ProtoUDP}] = &policy.ServiceEntry{Service: "default/none"}
 	}
 	return d
 }
@@ -373,7 +374,7 @@ func TestPrivilegedServiceHairpin(t *testing.T) {
 			// Without the server's rule for its own identity, the same
 			// connection is denied like any other.
 			deny := svcTrafficState(false, 0)
-			delete(deny.Endpoints["lsipt-b"].Rules, policy.RuleKey{Peer: 400, Dir: policy.Ingress, Proto: policy.ProtoTCP})
+			delete(deny.Endpoints["lsipt-b"].Rules, policy.RuleKey{Peer: 400, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP})
 			mustApply(t, d, deny)
 			if out, err := dialTCP(sn.server, hostPort(svcIP[IPv4], 80), 700*time.Millisecond); err == nil {
 				t.Errorf("b to its own Service answered %q with its ingress not allowing itself", out)

@@ -13,14 +13,15 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Frontends of svcState.
 var (
-	feWeb   = policy.ServiceFrontend{Addr: addr("10.96.0.10"), Port: 80, Proto: policy.ProtoTCP}
-	feDNS   = policy.ServiceFrontend{Addr: addr("10.96.0.10"), Port: 53, Proto: policy.ProtoUDP}
-	feWeb6  = policy.ServiceFrontend{Addr: addr("fd96::10"), Port: 80, Proto: policy.ProtoTCP}
-	feEmpty = policy.ServiceFrontend{Addr: addr("10.96.0.20"), Port: 80, Proto: policy.ProtoTCP}
+	feWeb   = policy.ServiceFrontend{Addr: addr("10.96.0.10"), Port: 80, Proto: policyapi.ProtoTCP}
+	feDNS   = policy.ServiceFrontend{Addr: addr("10.96.0.10"), Port: 53, Proto: policyapi.ProtoUDP}
+	feWeb6  = policy.ServiceFrontend{Addr: addr("fd96::10"), Port: 80, Proto: policyapi.ProtoTCP}
+	feEmpty = policy.ServiceFrontend{Addr: addr("10.96.0.20"), Port: 80, Proto: policyapi.ProtoTCP}
 )
 
 // svcState is twoPods' node with a client endpoint ls-c (10.0.0.1,
@@ -30,9 +31,9 @@ var (
 // 80 to [fd00::5]:8080) and empty (TCP 80, no backend).
 func svcState() *policy.Desired {
 	d := twoPods(300)
-	d.Addrs[addr("10.0.0.6")] = policy.AddrEntry{Identity: 400, CIDRClass: policy.NoCIDRClass}
+	d.Addrs[addr("10.0.0.6")] = policy.AddrEntry{Identity: 400, CIDRClass: policyapi.NoCIDRClass}
 	d.Endpoints["ls-c"] = &policy.EndpointPolicy{IPv4: addr("10.0.0.1"), IPv6: addr("fd00::1"), EgressIsolated: true,
-		Rules: map[policy.RuleKey][]policy.PortRange{{Peer: 400, Dir: policy.Egress, Proto: policy.ProtoTCP}: ports(8080, 8080)}}
+		Rules: map[policy.RuleKey][]policy.PortRange{{Peer: 400, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}: ports(8080, 8080)}}
 	d.Services = map[policy.ServiceFrontend]*policy.ServiceEntry{
 		feWeb:   {Service: "default/web", Backends: []policy.ServiceBackend{{Addr: addr("10.0.0.5"), Port: 8080}, {Addr: addr("10.0.0.6"), Port: 8080}}},
 		feDNS:   {Service: "kube-system/dns", Backends: []policy.ServiceBackend{{Addr: addr("10.0.0.5"), Port: 5353}}},
@@ -267,7 +268,7 @@ func TestServiceAffinity(t *testing.T) {
 func TestApplyServicesIncremental(t *testing.T) {
 	base := svcState()
 	moreBackends := withService(base, feWeb, &policy.ServiceEntry{Service: "default/web", Backends: append(slices.Clone(base.Services[feWeb].Backends), policy.ServiceBackend{Addr: addr("10.0.0.7"), Port: 8080})})
-	feSCTP := policy.ServiceFrontend{Addr: addr("10.96.0.30"), Port: 443, Proto: policy.ProtoSCTP}
+	feSCTP := policy.ServiceFrontend{Addr: addr("10.96.0.30"), Port: 443, Proto: policyapi.ProtoSCTP}
 	lostBackends := withService(base, feDNS, &policy.ServiceEntry{Service: "kube-system/dns"})
 	newFrontend := withService(base, feSCTP, &policy.ServiceEntry{Backends: []policy.ServiceBackend{{Addr: addr("10.0.0.6"), Port: 443}}})
 	newEndpoint := withService(base, feWeb, base.Services[feWeb])
@@ -706,7 +707,7 @@ func TestRenderRejectsBadServices(t *testing.T) {
 }
 
 func TestParseFrontend(t *testing.T) {
-	for _, fr := range []policy.ServiceFrontend{feWeb, feDNS, feWeb6, {Addr: addr("fd96::1"), Port: 65535, Proto: policy.ProtoSCTP}} {
+	for _, fr := range []policy.ServiceFrontend{feWeb, feDNS, feWeb6, {Addr: addr("fd96::1"), Port: 65535, Proto: policyapi.ProtoSCTP}} {
 		got, err := parseFrontend(frontendText(fr))
 		if err != nil || got != fr {
 			t.Errorf("parseFrontend(%q) = %v, %v", frontendText(fr), got, err)

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/probe/nodesim"
 )
 
@@ -240,22 +241,22 @@ func waitTopology(t *testing.T, tn *trafficNode, from []string, addrs ...string)
 func trafficState(world bool) *policy.Desired {
 	server := &policy.EndpointPolicy{
 		IPv4: addr(trafficServer), IPv6: addr(trafficServer6), IngressIsolated: true, EgressIsolated: true,
-		Rules: map[policy.RuleKey][]policy.PortRange{{Peer: 300, Dir: policy.Ingress, Proto: policy.ProtoTCP}: ports(8080, 8080)},
+		Rules: map[policy.RuleKey][]policy.PortRange{{Peer: 300, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}: ports(8080, 8080)},
 	}
 	if world {
-		server.Rules[policy.RuleKey{Peer: policy.PeerWorld, Dir: policy.Ingress, Proto: policy.ProtoTCP}] = ports(8080, 8080)
+		server.Rules[policy.RuleKey{Peer: policyapi.PeerWorld, Dir: policyapi.Ingress, Proto: policyapi.ProtoTCP}] = ports(8080, 8080)
 	}
 	return &policy.Desired{
 		Addrs: map[netip.Addr]policy.AddrEntry{
-			addr(trafficClient):  {Identity: 300, CIDRClass: policy.NoCIDRClass},
-			addr(trafficClient6): {Identity: 300, CIDRClass: policy.NoCIDRClass},
-			addr(trafficServer):  {Identity: 400, CIDRClass: policy.NoCIDRClass},
-			addr(trafficServer6): {Identity: 400, CIDRClass: policy.NoCIDRClass},
+			addr(trafficClient):  {Identity: 300, CIDRClass: policyapi.NoCIDRClass},
+			addr(trafficClient6): {Identity: 300, CIDRClass: policyapi.NoCIDRClass},
+			addr(trafficServer):  {Identity: 400, CIDRClass: policyapi.NoCIDRClass},
+			addr(trafficServer6): {Identity: 400, CIDRClass: policyapi.NoCIDRClass},
 		},
-		CIDRs: map[netip.Prefix]policy.Peer{prefix("0.0.0.0/0"): policy.NoCIDRClass, prefix("::/0"): policy.NoCIDRClass},
+		CIDRs: map[netip.Prefix]policyapi.Peer{prefix("0.0.0.0/0"): policyapi.NoCIDRClass, prefix("::/0"): policyapi.NoCIDRClass},
 		Endpoints: map[string]*policy.EndpointPolicy{
 			"lsipt-a": {IPv4: addr(trafficClient), IPv6: addr(trafficClient6), EgressIsolated: true, Rules: map[policy.RuleKey][]policy.PortRange{
-				{Peer: 400, Dir: policy.Egress, Proto: policy.ProtoTCP}: ports(8080, 8080, 9090, 9090),
+				{Peer: 400, Dir: policyapi.Egress, Proto: policyapi.ProtoTCP}: ports(8080, 8080, 9090, 9090),
 			}},
 			"lsipt-b": server,
 		},

@@ -9,12 +9,13 @@ import (
 	"strings"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // A ref is what one rule matches the remote end against: the set of one
 // peer, or the union set of several pod identities.
 type ref struct {
-	peer policy.Peer
+	peer policyapi.Peer
 	// union, when set, lists the identities of a union set in ascending
 	// order ("300,301,517"); peer is then unused.
 	union string
@@ -70,23 +71,23 @@ func (r *renderer) refSetName(f Family, rf ref) (string, bool) {
 }
 
 // unionIdentities parses a ref's union back into its identities.
-func unionIdentities(union string) []policy.Peer {
+func unionIdentities(union string) []policyapi.Peer {
 	fields := strings.Split(union, ",")
-	out := make([]policy.Peer, 0, len(fields))
+	out := make([]policyapi.Peer, 0, len(fields))
 	for _, s := range fields {
 		n, err := strconv.ParseUint(s, 10, 32)
 		if err != nil {
 			panic(fmt.Sprintf("iptables: bad union %q", union)) // built by groupUnions only
 		}
-		out = append(out, policy.Peer(n))
+		out = append(out, policyapi.Peer(n))
 	}
 	return out
 }
 
 // isIdentity reports whether peer is a pod identity (hash:ip set of its
 // pods), the only peers a union set holds.
-func isIdentity(peer policy.Peer) bool {
-	return peer&policy.CIDRClassBit == 0 && peer >= policy.FirstPodIdentity
+func isIdentity(peer policyapi.Peer) bool {
+	return peer&policyapi.CIDRClassBit == 0 && peer >= policyapi.FirstPodIdentity
 }
 
 // groupUnions finds the rules of ep (keys in rule order) that share a
@@ -96,7 +97,7 @@ func isIdentity(peer policy.Peer) bool {
 // part of the first.
 func groupUnions(keys []policy.RuleKey, rules map[policy.RuleKey][]policy.PortRange) (first map[policy.RuleKey]string, merged map[policy.RuleKey]bool) {
 	type groupKey struct {
-		dir   policy.Direction
+		dir   policyapi.Direction
 		proto uint8
 		ports string
 	}
@@ -117,7 +118,7 @@ func groupUnions(keys []policy.RuleKey, rules map[policy.RuleKey][]policy.PortRa
 		if len(ks) < 2 {
 			continue
 		}
-		ids := make([]policy.Peer, len(ks))
+		ids := make([]policyapi.Peer, len(ks))
 		for i, k := range ks {
 			ids[i] = k.Peer
 		}

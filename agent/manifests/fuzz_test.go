@@ -9,6 +9,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/endpointslice"
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // serviceDocs is a Service with named and numbered target ports, and pods
@@ -54,14 +55,14 @@ func FuzzLoadDocument(f *testing.F) {
 		if err != nil {
 			return
 		}
-		s := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Pods: objs.Pods, Policies: objs.Policies, Identities: map[string]policy.Peer{},
+		s := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Pods: objs.Pods, Policies: objs.Policies, Identities: map[string]policyapi.Peer{},
 			Services: objs.Services}
 		var pods []endpointslice.Pod
 		for _, p := range objs.Pods {
 			var addrs []netip.Addr
 			ips := p.Status.PodIPs
 			if len(ips) == 0 && p.Status.PodIP != "" {
-				ips = []policy.PodIP{{IP: p.Status.PodIP}}
+				ips = []policyapi.PodIP{{IP: p.Status.PodIP}}
 			}
 			for _, ip := range ips {
 				addrs = append(addrs, netip.MustParseAddr(ip.IP)) // validated
@@ -77,9 +78,9 @@ func FuzzLoadDocument(f *testing.F) {
 			}
 		}
 		for _, p := range objs.Pods {
-			key := policy.IdentityKey(s.Namespaces[p.Namespace], p)
+			key := policyapi.IdentityKey(s.Namespaces[p.Namespace], p)
 			if _, ok := s.Identities[key]; !ok {
-				s.Identities[key] = policy.FirstPodIdentity + policy.Peer(len(s.Identities))
+				s.Identities[key] = policyapi.FirstPodIdentity + policyapi.Peer(len(s.Identities))
 			}
 			s.Local = append(s.Local, policy.LocalEndpoint{HostIfName: p.Namespace + "/" + p.Name, Namespace: p.Namespace, PodName: p.Name})
 		}

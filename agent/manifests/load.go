@@ -13,25 +13,25 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Objects is everything read from a manifest directory.
 type Objects struct {
 	// Namespaces, sorted by name.
-	Namespaces []*policy.Namespace
+	Namespaces []*policyapi.Namespace
 	// Pods, Policies and Services, sorted by namespace and name.
-	Pods     []*policy.Pod
-	Policies []*policy.NetworkPolicy
-	Services []*policy.Service
+	Pods     []*policyapi.Pod
+	Policies []*policyapi.NetworkPolicy
+	Services []*policyapi.Service
 	// Warnings lists what was read but not used, such as documents of
 	// other kinds, one line each, naming the file and document.
 	Warnings []string
 }
 
 // NamespaceMap returns the namespaces by name, as [policy.Snapshot] wants them.
-func (o *Objects) NamespaceMap() map[string]*policy.Namespace {
-	m := make(map[string]*policy.Namespace, len(o.Namespaces))
+func (o *Objects) NamespaceMap() map[string]*policyapi.Namespace {
+	m := make(map[string]*policyapi.Namespace, len(o.Namespaces))
 	for _, ns := range o.Namespaces {
 		m[ns.Name] = ns
 	}
@@ -129,16 +129,16 @@ func (l *loader) file(name string, data []byte) error {
 
 // finish sorts what was read and returns it.
 func (l *loader) finish() *Objects {
-	byName := func(a, b policy.ObjectMeta) int {
+	byName := func(a, b policyapi.ObjectMeta) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Name, b.Name)
 	}
-	slices.SortFunc(l.objs.Namespaces, func(a, b *policy.Namespace) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(l.objs.Pods, func(a, b *policy.Pod) int { return byName(a.ObjectMeta, b.ObjectMeta) })
-	slices.SortFunc(l.objs.Policies, func(a, b *policy.NetworkPolicy) int { return byName(a.ObjectMeta, b.ObjectMeta) })
-	slices.SortFunc(l.objs.Services, func(a, b *policy.Service) int { return byName(a.ObjectMeta, b.ObjectMeta) })
+	slices.SortFunc(l.objs.Namespaces, func(a, b *policyapi.Namespace) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(l.objs.Pods, func(a, b *policyapi.Pod) int { return byName(a.ObjectMeta, b.ObjectMeta) })
+	slices.SortFunc(l.objs.Policies, func(a, b *policyapi.NetworkPolicy) int { return byName(a.ObjectMeta, b.ObjectMeta) })
+	slices.SortFunc(l.objs.Services, func(a, b *policyapi.Service) int { return byName(a.ObjectMeta, b.ObjectMeta) })
 	return l.objs
 }
 
@@ -219,7 +219,7 @@ func (l *loader) object(where string, j []byte, listOK bool) error {
 	if j[0] != '{' {
 		return fmt.Errorf("parse %s: not an object", where)
 	}
-	var tm policy.TypeMeta
+	var tm policyapi.TypeMeta
 	if err := json.Unmarshal(j, &tm); err != nil {
 		return fmt.Errorf("parse %s: %w", where, err)
 	}
@@ -257,7 +257,7 @@ func (l *loader) object(where string, j []byte, listOK bool) error {
 		}
 		return nil
 	case "Namespace":
-		var ns policy.Namespace
+		var ns policyapi.Namespace
 		if err := decode(where, j, &ns); err != nil {
 			return err
 		}
@@ -268,7 +268,7 @@ func (l *loader) object(where string, j []byte, listOK bool) error {
 		}
 		l.objs.Namespaces = append(l.objs.Namespaces, &ns)
 	case "Pod":
-		var pod policy.Pod
+		var pod policyapi.Pod
 		if err := decode(where, j, &pod); err != nil {
 			return err
 		}
@@ -278,7 +278,7 @@ func (l *loader) object(where string, j []byte, listOK bool) error {
 		}
 		l.objs.Pods = append(l.objs.Pods, &pod)
 	case "NetworkPolicy":
-		var np policy.NetworkPolicy
+		var np policyapi.NetworkPolicy
 		if err := decode(where, j, &np); err != nil {
 			return err
 		}
@@ -303,7 +303,7 @@ func (l *loader) object(where string, j []byte, listOK bool) error {
 		}
 		l.objs.Policies = append(l.objs.Policies, &np)
 	case "Service":
-		var svc policy.Service
+		var svc policyapi.Service
 		if err := decode(where, j, &svc); err != nil {
 			return err
 		}
@@ -337,7 +337,7 @@ func decode(where string, j []byte, v any) error {
 
 // add defaults the namespace and UID, validates the object and checks it
 // was not read before.
-func (l *loader) add(where string, tm *policy.TypeMeta, meta *policy.ObjectMeta, validate func() error) error {
+func (l *loader) add(where string, tm *policyapi.TypeMeta, meta *policyapi.ObjectMeta, validate func() error) error {
 	if tm.Kind != "Namespace" && meta.Namespace == "" {
 		meta.Namespace = "default"
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // The example policy of the Kubernetes NetworkPolicy documentation,
@@ -119,13 +120,13 @@ func TestLoad(t *testing.T) {
 		t.Errorf("namespaces %v, want %v", names, want)
 	}
 	nss := objs.NamespaceMap()
-	if ns := nss["myproject"]; ns == nil || ns.Labels["project"] != "myproject" || ns.Labels[policy.NamespaceNameLabel] != "myproject" {
+	if ns := nss["myproject"]; ns == nil || ns.Labels["project"] != "myproject" || ns.Labels[policyapi.NamespaceNameLabel] != "myproject" {
 		t.Errorf("namespace myproject = %+v, want its label plus the name label", ns)
 	}
 	if ns := nss["default"]; ns == nil || ns.UID != "given-uid" {
 		t.Errorf("namespace default = %+v, want the given UID kept", ns)
 	}
-	if len(objs.Pods) != 1 || objs.Pods[0].Namespace != "default" || objs.Pods[0].Spec.Containers[0].Ports[0].Protocol != policy.TCP {
+	if len(objs.Pods) != 1 || objs.Pods[0].Namespace != "default" || objs.Pods[0].Spec.Containers[0].Ports[0].Protocol != policyapi.TCP {
 		t.Fatalf("pods = %+v, want db in default with TCP defaulted", objs.Pods)
 	}
 	if uid := objs.Pods[0].UID; len(uid) != 36 || uid[14] != '8' {
@@ -135,11 +136,11 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("policies = %v, want test-network-policy then dns (sorted by namespace)", objs.Policies)
 	}
 	dns := objs.Policies[1]
-	if want := []policy.PolicyType{policy.PolicyTypeIngress, policy.PolicyTypeEgress}; !reflect.DeepEqual(dns.Spec.PolicyTypes, want) {
+	if want := []policyapi.PolicyType{policyapi.PolicyTypeIngress, policyapi.PolicyTypeEgress}; !reflect.DeepEqual(dns.Spec.PolicyTypes, want) {
 		t.Errorf("dns policy types %v, want %v (defaulted: it has egress rules)", dns.Spec.PolicyTypes, want)
 	}
 	ports := dns.Spec.Egress[0].Ports
-	if *ports[0].Protocol != policy.UDP || ports[0].Port.IntVal != 53 || *ports[1].Protocol != policy.TCP || ports[1].Port.StrVal != "dns-tcp" {
+	if *ports[0].Protocol != policyapi.UDP || ports[0].Port.IntVal != 53 || *ports[1].Protocol != policyapi.TCP || ports[1].Port.StrVal != "dns-tcp" {
 		t.Errorf("dns ports = %+v %+v", ports[0], ports[1])
 	}
 	ex := objs.Policies[0].Spec.Ingress[0].From[0].IPBlock
@@ -165,9 +166,9 @@ func TestLoadCompiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Pods: objs.Pods, Policies: objs.Policies, Identities: map[string]policy.Peer{},
+	s := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Pods: objs.Pods, Policies: objs.Policies, Identities: map[string]policyapi.Peer{},
 		Local: []policy.LocalEndpoint{{HostIfName: "lxc0", Namespace: "default", PodName: "db"}}}
-	s.Identities[policy.IdentityKey(nil, objs.Pods[0])] = policy.FirstPodIdentity
+	s.Identities[policyapi.IdentityKey(nil, objs.Pods[0])] = policyapi.FirstPodIdentity
 	d, err := policy.Compile(s)
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +279,7 @@ func TestLoadServices(t *testing.T) {
 	tests := []struct {
 		name    string
 		doc     string
-		check   func(*testing.T, *policy.Service)
+		check   func(*testing.T, *policyapi.Service)
 		wantErr string
 	}{
 		{
@@ -294,12 +295,12 @@ spec:
   - {name: http, port: 80, targetPort: http}
   - {name: dns, port: 53, protocol: UDP}
 `,
-			check: func(t *testing.T, s *policy.Service) {
+			check: func(t *testing.T, s *policyapi.Service) {
 				sp := s.Spec
-				if s.Namespace != "default" || sp.Type != policy.ServiceTypeClusterIP || !reflect.DeepEqual(sp.ClusterIPs, []string{"10.96.0.10"}) {
+				if s.Namespace != "default" || sp.Type != policyapi.ServiceTypeClusterIP || !reflect.DeepEqual(sp.ClusterIPs, []string{"10.96.0.10"}) {
 					t.Errorf("service %s/%s type %q clusterIPs %v", s.Namespace, s.Name, sp.Type, sp.ClusterIPs)
 				}
-				if sp.Ports[0].Protocol != policy.TCP || *sp.Ports[0].TargetPort != *policy.FromString("http") || *sp.Ports[1].TargetPort != *policy.FromInt(53) {
+				if sp.Ports[0].Protocol != policyapi.TCP || *sp.Ports[0].TargetPort != *policyapi.FromString("http") || *sp.Ports[1].TargetPort != *policyapi.FromInt(53) {
 					t.Errorf("ports %+v %+v", sp.Ports[0], sp.Ports[1])
 				}
 				if c := sp.SessionAffinityConfig; c == nil || *c.ClientIP.TimeoutSeconds != 10800 {
@@ -310,7 +311,7 @@ spec:
 		{
 			name: "dual stack",
 			doc:  "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: prod}\nspec: {clusterIP: 10.96.0.10, clusterIPs: [10.96.0.10, 'fd00:96::10'], ports: [{port: 80}]}\n",
-			check: func(t *testing.T, s *policy.Service) {
+			check: func(t *testing.T, s *policyapi.Service) {
 				if s.Namespace != "prod" || len(s.Spec.ClusterIPs) != 2 {
 					t.Errorf("service %+v", s)
 				}
@@ -319,12 +320,12 @@ spec:
 		{
 			name:  "headless",
 			doc:   "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: None, ports: [{port: 80}]}\n",
-			check: func(t *testing.T, s *policy.Service) {},
+			check: func(t *testing.T, s *policyapi.Service) {},
 		},
 		{
 			name:  "ExternalName needs no ClusterIP",
 			doc:   "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {type: ExternalName, externalName: web.example}\n",
-			check: func(t *testing.T, s *policy.Service) {},
+			check: func(t *testing.T, s *policyapi.Service) {},
 		},
 		{
 			name:    "no ClusterIP: refused, there is no allocator",

@@ -6,17 +6,19 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
-func cls(n Peer) Peer { return CIDRClassBit | n }
+func cls(n policyapi.Peer) policyapi.Peer { return policyapi.CIDRClassBit | n }
 
 func TestCIDRClasses(t *testing.T) {
-	block := func(cidr string, except ...string) *ipBlock {
-		b, err := compileIPBlock(&IPBlock{CIDR: cidr, Except: except})
+	block := func(cidr string, except ...string) *policyapi.CIDRBlock {
+		b, err := policyapi.ParseIPBlock(&policyapi.IPBlock{CIDR: cidr, Except: except})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -24,46 +26,46 @@ func TestCIDRClasses(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		blocks  []*ipBlock
-		lpm     map[netip.Prefix]Peer
-		classOf map[string]Peer
+		blocks  []*policyapi.CIDRBlock
+		lpm     map[netip.Prefix]policyapi.Peer
+		classOf map[string]policyapi.Peer
 	}{
 		{
 			name:    "no blocks",
-			lpm:     map[netip.Prefix]Peer{allIPv4: NoCIDRClass, allIPv6: NoCIDRClass},
-			classOf: map[string]Peer{"8.8.8.8": NoCIDRClass, "::1": NoCIDRClass},
+			lpm:     map[netip.Prefix]policyapi.Peer{allIPv4: policyapi.NoCIDRClass, allIPv6: policyapi.NoCIDRClass},
+			classOf: map[string]policyapi.Peer{"8.8.8.8": policyapi.NoCIDRClass, "::1": policyapi.NoCIDRClass},
 		},
 		{
 			// Keys sorted: "0.0.0.0/0 -10.0.0.0/8" (0), "10.0.0.0/8 -10.1.0.0/16" (1),
 			// "10.1.0.0/16" (2). Each prefix's remainder is in exactly one block.
 			name:   "except carves out, a nested block fills in",
-			blocks: []*ipBlock{block("10.0.0.0/8", "10.1.0.0/16"), block("10.1.0.0/16"), block("0.0.0.0/0", "10.0.0.0/8")},
-			lpm: map[netip.Prefix]Peer{allIPv4: cls(1), pfx("10.0.0.0/8"): cls(2), pfx("10.1.0.0/16"): cls(3),
-				allIPv6: NoCIDRClass},
-			classOf: map[string]Peer{"8.8.8.8": cls(1), "10.2.0.1": cls(2), "10.1.2.3": cls(3), "::1": NoCIDRClass},
+			blocks: []*policyapi.CIDRBlock{block("10.0.0.0/8", "10.1.0.0/16"), block("10.1.0.0/16"), block("0.0.0.0/0", "10.0.0.0/8")},
+			lpm: map[netip.Prefix]policyapi.Peer{allIPv4: cls(1), pfx("10.0.0.0/8"): cls(2), pfx("10.1.0.0/16"): cls(3),
+				allIPv6: policyapi.NoCIDRClass},
+			classOf: map[string]policyapi.Peer{"8.8.8.8": cls(1), "10.2.0.1": cls(2), "10.1.2.3": cls(3), "::1": policyapi.NoCIDRClass},
 		},
 		{
 			// "10.0.0.0/16" (0) sorts before "10.0.0.0/8" (1). 10.0/16 is in both,
 			// the rest of 10/8 in one: sets [0 1] < [1].
 			name:    "overlapping blocks",
-			blocks:  []*ipBlock{block("10.0.0.0/8"), block("10.0.0.0/16"), block("10.0.0.0/8")},
-			lpm:     map[netip.Prefix]Peer{allIPv4: NoCIDRClass, allIPv6: NoCIDRClass, pfx("10.0.0.0/8"): cls(2), pfx("10.0.0.0/16"): cls(1)},
-			classOf: map[string]Peer{"10.0.1.1": cls(1), "10.9.0.0": cls(2), "11.0.0.0": NoCIDRClass},
+			blocks:  []*policyapi.CIDRBlock{block("10.0.0.0/8"), block("10.0.0.0/16"), block("10.0.0.0/8")},
+			lpm:     map[netip.Prefix]policyapi.Peer{allIPv4: policyapi.NoCIDRClass, allIPv6: policyapi.NoCIDRClass, pfx("10.0.0.0/8"): cls(2), pfx("10.0.0.0/16"): cls(1)},
+			classOf: map[string]policyapi.Peer{"10.0.1.1": cls(1), "10.9.0.0": cls(2), "11.0.0.0": policyapi.NoCIDRClass},
 		},
 		{
 			// 10.1.2.0/24 is excepted by both blocks, as its parent 10.1/16
 			// already is: the entry would repeat the parent's class.
 			name:   "redundant entries dropped",
-			blocks: []*ipBlock{block("10.0.0.0/8", "10.1.0.0/16"), block("10.0.0.0/8", "10.1.0.0/16", "10.1.2.0/24")},
-			lpm: map[netip.Prefix]Peer{allIPv4: NoCIDRClass, allIPv6: NoCIDRClass, pfx("10.0.0.0/8"): cls(1),
-				pfx("10.1.0.0/16"): NoCIDRClass},
-			classOf: map[string]Peer{"10.1.2.3": NoCIDRClass, "10.2.0.0": cls(1)},
+			blocks: []*policyapi.CIDRBlock{block("10.0.0.0/8", "10.1.0.0/16"), block("10.0.0.0/8", "10.1.0.0/16", "10.1.2.0/24")},
+			lpm: map[netip.Prefix]policyapi.Peer{allIPv4: policyapi.NoCIDRClass, allIPv6: policyapi.NoCIDRClass, pfx("10.0.0.0/8"): cls(1),
+				pfx("10.1.0.0/16"): policyapi.NoCIDRClass},
+			classOf: map[string]policyapi.Peer{"10.1.2.3": policyapi.NoCIDRClass, "10.2.0.0": cls(1)},
 		},
 		{
 			name:    "a block covering everything sets the default",
-			blocks:  []*ipBlock{block("::/0", "fd00::/8")},
-			lpm:     map[netip.Prefix]Peer{allIPv4: NoCIDRClass, allIPv6: cls(1), pfx("fd00::/8"): NoCIDRClass},
-			classOf: map[string]Peer{"2001:db8::1": cls(1), "fd00::1": NoCIDRClass, "1.1.1.1": NoCIDRClass},
+			blocks:  []*policyapi.CIDRBlock{block("::/0", "fd00::/8")},
+			lpm:     map[netip.Prefix]policyapi.Peer{allIPv4: policyapi.NoCIDRClass, allIPv6: cls(1), pfx("fd00::/8"): policyapi.NoCIDRClass},
+			classOf: map[string]policyapi.Peer{"2001:db8::1": cls(1), "fd00::1": policyapi.NoCIDRClass, "1.1.1.1": policyapi.NoCIDRClass},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,11 +83,11 @@ func TestCIDRClasses(t *testing.T) {
 }
 
 func TestCompileAddrs(t *testing.T) {
-	except := mkPolicy("team", "p", &LabelSelector{}, NetworkPolicySpec{Ingress: []IngressRule{{From: []NetworkPolicyPeer{
-		{IPBlock: &IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.0.1.0/24"}}},
-		{IPBlock: &IPBlock{CIDR: "fd00::/64"}}}}}})
+	except := mkPolicy("team", "p", &policyapi.LabelSelector{}, policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{
+		{IPBlock: &policyapi.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.0.1.0/24"}}},
+		{IPBlock: &policyapi.IPBlock{CIDR: "fd00::/64"}}}}}})
 	terminal := mkPod("team", "done", ips("10.0.0.50"), "app", "job")
-	terminal.Status.Phase = PodSucceeded
+	terminal.Status.Phase = policyapi.PodSucceeded
 	host := mkPod("team", "host", ips("192.168.1.10"), "app", "node-agent")
 	host.Spec.HostNetwork = true
 	// The local endpoint's allocation wins over a stale remote pod object.
@@ -94,13 +96,13 @@ func TestCompileAddrs(t *testing.T) {
 	dupA := mkPod("other", "y", ips("10.0.2.7"), "app", "y")
 	dupB := mkPod("other", "z", ips("10.0.2.7"), "app", "z")
 	sc := scenario{
-		namespaces: []*Namespace{mkNS("team"), mkNS("other")},
-		pods: []*Pod{mkPod("team", "a", ips("10.0.0.1", "fd00::1"), "app", "a"),
+		namespaces: []*policyapi.Namespace{mkNS("team"), mkNS("other")},
+		pods: []*policyapi.Pod{mkPod("team", "a", ips("10.0.0.1", "fd00::1"), "app", "a"),
 			mkPod("team", "in", ips("10.0.0.9"), "app", "in"),
 			mkPod("team", "out", ips("10.0.1.9", "::ffff:10.0.3.3"), "app", "out"),
 			mkPod("team", "none", nil, "app", "none"),
 			terminal, host, stale, dupB, dupA},
-		policies: []*NetworkPolicy{except},
+		policies: []*policyapi.NetworkPolicy{except},
 		local:    localA,
 	}
 	s := sc.snapshot()
@@ -109,8 +111,8 @@ func TestCompileAddrs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Keys: "10.0.0.0/16 -10.0.1.0/24" (0), "fd00::/64" (1); class1 = {0}, class2 = {1}.
-	wantCIDRs := map[netip.Prefix]Peer{allIPv4: NoCIDRClass, allIPv6: NoCIDRClass,
-		pfx("10.0.0.0/16"): cls(1), pfx("10.0.1.0/24"): NoCIDRClass, pfx("fd00::/64"): cls(2)}
+	wantCIDRs := map[netip.Prefix]policyapi.Peer{allIPv4: policyapi.NoCIDRClass, allIPv6: policyapi.NoCIDRClass,
+		pfx("10.0.0.0/16"): cls(1), pfx("10.0.1.0/24"): policyapi.NoCIDRClass, pfx("fd00::/64"): cls(2)}
 	if !reflect.DeepEqual(d.CIDRs, wantCIDRs) {
 		t.Errorf("CIDRs = %v, want %v", d.CIDRs, wantCIDRs)
 	}
@@ -118,8 +120,8 @@ func TestCompileAddrs(t *testing.T) {
 		addr("10.0.0.1"): {idOf(t, s, "team/a"), cls(1)},
 		addr("fd00::1"):  {idOf(t, s, "team/a"), cls(2)},
 		addr("10.0.0.9"): {idOf(t, s, "team/in"), cls(1)},
-		addr("10.0.1.9"): {idOf(t, s, "team/out"), NoCIDRClass}, // in the except
-		addr("10.0.3.3"): {idOf(t, s, "team/out"), cls(1)},      // mapped form unmapped
+		addr("10.0.1.9"): {idOf(t, s, "team/out"), policyapi.NoCIDRClass}, // in the except
+		addr("10.0.3.3"): {idOf(t, s, "team/out"), cls(1)},                // mapped form unmapped
 		addr("10.0.2.7"): {idOf(t, s, "other/y"), cls(1)},
 	}
 	if !reflect.DeepEqual(d.Addrs, want) {
@@ -127,9 +129,9 @@ func TestCompileAddrs(t *testing.T) {
 	}
 	ep := d.Endpoints["lxc-a"]
 	wantRules := map[RuleKey][]PortRange{}
-	for _, c := range []Peer{cls(1), cls(2)} {
+	for _, c := range []policyapi.Peer{cls(1), cls(2)} {
 		for _, proto := range allProtocols {
-			wantRules[RuleKey{Peer: c, Dir: Ingress, Proto: proto}] = []PortRange{allPorts}
+			wantRules[RuleKey{Peer: c, Dir: policyapi.Ingress, Proto: proto}] = []PortRange{allPorts}
 		}
 	}
 	if !ep.IngressIsolated || ep.EgressIsolated || !reflect.DeepEqual(ep.Rules, wantRules) {
@@ -142,9 +144,9 @@ func TestCompileUnknownPodEndpoint(t *testing.T) {
 	// (anti-spoofing) but not isolated, and its address has no identity,
 	// even though a stale pod object claims it.
 	sc := scenario{
-		pods: []*Pod{mkPod("team", "stale", ips("10.0.0.7"), "app", "old")},
-		policies: []*NetworkPolicy{mkPolicy("team", "deny", &LabelSelector{}, NetworkPolicySpec{
-			PolicyTypes: []PolicyType{PolicyTypeIngress, PolicyTypeEgress}})},
+		pods: []*policyapi.Pod{mkPod("team", "stale", ips("10.0.0.7"), "app", "old")},
+		policies: []*policyapi.NetworkPolicy{mkPolicy("team", "deny", &policyapi.LabelSelector{}, policyapi.NetworkPolicySpec{
+			PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeIngress, policyapi.PolicyTypeEgress}})},
 		local: []LocalEndpoint{{HostIfName: "lxc-new", Namespace: "team", PodName: "new", IPv4: addr("10.0.0.7")}},
 	}
 	d, err := Compile(sc.snapshot())
@@ -164,7 +166,7 @@ func TestCompileLocalAddressesFromEndpoint(t *testing.T) {
 	// A known pod whose object has no addresses yet: the endpoint's CNI
 	// addresses are the pod's.
 	sc := scenario{
-		pods:  []*Pod{mkPod("team", "a", nil, "app", "a")},
+		pods:  []*policyapi.Pod{mkPod("team", "a", nil, "app", "a")},
 		local: localA,
 	}
 	s := sc.snapshot()
@@ -173,7 +175,7 @@ func TestCompileLocalAddressesFromEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := idOf(t, s, "team/a")
-	want := map[netip.Addr]AddrEntry{addr("10.0.0.1"): {id, NoCIDRClass}, addr("fd00::1"): {id, NoCIDRClass}}
+	want := map[netip.Addr]AddrEntry{addr("10.0.0.1"): {id, policyapi.NoCIDRClass}, addr("fd00::1"): {id, policyapi.NoCIDRClass}}
 	if !reflect.DeepEqual(d.Addrs, want) {
 		t.Errorf("Addrs = %v, want %v", d.Addrs, want)
 	}
@@ -193,23 +195,23 @@ func TestCompileErrors(t *testing.T) {
 	}{
 		{
 			name:  "missing identity",
-			sc:    scenario{pods: []*Pod{podA}},
+			sc:    scenario{pods: []*policyapi.Pod{podA}},
 			tweak: func(s *Snapshot) { clear(s.Identities) },
 			want:  "pod team/a: no identity for key",
 		},
 		{
 			name: "identity below the pod range",
-			sc:   scenario{pods: []*Pod{podA}},
+			sc:   scenario{pods: []*policyapi.Pod{podA}},
 			tweak: func(s *Snapshot) {
 				for k := range s.Identities {
-					s.Identities[k] = PeerWorld
+					s.Identities[k] = policyapi.PeerWorld
 				}
 			},
 			want: "pod team/a: identity 2 out of the pod range",
 		},
 		{
 			name: "one identity for two keys",
-			sc:   scenario{pods: []*Pod{podA, mkPod("team", "b", ips("10.0.0.2"), "app", "b")}},
+			sc:   scenario{pods: []*policyapi.Pod{podA, mkPod("team", "b", ips("10.0.0.2"), "app", "b")}},
 			tweak: func(s *Snapshot) {
 				for k := range s.Identities {
 					s.Identities[k] = 300
@@ -219,12 +221,12 @@ func TestCompileErrors(t *testing.T) {
 		},
 		{
 			name: "bad pod address",
-			sc:   scenario{pods: []*Pod{mkPod("team", "a", ips("10.0.0.300"))}},
+			sc:   scenario{pods: []*policyapi.Pod{mkPod("team", "a", ips("10.0.0.300"))}},
 			want: `pod team/a: address "10.0.0.300"`,
 		},
 		{
 			name: "duplicate endpoint",
-			sc:   scenario{pods: []*Pod{podA}, local: append(slices.Clone(localA), localA...)},
+			sc:   scenario{pods: []*policyapi.Pod{podA}, local: append(slices.Clone(localA), localA...)},
 			want: "local endpoint lxc-a listed twice",
 		},
 	} {
@@ -242,13 +244,13 @@ func TestCompileErrors(t *testing.T) {
 }
 
 func TestCompileDoesNotModifySnapshot(t *testing.T) {
-	p := mkPolicy("team", "p", &LabelSelector{}, NetworkPolicySpec{Egress: []EgressRule{{Ports: []NetworkPolicyPort{tcp(80)}}}})
+	p := mkPolicy("team", "p", &policyapi.LabelSelector{}, policyapi.NetworkPolicySpec{Egress: []policyapi.EgressRule{{Ports: []policyapi.NetworkPolicyPort{tcp(80)}}}})
 	ns := mkNS("team")
-	sc := scenario{namespaces: []*Namespace{ns}, pods: []*Pod{mkPod("team", "a", ips("10.0.0.1"))}, policies: []*NetworkPolicy{p}, local: localA}
+	sc := scenario{namespaces: []*policyapi.Namespace{ns}, pods: []*policyapi.Pod{mkPod("team", "a", ips("10.0.0.1"))}, policies: []*policyapi.NetworkPolicy{p}, local: localA}
 	if _, err := Compile(sc.snapshot()); err != nil {
 		t.Fatal(err)
 	}
-	if p.Spec.PolicyTypes != nil || p.Spec.Egress[0].Ports[0].Protocol != nil || ns.Labels[NamespaceNameLabel] != "" {
+	if p.Spec.PolicyTypes != nil || p.Spec.Egress[0].Ports[0].Protocol != nil || ns.Labels[policyapi.NamespaceNameLabel] != "" {
 		t.Errorf("Compile defaulted its input: %+v %+v", p.Spec, ns.Labels)
 	}
 }

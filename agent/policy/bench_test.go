@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // benchSnapshot builds the lead's benchmark cluster: 50 namespaces of 20
@@ -15,7 +17,7 @@ import (
 // port and to an ipBlock with excepts) and 20 local endpoints.
 func benchSnapshot(tb testing.TB) *Snapshot {
 	const namespaces, apps, replicas, locals = 50, 20, 10, 20
-	s := &Snapshot{Namespaces: map[string]*Namespace{}, Identities: map[string]Peer{}}
+	s := &Snapshot{Namespaces: map[string]*policyapi.Namespace{}, Identities: map[string]policyapi.Peer{}}
 	n := 0
 	for i := range namespaces {
 		ns := fmt.Sprintf("ns%d", i)
@@ -25,31 +27,31 @@ func benchSnapshot(tb testing.TB) *Snapshot {
 			for k := range replicas {
 				a := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
 				p := withPorts(mkPod(ns, fmt.Sprintf("%s-%d", app, k), ips(a.String()), "app", app, "tier", fmt.Sprint(j%3)),
-					ContainerPort{Name: "http", ContainerPort: 8000 + int32(j)}, ContainerPort{Name: "dns", ContainerPort: 53, Protocol: UDP})
+					policyapi.ContainerPort{Name: "http", ContainerPort: 8000 + int32(j)}, policyapi.ContainerPort{Name: "dns", ContainerPort: 53, Protocol: policyapi.UDP})
 				s.Pods = append(s.Pods, p)
-				key := IdentityKey(s.Namespaces[ns], p)
+				key := policyapi.IdentityKey(s.Namespaces[ns], p)
 				if _, ok := s.Identities[key]; !ok {
-					s.Identities[key] = FirstPodIdentity + Peer(len(s.Identities))
+					s.Identities[key] = policyapi.FirstPodIdentity + policyapi.Peer(len(s.Identities))
 				}
 				if len(s.Local) < locals && n%500 == 0 {
 					s.Local = append(s.Local, LocalEndpoint{HostIfName: fmt.Sprintf("lxc%d", n), Namespace: ns, PodName: p.Name, IPv4: a})
 				}
 				n++
 			}
-			s.Policies = append(s.Policies, mkPolicy(ns, app, sel("app", app), NetworkPolicySpec{
-				Ingress: []IngressRule{{
-					Ports: []NetworkPolicyPort{named("http"), {Port: FromInt(9000), EndPort: ptr[int32](9100)}},
-					From: []NetworkPolicyPeer{
+			s.Policies = append(s.Policies, mkPolicy(ns, app, sel("app", app), policyapi.NetworkPolicySpec{
+				Ingress: []policyapi.IngressRule{{
+					Ports: []policyapi.NetworkPolicyPort{named("http"), {Port: policyapi.FromInt(9000), EndPort: ptr[int32](9100)}},
+					From: []policyapi.NetworkPolicyPeer{
 						{PodSelector: sel("app", fmt.Sprintf("app%d", (j+1)%apps))},
-						{NamespaceSelector: sel("team", fmt.Sprintf("t%d", j%5)), PodSelector: &LabelSelector{
-							MatchExpressions: []LabelSelectorRequirement{{Key: "tier", Operator: OpIn, Values: []string{"0", "1"}}}}},
+						{NamespaceSelector: sel("team", fmt.Sprintf("t%d", j%5)), PodSelector: &policyapi.LabelSelector{
+							MatchExpressions: []policyapi.LabelSelectorRequirement{{Key: "tier", Operator: policyapi.OpIn, Values: []string{"0", "1"}}}}},
 					},
 				}},
-				Egress: []EgressRule{
-					{Ports: []NetworkPolicyPort{{Protocol: ptr(UDP), Port: FromString("dns")}}, To: []NetworkPolicyPeer{{NamespaceSelector: &LabelSelector{}}}},
-					{Ports: []NetworkPolicyPort{tcp(443)}, To: []NetworkPolicyPeer{{IPBlock: &IPBlock{
+				Egress: []policyapi.EgressRule{
+					{Ports: []policyapi.NetworkPolicyPort{{Protocol: ptr(policyapi.UDP), Port: policyapi.FromString("dns")}}, To: []policyapi.NetworkPolicyPeer{{NamespaceSelector: &policyapi.LabelSelector{}}}},
+					{Ports: []policyapi.NetworkPolicyPort{tcp(443)}, To: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{
 						CIDR: fmt.Sprintf("172.%d.0.0/16", 16+j), Except: []string{fmt.Sprintf("172.%d.%d.0/24", 16+j, i)}}}}},
-					{To: []NetworkPolicyPeer{{PodSelector: sel("tier", "2")}}},
+					{To: []policyapi.NetworkPolicyPeer{{PodSelector: sel("tier", "2")}}},
 				},
 			}))
 		}
@@ -149,7 +151,7 @@ func BenchmarkIncrementalPolicyEdit(b *testing.B) {
 		b.Fatal(err)
 	}
 	// The policies selecting the local endpoints' pods.
-	var edit []*NetworkPolicy
+	var edit []*policyapi.NetworkPolicy
 	for _, le := range s.Local {
 		for _, np := range s.Policies {
 			if np.Namespace == le.Namespace && np.Spec.PodSelector.MatchLabels["app"] == strings.Split(le.PodName, "-")[0] {
@@ -165,7 +167,7 @@ func BenchmarkIncrementalPolicyEdit(b *testing.B) {
 	for b.Loop() {
 		np := *edit[i%len(edit)]
 		np.Spec.Ingress = slices.Clone(np.Spec.Ingress)
-		np.Spec.Ingress[0].Ports = []NetworkPolicyPort{named("http"), {Port: FromInt(9000), EndPort: ptr(int32(9100 + i%500))}}
+		np.Spec.Ingress[0].Ports = []policyapi.NetworkPolicyPort{named("http"), {Port: policyapi.FromInt(9000), EndPort: ptr(int32(9100 + i%500))}}
 		inc.SetPolicy(&np)
 		d, err := inc.Compile()
 		if err != nil {
@@ -213,8 +215,8 @@ func BenchmarkIncrementalNewIdentity(b *testing.B) {
 		b.Fatal(err)
 	}
 	ns := s.Namespaces["ns3"]
-	p := withPorts(mkPod("ns3", "odd", ips("10.200.0.1"), "app", "odd", "tier", "2"), ContainerPort{Name: "dns", ContainerPort: 53, Protocol: UDP})
-	inc.SetIdentity(IdentityKey(ns, p), FirstPodIdentity+Peer(len(s.Identities)))
+	p := withPorts(mkPod("ns3", "odd", ips("10.200.0.1"), "app", "odd", "tier", "2"), policyapi.ContainerPort{Name: "dns", ContainerPort: 53, Protocol: policyapi.UDP})
+	inc.SetIdentity(policyapi.IdentityKey(ns, p), policyapi.FirstPodIdentity+policyapi.Peer(len(s.Identities)))
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {

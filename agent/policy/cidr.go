@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // cidrClasses partitions the address space by the ipBlock peers of all
@@ -21,11 +23,11 @@ import (
 // prefix lookup yields exactly each address's class. Entries whose value
 // equals that of their nearest listed ancestor are dropped.
 type cidrClasses struct {
-	blocks []*ipBlock // sorted by key, distinct
-	lpm    map[netip.Prefix]Peer
-	lens   [2][]int       // prefix lengths present in lpm, longest first; [0] IPv4, [1] IPv6
-	member [][]Peer       // by block index: the classes containing the block
-	index  map[string]int // block key -> index
+	blocks []*policyapi.CIDRBlock // sorted by key, distinct
+	lpm    map[netip.Prefix]policyapi.Peer
+	lens   [2][]int           // prefix lengths present in lpm, longest first; [0] IPv4, [1] IPv6
+	member [][]policyapi.Peer // by block index: the classes containing the block
+	index  map[string]int     // block key -> index
 }
 
 var (
@@ -33,17 +35,17 @@ var (
 	allIPv6 = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
 )
 
-func newCIDRClasses(blocks []*ipBlock) *cidrClasses {
+func newCIDRClasses(blocks []*policyapi.CIDRBlock) *cidrClasses {
 	c := &cidrClasses{index: make(map[string]int)}
 	for _, b := range blocks {
-		if _, ok := c.index[b.key]; !ok {
-			c.index[b.key] = 0
+		if _, ok := c.index[b.Key]; !ok {
+			c.index[b.Key] = 0
 			c.blocks = append(c.blocks, b)
 		}
 	}
-	slices.SortFunc(c.blocks, func(a, b *ipBlock) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(c.blocks, func(a, b *policyapi.CIDRBlock) int { return strings.Compare(a.Key, b.Key) })
 	for i, b := range c.blocks {
-		c.index[b.key] = i
+		c.index[b.Key] = i
 	}
 
 	// Blocks by their cidr, and the cidr lengths in use, to find the
@@ -52,16 +54,16 @@ func newCIDRClasses(blocks []*ipBlock) *cidrClasses {
 	cidrLens := make(map[int]bool)
 	prefixes := []netip.Prefix{allIPv4, allIPv6}
 	for i, b := range c.blocks {
-		byCIDR[b.cidr] = append(byCIDR[b.cidr], i)
-		cidrLens[b.cidr.Bits()] = true
-		prefixes = append(prefixes, b.cidr)
-		prefixes = append(prefixes, b.except...)
+		byCIDR[b.CIDR] = append(byCIDR[b.CIDR], i)
+		cidrLens[b.CIDR.Bits()] = true
+		prefixes = append(prefixes, b.CIDR)
+		prefixes = append(prefixes, b.Except...)
 	}
 	slices.SortFunc(prefixes, func(a, b netip.Prefix) int {
 		if a.Bits() != b.Bits() {
 			return a.Bits() - b.Bits()
 		}
-		return comparePrefix(a, b)
+		return policyapi.ComparePrefix(a, b)
 	})
 	prefixes = slices.Compact(prefixes)
 
@@ -99,10 +101,10 @@ func newCIDRClasses(blocks []*ipBlock) *cidrClasses {
 		ordered = append(ordered, set)
 	}
 	slices.SortFunc(ordered, slices.Compare)
-	ids := make(map[string]Peer, len(ordered))
-	c.member = make([][]Peer, len(c.blocks))
+	ids := make(map[string]policyapi.Peer, len(ordered))
+	c.member = make([][]policyapi.Peer, len(c.blocks))
 	for n, set := range ordered {
-		id := CIDRClassBit | Peer(n+1)
+		id := policyapi.CIDRClassBit | policyapi.Peer(n+1)
 		ids[setKey(set)] = id // once per distinct set
 		for _, i := range set {
 			c.member[i] = append(c.member[i], id)
@@ -111,9 +113,9 @@ func newCIDRClasses(blocks []*ipBlock) *cidrClasses {
 
 	// Emit prefixes shortest first, dropping those that repeat their
 	// nearest emitted ancestor's class.
-	c.lpm = make(map[netip.Prefix]Peer, len(prefixes))
+	c.lpm = make(map[netip.Prefix]policyapi.Peer, len(prefixes))
 	for _, p := range prefixes {
-		class := NoCIDRClass
+		class := policyapi.NoCIDRClass
 		if k, ok := keyOf[p]; ok {
 			class = ids[k]
 		}
@@ -139,8 +141,8 @@ func newCIDRClasses(blocks []*ipBlock) *cidrClasses {
 }
 
 // excepted reports whether one of b's excepts contains all of p.
-func excepted(b *ipBlock, p netip.Prefix) bool {
-	for _, e := range b.except {
+func excepted(b *policyapi.CIDRBlock, p netip.Prefix) bool {
+	for _, e := range b.Except {
 		if e.Bits() <= p.Bits() && e.Contains(p.Addr()) {
 			return true
 		}
@@ -167,7 +169,7 @@ func family(a netip.Addr) int {
 // lookupPrefix returns the class of the longest emitted prefix of at most
 // maxBits bits containing a. Used while c.lpm is being built (c.lens is
 // not ready yet), so it tries every length.
-func (c *cidrClasses) lookupPrefix(a netip.Addr, maxBits int) (Peer, bool) {
+func (c *cidrClasses) lookupPrefix(a netip.Addr, maxBits int) (policyapi.Peer, bool) {
 	for l := maxBits; l >= 0; l-- {
 		p, _ := a.Prefix(l)
 		if class, ok := c.lpm[p]; ok {
@@ -178,22 +180,22 @@ func (c *cidrClasses) lookupPrefix(a netip.Addr, maxBits int) (Peer, bool) {
 }
 
 // classOf returns the class of address a (unmapped).
-func (c *cidrClasses) classOf(a netip.Addr) Peer {
+func (c *cidrClasses) classOf(a netip.Addr) policyapi.Peer {
 	for _, l := range c.lens[family(a)] {
 		p, _ := a.Prefix(l)
 		if class, ok := c.lpm[p]; ok {
 			return class
 		}
 	}
-	return NoCIDRClass
+	return policyapi.NoCIDRClass
 }
 
 // classesOf returns the classes whose addresses lie in block b.
-func (c *cidrClasses) classesOf(b *ipBlock) []Peer {
-	return c.member[c.index[b.key]]
+func (c *cidrClasses) classesOf(b *policyapi.CIDRBlock) []policyapi.Peer {
+	return c.member[c.index[b.Key]]
 }
 
 // inBlock reports whether class contains the addresses of block b.
-func (c *cidrClasses) inBlock(class Peer, b *ipBlock) bool {
-	return slices.Contains(c.member[c.index[b.key]], class)
+func (c *cidrClasses) inBlock(class policyapi.Peer, b *policyapi.CIDRBlock) bool {
+	return slices.Contains(c.member[c.index[b.Key]], class)
 }

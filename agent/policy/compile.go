@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // LocalEndpoint is a pod on this node with a host-side veth: one endpoint
@@ -22,28 +24,28 @@ type LocalEndpoint struct {
 type Snapshot struct {
 	// Namespaces by name. A namespace that has pods or policies but no
 	// object here has the labels {kubernetes.io/metadata.name: name}.
-	Namespaces map[string]*Namespace
+	Namespaces map[string]*policyapi.Namespace
 	// Pods is every known pod, local and remote. Addresses are read from
 	// Status.PodIPs (or Status.PodIP); the caller fills local pods' from
 	// their CNI allocations.
-	Pods []*Pod
+	Pods []*policyapi.Pod
 	// Policies is every NetworkPolicy. They are validated (and defaulted)
 	// by Compile; an invalid one fails closed: the pods it selects get no
 	// allow in the directions it applies to, and it is listed in
 	// Desired.FailedPolicies.
-	Policies []*NetworkPolicy
+	Policies []*policyapi.NetworkPolicy
 	// Identities maps the IdentityKey of every pod that has an address or
 	// a local endpoint to its identity (>= FirstPodIdentity). A missing
 	// key is an error: the caller assigns identities before compiling.
-	Identities map[string]Peer
+	Identities map[string]policyapi.Peer
 	// Local is the endpoints of this node.
 	Local []LocalEndpoint
 	// Services and EndpointSlices are every Service and EndpointSlice;
 	// they give Desired.Services. A Service is validated (and defaulted)
 	// by Compile, an invalid one fails the compilation; what a slice holds
 	// that cannot be used (an address that does not parse) is left out.
-	Services       []*Service
-	EndpointSlices []*EndpointSlice
+	Services       []*policyapi.Service
+	EndpointSlices []*policyapi.EndpointSlice
 	// Limits bound what each namespace's policies may ask of the node; a
 	// namespace over them has its policies failed closed (see
 	// compileOrFail). The zero Limits bounds nothing.
@@ -69,43 +71,44 @@ type Snapshot struct {
 //
 // Services: every ClusterIP (of both families; not a headless Service's
 // "None", not an ExternalName Service) and port is a frontend, whose
-// backends the Service's EndpointSlices give (see compiledService.entries).
+// backends the Service's EndpointSlices give (see serviceEntries).
 // A Service without a ready endpoint still has its frontends, with no
 // backend. Services depend on nothing else in the snapshot: pods reach
 // them through their slices, which is what kube-proxy reads too.
 func Compile(s *Snapshot) (*Desired, error) {
 	c := &compiler{
 		s:        s,
-		policies: make(map[string][]*compiledPolicy),
-		idents:   make(map[Peer]*identInfo),
+		policies: make(map[string][]*policyapi.ParsedPolicy),
+		idents:   make(map[policyapi.Peer]*identInfo),
 		nsIdents: make(map[string][]*identInfo),
 		owner:    make(map[netip.Addr]addrClaim),
-		cache:    make(map[string][]Peer),
+		cache:    make(map[string][]policyapi.Peer),
+		rules:    make(map[*policyapi.ParsedRule]*rulePeers),
 		nsCache:  make(map[string][]string),
 		inBlock:  make(map[string][]*identInfo),
 	}
 	costs := map[string]policyCost{}
-	compiled := make([]*compiledPolicy, len(s.Policies))
+	compiled := make([]*policyapi.ParsedPolicy, len(s.Policies))
 	errs := make([]error, len(s.Policies))
 	for i, p := range s.Policies {
-		compiled[i], errs[i] = compilePolicy(p)
+		compiled[i], errs[i] = policyapi.ParsePolicy(p)
 		ns := policyNamespace(p)
 		costs[ns] = costs[ns].add(costOf(p, errs[i] == nil))
 	}
 	budget := s.Limits.overBudget(costs)
 	failed := map[string]string{}
-	var blocks []*ipBlock
+	var blocks []*policyapi.CIDRBlock
 	for i, p := range s.Policies {
 		cp := failClosed(p, compiled[i], errs[i], budget[policyNamespace(p)])
-		if cp.failed != "" {
-			failed[cp.name] = cp.failed
+		if cp.Failed != "" {
+			failed[cp.Name] = cp.Failed
 		}
-		c.policies[cp.ns] = append(c.policies[cp.ns], cp)
-		for _, rules := range cp.rules {
+		c.policies[cp.Namespace] = append(c.policies[cp.Namespace], cp)
+		for _, rules := range cp.Rules {
 			for _, r := range rules {
-				for _, peer := range r.peers {
-					if peer.block != nil {
-						blocks = append(blocks, peer.block)
+				for _, peer := range r.Peers {
+					if peer.Block != nil {
+						blocks = append(blocks, peer.Block)
 					}
 				}
 			}
@@ -150,30 +153,31 @@ func Compile(s *Snapshot) (*Desired, error) {
 // compiler holds one compilation's indexes and caches.
 type compiler struct {
 	s        *Snapshot
-	policies map[string][]*compiledPolicy // by namespace
+	policies map[string][]*policyapi.ParsedPolicy // by namespace
 	classes  *cidrClasses
 
-	pods     map[string]*Pod     // namespace/name -> pod, pods that count
-	idents   map[Peer]*identInfo // by identity
-	nsKeys   map[string][]byte   // namespace -> its identity key prefix
+	pods     map[string]*policyapi.Pod     // namespace/name -> pod, pods that count
+	idents   map[policyapi.Peer]*identInfo // by identity
+	nsKeys   map[string][]byte             // namespace -> its identity key prefix
 	keyBuf   []byte
 	nsIdents map[string][]*identInfo // by namespace, in first-seen order
 	owner    map[netip.Addr]addrClaim
 
-	cache   map[string][]Peer       // selector peer -> identities
-	nsCache map[string][]string     // namespace selector -> namespaces
-	inBlock map[string][]*identInfo // block key -> identities wholly inside it
+	cache   map[string][]policyapi.Peer          // selector peer -> identities
+	rules   map[*policyapi.ParsedRule]*rulePeers // the peers of each rule, once resolved
+	nsCache map[string][]string                  // namespace selector -> namespaces
+	inBlock map[string][]*identInfo              // block key -> identities wholly inside it
 }
 
 // identInfo is what selectors and named ports see of an identity.
 type identInfo struct {
-	id       Peer
+	id       policyapi.Peer
 	key      string // IdentityKey, to catch one id given to two keys
 	ns       string
 	nsLabels map[string]string
 	labels   map[string]string
-	ports    []namedPort
-	classes  []Peer // CIDR classes of the identity's addresses
+	ports    []policyapi.NamedPort
+	classes  []policyapi.Peer // CIDR classes of the identity's addresses
 }
 
 // addrClaim is who an address belongs to; ident is nil for a local
@@ -186,7 +190,7 @@ type addrClaim struct {
 
 func (c *compiler) addPods() error {
 	s := c.s
-	c.pods = make(map[string]*Pod, len(s.Pods))
+	c.pods = make(map[string]*policyapi.Pod, len(s.Pods))
 	c.nsKeys = make(map[string][]byte)
 	localByPod := make(map[string]*LocalEndpoint, len(s.Local))
 	for i := range s.Local {
@@ -203,18 +207,18 @@ func (c *compiler) addPods() error {
 		if pod.Spec.HostNetwork {
 			continue
 		}
-		ns := podNamespace(pod)
+		ns := policyapi.PodNamespace(pod)
 		key := ns + "/" + pod.Name
 		if _, dup := c.pods[key]; dup {
 			return fmt.Errorf("pod %s listed twice", key)
 		}
 		c.pods[key] = pod
-		addrs, err := podAddrs(pod)
+		addrs, err := policyapi.PodAddrs(pod)
 		if err != nil {
 			return err
 		}
 		le := localByPod[key]
-		if pod.Status.Phase == PodSucceeded || pod.Status.Phase == PodFailed {
+		if pod.Status.Phase == policyapi.PodSucceeded || pod.Status.Phase == policyapi.PodFailed {
 			addrs = nil
 		}
 		if le != nil {
@@ -251,20 +255,20 @@ func (c *compiler) addPods() error {
 }
 
 // identity returns the identity info of pod, creating it on first sight.
-func (c *compiler) identity(ns string, pod *Pod) (*identInfo, error) {
+func (c *compiler) identity(ns string, pod *policyapi.Pod) (*identInfo, error) {
 	nsObj := c.s.Namespaces[ns]
 	prefix, ok := c.nsKeys[ns]
 	if !ok {
-		prefix = appendNamespaceKey(nil, ns, nsObj)
+		prefix = policyapi.AppendNamespaceKey(nil, ns, nsObj)
 		c.nsKeys[ns] = prefix
 	}
-	c.keyBuf = appendPodKey(append(c.keyBuf[:0], prefix...), pod)
+	c.keyBuf = policyapi.AppendPodKey(append(c.keyBuf[:0], prefix...), pod)
 	id, ok := c.s.Identities[string(c.keyBuf)]
 	if !ok {
 		return nil, fmt.Errorf("pod %s/%s: no identity for key %s (assign one per IdentityKey before compiling)", ns, pod.Name, c.keyBuf)
 	}
-	if id < FirstPodIdentity || id&CIDRClassBit != 0 {
-		return nil, fmt.Errorf("pod %s/%s: identity %d out of the pod range [%d, %d)", ns, pod.Name, id, FirstPodIdentity, CIDRClassBit)
+	if id < policyapi.FirstPodIdentity || id&policyapi.CIDRClassBit != 0 {
+		return nil, fmt.Errorf("pod %s/%s: identity %d out of the pod range [%d, %d)", ns, pod.Name, id, policyapi.FirstPodIdentity, policyapi.CIDRClassBit)
 	}
 	if info, ok := c.idents[id]; ok {
 		if info.key != string(c.keyBuf) {
@@ -276,9 +280,9 @@ func (c *compiler) identity(ns string, pod *Pod) (*identInfo, error) {
 		id:       id,
 		key:      string(c.keyBuf),
 		ns:       ns,
-		nsLabels: namespaceLabels(ns, nsObj),
+		nsLabels: policyapi.NamespaceLabels(ns, nsObj),
 		labels:   pod.Labels,
-		ports:    namedPorts(pod),
+		ports:    policyapi.NamedPorts(pod),
 	}
 	c.idents[id] = info
 	c.nsIdents[ns] = append(c.nsIdents[ns], info)
@@ -294,31 +298,31 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 	if pod == nil {
 		return ep // unknown pod: not isolated, see Compile
 	}
-	local := namedPorts(pod)
-	var selecting [2][]*compiledPolicy
-	for _, cp := range c.policies[podNamespace(pod)] {
-		if !cp.podSel.matches(pod.Labels) {
+	local := policyapi.NamedPorts(pod)
+	var selecting [2][]*policyapi.ParsedPolicy
+	for _, cp := range c.policies[policyapi.PodNamespace(pod)] {
+		if !cp.PodSelector.Matches(pod.Labels) {
 			continue
 		}
-		for d := Ingress; d <= Egress; d++ {
-			if cp.applies[d] {
+		for d := policyapi.Ingress; d <= policyapi.Egress; d++ {
+			if cp.Applies[d] {
 				selecting[d] = append(selecting[d], cp)
 			}
 		}
 	}
 	ep.FailedPolicies = failedNames(selecting)
-	for d := Ingress; d <= Egress; d++ {
+	for d := policyapi.Ingress; d <= policyapi.Egress; d++ {
 		if ep.Failed[d] = failedReasons(selecting[d]); ep.Failed[d] != "" {
 			continue
 		}
 		for _, cp := range selecting[d] {
-			for _, r := range cp.rules[d] {
+			for _, r := range cp.Rules[d] {
 				c.addRule(ep.Rules, d, cp, r, local)
 			}
 		}
 	}
-	ep.IngressIsolated = len(selecting[Ingress]) > 0
-	ep.EgressIsolated = len(selecting[Egress]) > 0
+	ep.IngressIsolated = len(selecting[policyapi.Ingress]) > 0
+	ep.EgressIsolated = len(selecting[policyapi.Egress]) > 0
 	// The first key, in the order of (peer, protocol), of each direction
 	// that needs too many ranges names the failure.
 	var over [2]*RuleKey
@@ -339,11 +343,11 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 		}
 		var names []string
 		for _, cp := range selecting[d] {
-			names = append(names, cp.name)
+			names = append(names, cp.Name)
 		}
 		ep.Failed[d] = tooManyReason(*k, overN[d], names)
 		for k := range ep.Rules {
-			if k.Dir == Direction(d) {
+			if k.Dir == policyapi.Direction(d) {
 				delete(ep.Rules, k)
 			}
 		}
@@ -353,19 +357,19 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 
 // allProtocols are the keys a rule without ports allows: every port of
 // every port protocol, and every protocol without ports.
-var allProtocols = []uint8{ProtoTCP, ProtoUDP, ProtoSCTP, ProtoOther}
+var allProtocols = []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP, policyapi.ProtoOther}
 
 var allPorts = PortRange{0, 65535}
 
 // addRule adds one rule of policy cp to rules. local is the selected pod's
 // named ports, against which ingress named ports resolve.
-func (c *compiler) addRule(rules map[RuleKey][]PortRange, d Direction, cp *compiledPolicy, r *compiledRule, local []namedPort) {
+func (c *compiler) addRule(rules map[RuleKey][]PortRange, d policyapi.Direction, cp *policyapi.ParsedPolicy, r *policyapi.ParsedRule, local []policyapi.NamedPort) {
 	rp := c.rulePeers(cp, r)
-	add := func(peer Peer, proto uint8, pr PortRange) {
+	add := func(peer policyapi.Peer, proto uint8, pr PortRange) {
 		k := RuleKey{Peer: peer, Dir: d, Proto: proto}
 		rules[k] = append(rules[k], pr)
 	}
-	if len(r.ports) == 0 {
+	if len(r.Ports) == 0 {
 		for _, peer := range rp.peers {
 			for _, proto := range allProtocols {
 				add(peer, proto, allPorts)
@@ -373,21 +377,21 @@ func (c *compiler) addRule(rules map[RuleKey][]PortRange, d Direction, cp *compi
 		}
 		return
 	}
-	for _, spec := range r.ports {
+	for _, spec := range r.Ports {
 		switch {
-		case spec.name == "":
+		case spec.Name == "":
 			for _, peer := range rp.peers {
-				add(peer, spec.proto, PortRange{spec.lo, spec.hi})
+				add(peer, spec.Proto, PortRange{spec.Lo, spec.Hi})
 			}
-		case d == Ingress:
-			for _, port := range resolveNamedPort(local, spec.name, spec.proto) {
+		case d == policyapi.Ingress:
+			for _, port := range policyapi.ResolveNamedPort(local, spec.Name, spec.Proto) {
 				for _, peer := range rp.peers {
-					add(peer, spec.proto, PortRange{port, port})
+					add(peer, spec.Proto, PortRange{port, port})
 				}
 			}
 		default:
 			for _, pp := range c.egressNamed(rp, r, spec) {
-				add(pp.peer, spec.proto, PortRange{pp.port, pp.port})
+				add(pp.peer, spec.Proto, PortRange{pp.port, pp.port})
 			}
 		}
 	}
@@ -395,43 +399,43 @@ func (c *compiler) addRule(rules map[RuleKey][]PortRange, d Direction, cp *compi
 
 // rulePeers is a rule's resolved peers.
 type rulePeers struct {
-	all    bool       // no from/to: every peer
-	ids    []Peer     // identities the selector peers pick, sorted
-	blocks []*ipBlock // the rule's ipBlock peers
-	peers  []Peer     // what numeric ports are keyed by: PeerAny, or ids and classes
-	named  map[portSpec][]peerPort
+	all    bool                   // no from/to: every peer
+	ids    []policyapi.Peer       // identities the selector peers pick, sorted
+	blocks []*policyapi.CIDRBlock // the rule's ipBlock peers
+	peers  []policyapi.Peer       // what numeric ports are keyed by: PeerAny, or ids and classes
+	named  map[policyapi.PortSpec][]peerPort
 }
 
 type peerPort struct {
-	peer Peer
+	peer policyapi.Peer
 	port uint16
 }
 
 // rulePeers resolves (once per compilation) which peers rule r of cp
 // allows.
-func (c *compiler) rulePeers(cp *compiledPolicy, r *compiledRule) *rulePeers {
-	if r.resolved != nil {
-		return r.resolved
+func (c *compiler) rulePeers(cp *policyapi.ParsedPolicy, r *policyapi.ParsedRule) *rulePeers {
+	if rp, ok := c.rules[r]; ok {
+		return rp
 	}
-	rp := &rulePeers{all: len(r.peers) == 0}
+	rp := &rulePeers{all: len(r.Peers) == 0}
 	if rp.all {
-		rp.peers = []Peer{PeerAny}
+		rp.peers = []policyapi.Peer{policyapi.PeerAny}
 	}
-	var classes []Peer
-	for _, peer := range r.peers {
-		if peer.block != nil {
-			rp.blocks = append(rp.blocks, peer.block)
-			classes = append(classes, c.classes.classesOf(peer.block)...)
+	var classes []policyapi.Peer
+	for _, peer := range r.Peers {
+		if peer.Block != nil {
+			rp.blocks = append(rp.blocks, peer.Block)
+			classes = append(classes, c.classes.classesOf(peer.Block)...)
 			continue
 		}
-		rp.ids = append(rp.ids, c.selectorPeer(cp.ns, peer)...)
+		rp.ids = append(rp.ids, c.selectorPeer(cp.Namespace, peer)...)
 	}
 	slices.Sort(rp.ids)
 	rp.ids = slices.Compact(rp.ids)
 	slices.Sort(classes)
 	rp.peers = append(rp.peers, rp.ids...)
 	rp.peers = append(rp.peers, slices.Compact(classes)...)
-	r.resolved = rp
+	c.rules[r] = rp
 	return rp
 }
 
@@ -439,31 +443,31 @@ func (c *compiler) rulePeers(cp *compiledPolicy, r *compiledRule) *rulePeers {
 // namespace ns picks. A nil namespaceSelector means the policy's own
 // namespace; a nil podSelector (with a namespaceSelector) means every pod
 // of the selected namespaces.
-func (c *compiler) selectorPeer(ns string, p compiledPeer) []Peer {
+func (c *compiler) selectorPeer(ns string, p policyapi.PolicyPeer) []policyapi.Peer {
 	var key string
-	if p.ns == nil {
-		key = "pod\x00" + ns + "\x00" + p.pod.key()
+	if p.Namespace == nil {
+		key = "pod\x00" + ns + "\x00" + p.Pod.Key()
 	} else {
-		key = "ns\x00" + p.ns.key() + "\x00"
-		if p.pod != nil {
-			key += "pod\x00" + p.pod.key()
+		key = "ns\x00" + p.Namespace.Key() + "\x00"
+		if p.Pod != nil {
+			key += "pod\x00" + p.Pod.Key()
 		}
 	}
 	if ids, ok := c.cache[key]; ok {
 		return ids
 	}
-	var ids []Peer
+	var ids []policyapi.Peer
 	pick := func(infos []*identInfo) {
 		for _, info := range infos {
-			if p.pod == nil || p.pod.matches(info.labels) {
+			if p.Pod == nil || p.Pod.Matches(info.labels) {
 				ids = append(ids, info.id)
 			}
 		}
 	}
-	if p.ns == nil {
+	if p.Namespace == nil {
 		pick(c.nsIdents[ns])
 	} else {
-		for _, name := range c.namespaces(p.ns) {
+		for _, name := range c.namespaces(p.Namespace) {
 			pick(c.nsIdents[name])
 		}
 	}
@@ -473,14 +477,14 @@ func (c *compiler) selectorPeer(ns string, p compiledPeer) []Peer {
 
 // namespaces returns the namespaces (of those with identities) that sel
 // matches.
-func (c *compiler) namespaces(sel *selector) []string {
-	key := sel.key()
+func (c *compiler) namespaces(sel *policyapi.Selector) []string {
+	key := sel.Key()
 	if names, ok := c.nsCache[key]; ok {
 		return names
 	}
 	names := []string{}
 	for name, infos := range c.nsIdents {
-		if sel.matches(infos[0].nsLabels) {
+		if sel.Matches(infos[0].nsLabels) {
 			names = append(names, name)
 		}
 	}
@@ -496,13 +500,13 @@ func (c *compiler) namespaces(sel *selector) []string {
 // an identity is the finest thing a rule can name, so one straddling the
 // block's edge is left out rather than let through everywhere). Non-pod
 // addresses have no container ports, so a named port allows nothing to them.
-func (c *compiler) egressNamed(rp *rulePeers, r *compiledRule, spec portSpec) []peerPort {
+func (c *compiler) egressNamed(rp *rulePeers, r *policyapi.ParsedRule, spec policyapi.PortSpec) []peerPort {
 	if pp, ok := rp.named[spec]; ok {
 		return pp
 	}
 	var out []peerPort
 	resolve := func(info *identInfo) {
-		for _, port := range resolveNamedPort(info.ports, spec.name, spec.proto) {
+		for _, port := range policyapi.ResolveNamedPort(info.ports, spec.Name, spec.Proto) {
 			out = append(out, peerPort{info.id, port})
 		}
 	}
@@ -529,15 +533,15 @@ func (c *compiler) egressNamed(rp *rulePeers, r *compiledRule, spec portSpec) []
 	})
 	out = slices.Compact(out)
 	if rp.named == nil {
-		rp.named = make(map[portSpec][]peerPort)
+		rp.named = make(map[policyapi.PortSpec][]peerPort)
 	}
 	rp.named[spec] = out
 	return out
 }
 
 // identsInBlock returns the identities with addresses, all of which lie in b.
-func (c *compiler) identsInBlock(b *ipBlock) []*identInfo {
-	if infos, ok := c.inBlock[b.key]; ok {
+func (c *compiler) identsInBlock(b *policyapi.CIDRBlock) []*identInfo {
+	if infos, ok := c.inBlock[b.Key]; ok {
 		return infos
 	}
 	infos := []*identInfo{}
@@ -556,7 +560,7 @@ func (c *compiler) identsInBlock(b *ipBlock) []*identInfo {
 			infos = append(infos, info)
 		}
 	}
-	c.inBlock[b.key] = infos
+	c.inBlock[b.Key] = infos
 	return infos
 }
 

@@ -1,54 +1,9 @@
 package policy
 
-import "net/netip"
+import (
+	"net/netip"
 
-// Direction is the direction of traffic relative to a local endpoint (pod).
-type Direction uint8
-
-// Directions, numbered as the BPF programs number them.
-const (
-	// Ingress is traffic to the pod.
-	Ingress Direction = 0
-	// Egress is traffic from the pod.
-	Egress Direction = 1
-)
-
-func (d Direction) String() string {
-	if d == Ingress {
-		return "ingress"
-	}
-	return "egress"
-}
-
-// Peer identifies "who is on the other end" of a packet as the dataplane
-// sees it. The values 0..255 are reserved; pod identities are 256..2^31-1;
-// CIDR classes have the top bit set (see [CIDRClassBit]).
-type Peer uint32
-
-// Reserved peers.
-const (
-	// PeerAny matches every remote address: a rule with no from/to peers.
-	PeerAny Peer = 0
-	// PeerWorld is the identity of every address that is not a known pod's.
-	PeerWorld Peer = 2
-	// FirstPodIdentity is the smallest identity given to a pod label set.
-	FirstPodIdentity Peer = 256
-	// CIDRClassBit marks a Peer as a CIDR class: a set of ipBlock peers that
-	// an address range matches. Class CIDRClassBit|0 means "no ipBlock".
-	CIDRClassBit Peer = 1 << 31
-)
-
-// NoCIDRClass is the class of addresses that match no ipBlock at all.
-const NoCIDRClass = CIDRClassBit
-
-// Protocol numbers as used in rule keys. ProtoOther (0) is the key for
-// every protocol that has no ports (ICMP, ICMPv6, ...): a rule without
-// ports allows them, a rule with ports never does.
-const (
-	ProtoOther uint8 = 0
-	ProtoTCP   uint8 = 6
-	ProtoUDP   uint8 = 17
-	ProtoSCTP  uint8 = 132
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // PortRange is an inclusive range of destination ports. {0, 65535} means
@@ -61,8 +16,8 @@ type PortRange struct {
 // remote Peer (a pod identity, PeerAny, PeerWorld or a CIDR class) using
 // Proto is allowed on the ports of the entry's []PortRange.
 type RuleKey struct {
-	Peer  Peer
-	Dir   Direction
+	Peer  policyapi.Peer
+	Dir   policyapi.Direction
 	Proto uint8
 }
 
@@ -106,11 +61,11 @@ type EndpointPolicy struct {
 // AddrEntry is what the dataplane knows about one pod address.
 type AddrEntry struct {
 	// Identity is the pod's identity (>= FirstPodIdentity).
-	Identity Peer
+	Identity policyapi.Peer
 	// CIDRClass is the class of ipBlock peers this address matches
 	// (NoCIDRClass when none). Pod addresses carry it here so that ipBlock
 	// rules apply to pods without a longest-prefix lookup.
-	CIDRClass Peer
+	CIDRClass policyapi.Peer
 }
 
 // Desired is the complete dataplane state of a node: what the dataplane
@@ -148,7 +103,7 @@ type Desired struct {
 	// CIDRs maps address ranges to CIDR classes for addresses that are not
 	// pods. It always contains 0.0.0.0/0 and ::/0 (NoCIDRClass unless an
 	// ipBlock covers everything). The dataplane looks up the longest prefix.
-	CIDRs map[netip.Prefix]Peer
+	CIDRs map[netip.Prefix]policyapi.Peer
 	// Endpoints maps the host-side interface name of every local endpoint
 	// the dataplane enforces to its policy.
 	Endpoints map[string]*EndpointPolicy

@@ -1,13 +1,11 @@
-// Package policy holds lockstep's model of Kubernetes NetworkPolicy and the
-// compiler that turns it into the dataplane's desired state.
+// Package policy is the compiler that turns lockstep's model of
+// Kubernetes NetworkPolicy and Services into the dataplane's desired state.
 //
-// The object types (Namespace, Pod, NetworkPolicy and their parts) mirror
-// the Kubernetes v1 API field for field, with the same JSON names, so that
-// a manifest written for Kubernetes parses unchanged. They are lockstep's
-// own types rather than k8s.io/api's so that the compiler, the manifest
-// loader and `lockstep probe` depend on no Kubernetes library and no API
-// release: the agent converts the API server's objects once, where it
-// watches them (agent/source), and everything after that speaks these types.
+// The objects it reads (Namespace, Pod, NetworkPolicy, Service,
+// EndpointSlice), their defaults and validation, and the parsed forms it
+// compiles from live in [lockstep.dev/lockstep/agent/policy/api], which
+// the store, the sources and the manifest loader import without the
+// compiler.
 //
 // The compiler is pure: given a consistent snapshot (namespaces, pods with
 // their addresses and identities, policies, local endpoints) it computes a
@@ -37,15 +35,15 @@
 //     only a namespaceSelector, every pod of the matching namespaces; both,
 //     the matching pods of the matching namespaces; an ipBlock, the
 //     addresses of cidr minus except — every address, pods' included. No
-//     peers means every peer ([PeerAny]); no ports means every port of
-//     every protocol, and the protocols without ports ([ProtoOther]).
+//     peers means every peer (api.PeerAny); no ports means every port of
+//     every protocol, and the protocols without ports (api.ProtoOther).
 //   - A named port resolves, for ingress, against the selected pod's own
 //     container ports and, for egress, against each destination's: egress
 //     entries are then keyed by the identities that declare the name.
 //     A name nothing declares allows nothing.
 //
 // Pods are known to the dataplane by identity: one number per distinct
-// [IdentityKey] (namespace, namespace labels, pod labels, named ports),
+// identity key (api.IdentityKey: namespace, namespace labels, pod labels, named ports),
 // which the caller assigns. Address ranges are known by CIDR class: the
 // set of ipBlocks an address lies in, numbered deterministically and
 // published as longest-prefix entries; each pod address carries its class
@@ -61,7 +59,7 @@
 // port of a Service is a frontend, whose backends are the endpoints its
 // EndpointSlices list for that port (matched by the Service port's name and
 // protocol), the ready ones or, when none is, the serving and terminating
-// ones, as kube-proxy chooses them. [Service] and [EndpointSlice] keep only
+// ones, as kube-proxy chooses them. api.Service and api.EndpointSlice keep only
 // what that needs. Where the slices come from is the sources' business: the
 // API server's endpoint-slice controller in Kubernetes mode, the agent's
 // own (agent/endpointslice) in standalone mode.

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // failWorld generates a node's pods and policies at random, valid
@@ -16,7 +18,7 @@ import (
 type failWorld struct {
 	rng  *rand.Rand
 	nss  []string
-	pods []*Pod
+	pods []*policyapi.Pod
 }
 
 var failLimits = Limits{PrefixesPerNamespace: 40, RulesPerNamespace: 4 * MaxPortRanges, Prefixes: 200}
@@ -33,38 +35,38 @@ func newFailWorld(seed uint64) *failWorld {
 
 func (w *failWorld) pick(xs ...string) string { return xs[w.rng.IntN(len(xs))] }
 
-func (w *failWorld) selector() *LabelSelector {
+func (w *failWorld) selector() *policyapi.LabelSelector {
 	if w.rng.IntN(3) == 0 {
-		return &LabelSelector{}
+		return &policyapi.LabelSelector{}
 	}
 	return sel("app", w.pick("a", "b", "c"))
 }
 
-func (w *failWorld) peers() []NetworkPolicyPeer {
-	var out []NetworkPolicyPeer
+func (w *failWorld) peers() []policyapi.NetworkPolicyPeer {
+	var out []policyapi.NetworkPolicyPeer
 	for range w.rng.IntN(3) {
 		switch w.rng.IntN(3) {
 		case 0:
-			out = append(out, NetworkPolicyPeer{PodSelector: w.selector()})
+			out = append(out, policyapi.NetworkPolicyPeer{PodSelector: w.selector()})
 		case 1:
-			out = append(out, NetworkPolicyPeer{NamespaceSelector: sel(NamespaceNameLabel, w.pick(w.nss...)), PodSelector: w.selector()})
+			out = append(out, policyapi.NetworkPolicyPeer{NamespaceSelector: sel(policyapi.NamespaceNameLabel, w.pick(w.nss...)), PodSelector: w.selector()})
 		default:
-			b := &IPBlock{CIDR: fmt.Sprintf("10.%d.0.0/16", w.rng.IntN(4))}
+			b := &policyapi.IPBlock{CIDR: fmt.Sprintf("10.%d.0.0/16", w.rng.IntN(4))}
 			if w.rng.IntN(2) == 0 {
 				b.Except = []string{b.CIDR[:len(b.CIDR)-4] + "0/28"}
 			}
-			out = append(out, NetworkPolicyPeer{IPBlock: b})
+			out = append(out, policyapi.NetworkPolicyPeer{IPBlock: b})
 		}
 	}
 	return out
 }
 
-func (w *failWorld) ports(n int) []NetworkPolicyPort {
-	var out []NetworkPolicyPort
+func (w *failWorld) ports(n int) []policyapi.NetworkPolicyPort {
+	var out []policyapi.NetworkPolicyPort
 	for range n {
-		p := NetworkPolicyPort{Port: FromInt(int32(1 + w.rng.IntN(64)*2))}
+		p := policyapi.NetworkPolicyPort{Port: policyapi.FromInt(int32(1 + w.rng.IntN(64)*2))}
 		if w.rng.IntN(4) == 0 {
-			udp := UDP
+			udp := policyapi.UDP
 			p.Protocol = &udp
 		}
 		out = append(out, p)
@@ -73,45 +75,45 @@ func (w *failWorld) ports(n int) []NetworkPolicyPort {
 }
 
 // policy returns a valid policy of ns.
-func (w *failWorld) policy(ns, name string) *NetworkPolicy {
-	spec := NetworkPolicySpec{}
+func (w *failWorld) policy(ns, name string) *policyapi.NetworkPolicy {
+	spec := policyapi.NetworkPolicySpec{}
 	for range w.rng.IntN(3) {
-		spec.Ingress = append(spec.Ingress, IngressRule{From: w.peers(), Ports: w.ports(w.rng.IntN(3))})
+		spec.Ingress = append(spec.Ingress, policyapi.IngressRule{From: w.peers(), Ports: w.ports(w.rng.IntN(3))})
 	}
 	for range w.rng.IntN(3) {
-		spec.Egress = append(spec.Egress, EgressRule{To: w.peers(), Ports: w.ports(w.rng.IntN(3))})
+		spec.Egress = append(spec.Egress, policyapi.EgressRule{To: w.peers(), Ports: w.ports(w.rng.IntN(3))})
 	}
 	if w.rng.IntN(3) == 0 {
-		spec.PolicyTypes = []PolicyType{PolicyTypeEgress}
+		spec.PolicyTypes = []policyapi.PolicyType{policyapi.PolicyTypeEgress}
 	}
 	return mkPolicy(ns, name, w.selector(), spec)
 }
 
 // bad returns a policy lockstep cannot enforce as written, and whether
 // its whole namespace goes over budget with it.
-func (w *failWorld) bad(ns, name string) (np *NetworkPolicy, overBudget bool) {
+func (w *failWorld) bad(ns, name string) (np *policyapi.NetworkPolicy, overBudget bool) {
 	np = w.policy(ns, name)
 	switch w.rng.IntN(6) {
 	case 0:
-		np.Spec.Ingress = append(np.Spec.Ingress, IngressRule{From: []NetworkPolicyPeer{{IPBlock: &IPBlock{CIDR: "10.0.0.0/33"}}}})
+		np.Spec.Ingress = append(np.Spec.Ingress, policyapi.IngressRule{From: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{CIDR: "10.0.0.0/33"}}}})
 	case 1:
-		np.Spec.Egress = append(np.Spec.Egress, EgressRule{Ports: []NetworkPolicyPort{tcp(0)}})
+		np.Spec.Egress = append(np.Spec.Egress, policyapi.EgressRule{Ports: []policyapi.NetworkPolicyPort{tcp(0)}})
 	case 2:
-		np.Spec.PolicyTypes = []PolicyType{PolicyTypeIngress, "Sideways"}
+		np.Spec.PolicyTypes = []policyapi.PolicyType{policyapi.PolicyTypeIngress, "Sideways"}
 	case 3:
 		np.Spec.PodSelector = *sel("not a key!", "x")
 	case 4:
-		var many []NetworkPolicyPort
+		var many []policyapi.NetworkPolicyPort
 		for i := range MaxPortRanges + 1 + w.rng.IntN(8) {
 			many = append(many, tcp(int32(1+2*i)))
 		}
-		np.Spec.Ingress = append(np.Spec.Ingress, IngressRule{From: []NetworkPolicyPeer{{PodSelector: w.selector()}}, Ports: many})
+		np.Spec.Ingress = append(np.Spec.Ingress, policyapi.IngressRule{From: []policyapi.NetworkPolicyPeer{{PodSelector: w.selector()}}, Ports: many})
 	default:
-		b := &IPBlock{CIDR: "10.0.0.0/8"}
+		b := &policyapi.IPBlock{CIDR: "10.0.0.0/8"}
 		for i := range failLimits.PrefixesPerNamespace {
 			b.Except = append(b.Except, fmt.Sprintf("10.200.%d.0/24", i))
 		}
-		np.Spec.Egress = append(np.Spec.Egress, EgressRule{To: []NetworkPolicyPeer{{IPBlock: b}}})
+		np.Spec.Egress = append(np.Spec.Egress, policyapi.EgressRule{To: []policyapi.NetworkPolicyPeer{{IPBlock: b}}})
 		return np, true
 	}
 	return np, false
@@ -120,12 +122,12 @@ func (w *failWorld) bad(ns, name string) (np *NetworkPolicy, overBudget bool) {
 // selects reports whether np, if it failed, would fail pod closed:
 // pod is in its namespace and its selector (every pod, when it does not
 // parse) picks it.
-func selects(np *NetworkPolicy, pod *Pod) bool {
-	if podNamespace(pod) != policyNamespace(np) {
+func selects(np *policyapi.NetworkPolicy, pod *policyapi.Pod) bool {
+	if policyapi.PodNamespace(pod) != policyNamespace(np) {
 		return false
 	}
-	s, err := compileSelector(&np.Spec.PodSelector)
-	return err != nil || s.matches(pod.Labels)
+	s, err := policyapi.ParseSelector(&np.Spec.PodSelector)
+	return err != nil || s.Matches(pod.Labels)
 }
 
 // TestFailClosedRandom: random policies of random size and shape, some of
@@ -142,8 +144,8 @@ func TestFailClosedRandom(t *testing.T) {
 	var unaffected, failedDirs, checked int
 	for seed := range seeds {
 		w := newFailWorld(uint64(seed))
-		var good, all []*NetworkPolicy
-		var bad []*NetworkPolicy
+		var good, all []*policyapi.NetworkPolicy
+		var bad []*policyapi.NetworkPolicy
 		overNS := map[string]bool{}
 		for i := range 3 + w.rng.IntN(6) {
 			ns := w.pick(w.nss...)
@@ -163,7 +165,7 @@ func TestFailClosedRandom(t *testing.T) {
 			local = append(local, LocalEndpoint{HostIfName: p.Namespace + "-" + p.Name, Namespace: p.Namespace, PodName: p.Name,
 				IPv4: netip.MustParseAddr(p.Status.PodIPs[0].IP)})
 		}
-		compile := func(policies []*NetworkPolicy) *Desired {
+		compile := func(policies []*policyapi.NetworkPolicy) *Desired {
 			s := scenario{pods: w.pods, policies: policies, local: local}.snapshot()
 			s.Limits = failLimits
 			d, err := Compile(s)
@@ -190,11 +192,11 @@ func TestFailClosedRandom(t *testing.T) {
 		for _, p := range w.pods {
 			name := p.Namespace + "-" + p.Name
 			ep, was := got.Endpoints[name], base.Endpoints[name]
-			affected := overNS[p.Namespace] && slices.ContainsFunc(good, func(np *NetworkPolicy) bool { return selects(np, p) })
-			affected = affected || slices.ContainsFunc(bad, func(np *NetworkPolicy) bool { return selects(np, p) })
-			for d := Ingress; d <= Egress; d++ {
+			affected := overNS[p.Namespace] && slices.ContainsFunc(good, func(np *policyapi.NetworkPolicy) bool { return selects(np, p) })
+			affected = affected || slices.ContainsFunc(bad, func(np *policyapi.NetworkPolicy) bool { return selects(np, p) })
+			for d := policyapi.Ingress; d <= policyapi.Egress; d++ {
 				for _, peer := range w.pods {
-					for _, proto := range []uint8{ProtoTCP, ProtoUDP} {
+					for _, proto := range []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP} {
 						for port := uint16(1); port <= 130; port += 3 {
 							remote := netip.MustParseAddr(peer.Status.PodIPs[0].IP)
 							now, before := verdict(got, ep, d, remote, proto, port), verdict(base, was, d, remote, proto, port)
@@ -212,7 +214,7 @@ func TestFailClosedRandom(t *testing.T) {
 				// A failed policy that selects the endpoint for d fails d.
 				for _, np := range all {
 					if why := got.FailedPolicies[policyNamespace(np)+"/"+np.Name]; why != "" && selects(np, p) &&
-						compileOrFail(np, "failed").applies[d] && ep.Failed[d] == "" {
+						compileOrFail(np, "failed").Applies[d] && ep.Failed[d] == "" {
 						t.Fatalf("seed %d: %s: policy %s/%s failed (%s) and selects it for %s, which does not fail closed", seed, name, np.Namespace, np.Name, why, d)
 					}
 				}
@@ -238,11 +240,11 @@ func TestFailClosedRandom(t *testing.T) {
 // direction d with remote, as bpf/lib/policy.h does: a direction that is
 // not isolated allows everything; otherwise the remote's identity, its
 // CIDR class or PeerAny must have a rule whose ranges hold port.
-func verdict(dsr *Desired, ep *EndpointPolicy, d Direction, remote netip.Addr, proto uint8, port uint16) bool {
+func verdict(dsr *Desired, ep *EndpointPolicy, d policyapi.Direction, remote netip.Addr, proto uint8, port uint16) bool {
 	if !([2]bool{ep.IngressIsolated, ep.EgressIsolated}[d]) {
 		return true
 	}
-	identity, class := PeerWorld, NoCIDRClass
+	identity, class := policyapi.PeerWorld, policyapi.NoCIDRClass
 	if e, ok := dsr.Addrs[remote]; ok {
 		identity, class = e.Identity, e.CIDRClass
 	} else {
@@ -253,7 +255,7 @@ func verdict(dsr *Desired, ep *EndpointPolicy, d Direction, remote netip.Addr, p
 			}
 		}
 	}
-	allows := func(peer Peer) bool {
+	allows := func(peer policyapi.Peer) bool {
 		for _, r := range ep.Rules[RuleKey{Peer: peer, Dir: d, Proto: proto}] {
 			if port >= r.Lo && port <= r.Hi {
 				return true
@@ -261,5 +263,5 @@ func verdict(dsr *Desired, ep *EndpointPolicy, d Direction, remote netip.Addr, p
 		}
 		return false
 	}
-	return allows(identity) || class != NoCIDRClass && allows(class) || allows(PeerAny)
+	return allows(identity) || class != policyapi.NoCIDRClass && allows(class) || allows(policyapi.PeerAny)
 }

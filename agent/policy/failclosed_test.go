@@ -7,19 +7,21 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // isolationScenario is two tenants on one node: team's pod a (lxc-a),
 // whose policy allows TCP 80 from anywhere, and other's pod b (lxc-b),
 // whose policy allows TCP 443 from 192.168.0.0/16. Cases add a policy
 // that cannot be enforced and check it touches nothing but what it selects.
-func isolationScenario(extra ...*NetworkPolicy) *Snapshot {
+func isolationScenario(extra ...*policyapi.NetworkPolicy) *Snapshot {
 	sc := scenario{
-		pods: []*Pod{mkPod("team", "a", ips("10.0.0.1"), "app", "a"), mkPod("other", "b", ips("10.0.0.2"), "app", "b")},
-		policies: append([]*NetworkPolicy{
-			mkPolicy("team", "allow-a", sel("app", "a"), NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(80)}}}}),
-			mkPolicy("other", "allow-b", sel("app", "b"), NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(443)},
-				From: []NetworkPolicyPeer{{IPBlock: &IPBlock{CIDR: "192.168.0.0/16"}}}}}}),
+		pods: []*policyapi.Pod{mkPod("team", "a", ips("10.0.0.1"), "app", "a"), mkPod("other", "b", ips("10.0.0.2"), "app", "b")},
+		policies: append([]*policyapi.NetworkPolicy{
+			mkPolicy("team", "allow-a", sel("app", "a"), policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: []policyapi.NetworkPolicyPort{tcp(80)}}}}),
+			mkPolicy("other", "allow-b", sel("app", "b"), policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: []policyapi.NetworkPolicyPort{tcp(443)},
+				From: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{CIDR: "192.168.0.0/16"}}}}}}),
 		}, extra...),
 		local: []LocalEndpoint{
 			{HostIfName: "lxc-a", Namespace: "team", PodName: "a", IPv4: addr("10.0.0.1")},
@@ -30,8 +32,8 @@ func isolationScenario(extra ...*NetworkPolicy) *Snapshot {
 }
 
 // exceptBlock is an ipBlock of 10.0.0.0/8 with n excepts.
-func exceptBlock(n int) *IPBlock {
-	b := &IPBlock{CIDR: "10.0.0.0/8"}
+func exceptBlock(n int) *policyapi.IPBlock {
+	b := &policyapi.IPBlock{CIDR: "10.0.0.0/8"}
 	for i := range n {
 		b.Except = append(b.Except, fmt.Sprintf("10.%d.%d.0/24", 1+i/250, i%250))
 	}
@@ -44,14 +46,14 @@ func exceptBlock(n int) *IPBlock {
 // each of these failed the whole compilation: no endpoint of the node got
 // its policy, and every CNI ADD failed.
 func TestFailClosed(t *testing.T) {
-	var manyPorts, seventeen []NetworkPolicyPort
+	var manyPorts, seventeen []policyapi.NetworkPolicyPort
 	for i := int32(0); i <= MaxPortRanges; i++ {
 		manyPorts = append(manyPorts, tcp(1000+2*i))
 	}
 	seventeen = manyPorts[:17]
 	for _, tc := range []struct {
 		name   string
-		bad    []*NetworkPolicy
+		bad    []*policyapi.NetworkPolicy
 		limits Limits
 		// failed are the policies reported failed, each with a part of
 		// its reason; aFailed, a part of lxc-a's reason by direction
@@ -64,79 +66,79 @@ func TestFailClosed(t *testing.T) {
 	}{
 		{
 			name: "invalid port",
-			bad: []*NetworkPolicy{mkPolicy("team", "bad", &LabelSelector{},
-				NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(0)}}}})},
+			bad: []*policyapi.NetworkPolicy{mkPolicy("team", "bad", &policyapi.LabelSelector{},
+				policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: []policyapi.NetworkPolicyPort{tcp(0)}}}})},
 			failed:    map[string]string{"team/bad": "port 0 out of range"},
-			aFailed:   [2]string{Ingress: "networkpolicy team/bad: spec.ingress[0]: ports[0]: port 0 out of range"},
+			aFailed:   [2]string{policyapi.Ingress: "networkpolicy team/bad: spec.ingress[0]: ports[0]: port 0 out of range"},
 			aPolicies: []string{"team/bad"},
 		},
 		{
 			name: "cidr netip rejects, egress only",
-			bad: []*NetworkPolicy{mkPolicy("team", "bad", sel("app", "a"), NetworkPolicySpec{PolicyTypes: []PolicyType{PolicyTypeEgress},
-				Egress: []EgressRule{{To: []NetworkPolicyPeer{{IPBlock: &IPBlock{CIDR: "10.0.0.0/8 "}}}}}})},
+			bad: []*policyapi.NetworkPolicy{mkPolicy("team", "bad", sel("app", "a"), policyapi.NetworkPolicySpec{PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeEgress},
+				Egress: []policyapi.EgressRule{{To: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{CIDR: "10.0.0.0/8 "}}}}}})},
 			failed:    map[string]string{"team/bad": "spec.egress[0]: to[0]: ipBlock: cidr"},
-			aFailed:   [2]string{Egress: "networkpolicy team/bad"},
+			aFailed:   [2]string{policyapi.Egress: "networkpolicy team/bad"},
 			aPolicies: []string{"team/bad"},
 		},
 		{
 			name: "unknown policy type fails both directions",
-			bad: []*NetworkPolicy{mkPolicy("team", "bad", sel("app", "a"),
-				NetworkPolicySpec{PolicyTypes: []PolicyType{"Sideways"}})},
+			bad: []*policyapi.NetworkPolicy{mkPolicy("team", "bad", sel("app", "a"),
+				policyapi.NetworkPolicySpec{PolicyTypes: []policyapi.PolicyType{"Sideways"}})},
 			failed:    map[string]string{"team/bad": `unknown policy type "Sideways"`},
-			aFailed:   [2]string{Ingress: "team/bad", Egress: "team/bad"},
+			aFailed:   [2]string{policyapi.Ingress: "team/bad", policyapi.Egress: "team/bad"},
 			aPolicies: []string{"team/bad"},
 		},
 		{
 			name: "invalid pod selector selects the whole namespace",
-			bad: []*NetworkPolicy{mkPolicy("team", "bad", sel("not a key!", "x"),
-				NetworkPolicySpec{Ingress: []IngressRule{{}}})},
+			bad: []*policyapi.NetworkPolicy{mkPolicy("team", "bad", sel("not a key!", "x"),
+				policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{}}})},
 			failed:    map[string]string{"team/bad": "spec.podSelector"},
-			aFailed:   [2]string{Ingress: "team/bad"},
+			aFailed:   [2]string{policyapi.Ingress: "team/bad"},
 			aPolicies: []string{"team/bad"},
 		},
 		{
 			name: "more port ranges than a key holds",
-			bad: []*NetworkPolicy{mkPolicy("team", "ports", &LabelSelector{},
-				NetworkPolicySpec{Ingress: []IngressRule{{Ports: manyPorts}}})},
-			aFailed: [2]string{Ingress: "ingress rules for peer 0 protocol 6 need 4098 port ranges, at most 4096 fit (policies: team/allow-a, team/ports)"},
+			bad: []*policyapi.NetworkPolicy{mkPolicy("team", "ports", &policyapi.LabelSelector{},
+				policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: manyPorts}}})},
+			aFailed: [2]string{policyapi.Ingress: "ingress rules for peer 0 protocol 6 need 4098 port ranges, at most 4096 fit (policies: team/allow-a, team/ports)"},
 		},
 		{
 			name: "namespace over its prefix budget, policy selecting no pod",
-			bad: []*NetworkPolicy{mkPolicy("team", "cidrs", sel("app", "nobody"), NetworkPolicySpec{
-				Ingress: []IngressRule{{From: []NetworkPolicyPeer{{IPBlock: exceptBlock(300)}}}}})},
+			bad: []*policyapi.NetworkPolicy{mkPolicy("team", "cidrs", sel("app", "nobody"), policyapi.NetworkPolicySpec{
+				Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{IPBlock: exceptBlock(300)}}}}})},
 			limits: Limits{PrefixesPerNamespace: 100},
 			failed: map[string]string{
 				"team/cidrs":   "namespace team is over its budget: its policies hold 301 ipBlock prefixes, at most 100",
 				"team/allow-a": "namespace team is over its budget",
 			},
-			aFailed:   [2]string{Ingress: "team/allow-a: namespace team is over its budget"},
+			aFailed:   [2]string{policyapi.Ingress: "team/allow-a: namespace team is over its budget"},
 			aPolicies: []string{"team/allow-a"},
 		},
 		{
 			name: "namespace over its rule budget",
-			bad: []*NetworkPolicy{mkPolicy("team", "rules", sel("app", "nobody"), NetworkPolicySpec{
-				Ingress: []IngressRule{{Ports: seventeen, From: []NetworkPolicyPeer{{PodSelector: sel("x", "1")}, {PodSelector: sel("x", "2")}}}}})},
+			bad: []*policyapi.NetworkPolicy{mkPolicy("team", "rules", sel("app", "nobody"), policyapi.NetworkPolicySpec{
+				Ingress: []policyapi.IngressRule{{Ports: seventeen, From: []policyapi.NetworkPolicyPeer{{PodSelector: sel("x", "1")}, {PodSelector: sel("x", "2")}}}}})},
 			limits:    Limits{RulesPerNamespace: 20},
 			failed:    map[string]string{"team/rules": "35 rule entries", "team/allow-a": "35 rule entries"},
-			aFailed:   [2]string{Ingress: "over its budget"},
+			aFailed:   [2]string{policyapi.Ingress: "over its budget"},
 			aPolicies: []string{"team/allow-a"},
 		},
 		{
 			name: "node's prefixes full: the largest namespace fails",
-			bad: []*NetworkPolicy{mkPolicy("team", "cidrs", sel("app", "nobody"), NetworkPolicySpec{
-				Ingress: []IngressRule{{From: []NetworkPolicyPeer{{IPBlock: exceptBlock(30)}}}}})},
+			bad: []*policyapi.NetworkPolicy{mkPolicy("team", "cidrs", sel("app", "nobody"), policyapi.NetworkPolicySpec{
+				Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{IPBlock: exceptBlock(30)}}}}})},
 			limits:    Limits{PrefixesPerNamespace: 100, Prefixes: 20},
 			failed:    map[string]string{"team/cidrs": "prefixes are full (at most 20)", "team/allow-a": "namespace team holds 31"},
-			aFailed:   [2]string{Ingress: "team/allow-a"},
+			aFailed:   [2]string{policyapi.Ingress: "team/allow-a"},
 			aPolicies: []string{"team/allow-a"},
 		},
 		{
 			name: "invalid policies' prefixes take no room on the node",
-			bad: []*NetworkPolicy{
-				mkPolicy("a1", "bad", sel("app", "nobody"), NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(0)},
-					From: []NetworkPolicyPeer{{IPBlock: &IPBlock{CIDR: "172.16.0.0/12"}}}}}}),
-				mkPolicy("a2", "bad", sel("app", "nobody"), NetworkPolicySpec{Ingress: []IngressRule{{Ports: []NetworkPolicyPort{tcp(0)},
-					From: []NetworkPolicyPeer{{IPBlock: &IPBlock{CIDR: "172.16.0.0/12"}}}}}}),
+			bad: []*policyapi.NetworkPolicy{
+				mkPolicy("a1", "bad", sel("app", "nobody"), policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: []policyapi.NetworkPolicyPort{tcp(0)},
+					From: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{CIDR: "172.16.0.0/12"}}}}}}),
+				mkPolicy("a2", "bad", sel("app", "nobody"), policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{Ports: []policyapi.NetworkPolicyPort{tcp(0)},
+					From: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{CIDR: "172.16.0.0/12"}}}}}}),
 			},
 			limits: Limits{PrefixesPerNamespace: 100, Prefixes: 2},
 			failed: map[string]string{"a1/bad": "port 0 out of range", "a2/bad": "port 0 out of range"},
@@ -182,7 +184,7 @@ func TestFailClosed(t *testing.T) {
 			if !slices.Equal(a.FailedPolicies, tc.aPolicies) {
 				t.Errorf("lxc-a: failed policies selecting it %v, want %v", a.FailedPolicies, tc.aPolicies)
 			}
-			for d := Ingress; d <= Egress; d++ {
+			for d := policyapi.Ingress; d <= policyapi.Egress; d++ {
 				isolated := [2]bool{a.IngressIsolated, a.EgressIsolated}[d]
 				wasIsolated := [2]bool{wa.IngressIsolated, wa.EgressIsolated}[d]
 				if tc.aFailed[d] == "" {
@@ -203,7 +205,7 @@ func TestFailClosed(t *testing.T) {
 }
 
 // rulesOf returns ep's rules of direction d (slices compared by content).
-func rulesOf(ep *EndpointPolicy, d Direction) map[RuleKey]string {
+func rulesOf(ep *EndpointPolicy, d policyapi.Direction) map[RuleKey]string {
 	out := map[RuleKey]string{}
 	for k, rs := range ep.Rules {
 		if k.Dir == d {
@@ -241,14 +243,14 @@ func TestFailClosedRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := mkPolicy("team", "cidrs", sel("app", "nobody"), NetworkPolicySpec{
-		Ingress: []IngressRule{{From: []NetworkPolicyPeer{{IPBlock: exceptBlock(300)}}}}})
+	big := mkPolicy("team", "cidrs", sel("app", "nobody"), policyapi.NetworkPolicySpec{
+		Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{IPBlock: exceptBlock(300)}}}}})
 	inc.SetPolicy(big)
 	over, err := inc.Compile()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if over.Endpoints["lxc-a"].Failed[Ingress] == "" || len(over.FailedPolicies) != 2 {
+	if over.Endpoints["lxc-a"].Failed[policyapi.Ingress] == "" || len(over.FailedPolicies) != 2 {
 		t.Fatalf("over budget: lxc-a %+v, failed %v; want lxc-a and both team policies failed", over.Endpoints["lxc-a"], over.FailedPolicies)
 	}
 	if over.Endpoints["lxc-b"] != before.Endpoints["lxc-b"] {

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Incremental compiles the desired state of a cluster that changes a few
@@ -39,10 +41,10 @@ type objKey struct{ ns, name string }
 // inputs are the objects as last set, and which changed since the last
 // Compile.
 type inputs struct {
-	namespaces map[string]*Namespace
-	pods       map[objKey]*Pod
-	policies   map[objKey]*NetworkPolicy
-	identities map[string]Peer
+	namespaces map[string]*policyapi.Namespace
+	pods       map[objKey]*policyapi.Pod
+	policies   map[objKey]*policyapi.NetworkPolicy
+	identities map[string]policyapi.Peer
 	local      []LocalEndpoint
 	svc        serviceInputs
 
@@ -56,7 +58,7 @@ type inputs struct {
 	costChanged bool
 
 	dirtyNS       map[string]struct{}
-	dirtyPods     map[objKey]struct{} // by podNamespace and name
+	dirtyPods     map[objKey]struct{} // by PodNamespace and name
 	dirtyPolicies map[objKey]struct{}
 	dirtyIDs      map[string]struct{}
 	dirtyLocal    bool
@@ -65,10 +67,10 @@ type inputs struct {
 // NewIncremental returns a compiler with no objects.
 func NewIncremental() *Incremental {
 	return &Incremental{in: inputs{
-		namespaces:    map[string]*Namespace{},
-		pods:          map[objKey]*Pod{},
-		policies:      map[objKey]*NetworkPolicy{},
-		identities:    map[string]Peer{},
+		namespaces:    map[string]*policyapi.Namespace{},
+		pods:          map[objKey]*policyapi.Pod{},
+		policies:      map[objKey]*policyapi.NetworkPolicy{},
+		identities:    map[string]policyapi.Peer{},
 		dirtyNS:       map[string]struct{}{},
 		dirtyPods:     map[objKey]struct{}{},
 		dirtyPolicies: map[objKey]struct{}{},
@@ -92,7 +94,7 @@ func (c *Incremental) SetLimits(l Limits) {
 }
 
 // SetNamespace adds ns, or replaces the namespace of its name.
-func (c *Incremental) SetNamespace(ns *Namespace) {
+func (c *Incremental) SetNamespace(ns *policyapi.Namespace) {
 	if c.in.namespaces[ns.Name] == ns {
 		return
 	}
@@ -112,13 +114,13 @@ func (c *Incremental) DeleteNamespace(name string) {
 
 // SetPod adds p, or replaces the pod of its namespace and name. As in
 // Snapshot.Pods, a local pod's addresses are those of its CNI allocation.
-func (c *Incremental) SetPod(p *Pod) {
+func (c *Incremental) SetPod(p *policyapi.Pod) {
 	k := objKey{p.Namespace, p.Name}
 	if c.in.pods[k] == p {
 		return
 	}
 	c.in.pods[k] = p
-	c.in.dirtyPods[objKey{podNamespace(p), p.Name}] = struct{}{}
+	c.in.dirtyPods[objKey{policyapi.PodNamespace(p), p.Name}] = struct{}{}
 }
 
 // DeletePod removes the pod namespace/name.
@@ -129,11 +131,11 @@ func (c *Incremental) DeletePod(namespace, name string) {
 		return
 	}
 	delete(c.in.pods, k)
-	c.in.dirtyPods[objKey{podNamespace(p), p.Name}] = struct{}{}
+	c.in.dirtyPods[objKey{policyapi.PodNamespace(p), p.Name}] = struct{}{}
 }
 
 // SetPolicy adds np, or replaces the policy of its namespace and name.
-func (c *Incremental) SetPolicy(np *NetworkPolicy) {
+func (c *Incremental) SetPolicy(np *policyapi.NetworkPolicy) {
 	k := objKey{np.Namespace, np.Name}
 	if c.in.policies[k] == np {
 		return
@@ -155,10 +157,10 @@ func (c *Incremental) DeletePolicy(namespace, name string) {
 }
 
 // setCost accounts for the policy of key k becoming np (nil: deleted).
-func (in *inputs) setCost(k objKey, np *NetworkPolicy) {
+func (in *inputs) setCost(k objKey, np *policyapi.NetworkPolicy) {
 	in.costChanged = true
 	if old, ok := in.cost[k]; ok {
-		ns := namespaceOrDefault(k.ns)
+		ns := policyapi.NamespaceOrDefault(k.ns)
 		if in.nsCost[ns] = in.nsCost[ns].sub(old); in.nsCost[ns] == (policyCost{}) {
 			delete(in.nsCost, ns)
 		}
@@ -167,7 +169,7 @@ func (in *inputs) setCost(k objKey, np *NetworkPolicy) {
 	if np == nil {
 		return
 	}
-	_, err := compilePolicy(np)
+	_, err := policyapi.ParsePolicy(np)
 	c := costOf(np, err == nil)
 	in.cost[k] = c
 	ns := policyNamespace(np)
@@ -213,7 +215,7 @@ func mak[K comparable, V any](m *map[K]V) map[K]V {
 }
 
 // SetIdentity assigns id to the identity key (see Snapshot.Identities).
-func (c *Incremental) SetIdentity(key string, id Peer) {
+func (c *Incremental) SetIdentity(key string, id policyapi.Peer) {
 	if old, ok := c.in.identities[key]; ok && old == id {
 		return
 	}
@@ -268,7 +270,7 @@ func (in *inputs) markAllDirty() {
 		in.dirtyPods = make(map[objKey]struct{}, len(in.pods))
 	}
 	for _, p := range in.pods {
-		in.dirtyPods[objKey{podNamespace(p), p.Name}] = struct{}{}
+		in.dirtyPods[objKey{policyapi.PodNamespace(p), p.Name}] = struct{}{}
 	}
 	for k := range in.policies {
 		in.dirtyPolicies[k] = struct{}{}
@@ -307,7 +309,7 @@ type state struct {
 	failed        map[string]string
 	failedChanged bool
 	blocks        map[string]int
-	blockByKey    map[string]*ipBlock
+	blockByKey    map[string]*policyapi.CIDRBlock
 	classes       *cidrClasses
 
 	// Selector peers of the rules in use (those of policies selecting a
@@ -329,7 +331,7 @@ type state struct {
 	nsKeys   map[string][]byte
 	nsLabels map[string]map[string]string
 	idents   map[string]*identState
-	byID     map[Peer]*identState
+	byID     map[policyapi.Peer]*identState
 	nsIdents map[string]map[*identState]struct{}
 	addrs    map[netip.Addr]*addrState
 
@@ -378,7 +380,7 @@ func newState(prev *Desired, pods int) *state {
 		failed:        map[string]string{},
 		nsPolicies:    map[string]map[*policyState]struct{}{},
 		blocks:        map[string]int{},
-		blockByKey:    map[string]*ipBlock{},
+		blockByKey:    map[string]*policyapi.CIDRBlock{},
 		classes:       newCIDRClasses(nil),
 		peers:         map[string]*selPeer{},
 		scopedPeers:   map[string]map[*selPeer]struct{}{},
@@ -390,7 +392,7 @@ func newState(prev *Desired, pods int) *state {
 		nsKeys:        map[string][]byte{},
 		nsLabels:      map[string]map[string]string{},
 		idents:        map[string]*identState{},
-		byID:          map[Peer]*identState{},
+		byID:          map[policyapi.Peer]*identState{},
 		nsIdents:      map[string]map[*identState]struct{}{},
 		addrs:         make(map[netip.Addr]*addrState, pods),
 		localByPod:    map[string]*LocalEndpoint{},

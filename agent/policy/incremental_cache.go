@@ -1,6 +1,10 @@
 package policy
 
-import "slices"
+import (
+	"slices"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
+)
 
 // ruleCache keeps the entries addRule gave for a rule, so that a full
 // recompute of an endpoint copies the entries of every rule whose inputs
@@ -22,8 +26,8 @@ type ruleCache struct {
 // ruleContribution is what addRule gave for one rule, and the versions
 // of its inputs then.
 type ruleContribution struct {
-	local    []namedPort // the endpoint's named ports, when the rule reads them
-	peerVers []uint64    // by the rule's selector peers
+	local    []policyapi.NamedPort // the endpoint's named ports, when the rule reads them
+	peerVers []uint64              // by the rule's selector peers
 	classes  *cidrClasses
 	identVer uint64
 	ents     []ruleEnt
@@ -47,11 +51,11 @@ func (st *state) identsChanged() { st.identVer = st.next() }
 // readsLocal reports whether the rule's entries depend on the endpoint's
 // own named ports: an ingress rule with a named port.
 func (r *ruleState) readsLocal() bool {
-	if r.dir != Ingress {
+	if r.dir != policyapi.Ingress {
 		return false
 	}
-	for _, spec := range r.r.ports {
-		if spec.name != "" {
+	for _, spec := range r.r.Ports {
+		if spec.Name != "" {
 			return true
 		}
 	}
@@ -67,7 +71,7 @@ func (r *ruleState) readsIdents() bool {
 
 // current reports whether c was computed from the inputs the rule would
 // read now, at an endpoint whose named ports are local.
-func (st *state) current(r *ruleState, c *ruleContribution, local []namedPort) bool {
+func (st *state) current(r *ruleState, c *ruleContribution, local []policyapi.NamedPort) bool {
 	if len(c.peerVers) != len(r.peers) {
 		return false
 	}
@@ -89,7 +93,7 @@ func (st *state) current(r *ruleState, c *ruleContribution, local []namedPort) b
 
 // addRuleCached adds to b what addRule adds for rule r at an endpoint
 // whose named ports are local, from r's cache when it is current.
-func (st *state) addRuleCached(b *ruleBuilder, r *ruleState, local []namedPort) {
+func (st *state) addRuleCached(b *ruleBuilder, r *ruleState, local []policyapi.NamedPort) {
 	if r.cache == nil {
 		r.cache = &ruleCache{}
 	}
@@ -134,33 +138,9 @@ func (st *state) addRuleCached(b *ruleBuilder, r *ruleState, local []namedPort) 
 func inheritCache(ps, prev *policyState) {
 	for d := range ps.rules {
 		for i, r := range ps.rules[d] {
-			if i < len(prev.rules[d]) && prev.rules[d][i].r.equal(r.r) {
+			if i < len(prev.rules[d]) && prev.rules[d][i].r.Equal(r.r) {
 				r.cache = prev.rules[d][i].cache
 			}
 		}
 	}
-}
-
-// equal reports whether two compiled rules allow the same: the same
-// peers and ports, in the same order.
-func (a *compiledRule) equal(b *compiledRule) bool {
-	return slices.Equal(a.ports, b.ports) && slices.EqualFunc(a.peers, b.peers, compiledPeer.equal)
-}
-
-func (a compiledPeer) equal(b compiledPeer) bool {
-	if (a.block == nil) != (b.block == nil) || (a.block != nil && a.block.key != b.block.key) {
-		return false
-	}
-	return a.pod.equal(b.pod) && a.ns.equal(b.ns)
-}
-
-// equal reports whether two selectors have the same requirements; nil
-// equals only nil.
-func (s *selector) equal(o *selector) bool {
-	if s == nil || o == nil {
-		return s == o
-	}
-	return slices.EqualFunc(s.reqs, o.reqs, func(x, y requirement) bool {
-		return x.key == y.key && x.op == y.op && slices.Equal(x.values, y.values)
-	})
 }

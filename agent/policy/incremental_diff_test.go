@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // world is a random cluster that changes one edit at a time. It feeds an
@@ -17,13 +19,13 @@ import (
 // selectors, named ports, address claims and identities collide often.
 type world struct {
 	rng        *rand.Rand
-	namespaces map[string]*Namespace
-	pods       map[objKey]*Pod
-	policies   map[objKey]*NetworkPolicy
-	services   map[objKey]*Service
-	slices     map[objKey]*EndpointSlice
-	identities map[string]Peer // as the compilers get them
-	clean      map[string]Peer // as the store would number them
+	namespaces map[string]*policyapi.Namespace
+	pods       map[objKey]*policyapi.Pod
+	policies   map[objKey]*policyapi.NetworkPolicy
+	services   map[objKey]*policyapi.Service
+	slices     map[objKey]*policyapi.EndpointSlice
+	identities map[string]policyapi.Peer // as the compilers get them
+	clean      map[string]policyapi.Peer // as the store would number them
 	local      []LocalEndpoint
 	// faults breaks the identity table the compilers get (a missing key,
 	// a number given to two keys) for one step.
@@ -39,7 +41,7 @@ var (
 	worldLabelVals  = []string{"x", "y", "z"}
 	worldPortNames  = []string{"http", "dns", "metrics"}
 	worldPortNums   = []int32{53, 80, 81, 8080, 9090}
-	worldBlocks     = []IPBlock{
+	worldBlocks     = []policyapi.IPBlock{
 		{CIDR: "10.0.0.0/28", Except: []string{"10.0.0.8/30"}},
 		{CIDR: "10.0.0.0/24"},
 		{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8"}},
@@ -52,13 +54,13 @@ var (
 func newWorld(seed uint64) *world {
 	return &world{
 		rng:        rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		namespaces: map[string]*Namespace{},
-		pods:       map[objKey]*Pod{},
-		policies:   map[objKey]*NetworkPolicy{},
-		services:   map[objKey]*Service{},
-		slices:     map[objKey]*EndpointSlice{},
-		identities: map[string]Peer{},
-		clean:      map[string]Peer{},
+		namespaces: map[string]*policyapi.Namespace{},
+		pods:       map[objKey]*policyapi.Pod{},
+		policies:   map[objKey]*policyapi.NetworkPolicy{},
+		services:   map[objKey]*policyapi.Service{},
+		slices:     map[objKey]*policyapi.EndpointSlice{},
+		identities: map[string]policyapi.Peer{},
+		clean:      map[string]policyapi.Peer{},
 		inc:        NewIncremental(),
 	}
 }
@@ -84,112 +86,112 @@ func (w *world) addr() netip.Addr {
 	}
 }
 
-func (w *world) namespace() *Namespace {
+func (w *world) namespace() *policyapi.Namespace {
 	name := w.pick(worldNamespaces)
-	ns := &Namespace{ObjectMeta: ObjectMeta{Name: name, Labels: w.labels([]string{"team", "env"}, []string{"t1", "t2", "prod"}, 2)}}
+	ns := &policyapi.Namespace{ObjectMeta: policyapi.ObjectMeta{Name: name, Labels: w.labels([]string{"team", "env"}, []string{"t1", "t2", "prod"}, 2)}}
 	if w.chance(0.3) {
-		ns.Labels[NamespaceNameLabel] = name
+		ns.Labels[policyapi.NamespaceNameLabel] = name
 	}
 	return ns
 }
 
-func (w *world) pod() *Pod {
+func (w *world) pod() *policyapi.Pod {
 	ns := w.pick(worldNamespaces)
-	p := &Pod{ObjectMeta: ObjectMeta{Namespace: ns, Name: fmt.Sprintf("p%d", w.rng.IntN(6)), Labels: w.labels(worldLabelKeys, worldLabelVals, 2)}}
+	p := &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("p%d", w.rng.IntN(6)), Labels: w.labels(worldLabelKeys, worldLabelVals, 2)}}
 	if ns == "default" && w.chance(0.05) {
 		p.Namespace = "" // the same pod key as "default"
 	}
-	var ports []ContainerPort
+	var ports []policyapi.ContainerPort
 	for range w.rng.IntN(3) {
-		proto := []Protocol{"", TCP, UDP, SCTP}[w.rng.IntN(4)]
-		ports = append(ports, ContainerPort{Name: w.pick(worldPortNames), ContainerPort: worldPortNums[w.rng.IntN(len(worldPortNums))], Protocol: proto})
+		proto := []policyapi.Protocol{"", policyapi.TCP, policyapi.UDP, policyapi.SCTP}[w.rng.IntN(4)]
+		ports = append(ports, policyapi.ContainerPort{Name: w.pick(worldPortNames), ContainerPort: worldPortNums[w.rng.IntN(len(worldPortNums))], Protocol: proto})
 	}
 	if len(ports) > 0 {
-		p.Spec.Containers = []Container{{Name: "c", Ports: ports}}
+		p.Spec.Containers = []policyapi.Container{{Name: "c", Ports: ports}}
 	}
 	for range w.rng.IntN(3) {
-		p.Status.PodIPs = append(p.Status.PodIPs, PodIP{IP: w.addr().String()})
+		p.Status.PodIPs = append(p.Status.PodIPs, policyapi.PodIP{IP: w.addr().String()})
 	}
 	if len(p.Status.PodIPs) > 0 && w.chance(0.3) {
 		p.Status.PodIP, p.Status.PodIPs = p.Status.PodIPs[0].IP, nil
 	}
 	switch {
 	case w.chance(0.005):
-		p.Status.PodIPs = append(p.Status.PodIPs, PodIP{IP: "not-an-address"})
+		p.Status.PodIPs = append(p.Status.PodIPs, policyapi.PodIP{IP: "not-an-address"})
 	case w.chance(0.1):
-		p.Status.Phase = []PodPhase{PodSucceeded, PodFailed}[w.rng.IntN(2)]
+		p.Status.Phase = []policyapi.PodPhase{policyapi.PodSucceeded, policyapi.PodFailed}[w.rng.IntN(2)]
 	case w.chance(0.05):
 		p.Spec.HostNetwork = true
 	}
 	return p
 }
 
-func (w *world) selector() *LabelSelector {
-	s := &LabelSelector{}
+func (w *world) selector() *policyapi.LabelSelector {
+	s := &policyapi.LabelSelector{}
 	switch w.rng.IntN(5) {
 	case 0: // empty: everything
 	case 1, 2:
 		s.MatchLabels = map[string]string{w.pick(worldLabelKeys): w.pick(worldLabelVals)}
 	default:
-		op := []LabelSelectorOperator{OpIn, OpNotIn, OpExists, OpDoesNotExist}[w.rng.IntN(4)]
-		req := LabelSelectorRequirement{Key: w.pick(worldLabelKeys), Operator: op}
-		if op == OpIn || op == OpNotIn {
+		op := []policyapi.LabelSelectorOperator{policyapi.OpIn, policyapi.OpNotIn, policyapi.OpExists, policyapi.OpDoesNotExist}[w.rng.IntN(4)]
+		req := policyapi.LabelSelectorRequirement{Key: w.pick(worldLabelKeys), Operator: op}
+		if op == policyapi.OpIn || op == policyapi.OpNotIn {
 			req.Values = []string{w.pick(worldLabelVals), w.pick(worldLabelVals)}
 		}
-		s.MatchExpressions = []LabelSelectorRequirement{req}
+		s.MatchExpressions = []policyapi.LabelSelectorRequirement{req}
 	}
 	return s
 }
 
-func (w *world) nsSelector() *LabelSelector {
+func (w *world) nsSelector() *policyapi.LabelSelector {
 	switch w.rng.IntN(4) {
 	case 0:
-		return &LabelSelector{}
+		return &policyapi.LabelSelector{}
 	case 1:
-		return &LabelSelector{MatchLabels: map[string]string{NamespaceNameLabel: w.pick(worldNamespaces)}}
+		return &policyapi.LabelSelector{MatchLabels: map[string]string{policyapi.NamespaceNameLabel: w.pick(worldNamespaces)}}
 	default:
-		return &LabelSelector{MatchLabels: map[string]string{"team": w.pick([]string{"t1", "t2"})}}
+		return &policyapi.LabelSelector{MatchLabels: map[string]string{"team": w.pick([]string{"t1", "t2"})}}
 	}
 }
 
-func (w *world) peers() []NetworkPolicyPeer {
-	var out []NetworkPolicyPeer
+func (w *world) peers() []policyapi.NetworkPolicyPeer {
+	var out []policyapi.NetworkPolicyPeer
 	for range w.rng.IntN(3) {
 		switch w.rng.IntN(4) {
 		case 0:
-			out = append(out, NetworkPolicyPeer{PodSelector: w.selector()})
+			out = append(out, policyapi.NetworkPolicyPeer{PodSelector: w.selector()})
 		case 1:
-			out = append(out, NetworkPolicyPeer{NamespaceSelector: w.nsSelector()})
+			out = append(out, policyapi.NetworkPolicyPeer{NamespaceSelector: w.nsSelector()})
 		case 2:
-			out = append(out, NetworkPolicyPeer{NamespaceSelector: w.nsSelector(), PodSelector: w.selector()})
+			out = append(out, policyapi.NetworkPolicyPeer{NamespaceSelector: w.nsSelector(), PodSelector: w.selector()})
 		default:
 			b := worldBlocks[w.rng.IntN(len(worldBlocks))]
-			out = append(out, NetworkPolicyPeer{IPBlock: &b})
+			out = append(out, policyapi.NetworkPolicyPeer{IPBlock: &b})
 		}
 	}
 	return out
 }
 
-func (w *world) ports() []NetworkPolicyPort {
-	var out []NetworkPolicyPort
+func (w *world) ports() []policyapi.NetworkPolicyPort {
+	var out []policyapi.NetworkPolicyPort
 	n := w.rng.IntN(3)
 	if w.chance(0.005) {
 		n = MaxPortRanges + 1 // more single ports than one rule key can hold
 	}
 	for i := range n {
-		var p NetworkPolicyPort
+		var p policyapi.NetworkPolicyPort
 		if w.chance(0.4) {
-			proto := []Protocol{TCP, UDP, SCTP}[w.rng.IntN(3)]
+			proto := []policyapi.Protocol{policyapi.TCP, policyapi.UDP, policyapi.SCTP}[w.rng.IntN(3)]
 			p.Protocol = &proto
 		}
 		switch {
 		case n == MaxPortRanges+1:
-			p.Port = FromInt(int32(1000 + 2*i))
+			p.Port = policyapi.FromInt(int32(1000 + 2*i))
 			p.Protocol = nil
 		case w.chance(0.4):
-			p.Port = FromString(w.pick(worldPortNames))
+			p.Port = policyapi.FromString(w.pick(worldPortNames))
 		case w.chance(0.5):
-			p.Port = FromInt(worldPortNums[w.rng.IntN(len(worldPortNums))])
+			p.Port = policyapi.FromInt(worldPortNums[w.rng.IntN(len(worldPortNums))])
 			if w.chance(0.5) {
 				end := p.Port.IntVal + int32(w.rng.IntN(30))
 				p.EndPort = &end
@@ -200,25 +202,25 @@ func (w *world) ports() []NetworkPolicyPort {
 	return out
 }
 
-func (w *world) policy() *NetworkPolicy {
-	np := &NetworkPolicy{ObjectMeta: ObjectMeta{Namespace: w.pick(worldNamespaces), Name: fmt.Sprintf("np%d", w.rng.IntN(5))}}
+func (w *world) policy() *policyapi.NetworkPolicy {
+	np := &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: w.pick(worldNamespaces), Name: fmt.Sprintf("np%d", w.rng.IntN(5))}}
 	np.Spec.PodSelector = *w.selector()
 	for range w.rng.IntN(3) {
-		np.Spec.Ingress = append(np.Spec.Ingress, IngressRule{Ports: w.ports(), From: w.peers()})
+		np.Spec.Ingress = append(np.Spec.Ingress, policyapi.IngressRule{Ports: w.ports(), From: w.peers()})
 	}
 	for range w.rng.IntN(3) {
-		np.Spec.Egress = append(np.Spec.Egress, EgressRule{Ports: w.ports(), To: w.peers()})
+		np.Spec.Egress = append(np.Spec.Egress, policyapi.EgressRule{Ports: w.ports(), To: w.peers()})
 	}
 	switch w.rng.IntN(5) {
 	case 0:
-		np.Spec.PolicyTypes = []PolicyType{PolicyTypeIngress}
+		np.Spec.PolicyTypes = []policyapi.PolicyType{policyapi.PolicyTypeIngress}
 	case 1:
-		np.Spec.PolicyTypes = []PolicyType{PolicyTypeEgress}
+		np.Spec.PolicyTypes = []policyapi.PolicyType{policyapi.PolicyTypeEgress}
 	case 2:
-		np.Spec.PolicyTypes = []PolicyType{PolicyTypeIngress, PolicyTypeEgress}
+		np.Spec.PolicyTypes = []policyapi.PolicyType{policyapi.PolicyTypeIngress, policyapi.PolicyTypeEgress}
 	}
 	if w.chance(0.005) {
-		np.Spec.PolicyTypes = []PolicyType{"Sideways"} // invalid
+		np.Spec.PolicyTypes = []policyapi.PolicyType{"Sideways"} // invalid
 	}
 	return np
 }
@@ -226,7 +228,7 @@ func (w *world) policy() *NetworkPolicy {
 // tweakPolicy returns a copy of an existing policy with one rule's ports
 // or peers replaced (a new policy when there is none), so that the
 // compilers see edits that keep most rules as they were.
-func (w *world) tweakPolicy() *NetworkPolicy {
+func (w *world) tweakPolicy() *policyapi.NetworkPolicy {
 	keys := slices.SortedFunc(maps.Keys(w.policies), compareObjKey)
 	if len(keys) == 0 {
 		return w.policy()
@@ -250,7 +252,7 @@ func (w *world) tweakPolicy() *NetworkPolicy {
 			np.Spec.Egress[i].To = w.peers()
 		}
 	default:
-		np.Spec.Egress = append(np.Spec.Egress, EgressRule{Ports: w.ports(), To: w.peers()})
+		np.Spec.Egress = append(np.Spec.Egress, policyapi.EgressRule{Ports: w.ports(), To: w.peers()})
 	}
 	return &np
 }
@@ -358,7 +360,7 @@ func (w *world) heal() {
 func (w *world) assignIdentities() {
 	want := map[string]bool{}
 	for _, p := range w.pods {
-		want[IdentityKey(w.namespaces[podNamespace(p)], p)] = true
+		want[policyapi.IdentityKey(w.namespaces[policyapi.PodNamespace(p)], p)] = true
 	}
 	for k := range w.clean {
 		if !want[k] {
@@ -367,7 +369,7 @@ func (w *world) assignIdentities() {
 	}
 	for _, k := range slices.Sorted(maps.Keys(want)) {
 		if _, ok := w.clean[k]; !ok {
-			top := FirstPodIdentity - 1
+			top := policyapi.FirstPodIdentity - 1
 			for _, id := range w.clean {
 				top = max(top, id)
 			}

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // endpointState is one local endpoint and its compiled policy. A
@@ -15,11 +17,11 @@ type endpointState struct {
 	// ns is the namespace of its pod as of the last full recompute, ""
 	// when it had none.
 	ns    string
-	sel   [2][]*policyState // the policies selecting it, by direction
-	local []namedPort       // its pod's named ports
+	sel   [2][]*policyState     // the policies selecting it, by direction
+	local []policyapi.NamedPort // its pod's named ports
 	out   *EndpointPolicy
 	full  bool
-	peers map[Peer]struct{}
+	peers map[policyapi.Peer]struct{}
 	// patches counts the full recomputes in a row whose rules patched a
 	// copy of the previous ones (see ruleBuilder.rebuild).
 	patches int
@@ -30,12 +32,12 @@ func (st *state) markFull(e *endpointState) {
 	st.dirtyEPs[e] = struct{}{}
 }
 
-func (st *state) markPeer(e *endpointState, id Peer) {
+func (st *state) markPeer(e *endpointState, id policyapi.Peer) {
 	if e.full {
 		return
 	}
 	if e.peers == nil {
-		e.peers = map[Peer]struct{}{}
+		e.peers = map[policyapi.Peer]struct{}{}
 	}
 	e.peers[id] = struct{}{}
 	st.dirtyEPs[e] = struct{}{}
@@ -43,7 +45,7 @@ func (st *state) markPeer(e *endpointState, id Peer) {
 
 // podOf returns the pod e names, nil when there is none: Compile looks
 // pods up by "namespace/name", so a namespace "" never matches.
-func (st *state) podOf(e *endpointState) *Pod {
+func (st *state) podOf(e *endpointState) *policyapi.Pod {
 	if e.le.Namespace == "" {
 		return nil
 	}
@@ -83,11 +85,11 @@ func (st *state) reselect(e *endpointState) {
 	if pod == nil {
 		return // unknown pod: not isolated, see Compile
 	}
-	e.ns = podNamespace(pod)
+	e.ns = policyapi.PodNamespace(pod)
 	setAdd(st.epsByNS, e.ns, e)
-	e.local = namedPorts(pod)
+	e.local = policyapi.NamedPorts(pod)
 	for ps := range st.nsPolicies[e.ns] {
-		if !ps.cp.podSel.matches(pod.Labels) {
+		if !ps.cp.PodSelector.Matches(pod.Labels) {
 			continue
 		}
 		if ps.selected == nil {
@@ -95,8 +97,8 @@ func (st *state) reselect(e *endpointState) {
 		}
 		ps.selected[e] = struct{}{}
 		st.touchedPols[ps] = struct{}{}
-		for d := Ingress; d <= Egress; d++ {
-			if ps.cp.applies[d] {
+		for d := policyapi.Ingress; d <= policyapi.Egress; d++ {
+			if ps.cp.Applies[d] {
 				e.sel[d] = append(e.sel[d], ps)
 			}
 		}
@@ -152,7 +154,7 @@ func (st *state) updateEndpoints() {
 func (st *state) computeFull(e *endpointState) {
 	var failed [2]string
 	for d := range e.sel {
-		if failed[d] = e.failedReasons(Direction(d)); failed[d] != "" {
+		if failed[d] = e.failedReasons(policyapi.Direction(d)); failed[d] != "" {
 			continue
 		}
 		for _, ps := range e.sel[d] {
@@ -173,7 +175,7 @@ func (st *state) computeFull(e *endpointState) {
 	}
 	ep := &EndpointPolicy{
 		IPv4: e.le.IPv4.Unmap(), IPv6: e.le.IPv6,
-		IngressIsolated: len(e.sel[Ingress]) > 0, EgressIsolated: len(e.sel[Egress]) > 0,
+		IngressIsolated: len(e.sel[policyapi.Ingress]) > 0, EgressIsolated: len(e.sel[policyapi.Egress]) > 0,
 		Rules: rules, Failed: failed, FailedPolicies: e.failedPolicies(),
 	}
 	// Rules that did not change are e.out's very map (and a first
@@ -237,8 +239,8 @@ func (st *state) computePeers(e *endpointState) {
 
 // failedReasons joins the reasons of the failed policies selecting e for
 // d, as compiler.endpoint does.
-func (e *endpointState) failedReasons(d Direction) string {
-	cps := make([]*compiledPolicy, 0, len(e.sel[d]))
+func (e *endpointState) failedReasons(d policyapi.Direction) string {
+	cps := make([]*policyapi.ParsedPolicy, 0, len(e.sel[d]))
 	for _, ps := range e.sel[d] {
 		cps = append(cps, ps.cp)
 	}
@@ -248,7 +250,7 @@ func (e *endpointState) failedReasons(d Direction) string {
 // failedPolicies names the failed policies selecting e, as
 // compiler.endpoint does (see EndpointPolicy.FailedPolicies).
 func (e *endpointState) failedPolicies() []string {
-	var cps [2][]*compiledPolicy
+	var cps [2][]*policyapi.ParsedPolicy
 	for d := range e.sel {
 		for _, ps := range e.sel[d] {
 			cps[d] = append(cps[d], ps.cp)
@@ -262,7 +264,7 @@ func (e *endpointState) failedPolicies() []string {
 func (e *endpointState) tooMany(o overKey) string {
 	var names []string
 	for _, ps := range e.sel[o.k.Dir] {
-		names = append(names, ps.cp.name)
+		names = append(names, ps.cp.Name)
 	}
 	return tooManyReason(o.k, o.n, names)
 }
@@ -270,7 +272,7 @@ func (e *endpointState) tooMany(o overKey) string {
 // eachPeerKey calls fn with every rule key an identity of e.peers can have.
 func (e *endpointState) eachPeerKey(fn func(RuleKey)) {
 	for id := range e.peers {
-		for d := Ingress; d <= Egress; d++ {
+		for d := policyapi.Ingress; d <= policyapi.Egress; d++ {
 			for _, proto := range allProtocols {
 				fn(RuleKey{Peer: id, Dir: d, Proto: proto})
 			}

@@ -4,16 +4,18 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
-// podState is what the compiler knows of one pod, by podNamespace and
+// podState is what the compiler knows of one pod, by PodNamespace and
 // name.
 type podState struct {
 	ref objKey
-	key string // podNamespace/name, the key Compile orders and matches pods by
+	key string // PodNamespace/name, the key Compile orders and matches pods by
 	// pod is the pod the key names; nil once it is gone. hostNetwork pods
 	// never count (see Compile).
-	pod *Pod
+	pod *policyapi.Pod
 	// ident and addrs are set while the pod counts: it has addresses, or a
 	// local endpoint. addrs are the addresses it claims.
 	ident *identState
@@ -23,12 +25,12 @@ type podState struct {
 // identState is one identity in use: what selectors and named ports see
 // of it, and how many counted pods hold it.
 type identState struct {
-	id       Peer
+	id       policyapi.Peer
 	key      string
 	ns       string
 	nsLabels map[string]string
 	labels   map[string]string
-	ports    []namedPort
+	ports    []policyapi.NamedPort
 	refs     int
 	// classes counts the addresses the identity owns by CIDR class
 	// (usually one class).
@@ -39,7 +41,7 @@ type identState struct {
 
 // classCount is how many addresses of one class an identity owns.
 type classCount struct {
-	class Peer
+	class policyapi.Peer
 	n     int
 }
 
@@ -54,7 +56,7 @@ type addrState struct {
 	local    bool
 	localKey string
 	owner    *identState
-	class    Peer
+	class    policyapi.Peer
 }
 
 // namespaceChanged re-identifies the pods of a namespace whose object
@@ -101,7 +103,7 @@ func (st *state) detachPod(k objKey) {
 // attachPod brings the pod k up to date with the inputs. Pods given in
 // namespace "" are the pods of "default".
 func (st *state) attachPod(k objKey, in *inputs) error {
-	var pod *Pod
+	var pod *policyapi.Pod
 	for _, raw := range [2]objKey{k, {"", k.name}} {
 		p := in.pods[raw]
 		if p == nil || p.Spec.HostNetwork || (raw.ns == "" && k.ns != "default") {
@@ -139,11 +141,11 @@ func (st *state) attachPod(k objKey, in *inputs) error {
 // each of its addresses.
 func (st *state) attach(ps *podState, in *inputs) error {
 	pod := ps.pod
-	addrs, err := podAddrs(pod)
+	addrs, err := policyapi.PodAddrs(pod)
 	if err != nil {
 		return err
 	}
-	if pod.Status.Phase == PodSucceeded || pod.Status.Phase == PodFailed {
+	if pod.Status.Phase == policyapi.PodSucceeded || pod.Status.Phase == policyapi.PodFailed {
 		addrs = nil
 	}
 	le := st.localByPod[ps.key]
@@ -205,14 +207,14 @@ func (st *state) detach(ps *podState) {
 
 // acquire returns the identity of pod, taking a reference; a new one is
 // announced to the selectors once the pods have settled.
-func (st *state) acquire(pod *Pod, in *inputs) (*identState, error) {
-	ns := podNamespace(pod)
+func (st *state) acquire(pod *policyapi.Pod, in *inputs) (*identState, error) {
+	ns := policyapi.PodNamespace(pod)
 	prefix, ok := st.nsKeys[ns]
 	if !ok {
-		prefix = appendNamespaceKey(nil, ns, in.namespaces[ns])
+		prefix = policyapi.AppendNamespaceKey(nil, ns, in.namespaces[ns])
 		st.nsKeys[ns] = prefix
 	}
-	buf := appendPodKey(append(make([]byte, 0, 2*len(prefix)), prefix...), pod)
+	buf := policyapi.AppendPodKey(append(make([]byte, 0, 2*len(prefix)), prefix...), pod)
 	x := st.idents[string(buf)]
 	if x != nil && x.refs == 0 {
 		if id, ok := in.identities[x.key]; !ok || id != x.id {
@@ -226,8 +228,8 @@ func (st *state) acquire(pod *Pod, in *inputs) (*identState, error) {
 		if !ok {
 			return nil, fmt.Errorf("pod %s/%s: no identity for key %s (assign one per IdentityKey before compiling)", ns, pod.Name, key)
 		}
-		if id < FirstPodIdentity || id&CIDRClassBit != 0 {
-			return nil, fmt.Errorf("pod %s/%s: identity %d out of the pod range [%d, %d)", ns, pod.Name, id, FirstPodIdentity, CIDRClassBit)
+		if id < policyapi.FirstPodIdentity || id&policyapi.CIDRClassBit != 0 {
+			return nil, fmt.Errorf("pod %s/%s: identity %d out of the pod range [%d, %d)", ns, pod.Name, id, policyapi.FirstPodIdentity, policyapi.CIDRClassBit)
 		}
 		if other := st.byID[id]; other != nil {
 			if other.refs > 0 {
@@ -237,7 +239,7 @@ func (st *state) acquire(pod *Pod, in *inputs) (*identState, error) {
 		}
 		nsLabels, ok := st.nsLabels[ns]
 		if !ok {
-			nsLabels = namespaceLabels(ns, in.namespaces[ns])
+			nsLabels = policyapi.NamespaceLabels(ns, in.namespaces[ns])
 			st.nsLabels[ns] = nsLabels
 		}
 		x = &identState{
@@ -246,7 +248,7 @@ func (st *state) acquire(pod *Pod, in *inputs) (*identState, error) {
 			ns:       ns,
 			nsLabels: nsLabels,
 			labels:   pod.Labels,
-			ports:    namedPorts(pod),
+			ports:    policyapi.NamedPorts(pod),
 		}
 		st.idents[key] = x
 		st.byID[id] = x
@@ -296,7 +298,7 @@ func (st *state) resolve(a netip.Addr, as *addrState) {
 
 // countClass adds n addresses of class to x's count; a class appearing or
 // disappearing changes which ipBlocks x lies wholly inside.
-func (st *state) countClass(x *identState, class Peer, n int) {
+func (st *state) countClass(x *identState, class policyapi.Peer, n int) {
 	i := slices.IndexFunc(x.classes, func(c classCount) bool { return c.class == class })
 	if i < 0 {
 		x.classes = append(x.classes, classCount{class: class})
@@ -413,7 +415,7 @@ func (st *state) retire(x *identState) {
 
 // markNamed marks identity id dirty wherever an egress named port
 // resolves against every identity or the identities inside ipBlocks.
-func (st *state) markNamed(id Peer) {
+func (st *state) markNamed(id policyapi.Peer) {
 	for r := range st.allNamed {
 		st.markRule(r, id)
 	}

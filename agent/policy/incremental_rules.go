@@ -1,17 +1,21 @@
 package policy
 
-import "slices"
+import (
+	"slices"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
+)
 
 // policyState is one compiled policy and the local endpoints it selects.
 // While it selects any (active), its rules' selector peers are registered
 // and kept up to date.
 type policyState struct {
 	key objKey
-	cp  *compiledPolicy
+	cp  *policyapi.ParsedPolicy
 	// rules are the rules of the directions the policy applies to, while
 	// it is active.
 	rules    [2][]*ruleState
-	blocks   []*ipBlock // every ipBlock peer, both directions
+	blocks   []*policyapi.CIDRBlock // every ipBlock peer, both directions
 	selected map[*endpointState]struct{}
 	active   bool
 	dead     bool // replaced or deleted; deactivated once no endpoint uses it
@@ -23,19 +27,19 @@ type policyState struct {
 // ruleState is one rule of a policy in a direction the policy applies to.
 type ruleState struct {
 	policy *policyState
-	dir    Direction
-	r      *compiledRule
-	blocks []*ipBlock
+	dir    policyapi.Direction
+	r      *policyapi.ParsedRule
+	blocks []*policyapi.CIDRBlock
 	peers  []*selPeer // the rule's selector peers, while the policy is active
 	named  bool       // an egress rule with a named port
 	cache  *ruleCache // what addRule gave, shared with an equal rule it replaced
 }
 
 // all reports whether the rule has no peers: it allows every peer.
-func (r *ruleState) all() bool { return len(r.r.peers) == 0 }
+func (r *ruleState) all() bool { return len(r.r.Peers) == 0 }
 
 // picks reports whether one of the rule's selector peers picks id.
-func (r *ruleState) picks(id Peer) bool {
+func (r *ruleState) picks(id policyapi.Peer) bool {
 	for _, s := range r.peers {
 		if _, ok := s.members[id]; ok {
 			return true
@@ -50,9 +54,9 @@ func (r *ruleState) picks(id Peer) bool {
 // referring to it.
 type selPeer struct {
 	scope   string
-	pod, ns *selector
+	pod, ns *policyapi.Selector
 	key     string
-	members map[Peer]struct{}
+	members map[policyapi.Peer]struct{}
 	users   map[*ruleState]int
 	ver     uint64 // changes with members (see ruleCache)
 }
@@ -62,20 +66,20 @@ func (s *selPeer) matches(x *identState) bool {
 		if x.ns != s.scope {
 			return false
 		}
-	} else if !s.ns.matches(x.nsLabels) {
+	} else if !s.ns.Matches(x.nsLabels) {
 		return false
 	}
-	return s.pod == nil || s.pod.matches(x.labels)
+	return s.pod == nil || s.pod.Matches(x.labels)
 }
 
 // selPeerKey is the canonical key of a selector peer of a policy in ns.
-func selPeerKey(ns string, p compiledPeer) string {
-	if p.ns == nil {
-		return "pod\x00" + ns + "\x00" + p.pod.key()
+func selPeerKey(ns string, p policyapi.PolicyPeer) string {
+	if p.Namespace == nil {
+		return "pod\x00" + ns + "\x00" + p.Pod.Key()
 	}
-	key := "ns\x00" + p.ns.key() + "\x00"
-	if p.pod != nil {
-		key += "pod\x00" + p.pod.key()
+	key := "ns\x00" + p.Namespace.Key() + "\x00"
+	if p.Pod != nil {
+		key += "pod\x00" + p.Pod.Key()
 	}
 	return key
 }
@@ -84,12 +88,12 @@ func selPeerKey(ns string, p compiledPeer) string {
 // budget is why np's namespace is over its budget, "" when it is not. It
 // records in blockSeen whether each ipBlock key it touches was in use
 // before this compilation.
-func (st *state) setPolicy(k objKey, np *NetworkPolicy, budget string, blockSeen map[string]bool) {
+func (st *state) setPolicy(k objKey, np *policyapi.NetworkPolicy, budget string, blockSeen map[string]bool) {
 	old := st.policies[k]
 	if old != nil {
 		st.dropPolicy(old, blockSeen)
-		if old.cp.failed != "" {
-			delete(st.failed, old.cp.name)
+		if old.cp.Failed != "" {
+			delete(st.failed, old.cp.Name)
 			st.failedChanged = true
 		}
 	}
@@ -97,8 +101,8 @@ func (st *state) setPolicy(k objKey, np *NetworkPolicy, budget string, blockSeen
 		return
 	}
 	cp := compileOrFail(np, budget)
-	if cp.failed != "" {
-		st.failed[cp.name] = cp.failed
+	if cp.Failed != "" {
+		st.failed[cp.Name] = cp.Failed
 		st.failedChanged = true
 	}
 	ps := &policyState{key: k, cp: cp}
@@ -106,28 +110,28 @@ func (st *state) setPolicy(k objKey, np *NetworkPolicy, budget string, blockSeen
 		ps.prev = old
 		st.inheriting = append(st.inheriting, ps)
 	}
-	for _, rules := range cp.rules {
+	for _, rules := range cp.Rules {
 		for _, r := range rules {
-			for _, peer := range r.peers {
-				if peer.block != nil {
-					ps.blocks = append(ps.blocks, peer.block)
+			for _, peer := range r.Peers {
+				if peer.Block != nil {
+					ps.blocks = append(ps.blocks, peer.Block)
 				}
 			}
 		}
 	}
 	for _, b := range ps.blocks {
-		if _, ok := blockSeen[b.key]; !ok {
-			blockSeen[b.key] = st.blocks[b.key] > 0
+		if _, ok := blockSeen[b.Key]; !ok {
+			blockSeen[b.Key] = st.blocks[b.Key] > 0
 		}
-		st.blocks[b.key]++
-		st.blockByKey[b.key] = b
+		st.blocks[b.Key]++
+		st.blockByKey[b.Key] = b
 	}
 	st.policies[k] = ps
-	setAdd(st.nsPolicies, cp.ns, ps)
+	setAdd(st.nsPolicies, cp.Namespace, ps)
 	// The endpoints it selects now; those it selected before were marked
 	// by dropPolicy.
-	for e := range st.epsByNS[cp.ns] {
-		if pod := st.podOf(e); pod != nil && cp.podSel.matches(pod.Labels) {
+	for e := range st.epsByNS[cp.Namespace] {
+		if pod := st.podOf(e); pod != nil && cp.PodSelector.Matches(pod.Labels) {
 			st.markFull(e)
 		}
 	}
@@ -136,14 +140,14 @@ func (st *state) setPolicy(k objKey, np *NetworkPolicy, budget string, blockSeen
 // dropPolicy removes a policy that was replaced or deleted.
 func (st *state) dropPolicy(ps *policyState, blockSeen map[string]bool) {
 	delete(st.policies, ps.key)
-	setDelete(st.nsPolicies, ps.cp.ns, ps)
+	setDelete(st.nsPolicies, ps.cp.Namespace, ps)
 	for _, b := range ps.blocks {
-		if _, ok := blockSeen[b.key]; !ok {
-			blockSeen[b.key] = true
+		if _, ok := blockSeen[b.Key]; !ok {
+			blockSeen[b.Key] = true
 		}
-		if st.blocks[b.key]--; st.blocks[b.key] == 0 {
-			delete(st.blocks, b.key)
-			delete(st.blockByKey, b.key)
+		if st.blocks[b.Key]--; st.blocks[b.Key] == 0 {
+			delete(st.blocks, b.Key)
+			delete(st.blockByKey, b.Key)
 		}
 	}
 	for e := range ps.selected {
@@ -156,7 +160,7 @@ func (st *state) dropPolicy(ps *policyState, blockSeen map[string]bool) {
 // rebuildClasses recomputes the CIDR classes from the ipBlocks in use.
 // Class numbers may all change, so every endpoint is recomputed.
 func (st *state) rebuildClasses() {
-	blocks := make([]*ipBlock, 0, len(st.blockByKey))
+	blocks := make([]*policyapi.CIDRBlock, 0, len(st.blockByKey))
 	for _, b := range st.blockByKey {
 		blocks = append(blocks, b)
 	}
@@ -170,23 +174,23 @@ func (st *state) rebuildClasses() {
 // activate registers the rules of a policy that came into use, and their
 // selector peers.
 func (st *state) activate(ps *policyState) {
-	for d := Ingress; d <= Egress; d++ {
-		if !ps.cp.applies[d] {
+	for d := policyapi.Ingress; d <= policyapi.Egress; d++ {
+		if !ps.cp.Applies[d] {
 			continue
 		}
-		for _, cr := range ps.cp.rules[d] {
+		for _, cr := range ps.cp.Rules[d] {
 			r := &ruleState{policy: ps, dir: d, r: cr}
-			for _, peer := range cr.peers {
-				if peer.block != nil {
-					r.blocks = append(r.blocks, peer.block)
+			for _, peer := range cr.Peers {
+				if peer.Block != nil {
+					r.blocks = append(r.blocks, peer.Block)
 					continue
 				}
-				s := st.registerPeer(ps.cp.ns, peer)
+				s := st.registerPeer(ps.cp.Namespace, peer)
 				s.users[r]++
 				r.peers = append(r.peers, s)
 			}
-			for _, spec := range cr.ports {
-				r.named = r.named || (d == Egress && spec.name != "")
+			for _, spec := range cr.Ports {
+				r.named = r.named || (d == policyapi.Egress && spec.Name != "")
 			}
 			if r.named && r.all() {
 				st.allNamed[r] = struct{}{}
@@ -226,13 +230,13 @@ func (st *state) deactivate(ps *policyState) {
 
 // registerPeer returns the selector peer of a policy in ns, computing
 // which identities it picks when it is new.
-func (st *state) registerPeer(ns string, p compiledPeer) *selPeer {
+func (st *state) registerPeer(ns string, p policyapi.PolicyPeer) *selPeer {
 	key := selPeerKey(ns, p)
 	if s := st.peers[key]; s != nil {
 		return s
 	}
-	s := &selPeer{pod: p.pod, ns: p.ns, key: key, members: map[Peer]struct{}{}, users: map[*ruleState]int{}}
-	if p.ns == nil {
+	s := &selPeer{pod: p.Pod, ns: p.Namespace, key: key, members: map[policyapi.Peer]struct{}{}, users: map[*ruleState]int{}}
+	if p.Namespace == nil {
 		s.scope = ns
 		for x := range st.nsIdents[ns] {
 			if s.matches(x) {
@@ -263,7 +267,7 @@ func (st *state) unregisterPeer(s *selPeer) {
 }
 
 // markRule marks identity id dirty in every endpoint that uses rule r.
-func (st *state) markRule(r *ruleState, id Peer) {
+func (st *state) markRule(r *ruleState, id policyapi.Peer) {
 	for e := range r.policy.selected {
 		st.markPeer(e, id)
 	}
@@ -271,7 +275,7 @@ func (st *state) markRule(r *ruleState, id Peer) {
 
 // identInBlock reports whether x has addresses, all inside block b (see
 // compiler.identsInBlock).
-func (st *state) identInBlock(x *identState, b *ipBlock) bool {
+func (st *state) identInBlock(x *identState, b *policyapi.CIDRBlock) bool {
 	if len(x.classes) == 0 {
 		return false
 	}
@@ -285,13 +289,13 @@ func (st *state) identInBlock(x *identState, b *ipBlock) bool {
 
 // addRule adds everything rule r gives an endpoint whose own named ports
 // are local, as compiler.addRule does.
-func (st *state) addRule(b *ruleBuilder, r *ruleState, local []namedPort) {
+func (st *state) addRule(b *ruleBuilder, r *ruleState, local []policyapi.NamedPort) {
 	d := r.dir
 	// peers calls fn for PeerAny, or for every identity the selector peers
 	// pick and every class of the ipBlocks (possibly more than once).
-	peers := func(fn func(Peer)) {
+	peers := func(fn func(policyapi.Peer)) {
 		if r.all() {
-			fn(PeerAny)
+			fn(policyapi.PeerAny)
 			return
 		}
 		for _, s := range r.peers {
@@ -305,27 +309,27 @@ func (st *state) addRule(b *ruleBuilder, r *ruleState, local []namedPort) {
 			}
 		}
 	}
-	if len(r.r.ports) == 0 {
-		peers(func(p Peer) {
+	if len(r.r.Ports) == 0 {
+		peers(func(p policyapi.Peer) {
 			for _, proto := range allProtocols {
 				b.add(RuleKey{Peer: p, Dir: d, Proto: proto}, allPorts)
 			}
 		})
 		return
 	}
-	for _, spec := range r.r.ports {
+	for _, spec := range r.r.Ports {
 		switch {
-		case spec.name == "":
-			pr := PortRange{spec.lo, spec.hi}
-			peers(func(p Peer) { b.add(RuleKey{Peer: p, Dir: d, Proto: spec.proto}, pr) })
-		case d == Ingress:
-			forNamedPort(local, spec.name, spec.proto, func(port uint16) {
-				peers(func(p Peer) { b.add(RuleKey{Peer: p, Dir: d, Proto: spec.proto}, PortRange{port, port}) })
+		case spec.Name == "":
+			pr := PortRange{spec.Lo, spec.Hi}
+			peers(func(p policyapi.Peer) { b.add(RuleKey{Peer: p, Dir: d, Proto: spec.Proto}, pr) })
+		case d == policyapi.Ingress:
+			forNamedPort(local, spec.Name, spec.Proto, func(port uint16) {
+				peers(func(p policyapi.Peer) { b.add(RuleKey{Peer: p, Dir: d, Proto: spec.Proto}, PortRange{port, port}) })
 			})
 		default:
 			resolve := func(x *identState) {
-				forNamedPort(x.ports, spec.name, spec.proto, func(port uint16) {
-					b.add(RuleKey{Peer: x.id, Dir: d, Proto: spec.proto}, PortRange{port, port})
+				forNamedPort(x.ports, spec.Name, spec.Proto, func(port uint16) {
+					b.add(RuleKey{Peer: x.id, Dir: d, Proto: spec.Proto}, PortRange{port, port})
 				})
 			}
 			if r.all() {
@@ -352,11 +356,11 @@ func (st *state) addRule(b *ruleBuilder, r *ruleState, local []namedPort) {
 
 // addPeerRule adds what rule r gives an endpoint for identity x alone: the
 // entries addRule adds keyed by x.id.
-func (st *state) addPeerRule(b *ruleBuilder, r *ruleState, x *identState, local []namedPort) {
+func (st *state) addPeerRule(b *ruleBuilder, r *ruleState, x *identState, local []policyapi.NamedPort) {
 	d := r.dir
 	add := func(proto uint8, pr PortRange) { b.add(RuleKey{Peer: x.id, Dir: d, Proto: proto}, pr) }
 	picked := !r.all() && r.picks(x.id)
-	if len(r.r.ports) == 0 {
+	if len(r.r.Ports) == 0 {
 		if picked {
 			for _, proto := range allProtocols {
 				add(proto, allPorts)
@@ -364,15 +368,15 @@ func (st *state) addPeerRule(b *ruleBuilder, r *ruleState, x *identState, local 
 		}
 		return
 	}
-	for _, spec := range r.r.ports {
+	for _, spec := range r.r.Ports {
 		switch {
-		case spec.name == "":
+		case spec.Name == "":
 			if picked {
-				add(spec.proto, PortRange{spec.lo, spec.hi})
+				add(spec.Proto, PortRange{spec.Lo, spec.Hi})
 			}
-		case d == Ingress:
+		case d == policyapi.Ingress:
 			if picked {
-				forNamedPort(local, spec.name, spec.proto, func(port uint16) { add(spec.proto, PortRange{port, port}) })
+				forNamedPort(local, spec.Name, spec.Proto, func(port uint16) { add(spec.Proto, PortRange{port, port}) })
 			}
 		default:
 			inScope := r.all() || picked
@@ -380,7 +384,7 @@ func (st *state) addPeerRule(b *ruleBuilder, r *ruleState, x *identState, local 
 				inScope = inScope || st.identInBlock(x, blk)
 			}
 			if inScope {
-				forNamedPort(x.ports, spec.name, spec.proto, func(port uint16) { add(spec.proto, PortRange{port, port}) })
+				forNamedPort(x.ports, spec.Name, spec.Proto, func(port uint16) { add(spec.Proto, PortRange{port, port}) })
 			}
 		}
 	}

@@ -3,6 +3,8 @@ package policy
 import (
 	"maps"
 	"slices"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Services depend on nothing but Services and EndpointSlices, so the
@@ -13,26 +15,26 @@ import (
 // serviceInputs are the Services and EndpointSlices as last set, keyed by
 // namespace and name as given (sources always set the namespace).
 type serviceInputs struct {
-	services map[objKey]*Service
-	slices   map[objKey]*EndpointSlice
+	services map[objKey]*policyapi.Service
+	slices   map[objKey]*policyapi.EndpointSlice
 	// bySvc are the slices by the Service they name: their namespace and
 	// ServiceNameLabel.
-	bySvc map[objKey]map[objKey]*EndpointSlice
+	bySvc map[objKey]map[objKey]*policyapi.EndpointSlice
 	// dirty are the Services whose frontends must be recomputed.
 	dirty map[objKey]struct{}
 }
 
 func newServiceInputs() serviceInputs {
 	return serviceInputs{
-		services: map[objKey]*Service{},
-		slices:   map[objKey]*EndpointSlice{},
-		bySvc:    map[objKey]map[objKey]*EndpointSlice{},
+		services: map[objKey]*policyapi.Service{},
+		slices:   map[objKey]*policyapi.EndpointSlice{},
+		bySvc:    map[objKey]map[objKey]*policyapi.EndpointSlice{},
 		dirty:    map[objKey]struct{}{},
 	}
 }
 
 // SetService adds s, or replaces the Service of its namespace and name.
-func (c *Incremental) SetService(s *Service) {
+func (c *Incremental) SetService(s *policyapi.Service) {
 	k := objKey{s.Namespace, s.Name}
 	if c.in.svc.services[k] == s {
 		return
@@ -54,7 +56,7 @@ func (c *Incremental) DeleteService(namespace, name string) {
 
 // SetEndpointSlice adds s, or replaces the slice of its namespace and
 // name.
-func (c *Incremental) SetEndpointSlice(s *EndpointSlice) {
+func (c *Incremental) SetEndpointSlice(s *policyapi.EndpointSlice) {
 	k := objKey{s.Namespace, s.Name}
 	old := c.in.svc.slices[k]
 	if old == s {
@@ -79,7 +81,7 @@ func (c *Incremental) DeleteEndpointSlice(namespace, name string) {
 }
 
 // index files slice k under its Service and marks that Service dirty.
-func (in *serviceInputs) index(k objKey, s *EndpointSlice) {
+func (in *serviceInputs) index(k objKey, s *policyapi.EndpointSlice) {
 	name := s.ServiceName()
 	if name == "" {
 		return
@@ -87,7 +89,7 @@ func (in *serviceInputs) index(k objKey, s *EndpointSlice) {
 	sk := objKey{s.Namespace, name}
 	m := in.bySvc[sk]
 	if m == nil {
-		m = map[objKey]*EndpointSlice{}
+		m = map[objKey]*policyapi.EndpointSlice{}
 		in.bySvc[sk] = m
 	}
 	m[k] = s
@@ -95,7 +97,7 @@ func (in *serviceInputs) index(k objKey, s *EndpointSlice) {
 }
 
 // unindex removes slice k, as s filed it, and marks its Service dirty.
-func (in *serviceInputs) unindex(k objKey, s *EndpointSlice) {
+func (in *serviceInputs) unindex(k objKey, s *policyapi.EndpointSlice) {
 	name := s.ServiceName()
 	if name == "" {
 		return
@@ -146,11 +148,11 @@ func (st *state) updateServices(in *serviceInputs) error {
 	for _, k := range sortedKeys(in.dirty, compareObjKey) {
 		var next map[ServiceFrontend]*ServiceEntry
 		if s := in.services[k]; s != nil {
-			cs, err := compileService(s)
+			cs, err := policyapi.ParseService(s)
 			if err != nil {
 				return err
 			}
-			next = cs.entries(slices.Collect(maps.Values(in.bySvc[k])))
+			next = serviceEntries(cs, slices.Collect(maps.Values(in.bySvc[k])))
 		}
 		old := ss.entries[k]
 		for fe, e := range next {

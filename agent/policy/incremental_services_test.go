@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // The random world's Services and EndpointSlices: four names in each
@@ -33,25 +35,25 @@ func (w *world) boolPtr() *bool {
 	return &v
 }
 
-func (w *world) service() *Service {
-	s := &Service{ObjectMeta: ObjectMeta{Namespace: w.pick(worldNamespaces[:3]), Name: w.pick(worldSvcNames)}}
+func (w *world) service() *policyapi.Service {
+	s := &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: w.pick(worldNamespaces[:3]), Name: w.pick(worldSvcNames)}}
 	s.Spec.ClusterIPs = worldClusterIPs[w.rng.IntN(len(worldClusterIPs))]
 	if len(s.Spec.ClusterIPs) > 0 && w.chance(0.5) {
 		s.Spec.ClusterIP = s.Spec.ClusterIPs[0]
 	}
 	if len(s.Spec.ClusterIPs) == 0 || w.chance(0.05) {
-		s.Spec.Type = ServiceTypeExternalName
+		s.Spec.Type = policyapi.ServiceTypeExternalName
 	}
 	names := []string{"http", "dns"}
 	n := 1 + w.rng.IntN(2)
 	first := w.rng.IntN(2)
 	for i := range n {
-		p := ServicePort{Port: []int32{53, 80}[(first+i)%2], Protocol: []Protocol{"", TCP, UDP}[w.rng.IntN(3)]}
+		p := policyapi.ServicePort{Port: []int32{53, 80}[(first+i)%2], Protocol: []policyapi.Protocol{"", policyapi.TCP, policyapi.UDP}[w.rng.IntN(3)]}
 		if n > 1 || w.chance(0.5) {
 			p.Name = names[i]
 		}
 		if w.chance(0.3) {
-			p.TargetPort = FromInt(8080)
+			p.TargetPort = policyapi.FromInt(8080)
 		}
 		s.Spec.Ports = append(s.Spec.Ports, p)
 	}
@@ -59,42 +61,42 @@ func (w *world) service() *Service {
 		s.Spec.Ports = append(s.Spec.Ports, s.Spec.Ports[0]) // invalid: a duplicate
 	}
 	if w.chance(0.3) {
-		s.Spec.SessionAffinity = ServiceAffinityClientIP
+		s.Spec.SessionAffinity = policyapi.ServiceAffinityClientIP
 		if w.chance(0.5) {
 			t := int32(1 + w.rng.IntN(100))
-			s.Spec.SessionAffinityConfig = &SessionAffinityConfig{ClientIP: &ClientIPConfig{TimeoutSeconds: &t}}
+			s.Spec.SessionAffinityConfig = &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{TimeoutSeconds: &t}}
 		}
 	}
 	return s
 }
 
-func (w *world) slice() *EndpointSlice {
+func (w *world) slice() *policyapi.EndpointSlice {
 	ns, svc := w.pick(worldNamespaces[:3]), w.pick(worldSvcNames)
-	var target *Service // mostly a slice of a Service that exists
+	var target *policyapi.Service // mostly a slice of a Service that exists
 	if keys := slices.SortedFunc(maps.Keys(w.services), compareObjKey); len(keys) > 0 && w.chance(0.7) {
 		k := keys[w.rng.IntN(len(keys))]
 		ns, svc, target = k.ns, k.name, w.services[k]
 	}
-	s := &EndpointSlice{ObjectMeta: ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", svc, w.rng.IntN(3))}}
+	s := &policyapi.EndpointSlice{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", svc, w.rng.IntN(3))}}
 	if w.chance(0.9) {
 		if w.chance(0.1) {
 			svc = w.pick(worldSvcNames) // a slice whose name says another Service
 		}
-		s.Labels = map[string]string{ServiceNameLabel: svc}
+		s.Labels = map[string]string{policyapi.ServiceNameLabel: svc}
 	}
-	s.AddressType = []AddressType{AddressTypeIPv4, AddressTypeIPv4, AddressTypeIPv6, AddressTypeFQDN}[w.rng.IntN(4)]
+	s.AddressType = []policyapi.AddressType{policyapi.AddressTypeIPv4, policyapi.AddressTypeIPv4, policyapi.AddressTypeIPv6, policyapi.AddressTypeFQDN}[w.rng.IntN(4)]
 	for range w.rng.IntN(3) {
-		var p EndpointSlicePort
+		var p policyapi.EndpointSlicePort
 		name := []string{"", "http", "dns"}[w.rng.IntN(3)]
-		proto := []Protocol{TCP, UDP}[w.rng.IntN(2)]
+		proto := []policyapi.Protocol{policyapi.TCP, policyapi.UDP}[w.rng.IntN(2)]
 		if target != nil && len(target.Spec.Ports) > 0 && w.chance(0.7) {
 			sp := target.Spec.Ports[w.rng.IntN(len(target.Spec.Ports))]
-			name, proto = sp.Name, cmp.Or(sp.Protocol, TCP)
+			name, proto = sp.Name, cmp.Or(sp.Protocol, policyapi.TCP)
 		}
 		if name != "" || w.chance(0.8) {
 			p.Name = &name
 		}
-		if proto != TCP || w.chance(0.6) {
+		if proto != policyapi.TCP || w.chance(0.6) {
 			p.Protocol = &proto
 		}
 		if w.chance(0.95) {
@@ -106,15 +108,15 @@ func (w *world) slice() *EndpointSlice {
 	for range w.rng.IntN(4) {
 		a := w.addr()
 		if w.chance(0.8) { // mostly of the slice's family
-			for (a.Is4() != (s.AddressType == AddressTypeIPv4)) && s.AddressType != AddressTypeFQDN {
+			for (a.Is4() != (s.AddressType == policyapi.AddressTypeIPv4)) && s.AddressType != policyapi.AddressTypeFQDN {
 				a = w.addr()
 			}
 		}
-		e := SliceEndpoint{Addresses: []string{a.String()}}
+		e := policyapi.SliceEndpoint{Addresses: []string{a.String()}}
 		if w.chance(0.05) {
 			e.Addresses = nil
 		}
-		e.Conditions = EndpointConditions{Ready: w.boolPtr(), Serving: w.boolPtr(), Terminating: w.boolPtr()}
+		e.Conditions = policyapi.EndpointConditions{Ready: w.boolPtr(), Serving: w.boolPtr(), Terminating: w.boolPtr()}
 		s.Endpoints = append(s.Endpoints, e)
 	}
 	return s
@@ -158,9 +160,9 @@ func TestIncrementalServicesShareUnchanged(t *testing.T) {
 	inc := NewIncremental()
 	inc.SetService(mkService("prod", "web", []string{"10.96.0.10", "fd00:96::10"}, "http:80", "dns:53/UDP"))
 	inc.SetService(mkService("prod", "db", []string{"10.96.0.11"}, ":5432"))
-	webV4 := mkSlice("prod", "web-1", "web", AddressTypeIPv4, []string{"http:80", "dns:53/UDP"}, ep("10.0.0.2"))
+	webV4 := mkSlice("prod", "web-1", "web", policyapi.AddressTypeIPv4, []string{"http:80", "dns:53/UDP"}, ep("10.0.0.2"))
 	inc.SetEndpointSlice(webV4)
-	inc.SetEndpointSlice(mkSlice("prod", "db-1", "db", AddressTypeIPv4, []string{":5432"}, ep("10.0.0.3")))
+	inc.SetEndpointSlice(mkSlice("prod", "db-1", "db", policyapi.AddressTypeIPv4, []string{":5432"}, ep("10.0.0.3")))
 	compile := func() *Desired {
 		t.Helper()
 		d, err := inc.Compile()
@@ -170,14 +172,14 @@ func TestIncrementalServicesShareUnchanged(t *testing.T) {
 		return d
 	}
 	first := compile()
-	webHTTP, webV6, db := fe("10.96.0.10", 80, ProtoTCP), fe("fd00:96::10", 80, ProtoTCP), fe("10.96.0.11", 5432, ProtoTCP)
+	webHTTP, webV6, db := fe("10.96.0.10", 80, policyapi.ProtoTCP), fe("fd00:96::10", 80, policyapi.ProtoTCP), fe("10.96.0.11", 5432, policyapi.ProtoTCP)
 	if len(first.Services) != 5 || len(first.Services[webHTTP].Backends) != 1 || first.Services[webV6].Backends != nil {
 		t.Fatalf("first result:\n%s", describeServices(first.Services))
 	}
 
 	// A second IPv4 endpoint of web: web's IPv4 entries change, the IPv6
 	// ones and db's stay.
-	inc.SetEndpointSlice(mkSlice("prod", "web-1", "web", AddressTypeIPv4, []string{"http:80", "dns:53/UDP"}, ep("10.0.0.2"), ep("10.0.0.4")))
+	inc.SetEndpointSlice(mkSlice("prod", "web-1", "web", policyapi.AddressTypeIPv4, []string{"http:80", "dns:53/UDP"}, ep("10.0.0.2"), ep("10.0.0.4")))
 	second := compile()
 	if second.Services[webHTTP] == first.Services[webHTTP] || len(second.Services[webHTTP].Backends) != 2 {
 		t.Errorf("web's IPv4 entry after a new endpoint: %+v", second.Services[webHTTP])
@@ -194,7 +196,7 @@ func TestIncrementalServicesShareUnchanged(t *testing.T) {
 	// The same content written anew (an informer's resync) keeps every
 	// entry and the map.
 	inc.SetService(mkService("prod", "web", []string{"10.96.0.10", "fd00:96::10"}, "http:80", "dns:53/UDP"))
-	inc.SetEndpointSlice(mkSlice("prod", "web-1", "web", AddressTypeIPv4, []string{"http:80", "dns:53/UDP"}, ep("10.0.0.4"), ep("10.0.0.2")))
+	inc.SetEndpointSlice(mkSlice("prod", "web-1", "web", policyapi.AddressTypeIPv4, []string{"http:80", "dns:53/UDP"}, ep("10.0.0.4"), ep("10.0.0.2")))
 	if fourth := compile(); !sameMap(fourth.Services, second.Services) {
 		t.Error("rewriting equal objects built a new Services map")
 	}
@@ -225,8 +227,8 @@ func TestIncrementalServiceFrontendHandover(t *testing.T) {
 	inc := NewIncremental()
 	inc.SetService(mkService("a", "web", []string{"10.96.0.10"}, ":80"))
 	inc.SetService(mkService("b", "web", []string{"10.96.0.10"}, ":80"))
-	inc.SetEndpointSlice(mkSlice("b", "web-1", "web", AddressTypeIPv4, []string{":80"}, ep("10.0.0.2")))
-	front := fe("10.96.0.10", 80, ProtoTCP)
+	inc.SetEndpointSlice(mkSlice("b", "web-1", "web", policyapi.AddressTypeIPv4, []string{":80"}, ep("10.0.0.2")))
+	front := fe("10.96.0.10", 80, policyapi.ProtoTCP)
 	d, err := inc.Compile()
 	if err != nil || d.Services[front].Service != "a/web" {
 		t.Fatalf("two claims: %v, %+v; want a/web's", err, d.Services[front])

@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"testing"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // TestIncrementalMatchesCompile is the differential test of the
@@ -95,22 +97,22 @@ func TestIncrementalSharesUnchanged(t *testing.T) {
 	inc := NewIncremental()
 	nsTeam := mkNS("team", "env", "prod")
 	inc.SetNamespace(nsTeam)
-	pods := []*Pod{
+	pods := []*policyapi.Pod{
 		mkPod("team", "a", ips("10.0.0.1"), "app", "a"),
 		mkPod("team", "b", ips("10.0.0.2"), "app", "b"),
 		mkPod("team", "c", ips("10.0.0.3"), "app", "c"),
 	}
 	for _, p := range pods {
 		inc.SetPod(p)
-		inc.SetIdentity(IdentityKey(nsTeam, p), FirstPodIdentity+Peer(len(inc.in.identities)))
+		inc.SetIdentity(policyapi.IdentityKey(nsTeam, p), policyapi.FirstPodIdentity+policyapi.Peer(len(inc.in.identities)))
 	}
 	inc.SetLocal([]LocalEndpoint{
 		{HostIfName: "lxc-a", Namespace: "team", PodName: "a", IPv4: addr("10.0.0.1")},
 		{HostIfName: "lxc-b", Namespace: "team", PodName: "b", IPv4: addr("10.0.0.2")},
 	})
-	webFrom := func(app string, port int32) *NetworkPolicy {
-		return mkPolicy("team", "web", sel("app", "a"), NetworkPolicySpec{Ingress: []IngressRule{{
-			Ports: []NetworkPolicyPort{tcp(port)}, From: []NetworkPolicyPeer{{PodSelector: sel("app", app)}}}}})
+	webFrom := func(app string, port int32) *policyapi.NetworkPolicy {
+		return mkPolicy("team", "web", sel("app", "a"), policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{
+			Ports: []policyapi.NetworkPolicyPort{tcp(port)}, From: []policyapi.NetworkPolicyPeer{{PodSelector: sel("app", app)}}}}})
 	}
 	inc.SetPolicy(webFrom("b", 80))
 	first, err := inc.Compile()
@@ -165,8 +167,8 @@ func TestIncrementalRecoversAfterError(t *testing.T) {
 	inc := NewIncremental()
 	p := mkPod("team", "a", ips("10.0.0.1"), "app", "a")
 	inc.SetPod(p)
-	inc.SetIdentity(IdentityKey(nil, p), FirstPodIdentity)
-	inc.SetPolicy(mkPolicy("team", "p", sel("app", "a"), NetworkPolicySpec{}))
+	inc.SetIdentity(policyapi.IdentityKey(nil, p), policyapi.FirstPodIdentity)
+	inc.SetPolicy(mkPolicy("team", "p", sel("app", "a"), policyapi.NetworkPolicySpec{}))
 	le := LocalEndpoint{HostIfName: "lxc-a", Namespace: "team", PodName: "a", IPv4: addr("10.0.0.1")}
 	inc.SetLocal([]LocalEndpoint{le, le})
 	if _, err := inc.Compile(); err == nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Limits bound what the policies of one namespace, and of all namespaces
@@ -73,9 +75,9 @@ func (c policyCost) sub(o policyCost) policyCost {
 
 // costOf counts np's prefixes and rule entries from its spec as written;
 // valid says whether np compiles, and so whether its prefixes are loaded.
-func costOf(np *NetworkPolicy, valid bool) policyCost {
+func costOf(np *policyapi.NetworkPolicy, valid bool) policyCost {
 	var c policyCost
-	rule := func(peers []NetworkPolicyPeer, ports int) {
+	rule := func(peers []policyapi.NetworkPolicyPeer, ports int) {
 		c.rules += max(1, len(peers)) * max(1, ports)
 		for _, p := range peers {
 			if p.IPBlock != nil {
@@ -96,15 +98,8 @@ func costOf(np *NetworkPolicy, valid bool) policyCost {
 }
 
 // policyNamespace is the namespace a policy belongs to.
-func policyNamespace(np *NetworkPolicy) string { return namespaceOrDefault(np.Namespace) }
-
-// namespaceOrDefault is ns, or "default" for "", as the API server reads
-// an object without a namespace.
-func namespaceOrDefault(ns string) string {
-	if ns == "" {
-		return "default"
-	}
-	return ns
+func policyNamespace(np *policyapi.NetworkPolicy) string {
+	return policyapi.NamespaceOrDefault(np.Namespace)
 }
 
 // overBudget returns, for every namespace whose policies the limits do not
@@ -157,39 +152,41 @@ func (l Limits) overBudget(costs map[string]policyCost) map[string]string {
 // directions it declares, and no rule. Where the selector or the policy
 // types are what does not compile, the stand-in selects every pod of the
 // namespace, in both directions: what lockstep cannot read fails closed.
-func compileOrFail(np *NetworkPolicy, budget string) *compiledPolicy {
-	cp, err := compilePolicy(np)
+func compileOrFail(np *policyapi.NetworkPolicy, budget string) *policyapi.ParsedPolicy {
+	cp, err := policyapi.ParsePolicy(np)
 	return failClosed(np, cp, err, budget)
 }
 
-// failClosed is compileOrFail given what compilePolicy returned for np.
-func failClosed(np *NetworkPolicy, cp *compiledPolicy, err error, budget string) *compiledPolicy {
+// failClosed is compileOrFail given what ParsePolicy returned for np.
+func failClosed(np *policyapi.NetworkPolicy, cp *policyapi.ParsedPolicy, err error, budget string) *policyapi.ParsedPolicy {
 	if err == nil && budget == "" {
 		return cp
 	}
 	ns := policyNamespace(np)
-	failed := &compiledPolicy{name: ns + "/" + np.Name, ns: ns}
+	failed := &policyapi.ParsedPolicy{Name: ns + "/" + np.Name, Namespace: ns}
 	if err != nil {
-		failed.failed = err.Error()
+		failed.Failed = err.Error()
 	} else {
-		failed.failed = fmt.Sprintf("networkpolicy %s: %s", failed.name, budget)
+		failed.Failed = fmt.Sprintf("networkpolicy %s: %s", failed.Name, budget)
 	}
 	if cp != nil {
-		failed.podSel, failed.applies = cp.podSel, cp.applies
+		failed.PodSelector, failed.Applies = cp.PodSelector, cp.Applies
 		return failed
 	}
-	if sel, err := compileSelector(&np.Spec.PodSelector); err == nil {
-		failed.podSel = sel
+	if sel, err := policyapi.ParseSelector(&np.Spec.PodSelector); err == nil {
+		failed.PodSelector = sel
 	} else {
-		failed.podSel, _ = compileSelector(&LabelSelector{})
+		failed.PodSelector, _ = policyapi.ParseSelector(&policyapi.LabelSelector{})
 	}
-	failed.applies = [2]bool{true, true}
-	types := policyTypes(&np.Spec)
-	if !slices.ContainsFunc(types, func(t PolicyType) bool { return t != PolicyTypeIngress && t != PolicyTypeEgress }) {
-		failed.applies = [2]bool{}
+	failed.Applies = [2]bool{true, true}
+	types := policyapi.PolicyTypes(&np.Spec)
+	if !slices.ContainsFunc(types, func(t policyapi.PolicyType) bool {
+		return t != policyapi.PolicyTypeIngress && t != policyapi.PolicyTypeEgress
+	}) {
+		failed.Applies = [2]bool{}
 		for _, t := range types {
-			failed.applies[Egress] = failed.applies[Egress] || t == PolicyTypeEgress
-			failed.applies[Ingress] = failed.applies[Ingress] || t == PolicyTypeIngress
+			failed.Applies[policyapi.Egress] = failed.Applies[policyapi.Egress] || t == policyapi.PolicyTypeEgress
+			failed.Applies[policyapi.Ingress] = failed.Applies[policyapi.Ingress] || t == policyapi.PolicyTypeIngress
 		}
 	}
 	return failed
@@ -197,11 +194,11 @@ func failClosed(np *NetworkPolicy, cp *compiledPolicy, err error, budget string)
 
 // failedReasons joins the reasons of the failed policies among ps, in
 // the order of their names.
-func failedReasons(ps []*compiledPolicy) string {
+func failedReasons(ps []*policyapi.ParsedPolicy) string {
 	var reasons []string
 	for _, cp := range ps {
-		if cp.failed != "" {
-			reasons = append(reasons, cp.failed)
+		if cp.Failed != "" {
+			reasons = append(reasons, cp.Failed)
 		}
 	}
 	slices.Sort(reasons)
@@ -211,12 +208,12 @@ func failedReasons(ps []*compiledPolicy) string {
 // failedNames lists, sorted and once each, the names of the failed
 // policies among selecting (see EndpointPolicy.FailedPolicies); nil when
 // none failed.
-func failedNames(selecting [2][]*compiledPolicy) []string {
+func failedNames(selecting [2][]*policyapi.ParsedPolicy) []string {
 	var names []string
 	for _, ps := range selecting {
 		for _, cp := range ps {
-			if cp.failed != "" {
-				names = append(names, cp.name)
+			if cp.Failed != "" {
+				names = append(names, cp.Name)
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // TestOverBudget: which namespaces the node's limits fail. Among
@@ -148,14 +150,14 @@ func failedSizes(costs map[string]policyCost, out map[string]string) []string {
 func TestNodeBudgetAttackByName(t *testing.T) {
 	for _, victim := range []string{"prod", "a0", "zzz"} {
 		t.Run(victim, func(t *testing.T) {
-			big := func(ns string) *NetworkPolicy {
-				return mkPolicy(ns, "p", &LabelSelector{}, NetworkPolicySpec{
+			big := func(ns string) *policyapi.NetworkPolicy {
+				return mkPolicy(ns, "p", &policyapi.LabelSelector{}, policyapi.NetworkPolicySpec{
 					// The cidr and its excepts: the namespace's whole budget.
-					Ingress: []IngressRule{{From: []NetworkPolicyPeer{{IPBlock: exceptBlock(DefaultLimits.PrefixesPerNamespace - 1)}}}}})
+					Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{IPBlock: exceptBlock(DefaultLimits.PrefixesPerNamespace - 1)}}}}})
 			}
 			sc := scenario{
-				pods:     []*Pod{mkPod(victim, "web", ips("10.0.0.1"), "app", "web")},
-				policies: []*NetworkPolicy{big(victim)},
+				pods:     []*policyapi.Pod{mkPod(victim, "web", ips("10.0.0.1"), "app", "web")},
+				policies: []*policyapi.NetworkPolicy{big(victim)},
 				local:    []LocalEndpoint{{HostIfName: "lxc-web", Namespace: victim, PodName: "web", IPv4: addr("10.0.0.1")}},
 			}
 			// Eight namespaces at their budget fit the node; a ninth

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // TestCheckNotMapped: a prefix inside ::ffff:0:0/96 is refused, one that
@@ -30,11 +32,11 @@ func TestCheckNotMapped(t *testing.T) {
 		{"fd00::/8", false},
 	} {
 		t.Run(tc.prefix, func(t *testing.T) {
-			err := CheckNotMapped(netip.MustParsePrefix(tc.prefix).Masked())
+			err := policyapi.CheckNotMapped(netip.MustParsePrefix(tc.prefix).Masked())
 			if refused := err != nil; refused != tc.refused {
 				t.Fatalf("CheckNotMapped(%s) = %v, want refused %v", tc.prefix, err, tc.refused)
 			}
-			if tc.refused && !errors.Is(err, ErrMappedPrefix) {
+			if tc.refused && !errors.Is(err, policyapi.ErrMappedPrefix) {
 				t.Errorf("CheckNotMapped(%s) = %v, want it to wrap ErrMappedPrefix", tc.prefix, err)
 			}
 		})
@@ -46,25 +48,25 @@ func TestCheckNotMapped(t *testing.T) {
 // the IPv4 prefix meant, and fails closed in both compilers with it; the IPv4 and
 // IPv6 default routes it would have collided with still compile apart.
 func TestMappedIPBlockRefused(t *testing.T) {
-	egressTo := func(b IPBlock) NetworkPolicySpec {
-		return NetworkPolicySpec{
-			PolicyTypes: []PolicyType{PolicyTypeEgress},
-			Egress:      []EgressRule{{To: []NetworkPolicyPeer{{IPBlock: &b}}}},
+	egressTo := func(b policyapi.IPBlock) policyapi.NetworkPolicySpec {
+		return policyapi.NetworkPolicySpec{
+			PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeEgress},
+			Egress:      []policyapi.EgressRule{{To: []policyapi.NetworkPolicyPeer{{IPBlock: &b}}}},
 		}
 	}
 	for _, tc := range []struct {
 		name  string
-		block IPBlock
+		block policyapi.IPBlock
 		want  string
 	}{
-		{"cidr of every IPv4 address", IPBlock{CIDR: "::ffff:0.0.0.0/96"}, "spec.egress[0]: to[0]: ipBlock: cidr: IPv4-mapped IPv6 prefix: ::ffff:0.0.0.0/96 (write the IPv4 prefix 0.0.0.0/0 instead)"},
-		{"cidr of one IPv4 network", IPBlock{CIDR: "::ffff:10.0.0.0/104"}, "ipBlock: cidr: IPv4-mapped IPv6 prefix: ::ffff:10.0.0.0/104 (write the IPv4 prefix 10.0.0.0/8 instead)"},
-		{"except", IPBlock{CIDR: "::/0", Except: []string{"fd00::/8", "::ffff:10.0.0.0/104"}}, "ipBlock: except[1]: IPv4-mapped IPv6 prefix"},
+		{"cidr of every IPv4 address", policyapi.IPBlock{CIDR: "::ffff:0.0.0.0/96"}, "spec.egress[0]: to[0]: ipBlock: cidr: IPv4-mapped IPv6 prefix: ::ffff:0.0.0.0/96 (write the IPv4 prefix 0.0.0.0/0 instead)"},
+		{"cidr of one IPv4 network", policyapi.IPBlock{CIDR: "::ffff:10.0.0.0/104"}, "ipBlock: cidr: IPv4-mapped IPv6 prefix: ::ffff:10.0.0.0/104 (write the IPv4 prefix 10.0.0.0/8 instead)"},
+		{"except", policyapi.IPBlock{CIDR: "::/0", Except: []string{"fd00::/8", "::ffff:10.0.0.0/104"}}, "ipBlock: except[1]: IPv4-mapped IPv6 prefix"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			np := mkPolicy("team", "np", sel(), egressTo(tc.block))
 			err := np.Validate()
-			if err == nil || !errors.Is(err, ErrMappedPrefix) {
+			if err == nil || !errors.Is(err, policyapi.ErrMappedPrefix) {
 				t.Fatalf("Validate = %v, want an error wrapping ErrMappedPrefix", err)
 			}
 			if !strings.HasPrefix(err.Error(), "networkpolicy team/np: ") || !strings.Contains(err.Error(), tc.want) {
@@ -72,9 +74,9 @@ func TestMappedIPBlockRefused(t *testing.T) {
 			}
 
 			sc := scenario{
-				namespaces: []*Namespace{mkNS("team")},
-				pods:       []*Pod{mkPod("team", "a", ips("10.0.0.1", "fd00::1"))},
-				policies:   []*NetworkPolicy{np},
+				namespaces: []*policyapi.Namespace{mkNS("team")},
+				pods:       []*policyapi.Pod{mkPod("team", "a", ips("10.0.0.1", "fd00::1"))},
+				policies:   []*policyapi.NetworkPolicy{np},
 			}
 			// The compilers fail the policy alone, closed: its reason names
 			// the field, and none of its prefixes reaches the maps.
@@ -93,7 +95,7 @@ func TestMappedIPBlockRefused(t *testing.T) {
 					t.Errorf("%s: team/np fails with %q, want a reason containing %q", name, why, tc.want)
 				}
 				for pfx := range got.CIDRs {
-					if err := CheckNotMapped(pfx); err != nil {
+					if err := policyapi.CheckNotMapped(pfx); err != nil {
 						t.Errorf("%s: %v", name, err)
 					}
 				}
@@ -102,20 +104,20 @@ func TestMappedIPBlockRefused(t *testing.T) {
 	}
 
 	t.Run("IPv4 and IPv6 default routes stay apart", func(t *testing.T) {
-		v4 := mkPolicy("team", "v4", sel(), egressTo(IPBlock{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8"}}))
-		v6 := mkPolicy("team", "v6", sel(), egressTo(IPBlock{CIDR: "::/0"}))
-		sc := scenario{namespaces: []*Namespace{mkNS("team")}, policies: []*NetworkPolicy{v4, v6}}
+		v4 := mkPolicy("team", "v4", sel(), egressTo(policyapi.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"10.0.0.0/8"}}))
+		v6 := mkPolicy("team", "v6", sel(), egressTo(policyapi.IPBlock{CIDR: "::/0"}))
+		sc := scenario{namespaces: []*policyapi.Namespace{mkNS("team")}, policies: []*policyapi.NetworkPolicy{v4, v6}}
 		d, err := Compile(sc.snapshot())
 		if err != nil {
 			t.Fatal(err)
 		}
 		for pfx := range d.CIDRs {
-			if err := CheckNotMapped(pfx); err != nil {
+			if err := policyapi.CheckNotMapped(pfx); err != nil {
 				t.Errorf("compiled CIDRs hold %s: %v", pfx, err)
 			}
 		}
 		all4, all6, ten := d.CIDRs[allIPv4], d.CIDRs[allIPv6], d.CIDRs[netip.MustParsePrefix("10.0.0.0/8")]
-		if all4 == NoCIDRClass || all6 == NoCIDRClass || all4 == all6 || ten != NoCIDRClass {
+		if all4 == policyapi.NoCIDRClass || all6 == policyapi.NoCIDRClass || all4 == all6 || ten != policyapi.NoCIDRClass {
 			t.Errorf("CIDRs %v: want 0.0.0.0/0 and ::/0 in two distinct classes and 10.0.0.0/8 in none", d.CIDRs)
 		}
 	})

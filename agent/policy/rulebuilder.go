@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // ruleBuilder collects the (key, port range) entries of an endpoint's
@@ -48,7 +50,7 @@ func (b *ruleBuilder) add(k RuleKey, pr PortRange) {
 }
 
 func (e ruleEnt) key() RuleKey {
-	return RuleKey{Peer: Peer(e.hi >> 32), Dir: Direction(e.hi >> 8), Proto: uint8(e.hi)}
+	return RuleKey{Peer: policyapi.Peer(e.hi >> 32), Dir: policyapi.Direction(e.hi >> 8), Proto: uint8(e.hi)}
 }
 
 func compareEnt(x, y ruleEnt) int {
@@ -164,7 +166,7 @@ func (b *ruleBuilder) group() {
 		groups = append(groups, ruleGroup{k: k, start: start, end: len(ranges)})
 		i = j
 	}
-	if b.over[Ingress].n > 0 || b.over[Egress].n > 0 {
+	if b.over[policyapi.Ingress].n > 0 || b.over[policyapi.Egress].n > 0 {
 		groups = slices.DeleteFunc(groups, func(g ruleGroup) bool { return b.over[g.k.Dir].n > 0 })
 	}
 }
@@ -262,11 +264,11 @@ func compareGroupKey(g ruleGroup, k RuleKey) int {
 }
 
 // forNamedPort calls fn with every port ports gives name under proto, as
-// resolveNamedPort returns them, without allocating.
-func forNamedPort(ports []namedPort, name string, proto uint8, fn func(port uint16)) {
+// ResolveNamedPort returns them, without allocating.
+func forNamedPort(ports []policyapi.NamedPort, name string, proto uint8, fn func(port uint16)) {
 	for _, np := range ports {
-		if np.name == name && np.proto == proto {
-			fn(np.port)
+		if np.Name == name && np.Proto == proto {
+			fn(np.Port)
 		}
 	}
 }

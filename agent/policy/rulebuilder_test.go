@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // TestSortEntsOrdersAsCompareEnt holds the packed radix sort of a build
@@ -12,17 +14,17 @@ import (
 // packed key has no room for, which sorts the entries the plain way.
 func TestSortEntsOrdersAsCompareEnt(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	peers := []Peer{PeerAny, PeerWorld, FirstPodIdentity, FirstPodIdentity + 1, 1 << 20, NoCIDRClass, CIDRClassBit | 7, ^Peer(0)}
-	protos := []uint8{ProtoOther, ProtoTCP, ProtoUDP, ProtoSCTP}
+	peers := []policyapi.Peer{policyapi.PeerAny, policyapi.PeerWorld, policyapi.FirstPodIdentity, policyapi.FirstPodIdentity + 1, 1 << 20, policyapi.NoCIDRClass, policyapi.CIDRClassBit | 7, ^policyapi.Peer(0)}
+	protos := []uint8{policyapi.ProtoOther, policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP}
 	for _, tc := range []struct {
 		name string
 		n    int
-		dirs []Direction
+		dirs []policyapi.Direction
 	}{
-		{"empty", 0, []Direction{Ingress}},
-		{"one", 1, []Direction{Egress}},
-		{"both directions", 2000, []Direction{Ingress, Egress}},
-		{"unknown direction", 500, []Direction{Ingress, Egress, 7}},
+		{"empty", 0, []policyapi.Direction{policyapi.Ingress}},
+		{"one", 1, []policyapi.Direction{policyapi.Egress}},
+		{"both directions", 2000, []policyapi.Direction{policyapi.Ingress, policyapi.Egress}},
+		{"unknown direction", 500, []policyapi.Direction{policyapi.Ingress, policyapi.Egress, 7}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b ruleBuilder

@@ -8,28 +8,30 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // mkService returns Service ns/name with clusterIPs and ports "name:port/proto
 // ->target" (e.g. "http:80/TCP->8080", "dns:53/UDP->dns", ":80").
-func mkService(ns, name string, clusterIPs []string, ports ...string) *Service {
-	s := &Service{ObjectMeta: ObjectMeta{Namespace: ns, Name: name}, Spec: ServiceSpec{ClusterIPs: clusterIPs}}
+func mkService(ns, name string, clusterIPs []string, ports ...string) *policyapi.Service {
+	s := &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name}, Spec: policyapi.ServiceSpec{ClusterIPs: clusterIPs}}
 	if len(clusterIPs) > 0 {
 		s.Spec.ClusterIP = clusterIPs[0]
 	}
 	for _, p := range ports {
-		var sp ServicePort
+		var sp policyapi.ServicePort
 		spec, target, _ := strings.Cut(p, "->")
 		name, rest, _ := strings.Cut(spec, ":")
 		num, proto, _ := strings.Cut(rest, "/")
-		sp.Name, sp.Protocol = name, Protocol(proto)
+		sp.Name, sp.Protocol = name, policyapi.Protocol(proto)
 		fmt.Sscan(num, &sp.Port)
 		if target != "" {
 			var n int32
 			if _, err := fmt.Sscan(target, &n); err == nil {
-				sp.TargetPort = FromInt(n)
+				sp.TargetPort = policyapi.FromInt(n)
 			} else {
-				sp.TargetPort = FromString(target)
+				sp.TargetPort = policyapi.FromString(target)
 			}
 		}
 		s.Spec.Ports = append(s.Spec.Ports, sp)
@@ -39,19 +41,19 @@ func mkService(ns, name string, clusterIPs []string, ports ...string) *Service {
 
 // mkSlice returns EndpointSlice ns/name of Service svc with ports
 // "name:port/proto" and endpoints.
-func mkSlice(ns, name, svc string, at AddressType, ports []string, eps ...SliceEndpoint) *EndpointSlice {
-	s := &EndpointSlice{ObjectMeta: ObjectMeta{Namespace: ns, Name: name}, AddressType: at, Endpoints: eps}
+func mkSlice(ns, name, svc string, at policyapi.AddressType, ports []string, eps ...policyapi.SliceEndpoint) *policyapi.EndpointSlice {
+	s := &policyapi.EndpointSlice{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name}, AddressType: at, Endpoints: eps}
 	if svc != "" {
-		s.Labels = map[string]string{ServiceNameLabel: svc}
+		s.Labels = map[string]string{policyapi.ServiceNameLabel: svc}
 	}
 	for _, p := range ports {
 		name, rest, _ := strings.Cut(p, ":")
 		num, proto, _ := strings.Cut(rest, "/")
 		var port int32
 		fmt.Sscan(num, &port)
-		ep := EndpointSlicePort{Name: &name, Port: &port}
+		ep := policyapi.EndpointSlicePort{Name: &name, Port: &port}
 		if proto != "" {
-			pr := Protocol(proto)
+			pr := policyapi.Protocol(proto)
 			ep.Protocol = &pr
 		}
 		s.Ports = append(s.Ports, ep)
@@ -60,11 +62,13 @@ func mkSlice(ns, name, svc string, at AddressType, ports []string, eps ...SliceE
 }
 
 // ep is a ready endpoint; its conditions are set with cond.
-func ep(addr string) SliceEndpoint { return SliceEndpoint{Addresses: []string{addr}} }
+func ep(addr string) policyapi.SliceEndpoint {
+	return policyapi.SliceEndpoint{Addresses: []string{addr}}
+}
 
 // cond sets the ready, serving and terminating conditions ("" leaves one
 // nil, "t" true, "f" false).
-func cond(e SliceEndpoint, ready, serving, terminating string) SliceEndpoint {
+func cond(e policyapi.SliceEndpoint, ready, serving, terminating string) policyapi.SliceEndpoint {
 	b := func(s string) *bool {
 		if s == "" {
 			return nil
@@ -72,7 +76,7 @@ func cond(e SliceEndpoint, ready, serving, terminating string) SliceEndpoint {
 		v := s == "t"
 		return &v
 	}
-	e.Conditions = EndpointConditions{Ready: b(ready), Serving: b(serving), Terminating: b(terminating)}
+	e.Conditions = policyapi.EndpointConditions{Ready: b(ready), Serving: b(serving), Terminating: b(terminating)}
 	return e
 }
 
@@ -103,161 +107,164 @@ func describeServices(m map[ServiceFrontend]*ServiceEntry) string {
 func TestCompileServices(t *testing.T) {
 	v4 := []string{"10.96.0.10"}
 	dual := []string{"10.96.0.10", "fd00:96::10"}
-	web := func(s *Service) *Service { s.Spec.Selector = map[string]string{"app": "web"}; return s }
+	web := func(s *policyapi.Service) *policyapi.Service {
+		s.Spec.Selector = map[string]string{"app": "web"}
+		return s
+	}
 	tests := []struct {
 		name   string
-		svcs   []*Service
-		slices []*EndpointSlice
+		svcs   []*policyapi.Service
+		slices []*policyapi.EndpointSlice
 		want   map[ServiceFrontend]*ServiceEntry
 	}{
 		{
 			name: "one port, ready endpoints sorted, duplicates across slices once",
-			svcs: []*Service{web(mkService("prod", "web", v4, ":80"))},
-			slices: []*EndpointSlice{
-				mkSlice("prod", "web-a", "web", AddressTypeIPv4, []string{":8080"}, ep("10.0.0.9"), ep("10.0.0.2")),
-				mkSlice("prod", "web-b", "web", AddressTypeIPv4, []string{":8080"}, ep("10.0.0.2"), cond(ep("10.0.0.5"), "t", "t", "f")),
+			svcs: []*policyapi.Service{web(mkService("prod", "web", v4, ":80"))},
+			slices: []*policyapi.EndpointSlice{
+				mkSlice("prod", "web-a", "web", policyapi.AddressTypeIPv4, []string{":8080"}, ep("10.0.0.9"), ep("10.0.0.2")),
+				mkSlice("prod", "web-b", "web", policyapi.AddressTypeIPv4, []string{":8080"}, ep("10.0.0.2"), cond(ep("10.0.0.5"), "t", "t", "f")),
 			},
 			want: map[ServiceFrontend]*ServiceEntry{
-				fe("10.96.0.10", 80, ProtoTCP): {Service: "prod/web", Backends: be("10.0.0.2:8080", "10.0.0.5:8080", "10.0.0.9:8080")},
+				fe("10.96.0.10", 80, policyapi.ProtoTCP): {Service: "prod/web", Backends: be("10.0.0.2:8080", "10.0.0.5:8080", "10.0.0.9:8080")},
 			},
 		},
 		{
 			name: "ports matched by name and protocol; each its own target",
-			svcs: []*Service{mkService("prod", "dns", v4, "dns:53/UDP->dns", "dns-tcp:53/TCP->dns-tcp", "metrics:9153/TCP")},
-			slices: []*EndpointSlice{
-				mkSlice("prod", "dns-1", "dns", AddressTypeIPv4, []string{"dns:5353/UDP", "dns-tcp:5353/TCP", "metrics:9153/UDP"}, ep("10.0.0.3")),
-				mkSlice("prod", "dns-2", "dns", AddressTypeIPv4, []string{"dns:53/UDP"}, ep("10.0.0.4")),
+			svcs: []*policyapi.Service{mkService("prod", "dns", v4, "dns:53/UDP->dns", "dns-tcp:53/TCP->dns-tcp", "metrics:9153/TCP")},
+			slices: []*policyapi.EndpointSlice{
+				mkSlice("prod", "dns-1", "dns", policyapi.AddressTypeIPv4, []string{"dns:5353/UDP", "dns-tcp:5353/TCP", "metrics:9153/UDP"}, ep("10.0.0.3")),
+				mkSlice("prod", "dns-2", "dns", policyapi.AddressTypeIPv4, []string{"dns:53/UDP"}, ep("10.0.0.4")),
 			},
 			want: map[ServiceFrontend]*ServiceEntry{
-				fe("10.96.0.10", 53, ProtoUDP):   {Service: "prod/dns", Backends: be("10.0.0.3:5353", "10.0.0.4:53")},
-				fe("10.96.0.10", 53, ProtoTCP):   {Service: "prod/dns", Backends: be("10.0.0.3:5353")},
-				fe("10.96.0.10", 9153, ProtoTCP): {Service: "prod/dns"}, // the slice's metrics port is UDP
+				fe("10.96.0.10", 53, policyapi.ProtoUDP):   {Service: "prod/dns", Backends: be("10.0.0.3:5353", "10.0.0.4:53")},
+				fe("10.96.0.10", 53, policyapi.ProtoTCP):   {Service: "prod/dns", Backends: be("10.0.0.3:5353")},
+				fe("10.96.0.10", 9153, policyapi.ProtoTCP): {Service: "prod/dns"}, // the slice's metrics port is UDP
 			},
 		},
 		{
 			name: "dual stack: each ClusterIP gets the endpoints of its family",
-			svcs: []*Service{mkService("prod", "web", dual, ":80/TCP")},
-			slices: []*EndpointSlice{
-				mkSlice("prod", "web-v4", "web", AddressTypeIPv4, []string{":80"}, ep("10.0.0.2")),
-				mkSlice("prod", "web-v6", "web", AddressTypeIPv6, []string{":80"}, ep("fd00::2"), ep("10.0.0.7")),
-				mkSlice("prod", "web-fqdn", "web", AddressTypeFQDN, []string{":80"}, ep("web.example")),
+			svcs: []*policyapi.Service{mkService("prod", "web", dual, ":80/TCP")},
+			slices: []*policyapi.EndpointSlice{
+				mkSlice("prod", "web-v4", "web", policyapi.AddressTypeIPv4, []string{":80"}, ep("10.0.0.2")),
+				mkSlice("prod", "web-v6", "web", policyapi.AddressTypeIPv6, []string{":80"}, ep("fd00::2"), ep("10.0.0.7")),
+				mkSlice("prod", "web-fqdn", "web", policyapi.AddressTypeFQDN, []string{":80"}, ep("web.example")),
 			},
 			want: map[ServiceFrontend]*ServiceEntry{
-				fe("10.96.0.10", 80, ProtoTCP):  {Service: "prod/web", Backends: be("10.0.0.2:80")},
-				fe("fd00:96::10", 80, ProtoTCP): {Service: "prod/web", Backends: be("[fd00::2]:80")},
+				fe("10.96.0.10", 80, policyapi.ProtoTCP):  {Service: "prod/web", Backends: be("10.0.0.2:80")},
+				fe("fd00:96::10", 80, policyapi.ProtoTCP): {Service: "prod/web", Backends: be("[fd00::2]:80")},
 			},
 		},
 		{
 			name: "readiness: nil ready counts; not ready and serving-only are left out",
-			svcs: []*Service{mkService("prod", "web", v4, ":80")},
-			slices: []*EndpointSlice{mkSlice("prod", "web-1", "web", AddressTypeIPv4, []string{":80"},
+			svcs: []*policyapi.Service{mkService("prod", "web", v4, ":80")},
+			slices: []*policyapi.EndpointSlice{mkSlice("prod", "web-1", "web", policyapi.AddressTypeIPv4, []string{":80"},
 				cond(ep("10.0.0.1"), "", "", ""),
 				cond(ep("10.0.0.2"), "f", "t", "f"),
 				cond(ep("10.0.0.3"), "f", "t", "t"), // terminating: only without ready ones
 				cond(ep("10.0.0.4"), "f", "f", "f"),
 			)},
-			want: map[ServiceFrontend]*ServiceEntry{fe("10.96.0.10", 80, ProtoTCP): {Service: "prod/web", Backends: be("10.0.0.1:80")}},
+			want: map[ServiceFrontend]*ServiceEntry{fe("10.96.0.10", 80, policyapi.ProtoTCP): {Service: "prod/web", Backends: be("10.0.0.1:80")}},
 		},
 		{
 			name: "no ready endpoint: the serving terminating ones",
-			svcs: []*Service{mkService("prod", "web", v4, ":80")},
-			slices: []*EndpointSlice{mkSlice("prod", "web-1", "web", AddressTypeIPv4, []string{":80"},
+			svcs: []*policyapi.Service{mkService("prod", "web", v4, ":80")},
+			slices: []*policyapi.EndpointSlice{mkSlice("prod", "web-1", "web", policyapi.AddressTypeIPv4, []string{":80"},
 				cond(ep("10.0.0.2"), "f", "t", "f"),
 				cond(ep("10.0.0.3"), "f", "t", "t"),
 				cond(ep("10.0.0.4"), "f", "", "t"),
 				cond(ep("10.0.0.5"), "f", "f", "t"),
 			)},
-			want: map[ServiceFrontend]*ServiceEntry{fe("10.96.0.10", 80, ProtoTCP): {Service: "prod/web", Backends: be("10.0.0.3:80", "10.0.0.4:80")}},
+			want: map[ServiceFrontend]*ServiceEntry{fe("10.96.0.10", 80, policyapi.ProtoTCP): {Service: "prod/web", Backends: be("10.0.0.3:80", "10.0.0.4:80")}},
 		},
 		{
 			name: "no endpoint at all: the frontend stays, without backends",
-			svcs: []*Service{mkService("prod", "web", v4, ":80")},
-			slices: []*EndpointSlice{
-				mkSlice("prod", "web-1", "web", AddressTypeIPv4, []string{":80"}, cond(ep("10.0.0.2"), "f", "f", "t")),
-				mkSlice("prod", "other", "other", AddressTypeIPv4, []string{":80"}, ep("10.0.0.3")),
-				mkSlice("test", "web-1", "web", AddressTypeIPv4, []string{":80"}, ep("10.0.0.4")), // another namespace
-				mkSlice("prod", "unlabelled", "", AddressTypeIPv4, []string{":80"}, ep("10.0.0.5")),
+			svcs: []*policyapi.Service{mkService("prod", "web", v4, ":80")},
+			slices: []*policyapi.EndpointSlice{
+				mkSlice("prod", "web-1", "web", policyapi.AddressTypeIPv4, []string{":80"}, cond(ep("10.0.0.2"), "f", "f", "t")),
+				mkSlice("prod", "other", "other", policyapi.AddressTypeIPv4, []string{":80"}, ep("10.0.0.3")),
+				mkSlice("test", "web-1", "web", policyapi.AddressTypeIPv4, []string{":80"}, ep("10.0.0.4")), // another namespace
+				mkSlice("prod", "unlabelled", "", policyapi.AddressTypeIPv4, []string{":80"}, ep("10.0.0.5")),
 			},
-			want: map[ServiceFrontend]*ServiceEntry{fe("10.96.0.10", 80, ProtoTCP): {Service: "prod/web"}},
+			want: map[ServiceFrontend]*ServiceEntry{fe("10.96.0.10", 80, policyapi.ProtoTCP): {Service: "prod/web"}},
 		},
 		{
 			name: "unusable slice contents are left out",
-			svcs: []*Service{mkService("prod", "web", v4, ":80")},
-			slices: []*EndpointSlice{
-				mkSlice("prod", "web-1", "web", AddressTypeIPv4, []string{":80"},
-					ep("not-an-address"), SliceEndpoint{}, ep("fe80::1%eth0"), SliceEndpoint{Addresses: []string{"10.0.0.2", "10.0.0.3"}}),
-				{ObjectMeta: ObjectMeta{Namespace: "prod", Name: "web-2", Labels: map[string]string{ServiceNameLabel: "web"}},
-					AddressType: AddressTypeIPv4, Endpoints: []SliceEndpoint{ep("10.0.0.9")}, Ports: []EndpointSlicePort{{}}},
+			svcs: []*policyapi.Service{mkService("prod", "web", v4, ":80")},
+			slices: []*policyapi.EndpointSlice{
+				mkSlice("prod", "web-1", "web", policyapi.AddressTypeIPv4, []string{":80"},
+					ep("not-an-address"), policyapi.SliceEndpoint{}, ep("fe80::1%eth0"), policyapi.SliceEndpoint{Addresses: []string{"10.0.0.2", "10.0.0.3"}}),
+				{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "web-2", Labels: map[string]string{policyapi.ServiceNameLabel: "web"}},
+					AddressType: policyapi.AddressTypeIPv4, Endpoints: []policyapi.SliceEndpoint{ep("10.0.0.9")}, Ports: []policyapi.EndpointSlicePort{{}}},
 			},
-			want: map[ServiceFrontend]*ServiceEntry{fe("10.96.0.10", 80, ProtoTCP): {Service: "prod/web", Backends: be("10.0.0.2:80")}},
+			want: map[ServiceFrontend]*ServiceEntry{fe("10.96.0.10", 80, policyapi.ProtoTCP): {Service: "prod/web", Backends: be("10.0.0.2:80")}},
 		},
 		{
 			name: "session affinity: the default timeout, or the configured one",
-			svcs: []*Service{
-				func() *Service {
+			svcs: []*policyapi.Service{
+				func() *policyapi.Service {
 					s := mkService("prod", "a", v4, ":80")
-					s.Spec.SessionAffinity = ServiceAffinityClientIP
+					s.Spec.SessionAffinity = policyapi.ServiceAffinityClientIP
 					return s
 				}(),
-				func() *Service {
+				func() *policyapi.Service {
 					s := mkService("prod", "b", []string{"10.96.0.11"}, ":80")
-					s.Spec.SessionAffinity = ServiceAffinityClientIP
-					s.Spec.SessionAffinityConfig = &SessionAffinityConfig{ClientIP: &ClientIPConfig{TimeoutSeconds: ptr[int32](60)}}
+					s.Spec.SessionAffinity = policyapi.ServiceAffinityClientIP
+					s.Spec.SessionAffinityConfig = &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{TimeoutSeconds: ptr[int32](60)}}
 					return s
 				}(),
-				func() *Service {
+				func() *policyapi.Service {
 					s := mkService("prod", "c", []string{"10.96.0.12"}, ":80")
-					s.Spec.SessionAffinityConfig = &SessionAffinityConfig{ClientIP: &ClientIPConfig{TimeoutSeconds: ptr[int32](60)}}
+					s.Spec.SessionAffinityConfig = &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{TimeoutSeconds: ptr[int32](60)}}
 					return s
 				}(),
 			},
 			want: map[ServiceFrontend]*ServiceEntry{
-				fe("10.96.0.10", 80, ProtoTCP): {Service: "prod/a", AffinityTimeout: 3 * time.Hour},
-				fe("10.96.0.11", 80, ProtoTCP): {Service: "prod/b", AffinityTimeout: time.Minute},
-				fe("10.96.0.12", 80, ProtoTCP): {Service: "prod/c"}, // a config without ClientIP affinity
+				fe("10.96.0.10", 80, policyapi.ProtoTCP): {Service: "prod/a", AffinityTimeout: 3 * time.Hour},
+				fe("10.96.0.11", 80, policyapi.ProtoTCP): {Service: "prod/b", AffinityTimeout: time.Minute},
+				fe("10.96.0.12", 80, policyapi.ProtoTCP): {Service: "prod/c"}, // a config without ClientIP affinity
 			},
 		},
 		{
 			name: "headless, ExternalName and portless Services have no frontend",
-			svcs: []*Service{
+			svcs: []*policyapi.Service{
 				mkService("prod", "headless", []string{"None"}, ":80"),
-				func() *Service {
+				func() *policyapi.Service {
 					s := mkService("prod", "ext", nil, ":80")
-					s.Spec.Type = ServiceTypeExternalName
+					s.Spec.Type = policyapi.ServiceTypeExternalName
 					return s
 				}(),
 				mkService("prod", "noports", v4),
 			},
-			slices: []*EndpointSlice{mkSlice("prod", "headless-1", "headless", AddressTypeIPv4, []string{":80"}, ep("10.0.0.2"))},
+			slices: []*policyapi.EndpointSlice{mkSlice("prod", "headless-1", "headless", policyapi.AddressTypeIPv4, []string{":80"}, ep("10.0.0.2"))},
 			want:   nil,
 		},
 		{
 			name: "NodePort and LoadBalancer Services are reached by ClusterIP too; mapped addresses unmapped",
-			svcs: []*Service{
-				func() *Service {
+			svcs: []*policyapi.Service{
+				func() *policyapi.Service {
 					s := mkService("prod", "np", []string{"::ffff:10.96.0.20"}, ":80")
-					s.Spec.Type = ServiceTypeNodePort
+					s.Spec.Type = policyapi.ServiceTypeNodePort
 					return s
 				}(),
-				func() *Service {
+				func() *policyapi.Service {
 					s := mkService("prod", "lb", []string{"10.96.0.21"}, ":443")
-					s.Spec.Type = ServiceTypeLoadBalancer
+					s.Spec.Type = policyapi.ServiceTypeLoadBalancer
 					return s
 				}(),
 			},
-			slices: []*EndpointSlice{mkSlice("prod", "np-1", "np", AddressTypeIPv4, []string{":80"}, ep("::ffff:10.0.0.2"))},
+			slices: []*policyapi.EndpointSlice{mkSlice("prod", "np-1", "np", policyapi.AddressTypeIPv4, []string{":80"}, ep("::ffff:10.0.0.2"))},
 			want: map[ServiceFrontend]*ServiceEntry{
-				fe("10.96.0.20", 80, ProtoTCP):  {Service: "prod/np", Backends: be("10.0.0.2:80")},
-				fe("10.96.0.21", 443, ProtoTCP): {Service: "prod/lb"},
+				fe("10.96.0.20", 80, policyapi.ProtoTCP):  {Service: "prod/np", Backends: be("10.0.0.2:80")},
+				fe("10.96.0.21", 443, policyapi.ProtoTCP): {Service: "prod/lb"},
 			},
 		},
 		{
 			name: "two Services on one frontend: the first by namespace/name",
-			svcs: []*Service{mkService("b", "web", v4, "x:80", "y:82"), mkService("a", "web", v4, "x:80", "y:81")},
+			svcs: []*policyapi.Service{mkService("b", "web", v4, "x:80", "y:82"), mkService("a", "web", v4, "x:80", "y:81")},
 			want: map[ServiceFrontend]*ServiceEntry{
-				fe("10.96.0.10", 80, ProtoTCP): {Service: "a/web"},
-				fe("10.96.0.10", 81, ProtoTCP): {Service: "a/web"},
-				fe("10.96.0.10", 82, ProtoTCP): {Service: "b/web"},
+				fe("10.96.0.10", 80, policyapi.ProtoTCP): {Service: "a/web"},
+				fe("10.96.0.10", 81, policyapi.ProtoTCP): {Service: "a/web"},
+				fe("10.96.0.10", 82, policyapi.ProtoTCP): {Service: "b/web"},
 			},
 		},
 	}
@@ -289,14 +296,14 @@ func TestServicePortNamesAreDNSLabels(t *testing.T) {
 func TestCompileServiceErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		svc  *Service
+		svc  *policyapi.Service
 		want string
 	}{
 		{"no name", mkService("prod", "", []string{"10.96.0.1"}, ":80"), "metadata.name is required"},
 		{"bad ClusterIP", mkService("prod", "s", []string{"10.96.0"}, ":80"), "spec.clusterIPs[0]"},
 		{"two of one family", mkService("prod", "s", []string{"10.96.0.1", "10.96.0.2"}, ":80"), "two ClusterIPs of one family"},
 		{"None with an address", mkService("prod", "s", []string{"None", "fd00::1"}, ":80"), "must be the only ClusterIP"},
-		{"clusterIP and clusterIPs differ", func() *Service {
+		{"clusterIP and clusterIPs differ", func() *policyapi.Service {
 			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
 			s.Spec.ClusterIP = "10.96.0.2"
 			return s
@@ -310,23 +317,23 @@ func TestCompileServiceErrors(t *testing.T) {
 		{"port name ends with a dash", mkService("prod", "s", []string{"10.96.0.1"}, "web-:80", "b:81"), "invalid port name"},
 		{"port name too long", mkService("prod", "s", []string{"10.96.0.1"}, strings.Repeat("a", 64)+":80", "b:81"), "invalid port name"},
 		{"target out of range", mkService("prod", "s", []string{"10.96.0.1"}, ":80->70000"), "targetPort 70000 out of range"},
-		{"bad type", func() *Service {
+		{"bad type", func() *policyapi.Service {
 			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
 			s.Spec.Type = "Internal"
 			return s
 		}(), "unknown type"},
-		{"bad affinity", func() *Service {
+		{"bad affinity", func() *policyapi.Service {
 			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
 			s.Spec.SessionAffinity = "Cookie"
 			return s
 		}(), "unknown session affinity"},
-		{"affinity timeout too long", func() *Service {
+		{"affinity timeout too long", func() *policyapi.Service {
 			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
-			s.Spec.SessionAffinity = ServiceAffinityClientIP
-			s.Spec.SessionAffinityConfig = &SessionAffinityConfig{ClientIP: &ClientIPConfig{TimeoutSeconds: ptr[int32](86401)}}
+			s.Spec.SessionAffinity = policyapi.ServiceAffinityClientIP
+			s.Spec.SessionAffinityConfig = &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{TimeoutSeconds: ptr[int32](86401)}}
 			return s
 		}(), "timeoutSeconds: 86401 out of range"},
-		{"bad selector", func() *Service {
+		{"bad selector", func() *policyapi.Service {
 			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
 			s.Spec.Selector = map[string]string{"app": "-web"}
 			return s
@@ -334,17 +341,17 @@ func TestCompileServiceErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := Compile(&Snapshot{Services: []*Service{tc.svc}}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := Compile(&Snapshot{Services: []*policyapi.Service{tc.svc}}); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want an error containing %q", err, tc.want)
 			}
 		})
 	}
 	dup := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
-	if _, err := Compile(&Snapshot{Services: []*Service{dup, dup}}); err == nil {
+	if _, err := Compile(&Snapshot{Services: []*policyapi.Service{dup, dup}}); err == nil {
 		t.Error("a Service listed twice compiled")
 	}
-	sl := mkSlice("prod", "s-1", "s", AddressTypeIPv4, nil)
-	if _, err := Compile(&Snapshot{EndpointSlices: []*EndpointSlice{sl, sl}}); err == nil {
+	sl := mkSlice("prod", "s-1", "s", policyapi.AddressTypeIPv4, nil)
+	if _, err := Compile(&Snapshot{EndpointSlices: []*policyapi.EndpointSlice{sl, sl}}); err == nil {
 		t.Error("an EndpointSlice listed twice compiled")
 	}
 }
@@ -354,25 +361,25 @@ func TestCompileServiceErrors(t *testing.T) {
 func TestServiceDefaultMatchesCompile(t *testing.T) {
 	bare := mkService("prod", "web", []string{"10.96.0.10"}, "http:80", "dns:53/UDP->dns")
 	bare.Spec.ClusterIPs = nil
-	bare.Spec.SessionAffinity = ServiceAffinityClientIP
+	bare.Spec.SessionAffinity = policyapi.ServiceAffinityClientIP
 	defaulted := mkService("prod", "web", []string{"10.96.0.10"}, "http:80", "dns:53/UDP->dns")
 	defaulted.Spec.ClusterIPs = nil
-	defaulted.Spec.SessionAffinity = ServiceAffinityClientIP
+	defaulted.Spec.SessionAffinity = policyapi.ServiceAffinityClientIP
 	defaulted.Default()
-	want := ServiceSpec{
-		Type: ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
-		Ports: []ServicePort{
-			{Name: "http", Protocol: TCP, Port: 80, TargetPort: FromInt(80)},
-			{Name: "dns", Protocol: UDP, Port: 53, TargetPort: FromString("dns")},
+	want := policyapi.ServiceSpec{
+		Type: policyapi.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+		Ports: []policyapi.ServicePort{
+			{Name: "http", Protocol: policyapi.TCP, Port: 80, TargetPort: policyapi.FromInt(80)},
+			{Name: "dns", Protocol: policyapi.UDP, Port: 53, TargetPort: policyapi.FromString("dns")},
 		},
-		SessionAffinity:       ServiceAffinityClientIP,
-		SessionAffinityConfig: &SessionAffinityConfig{ClientIP: &ClientIPConfig{TimeoutSeconds: ptr[int32](10800)}},
+		SessionAffinity:       policyapi.ServiceAffinityClientIP,
+		SessionAffinityConfig: &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{TimeoutSeconds: ptr[int32](10800)}},
 	}
 	if !reflect.DeepEqual(defaulted.Spec, want) {
 		t.Fatalf("defaulted spec\n%+v\nwant\n%+v", defaulted.Spec, want)
 	}
-	a, errA := Compile(&Snapshot{Services: []*Service{bare}})
-	b, errB := Compile(&Snapshot{Services: []*Service{defaulted}})
+	a, errA := Compile(&Snapshot{Services: []*policyapi.Service{bare}})
+	b, errB := Compile(&Snapshot{Services: []*policyapi.Service{defaulted}})
 	if errA != nil || errB != nil {
 		t.Fatal(errA, errB)
 	}

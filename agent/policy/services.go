@@ -40,7 +40,3 @@ type ServiceEntry struct {
 	// after that one's last packet. Zero means no affinity.
 	AffinityTimeout time.Duration
 }
-
-// DefaultAffinityTimeout is Kubernetes' default
-// sessionAffinityConfig.clientIP.timeoutSeconds.
-const DefaultAffinityTimeout = 10800 * time.Second

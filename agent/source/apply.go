@@ -9,7 +9,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
@@ -43,7 +43,7 @@ type converter struct {
 	log  *slog.Logger
 }
 
-func (c converter) namespace(obj any) *policy.Namespace {
+func (c converter) namespace(obj any) *policyapi.Namespace {
 	ns, ok := obj.(*corev1.Namespace)
 	if !ok {
 		return nil
@@ -56,7 +56,7 @@ func (c converter) namespace(obj any) *policy.Namespace {
 	return out
 }
 
-func (c converter) pod(obj any) *policy.Pod {
+func (c converter) pod(obj any) *policyapi.Pod {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return nil
@@ -69,7 +69,7 @@ func (c converter) pod(obj any) *policy.Pod {
 	return out
 }
 
-func (c converter) service(obj any) *policy.Service {
+func (c converter) service(obj any) *policyapi.Service {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
 		return nil
@@ -82,7 +82,7 @@ func (c converter) service(obj any) *policy.Service {
 	return out
 }
 
-func (c converter) endpointSlice(obj any) *policy.EndpointSlice {
+func (c converter) endpointSlice(obj any) *policyapi.EndpointSlice {
 	s, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
 		return nil
@@ -95,7 +95,7 @@ func (c converter) endpointSlice(obj any) *policy.EndpointSlice {
 	return out
 }
 
-func (c converter) policy(obj any) *policy.NetworkPolicy {
+func (c converter) policy(obj any) *policyapi.NetworkPolicy {
 	np, ok := obj.(*networkingv1.NetworkPolicy)
 	if !ok {
 		return nil
@@ -118,7 +118,7 @@ func (b *batch) apply(txn *store.Txn, lookup lookupFunc, conv converter) (bool, 
 	var goneNS []string
 	for _, key := range b.keys[kindNamespace] {
 		obj, ok := lookup(kindNamespace, key)
-		var ns *policy.Namespace
+		var ns *policyapi.Namespace
 		if ok {
 			ns = conv.namespace(obj)
 		}
@@ -147,7 +147,7 @@ func (b *batch) apply(txn *store.Txn, lookup lookupFunc, conv converter) (bool, 
 		if err != nil {
 			return false, err
 		}
-		var pod *policy.Pod
+		var pod *policyapi.Pod
 		if obj, ok := lookup(kindPod, key); ok {
 			pod = conv.pod(obj)
 		}
@@ -174,7 +174,7 @@ func (b *batch) apply(txn *store.Txn, lookup lookupFunc, conv converter) (bool, 
 		if err != nil {
 			return false, err
 		}
-		var np *policy.NetworkPolicy
+		var np *policyapi.NetworkPolicy
 		if obj, ok := lookup(kindPolicy, key); ok {
 			np = conv.policy(obj)
 		}
@@ -226,7 +226,7 @@ func (b *batch) applyServices(txn *store.Txn, lookup lookupFunc, conv converter)
 		if err != nil {
 			return false, err
 		}
-		var svc *policy.Service
+		var svc *policyapi.Service
 		if obj, ok := lookup(kindService, key); ok {
 			svc = conv.service(obj)
 		}
@@ -253,7 +253,7 @@ func (b *batch) applyServices(txn *store.Txn, lookup lookupFunc, conv converter)
 		if err != nil {
 			return false, err
 		}
-		var sl *policy.EndpointSlice
+		var sl *policyapi.EndpointSlice
 		if obj, ok := lookup(kindEndpointSlice, key); ok {
 			sl = conv.endpointSlice(obj)
 		}
@@ -276,7 +276,7 @@ func (b *batch) applyServices(txn *store.Txn, lookup lookupFunc, conv converter)
 
 // objects converts everything the informers hold: the objects
 // ReplaceObjects takes, and the EndpointSlices.
-func (s *Source) objects() (store.Objects, []*policy.EndpointSlice) {
+func (s *Source) objects() (store.Objects, []*policyapi.EndpointSlice) {
 	conv := s.converter()
 	var out store.Objects
 	for _, obj := range s.informers[kindNamespace].List() {
@@ -299,7 +299,7 @@ func (s *Source) objects() (store.Objects, []*policy.EndpointSlice) {
 			out.Services = append(out.Services, svc)
 		}
 	}
-	var slices []*policy.EndpointSlice
+	var slices []*policyapi.EndpointSlice
 	for _, obj := range s.informers[kindEndpointSlice].List() {
 		if sl := conv.endpointSlice(obj); sl != nil {
 			slices = append(slices, sl)

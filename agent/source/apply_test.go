@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -183,7 +183,7 @@ func TestBatchServices(t *testing.T) {
 	name, port := "", int32(8080)
 	slice := func(addrs ...string) *discoveryv1.EndpointSlice {
 		s := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: "server-x1", Namespace: "prod", Labels: map[string]string{policy.ServiceNameLabel: "server"}},
+			ObjectMeta:  metav1.ObjectMeta{Name: "server-x1", Namespace: "prod", Labels: map[string]string{policyapi.ServiceNameLabel: "server"}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
 		}

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // AnnotationPrefix marks the annotations the agent keeps from a Pod (such
@@ -22,10 +22,10 @@ const AnnotationPrefix = "lockstep.dev/"
 
 // ConvertNamespace returns the policy form of ns: its name, UID and labels,
 // defaulted as the API server defaults them.
-func ConvertNamespace(ns *corev1.Namespace) (*policy.Namespace, error) {
-	out := &policy.Namespace{
-		TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-		ObjectMeta: policy.ObjectMeta{Name: ns.Name, UID: string(ns.UID), Labels: copyMap(ns.Labels)},
+func ConvertNamespace(ns *corev1.Namespace) (*policyapi.Namespace, error) {
+	out := &policyapi.Namespace{
+		TypeMeta:   policyapi.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: policyapi.ObjectMeta{Name: ns.Name, UID: string(ns.UID), Labels: copyMap(ns.Labels)},
 	}
 	out.Default()
 	if err := out.Validate(); err != nil {
@@ -44,17 +44,17 @@ func ConvertNamespace(ns *corev1.Namespace) (*policy.Namespace, error) {
 // the API: its addresses are the ones this agent's CNI endpoints hold,
 // which the compiler adds, and a status written before a sandbox was
 // re-created could name addresses the pod no longer has.
-func ConvertPod(pod *corev1.Pod, node string) (*policy.Pod, error) {
-	out := &policy.Pod{
-		TypeMeta: policy.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: policy.ObjectMeta{
+func ConvertPod(pod *corev1.Pod, node string) (*policyapi.Pod, error) {
+	out := &policyapi.Pod{
+		TypeMeta: policyapi.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: policyapi.ObjectMeta{
 			Name: pod.Name, Namespace: pod.Namespace, UID: string(pod.UID),
 			Labels:      copyMap(pod.Labels),
 			Annotations: lockstepAnnotations(pod.Annotations),
 		},
-		Spec: policy.PodSpec{NodeName: pod.Spec.NodeName, HostNetwork: pod.Spec.HostNetwork},
-		Status: policy.PodStatus{
-			Phase: policy.PodPhase(pod.Status.Phase),
+		Spec: policyapi.PodSpec{NodeName: pod.Spec.NodeName, HostNetwork: pod.Spec.HostNetwork},
+		Status: policyapi.PodStatus{
+			Phase: policyapi.PodPhase(pod.Status.Phase),
 		},
 	}
 	for _, c := range pod.Spec.InitContainers {
@@ -68,7 +68,7 @@ func ConvertPod(pod *corev1.Pod, node string) (*policy.Pod, error) {
 	if node == "" || pod.Spec.NodeName != node {
 		out.Status.PodIP = pod.Status.PodIP
 		for _, ip := range pod.Status.PodIPs {
-			out.Status.PodIPs = append(out.Status.PodIPs, policy.PodIP{IP: ip.IP})
+			out.Status.PodIPs = append(out.Status.PodIPs, policyapi.PodIP{IP: ip.IP})
 		}
 	}
 	out.Default()
@@ -80,13 +80,13 @@ func ConvertPod(pod *corev1.Pod, node string) (*policy.Pod, error) {
 
 // appendContainer appends c when it declares ports; the compiler reads
 // nothing else of a container.
-func appendContainer(cs []policy.Container, c corev1.Container) []policy.Container {
+func appendContainer(cs []policyapi.Container, c corev1.Container) []policyapi.Container {
 	if len(c.Ports) == 0 {
 		return cs
 	}
-	pc := policy.Container{Name: c.Name, Ports: make([]policy.ContainerPort, 0, len(c.Ports))}
+	pc := policyapi.Container{Name: c.Name, Ports: make([]policyapi.ContainerPort, 0, len(c.Ports))}
 	for _, p := range c.Ports {
-		pc.Ports = append(pc.Ports, policy.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: policy.Protocol(p.Protocol)})
+		pc.Ports = append(pc.Ports, policyapi.ContainerPort{Name: p.Name, ContainerPort: p.ContainerPort, Protocol: policyapi.Protocol(p.Protocol)})
 	}
 	return append(cs, pc)
 }
@@ -98,20 +98,20 @@ func appendContainer(cs []policy.Container, c corev1.Container) []policy.Contain
 // returned, and the caller stores it, so that the compiler fails it
 // closed for the pods it selects. Leaving it out would leave those pods
 // without the isolation it declares.
-func ConvertNetworkPolicy(np *networkingv1.NetworkPolicy) (*policy.NetworkPolicy, error) {
-	out := &policy.NetworkPolicy{
-		TypeMeta:   policy.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
-		ObjectMeta: policy.ObjectMeta{Name: np.Name, Namespace: np.Namespace, UID: string(np.UID)},
-		Spec:       policy.NetworkPolicySpec{PodSelector: *convertSelector(&np.Spec.PodSelector)},
+func ConvertNetworkPolicy(np *networkingv1.NetworkPolicy) (*policyapi.NetworkPolicy, error) {
+	out := &policyapi.NetworkPolicy{
+		TypeMeta:   policyapi.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: policyapi.ObjectMeta{Name: np.Name, Namespace: np.Namespace, UID: string(np.UID)},
+		Spec:       policyapi.NetworkPolicySpec{PodSelector: *convertSelector(&np.Spec.PodSelector)},
 	}
 	for _, r := range np.Spec.Ingress {
-		out.Spec.Ingress = append(out.Spec.Ingress, policy.IngressRule{Ports: convertPorts(r.Ports), From: convertPeers(r.From)})
+		out.Spec.Ingress = append(out.Spec.Ingress, policyapi.IngressRule{Ports: convertPorts(r.Ports), From: convertPeers(r.From)})
 	}
 	for _, r := range np.Spec.Egress {
-		out.Spec.Egress = append(out.Spec.Egress, policy.EgressRule{Ports: convertPorts(r.Ports), To: convertPeers(r.To)})
+		out.Spec.Egress = append(out.Spec.Egress, policyapi.EgressRule{Ports: convertPorts(r.Ports), To: convertPeers(r.To)})
 	}
 	for _, t := range np.Spec.PolicyTypes {
-		out.Spec.PolicyTypes = append(out.Spec.PolicyTypes, policy.PolicyType(t))
+		out.Spec.PolicyTypes = append(out.Spec.PolicyTypes, policyapi.PolicyType(t))
 	}
 	out.Default()
 	if err := out.Validate(); err != nil {
@@ -120,22 +120,22 @@ func ConvertNetworkPolicy(np *networkingv1.NetworkPolicy) (*policy.NetworkPolicy
 	return out, nil
 }
 
-func convertPorts(in []networkingv1.NetworkPolicyPort) []policy.NetworkPolicyPort {
+func convertPorts(in []networkingv1.NetworkPolicyPort) []policyapi.NetworkPolicyPort {
 	if len(in) == 0 {
 		return nil
 	}
-	out := make([]policy.NetworkPolicyPort, 0, len(in))
+	out := make([]policyapi.NetworkPolicyPort, 0, len(in))
 	for _, p := range in {
-		var pp policy.NetworkPolicyPort
+		var pp policyapi.NetworkPolicyPort
 		if p.Protocol != nil {
-			proto := policy.Protocol(*p.Protocol)
+			proto := policyapi.Protocol(*p.Protocol)
 			pp.Protocol = &proto
 		}
 		if p.Port != nil {
 			if p.Port.Type == intstr.String {
-				pp.Port = policy.FromString(p.Port.StrVal)
+				pp.Port = policyapi.FromString(p.Port.StrVal)
 			} else {
-				pp.Port = policy.FromInt(p.Port.IntVal)
+				pp.Port = policyapi.FromInt(p.Port.IntVal)
 			}
 		}
 		if p.EndPort != nil {
@@ -147,17 +147,17 @@ func convertPorts(in []networkingv1.NetworkPolicyPort) []policy.NetworkPolicyPor
 	return out
 }
 
-func convertPeers(in []networkingv1.NetworkPolicyPeer) []policy.NetworkPolicyPeer {
+func convertPeers(in []networkingv1.NetworkPolicyPeer) []policyapi.NetworkPolicyPeer {
 	if len(in) == 0 {
 		return nil
 	}
-	out := make([]policy.NetworkPolicyPeer, 0, len(in))
+	out := make([]policyapi.NetworkPolicyPeer, 0, len(in))
 	for _, p := range in {
-		var pp policy.NetworkPolicyPeer
+		var pp policyapi.NetworkPolicyPeer
 		pp.PodSelector = convertSelector(p.PodSelector)
 		pp.NamespaceSelector = convertSelector(p.NamespaceSelector)
 		if p.IPBlock != nil {
-			pp.IPBlock = &policy.IPBlock{CIDR: p.IPBlock.CIDR, Except: append([]string(nil), p.IPBlock.Except...)}
+			pp.IPBlock = &policyapi.IPBlock{CIDR: p.IPBlock.CIDR, Except: append([]string(nil), p.IPBlock.Except...)}
 			if len(pp.IPBlock.Except) == 0 {
 				pp.IPBlock.Except = nil
 			}
@@ -169,15 +169,15 @@ func convertPeers(in []networkingv1.NetworkPolicyPeer) []policy.NetworkPolicyPee
 
 // convertSelector keeps nil as nil: a peer's missing selector and its
 // empty one mean different things.
-func convertSelector(in *metav1.LabelSelector) *policy.LabelSelector {
+func convertSelector(in *metav1.LabelSelector) *policyapi.LabelSelector {
 	if in == nil {
 		return nil
 	}
-	out := &policy.LabelSelector{MatchLabels: copyMap(in.MatchLabels)}
+	out := &policyapi.LabelSelector{MatchLabels: copyMap(in.MatchLabels)}
 	for _, r := range in.MatchExpressions {
-		out.MatchExpressions = append(out.MatchExpressions, policy.LabelSelectorRequirement{
+		out.MatchExpressions = append(out.MatchExpressions, policyapi.LabelSelectorRequirement{
 			Key:      r.Key,
-			Operator: policy.LabelSelectorOperator(r.Operator),
+			Operator: policyapi.LabelSelectorOperator(r.Operator),
 			Values:   append([]string(nil), r.Values...),
 		})
 	}
@@ -218,33 +218,33 @@ func copyMap(m map[string]string) map[string]string {
 // affinity) and the selector, defaulted and validated as the compiler will
 // read it. An error means the compiler would refuse the Service; the
 // caller leaves it out.
-func ConvertService(svc *corev1.Service) (*policy.Service, error) {
-	out := &policy.Service{
-		TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: policy.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: string(svc.UID)},
-		Spec: policy.ServiceSpec{
-			Type:            policy.ServiceType(svc.Spec.Type),
+func ConvertService(svc *corev1.Service) (*policyapi.Service, error) {
+	out := &policyapi.Service{
+		TypeMeta:   policyapi.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: policyapi.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: string(svc.UID)},
+		Spec: policyapi.ServiceSpec{
+			Type:            policyapi.ServiceType(svc.Spec.Type),
 			ClusterIP:       svc.Spec.ClusterIP,
 			ClusterIPs:      append([]string(nil), svc.Spec.ClusterIPs...),
 			Selector:        copyMap(svc.Spec.Selector),
-			SessionAffinity: policy.ServiceAffinity(svc.Spec.SessionAffinity),
+			SessionAffinity: policyapi.ServiceAffinity(svc.Spec.SessionAffinity),
 		},
 	}
 	if len(out.Spec.ClusterIPs) == 0 {
 		out.Spec.ClusterIPs = nil
 	}
 	for _, p := range svc.Spec.Ports {
-		sp := policy.ServicePort{Name: p.Name, Protocol: policy.Protocol(p.Protocol), Port: p.Port}
+		sp := policyapi.ServicePort{Name: p.Name, Protocol: policyapi.Protocol(p.Protocol), Port: p.Port}
 		switch {
 		case p.TargetPort.Type == intstr.String:
-			sp.TargetPort = policy.FromString(p.TargetPort.StrVal)
+			sp.TargetPort = policyapi.FromString(p.TargetPort.StrVal)
 		case p.TargetPort.IntVal != 0:
-			sp.TargetPort = policy.FromInt(p.TargetPort.IntVal)
+			sp.TargetPort = policyapi.FromInt(p.TargetPort.IntVal)
 		}
 		out.Spec.Ports = append(out.Spec.Ports, sp)
 	}
 	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
-		out.Spec.SessionAffinityConfig = &policy.SessionAffinityConfig{ClientIP: &policy.ClientIPConfig{}}
+		out.Spec.SessionAffinityConfig = &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{}}
 		if t := c.ClientIP.TimeoutSeconds; t != nil {
 			v := *t
 			out.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds = &v
@@ -262,24 +262,24 @@ func ConvertService(svc *corev1.Service) (*policy.Service, error) {
 // endpoints with their addresses and ready, serving and terminating
 // conditions, and ports. Node names, zones, hints and target references
 // are dropped: the dataplane translates to every endpoint of the cluster.
-func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*policy.EndpointSlice, error) {
-	out := &policy.EndpointSlice{
-		TypeMeta:    policy.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta:  policy.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: string(s.UID), Labels: serviceNameLabel(s.Labels)},
-		AddressType: policy.AddressType(s.AddressType),
+func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*policyapi.EndpointSlice, error) {
+	out := &policyapi.EndpointSlice{
+		TypeMeta:    policyapi.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta:  policyapi.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: string(s.UID), Labels: serviceNameLabel(s.Labels)},
+		AddressType: policyapi.AddressType(s.AddressType),
 	}
 	for _, e := range s.Endpoints {
-		out.Endpoints = append(out.Endpoints, policy.SliceEndpoint{
+		out.Endpoints = append(out.Endpoints, policyapi.SliceEndpoint{
 			Addresses: append([]string(nil), e.Addresses...),
-			Conditions: policy.EndpointConditions{
+			Conditions: policyapi.EndpointConditions{
 				Ready: copyPtr(e.Conditions.Ready), Serving: copyPtr(e.Conditions.Serving), Terminating: copyPtr(e.Conditions.Terminating),
 			},
 		})
 	}
 	for _, p := range s.Ports {
-		ep := policy.EndpointSlicePort{Name: copyPtr(p.Name), Port: copyPtr(p.Port)}
+		ep := policyapi.EndpointSlicePort{Name: copyPtr(p.Name), Port: copyPtr(p.Port)}
 		if p.Protocol != nil {
-			proto := policy.Protocol(*p.Protocol)
+			proto := policyapi.Protocol(*p.Protocol)
 			ep.Protocol = &proto
 		}
 		out.Ports = append(out.Ports, ep)
@@ -293,11 +293,11 @@ func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*policy.EndpointSlice, 
 // serviceNameLabel returns the kubernetes.io/service-name label of labels
 // alone, or nil.
 func serviceNameLabel(labels map[string]string) map[string]string {
-	name, ok := labels[policy.ServiceNameLabel]
+	name, ok := labels[policyapi.ServiceNameLabel]
 	if !ok {
 		return nil
 	}
-	return map[string]string{policy.ServiceNameLabel: name}
+	return map[string]string{policyapi.ServiceNameLabel: name}
 }
 
 // copyPtr returns a pointer to a copy of *p, or nil.

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 func TestConvertService(t *testing.T) {
@@ -19,7 +19,7 @@ func TestConvertService(t *testing.T) {
 	tests := []struct {
 		name string
 		spec corev1.ServiceSpec
-		want policy.ServiceSpec
+		want policyapi.ServiceSpec
 	}{
 		{
 			name: "ClusterIP, ports with number and name targets, selector",
@@ -32,12 +32,12 @@ func TestConvertService(t *testing.T) {
 				},
 				ExternalIPs: []string{"192.0.2.1"}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
 			},
-			want: policy.ServiceSpec{
-				Type: policy.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
-				Selector: map[string]string{"app": "web"}, SessionAffinity: policy.ServiceAffinityNone,
-				Ports: []policy.ServicePort{
-					{Name: "http", Protocol: policy.TCP, Port: 80, TargetPort: policy.FromString("http")},
-					{Name: "dns", Protocol: policy.UDP, Port: 53, TargetPort: policy.FromInt(5353)},
+			want: policyapi.ServiceSpec{
+				Type: policyapi.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+				Selector: map[string]string{"app": "web"}, SessionAffinity: policyapi.ServiceAffinityNone,
+				Ports: []policyapi.ServicePort{
+					{Name: "http", Protocol: policyapi.TCP, Port: 80, TargetPort: policyapi.FromString("http")},
+					{Name: "dns", Protocol: policyapi.UDP, Port: 53, TargetPort: policyapi.FromInt(5353)},
 				},
 			},
 		},
@@ -49,34 +49,34 @@ func TestConvertService(t *testing.T) {
 				SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr[int32](60)}},
 				Ports:                 []corev1.ServicePort{{Protocol: corev1.ProtocolSCTP, Port: 9000}},
 			},
-			want: policy.ServiceSpec{
-				Type: policy.ServiceTypeNodePort, ClusterIP: "fd00:96::10", ClusterIPs: []string{"fd00:96::10", "10.96.0.10"},
-				SessionAffinity:       policy.ServiceAffinityClientIP,
-				SessionAffinityConfig: &policy.SessionAffinityConfig{ClientIP: &policy.ClientIPConfig{TimeoutSeconds: ptr[int32](60)}},
-				Ports:                 []policy.ServicePort{{Protocol: policy.SCTP, Port: 9000, TargetPort: policy.FromInt(9000)}},
+			want: policyapi.ServiceSpec{
+				Type: policyapi.ServiceTypeNodePort, ClusterIP: "fd00:96::10", ClusterIPs: []string{"fd00:96::10", "10.96.0.10"},
+				SessionAffinity:       policyapi.ServiceAffinityClientIP,
+				SessionAffinityConfig: &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{TimeoutSeconds: ptr[int32](60)}},
+				Ports:                 []policyapi.ServicePort{{Protocol: policyapi.SCTP, Port: 9000, TargetPort: policyapi.FromInt(9000)}},
 			},
 		},
 		{
 			name: "ClientIP affinity without a config gets the default timeout",
 			spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", SessionAffinity: corev1.ServiceAffinityClientIP, Ports: []corev1.ServicePort{{Port: 80}}},
-			want: policy.ServiceSpec{
-				Type: policy.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
-				SessionAffinity:       policy.ServiceAffinityClientIP,
-				SessionAffinityConfig: &policy.SessionAffinityConfig{ClientIP: &policy.ClientIPConfig{TimeoutSeconds: ptr[int32](10800)}},
-				Ports:                 []policy.ServicePort{{Protocol: policy.TCP, Port: 80, TargetPort: policy.FromInt(80)}},
+			want: policyapi.ServiceSpec{
+				Type: policyapi.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+				SessionAffinity:       policyapi.ServiceAffinityClientIP,
+				SessionAffinityConfig: &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{TimeoutSeconds: ptr[int32](10800)}},
+				Ports:                 []policyapi.ServicePort{{Protocol: policyapi.TCP, Port: 80, TargetPort: policyapi.FromInt(80)}},
 			},
 		},
 		{
 			name: "headless keeps None",
 			spec: corev1.ServiceSpec{ClusterIP: "None", ClusterIPs: []string{"None"}, Selector: map[string]string{"app": "db"}},
-			want: policy.ServiceSpec{Type: policy.ServiceTypeClusterIP, ClusterIP: "None", ClusterIPs: []string{"None"},
-				Selector: map[string]string{"app": "db"}, SessionAffinity: policy.ServiceAffinityNone},
+			want: policyapi.ServiceSpec{Type: policyapi.ServiceTypeClusterIP, ClusterIP: "None", ClusterIPs: []string{"None"},
+				Selector: map[string]string{"app": "db"}, SessionAffinity: policyapi.ServiceAffinityNone},
 		},
 		{
 			name: "ExternalName",
 			spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "db.example", Ports: []corev1.ServicePort{{Port: 5432}}},
-			want: policy.ServiceSpec{Type: policy.ServiceTypeExternalName, SessionAffinity: policy.ServiceAffinityNone,
-				Ports: []policy.ServicePort{{Protocol: policy.TCP, Port: 5432, TargetPort: policy.FromInt(5432)}}},
+			want: policyapi.ServiceSpec{Type: policyapi.ServiceTypeExternalName, SessionAffinity: policyapi.ServiceAffinityNone,
+				Ports: []policyapi.ServicePort{{Protocol: policyapi.TCP, Port: 5432, TargetPort: policyapi.FromInt(5432)}}},
 		},
 	}
 	for _, tc := range tests {
@@ -87,9 +87,9 @@ func TestConvertService(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := &policy.Service{
-				TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Service"},
-				ObjectMeta: policy.ObjectMeta{Name: "web", Namespace: "prod", UID: "svc-uid"},
+			want := &policyapi.Service{
+				TypeMeta:   policyapi.TypeMeta{APIVersion: "v1", Kind: "Service"},
+				ObjectMeta: policyapi.ObjectMeta{Name: "web", Namespace: "prod", UID: "svc-uid"},
 				Spec:       tc.want,
 			}
 			if !reflect.DeepEqual(got, want) {
@@ -117,7 +117,7 @@ func TestConvertEndpointSlice(t *testing.T) {
 	node, zone := "node-a", "z1"
 	in := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-abcde", Namespace: "prod", UID: "slice-uid", ResourceVersion: "4",
-			Labels: map[string]string{policy.ServiceNameLabel: "web", "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+			Labels: map[string]string{policyapi.ServiceNameLabel: "web", "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{
 			{Addresses: []string{"10.244.1.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
@@ -128,17 +128,17 @@ func TestConvertEndpointSlice(t *testing.T) {
 		Ports: []discoveryv1.EndpointPort{{Name: &http, Protocol: &tcp, Port: &port}, {}},
 	}
 	before := in.DeepCopy()
-	pTCP := policy.TCP
-	want := &policy.EndpointSlice{
-		TypeMeta:    policy.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta:  policy.ObjectMeta{Name: "web-abcde", Namespace: "prod", UID: "slice-uid", Labels: map[string]string{policy.ServiceNameLabel: "web"}},
-		AddressType: policy.AddressTypeIPv4,
-		Endpoints: []policy.SliceEndpoint{
-			{Addresses: []string{"10.244.1.5"}, Conditions: policy.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}},
-			{Addresses: []string{"10.244.2.7"}, Conditions: policy.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
+	pTCP := policyapi.TCP
+	want := &policyapi.EndpointSlice{
+		TypeMeta:    policyapi.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta:  policyapi.ObjectMeta{Name: "web-abcde", Namespace: "prod", UID: "slice-uid", Labels: map[string]string{policyapi.ServiceNameLabel: "web"}},
+		AddressType: policyapi.AddressTypeIPv4,
+		Endpoints: []policyapi.SliceEndpoint{
+			{Addresses: []string{"10.244.1.5"}, Conditions: policyapi.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}},
+			{Addresses: []string{"10.244.2.7"}, Conditions: policyapi.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
 			{Addresses: []string{"10.244.3.9"}},
 		},
-		Ports: []policy.EndpointSlicePort{{Name: &http, Protocol: &pTCP, Port: &port}, {}},
+		Ports: []policyapi.EndpointSlicePort{{Name: &http, Protocol: &pTCP, Port: &port}, {}},
 	}
 	for name, obj := range map[string]*discoveryv1.EndpointSlice{"as listed": in, "as cached": trim(before.DeepCopy()).(*discoveryv1.EndpointSlice)} {
 		got, err := ConvertEndpointSlice(obj)

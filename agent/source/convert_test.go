@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -29,11 +30,11 @@ func TestConvertNamespace(t *testing.T) {
 		want map[string]string
 	}{
 		{"labels kept, name label added", corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prod", UID: "u1", Labels: map[string]string{"team": "a"}}},
-			map[string]string{"team": "a", policy.NamespaceNameLabel: "prod"}},
+			map[string]string{"team": "a", policyapi.NamespaceNameLabel: "prod"}},
 		{"no labels", corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "dev", UID: "u2"}},
-			map[string]string{policy.NamespaceNameLabel: "dev"}},
+			map[string]string{policyapi.NamespaceNameLabel: "dev"}},
 		{"annotations dropped", corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x", UID: "u3", Annotations: map[string]string{"a": "b"}}},
-			map[string]string{policy.NamespaceNameLabel: "x"}},
+			map[string]string{policyapi.NamespaceNameLabel: "x"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -66,9 +67,9 @@ func TestConvertPod(t *testing.T) {
 		name   string
 		node   string
 		modify func(*corev1.Pod)
-		check  func(*testing.T, *policy.Pod)
+		check  func(*testing.T, *policyapi.Pod)
 	}{
-		{name: "identity and labels", node: "node-a", check: func(t *testing.T, p *policy.Pod) {
+		{name: "identity and labels", node: "node-a", check: func(t *testing.T, p *policyapi.Pod) {
 			if p.Name != "web" || p.Namespace != "prod" || p.UID != "uid-1" || p.Labels["app"] != "web" || len(p.Labels) != 1 {
 				t.Errorf("meta = %+v", p.ObjectMeta)
 			}
@@ -76,13 +77,13 @@ func TestConvertPod(t *testing.T) {
 				t.Errorf("resourceVersion %q kept: every status update would rewrite the store", p.ResourceVersion)
 			}
 		}},
-		{name: "remote pod keeps podIPs", node: "node-a", check: func(t *testing.T, p *policy.Pod) {
-			want := []policy.PodIP{{IP: "10.244.1.5"}, {IP: "fd00:10:244:1::5"}}
+		{name: "remote pod keeps podIPs", node: "node-a", check: func(t *testing.T, p *policyapi.Pod) {
+			want := []policyapi.PodIP{{IP: "10.244.1.5"}, {IP: "fd00:10:244:1::5"}}
 			if !reflect.DeepEqual(p.Status.PodIPs, want) || p.Status.PodIP != "10.244.1.5" || p.Spec.NodeName != "node-b" {
 				t.Errorf("status = %+v, nodeName %q", p.Status, p.Spec.NodeName)
 			}
 		}},
-		{name: "local pod: addresses come from CNI endpoints", node: "node-b", check: func(t *testing.T, p *policy.Pod) {
+		{name: "local pod: addresses come from CNI endpoints", node: "node-b", check: func(t *testing.T, p *policyapi.Pod) {
 			if p.Status.PodIP != "" || p.Status.PodIPs != nil {
 				t.Errorf("local pod kept API addresses %+v", p.Status)
 			}
@@ -90,12 +91,12 @@ func TestConvertPod(t *testing.T) {
 				t.Errorf("nodeName = %q", p.Spec.NodeName)
 			}
 		}},
-		{name: "phase", node: "node-a", modify: func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, check: func(t *testing.T, p *policy.Pod) {
-			if p.Status.Phase != policy.PodSucceeded {
+		{name: "phase", node: "node-a", modify: func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, check: func(t *testing.T, p *policyapi.Pod) {
+			if p.Status.Phase != policyapi.PodSucceeded {
 				t.Errorf("phase = %q", p.Status.Phase)
 			}
 		}},
-		{name: "hostNetwork", node: "node-a", modify: func(p *corev1.Pod) { p.Spec.HostNetwork = true }, check: func(t *testing.T, p *policy.Pod) {
+		{name: "hostNetwork", node: "node-a", modify: func(p *corev1.Pod) { p.Spec.HostNetwork = true }, check: func(t *testing.T, p *policyapi.Pod) {
 			if !p.Spec.HostNetwork {
 				t.Error("hostNetwork lost")
 			}
@@ -105,9 +106,9 @@ func TestConvertPod(t *testing.T) {
 				{Name: "web", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP}}},
 				{Name: "noports"},
 			}
-		}, check: func(t *testing.T, p *policy.Pod) {
-			want := []policy.Container{{Name: "web", Ports: []policy.ContainerPort{
-				{Name: "http", ContainerPort: 8080, Protocol: policy.TCP}, {Name: "dns", ContainerPort: 53, Protocol: policy.UDP}}}}
+		}, check: func(t *testing.T, p *policyapi.Pod) {
+			want := []policyapi.Container{{Name: "web", Ports: []policyapi.ContainerPort{
+				{Name: "http", ContainerPort: 8080, Protocol: policyapi.TCP}, {Name: "dns", ContainerPort: 53, Protocol: policyapi.UDP}}}}
 			if !reflect.DeepEqual(p.Spec.Containers, want) {
 				t.Errorf("containers = %s", show(p.Spec.Containers))
 			}
@@ -117,21 +118,21 @@ func TestConvertPod(t *testing.T) {
 				{Name: "setup", Ports: []corev1.ContainerPort{{Name: "setup", ContainerPort: 1}}},
 				{Name: "proxy", RestartPolicy: &always, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP}}},
 			}
-		}, check: func(t *testing.T, p *policy.Pod) {
+		}, check: func(t *testing.T, p *policyapi.Pod) {
 			if len(p.Spec.Containers) != 1 || p.Spec.Containers[0].Name != "proxy" || p.Spec.Containers[0].Ports[0].Name != "metrics" {
 				t.Errorf("containers = %s", show(p.Spec.Containers))
 			}
 		}},
 		{name: "only lockstep annotations", node: "node-a", modify: func(p *corev1.Pod) {
 			p.Annotations = map[string]string{"lockstep.dev/ip": "10.244.1.9", "kubectl.kubernetes.io/last-applied-configuration": "{...}"}
-		}, check: func(t *testing.T, p *policy.Pod) {
+		}, check: func(t *testing.T, p *policyapi.Pod) {
 			if !reflect.DeepEqual(p.Annotations, map[string]string{"lockstep.dev/ip": "10.244.1.9"}) {
 				t.Errorf("annotations = %v", p.Annotations)
 			}
 		}},
 		{name: "unscheduled pod", node: "node-a", modify: func(p *corev1.Pod) {
 			p.Spec.NodeName, p.Status.PodIP, p.Status.PodIPs = "", "", nil
-		}, check: func(t *testing.T, p *policy.Pod) {
+		}, check: func(t *testing.T, p *policyapi.Pod) {
 			if p.Spec.NodeName != "" || p.Status.PodIPs != nil {
 				t.Errorf("got %s", show(p))
 			}
@@ -180,17 +181,17 @@ func TestConvertPodRefusesWhatPolicyCannotRead(t *testing.T) {
 
 func TestConvertNetworkPolicy(t *testing.T) {
 	tcp, udp, sctp := corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP
-	ptcp, pudp, psctp := policy.TCP, policy.UDP, policy.SCTP
+	ptcp, pudp, psctp := policyapi.TCP, policyapi.UDP, policyapi.SCTP
 	meta := metav1.ObjectMeta{Name: "np", Namespace: "prod", UID: "np-uid"}
 	tests := []struct {
 		name string
 		spec networkingv1.NetworkPolicySpec
-		want policy.NetworkPolicySpec
+		want policyapi.NetworkPolicySpec
 	}{
 		{
 			name: "empty podSelector selects all, policyTypes defaulted to Ingress",
 			spec: networkingv1.NetworkPolicySpec{},
-			want: policy.NetworkPolicySpec{PolicyTypes: []policy.PolicyType{policy.PolicyTypeIngress}},
+			want: policyapi.NetworkPolicySpec{PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeIngress}},
 		},
 		{
 			name: "podSelector labels and expressions",
@@ -201,29 +202,29 @@ func TestConvertNetworkPolicy(t *testing.T) {
 					{Key: "canary", Operator: metav1.LabelSelectorOpDoesNotExist},
 				},
 			}},
-			want: policy.NetworkPolicySpec{
-				PodSelector: policy.LabelSelector{
+			want: policyapi.NetworkPolicySpec{
+				PodSelector: policyapi.LabelSelector{
 					MatchLabels: map[string]string{"app": "web"},
-					MatchExpressions: []policy.LabelSelectorRequirement{
-						{Key: "tier", Operator: policy.OpIn, Values: []string{"a", "b"}},
-						{Key: "canary", Operator: policy.OpDoesNotExist},
+					MatchExpressions: []policyapi.LabelSelectorRequirement{
+						{Key: "tier", Operator: policyapi.OpIn, Values: []string{"a", "b"}},
+						{Key: "canary", Operator: policyapi.OpDoesNotExist},
 					},
 				},
-				PolicyTypes: []policy.PolicyType{policy.PolicyTypeIngress},
+				PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeIngress},
 			},
 		},
 		{
 			name: "egress rules make policyTypes Ingress and Egress",
 			spec: networkingv1.NetworkPolicySpec{Egress: []networkingv1.NetworkPolicyEgressRule{{}}},
-			want: policy.NetworkPolicySpec{
-				Egress:      []policy.EgressRule{{}},
-				PolicyTypes: []policy.PolicyType{policy.PolicyTypeIngress, policy.PolicyTypeEgress},
+			want: policyapi.NetworkPolicySpec{
+				Egress:      []policyapi.EgressRule{{}},
+				PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeIngress, policyapi.PolicyTypeEgress},
 			},
 		},
 		{
 			name: "explicit policyTypes kept",
 			spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}},
-			want: policy.NetworkPolicySpec{PolicyTypes: []policy.PolicyType{policy.PolicyTypeEgress}},
+			want: policyapi.NetworkPolicySpec{PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeEgress}},
 		},
 		{
 			name: "ports: numbers, names, endPort, protocols, TCP default",
@@ -233,14 +234,14 @@ func TestConvertNetworkPolicy(t *testing.T) {
 				{Protocol: &tcp, Port: ptr(intstr.FromInt32(30000)), EndPort: ptr(int32(32767))},
 				{Protocol: &sctp},
 			}}}},
-			want: policy.NetworkPolicySpec{
-				Ingress: []policy.IngressRule{{Ports: []policy.NetworkPolicyPort{
-					{Protocol: &ptcp, Port: policy.FromInt(80)},
-					{Protocol: &pudp, Port: policy.FromString("dns")},
-					{Protocol: &ptcp, Port: policy.FromInt(30000), EndPort: ptr(int32(32767))},
+			want: policyapi.NetworkPolicySpec{
+				Ingress: []policyapi.IngressRule{{Ports: []policyapi.NetworkPolicyPort{
+					{Protocol: &ptcp, Port: policyapi.FromInt(80)},
+					{Protocol: &pudp, Port: policyapi.FromString("dns")},
+					{Protocol: &ptcp, Port: policyapi.FromInt(30000), EndPort: ptr(int32(32767))},
 					{Protocol: &psctp},
 				}}},
-				PolicyTypes: []policy.PolicyType{policy.PolicyTypeIngress},
+				PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeIngress},
 			},
 		},
 		{
@@ -252,15 +253,15 @@ func TestConvertNetworkPolicy(t *testing.T) {
 				{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8", Except: []string{"10.1.0.0/16"}}},
 				{IPBlock: &networkingv1.IPBlock{CIDR: "fd00::/8"}},
 			}}}},
-			want: policy.NetworkPolicySpec{
-				Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{
-					{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"role": "client"}}},
-					{NamespaceSelector: &policy.LabelSelector{}},
-					{PodSelector: &policy.LabelSelector{}, NamespaceSelector: &policy.LabelSelector{MatchLabels: map[string]string{"team": "a"}}},
-					{IPBlock: &policy.IPBlock{CIDR: "10.0.0.0/8", Except: []string{"10.1.0.0/16"}}},
-					{IPBlock: &policy.IPBlock{CIDR: "fd00::/8"}},
+			want: policyapi.NetworkPolicySpec{
+				Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{
+					{PodSelector: &policyapi.LabelSelector{MatchLabels: map[string]string{"role": "client"}}},
+					{NamespaceSelector: &policyapi.LabelSelector{}},
+					{PodSelector: &policyapi.LabelSelector{}, NamespaceSelector: &policyapi.LabelSelector{MatchLabels: map[string]string{"team": "a"}}},
+					{IPBlock: &policyapi.IPBlock{CIDR: "10.0.0.0/8", Except: []string{"10.1.0.0/16"}}},
+					{IPBlock: &policyapi.IPBlock{CIDR: "fd00::/8"}},
 				}}},
-				PolicyTypes: []policy.PolicyType{policy.PolicyTypeIngress},
+				PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeIngress},
 			},
 		},
 		{
@@ -272,12 +273,12 @@ func TestConvertNetworkPolicy(t *testing.T) {
 					Ports: []networkingv1.NetworkPolicyPort{{Port: ptr(intstr.FromString("postgres"))}},
 				}},
 			},
-			want: policy.NetworkPolicySpec{
-				Egress: []policy.EgressRule{{
-					To:    []policy.NetworkPolicyPeer{{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}},
-					Ports: []policy.NetworkPolicyPort{{Protocol: &ptcp, Port: policy.FromString("postgres")}},
+			want: policyapi.NetworkPolicySpec{
+				Egress: []policyapi.EgressRule{{
+					To:    []policyapi.NetworkPolicyPeer{{PodSelector: &policyapi.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}},
+					Ports: []policyapi.NetworkPolicyPort{{Protocol: &ptcp, Port: policyapi.FromString("postgres")}},
 				}},
-				PolicyTypes: []policy.PolicyType{policy.PolicyTypeEgress},
+				PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeEgress},
 			},
 		},
 	}
@@ -327,7 +328,7 @@ func TestConvertNetworkPolicyReportsInvalid(t *testing.T) {
 			if got == nil || got.Name != "bad" || got.Namespace != "prod" {
 				t.Fatalf("got %v with the error %v, want the policy as converted", got, err)
 			}
-			d, err := policy.Compile(&policy.Snapshot{Policies: []*policy.NetworkPolicy{got}})
+			d, err := policy.Compile(&policy.Snapshot{Policies: []*policyapi.NetworkPolicy{got}})
 			if err != nil || d.FailedPolicies["prod/bad"] == "" {
 				t.Errorf("compile the converted policy: %v, failed %v; want prod/bad to fail closed", err, d.FailedPolicies)
 			}

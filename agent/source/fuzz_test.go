@@ -8,6 +8,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // FuzzConvertNetworkPolicy: whatever NetworkPolicy the API server hands
@@ -27,18 +28,18 @@ func FuzzConvertNetworkPolicy(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	a := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "team", Name: "a", Labels: map[string]string{"app": "a"}},
-		Status: policy.PodStatus{PodIPs: []policy.PodIP{{IP: "10.0.0.1"}}}}
-	b := &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "other", Name: "b", Labels: map[string]string{"app": "a"}},
-		Status: policy.PodStatus{PodIPs: []policy.PodIP{{IP: "10.0.0.2"}}}}
-	snapshot := func(policies []*policy.NetworkPolicy) *policy.Snapshot {
-		s := &policy.Snapshot{Pods: []*policy.Pod{a, b}, Policies: policies, Identities: map[string]policy.Peer{}, Limits: policy.DefaultLimits,
+	a := &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "a", Labels: map[string]string{"app": "a"}},
+		Status: policyapi.PodStatus{PodIPs: []policyapi.PodIP{{IP: "10.0.0.1"}}}}
+	b := &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "other", Name: "b", Labels: map[string]string{"app": "a"}},
+		Status: policyapi.PodStatus{PodIPs: []policyapi.PodIP{{IP: "10.0.0.2"}}}}
+	snapshot := func(policies []*policyapi.NetworkPolicy) *policy.Snapshot {
+		s := &policy.Snapshot{Pods: []*policyapi.Pod{a, b}, Policies: policies, Identities: map[string]policyapi.Peer{}, Limits: policy.DefaultLimits,
 			Local: []policy.LocalEndpoint{
 				{HostIfName: "lsa", Namespace: "team", PodName: "a", IPv4: netip.MustParseAddr("10.0.0.1")},
 				{HostIfName: "lsb", Namespace: "other", PodName: "b", IPv4: netip.MustParseAddr("10.0.0.2")},
 			}}
-		s.Identities[policy.IdentityKey(nil, a)] = policy.FirstPodIdentity
-		s.Identities[policy.IdentityKey(nil, b)] = policy.FirstPodIdentity + 1
+		s.Identities[policyapi.IdentityKey(nil, a)] = policyapi.FirstPodIdentity
+		s.Identities[policyapi.IdentityKey(nil, b)] = policyapi.FirstPodIdentity + 1
 		return s
 	}
 	base, err := policy.Compile(snapshot(nil))
@@ -58,7 +59,7 @@ func FuzzConvertNetworkPolicy(f *testing.F) {
 		if out == nil {
 			t.Fatalf("converted to nothing (err %v): the policy would be dropped and its pods lose their isolation", convErr)
 		}
-		d, err := policy.Compile(snapshot([]*policy.NetworkPolicy{out}))
+		d, err := policy.Compile(snapshot([]*policyapi.NetworkPolicy{out}))
 		if err != nil {
 			t.Fatalf("compile: %v", err)
 		}
@@ -79,11 +80,11 @@ func FuzzConvertNetworkPolicy(f *testing.F) {
 				continue
 			}
 			if !iso {
-				t.Fatalf("lsa fails %v closed (%s) but is not isolated", policy.Direction(dir), ep.Failed[dir])
+				t.Fatalf("lsa fails %v closed (%s) but is not isolated", policyapi.Direction(dir), ep.Failed[dir])
 			}
 			for k := range ep.Rules {
 				if int(k.Dir) == dir {
-					t.Fatalf("lsa fails %v closed (%s) but has the rule %+v", policy.Direction(dir), ep.Failed[dir], k)
+					t.Fatalf("lsa fails %v closed (%s) but has the rule %+v", policyapi.Direction(dir), ep.Failed[dir], k)
 				}
 			}
 		}

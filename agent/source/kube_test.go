@@ -21,6 +21,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/kube/client"
 	"lockstep.dev/lockstep/test/kubetest"
@@ -121,7 +122,7 @@ func TestKubeServicesCompiled(t *testing.T) {
 
 	dp := &recorder{}
 	enf := enforcer.New(st, dp, nil)
-	frontend := policy.ServiceFrontend{Addr: clusterIP, Port: 80, Proto: policy.ProtoTCP}
+	frontend := policy.ServiceFrontend{Addr: clusterIP, Port: 80, Proto: policyapi.ProtoTCP}
 	backend := policy.ServiceBackend{Addr: netip.MustParseAddr("10.244.1.7"), Port: 8080}
 	waitFor := func(what string, ok func(*policy.ServiceEntry) bool) {
 		t.Helper()
@@ -138,7 +139,7 @@ func TestKubeServicesCompiled(t *testing.T) {
 	}
 	waitFor("the Service and its ready endpoint", func(e *policy.ServiceEntry) bool {
 		return e != nil && e.Service == "prod/server" && slices.Equal(e.Backends, []policy.ServiceBackend{backend}) &&
-			e.AffinityTimeout == policy.DefaultAffinityTimeout
+			e.AffinityTimeout == policyapi.DefaultAffinityTimeout
 	})
 
 	update := func(s *discoveryv1.EndpointSlice) {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // TestChangesSince: every committed write lands in the change log with
@@ -76,7 +76,7 @@ func TestChangeLogTrimmed(t *testing.T) {
 	s := mustStore(t)
 	for i := range ChangeLogRevisions + 20 {
 		commit(t, s, func(txn *Txn) error {
-			return UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: "x", Labels: map[string]string{"i": string(rune('a' + i%26))}}})
+			return UpsertNamespace(txn, &policyapi.Namespace{ObjectMeta: policyapi.ObjectMeta{Name: "x", Labels: map[string]string{"i": string(rune('a' + i%26))}}})
 		})
 	}
 	txn := s.ReadTxn()

@@ -3,7 +3,7 @@ package store
 import (
 	"reflect"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Objects is a complete set of Kubernetes objects from one source (a
@@ -12,10 +12,10 @@ import (
 // store (agent/endpointslice), so they have a replace of their own,
 // ReplaceEndpointSlices.
 type Objects struct {
-	Namespaces []*policy.Namespace
-	Pods       []*policy.Pod
-	Policies   []*policy.NetworkPolicy
-	Services   []*policy.Service
+	Namespaces []*policyapi.Namespace
+	Pods       []*policyapi.Pod
+	Policies   []*policyapi.NetworkPolicy
+	Services   []*policyapi.Service
 }
 
 // ReplaceObjects makes the store's namespaces, pods, policies and Services

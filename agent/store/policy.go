@@ -6,13 +6,13 @@ import (
 
 	"github.com/hashicorp/go-memdb"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Pod is a pod known to the node, with the identity it holds a reference
 // on. Objects are immutable once inserted.
 type Pod struct {
-	Object *policy.Pod
+	Object *policyapi.Pod
 	// IdentityKey is the policy.IdentityKey the pod was counted under.
 	IdentityKey string
 
@@ -23,7 +23,7 @@ type Pod struct {
 // policy.IdentityKey). Refs counts the pods holding it; the row exists
 // exactly as long as Refs > 0, in every committed state.
 type Identity struct {
-	ID   policy.Peer
+	ID   policyapi.Peer
 	Key  string
 	Refs int
 
@@ -40,7 +40,7 @@ type Selector struct {
 	// Namespace scopes a podSelector without namespaceSelector to the
 	// policy's namespace; "" when NS is set.
 	Namespace string
-	Pod, NS   *policy.LabelSelector
+	Pod, NS   *policyapi.LabelSelector
 	Refs      int
 
 	Revisions
@@ -51,8 +51,8 @@ func nsNameKey(ns, name string) []byte { return keyBuilder{}.str(ns).str(name) }
 
 func namespacesTableSchema() *memdb.TableSchema {
 	return &memdb.TableSchema{Name: TableNamespaces, Indexes: map[string]*memdb.IndexSchema{
-		IndexID: {Name: IndexID, Unique: true, Indexer: keyIndex[*policy.Namespace]{
-			key:  func(n *policy.Namespace) ([]byte, bool) { return keyBuilder{}.str(n.Name), true },
+		IndexID: {Name: IndexID, Unique: true, Indexer: keyIndex[*policyapi.Namespace]{
+			key:  func(n *policyapi.Namespace) ([]byte, bool) { return keyBuilder{}.str(n.Name), true },
 			args: stringArgs(1),
 		}},
 	}}
@@ -73,8 +73,8 @@ func podsTableSchema() *memdb.TableSchema {
 
 func policiesTableSchema() *memdb.TableSchema {
 	return &memdb.TableSchema{Name: TablePolicies, Indexes: map[string]*memdb.IndexSchema{
-		IndexID: {Name: IndexID, Unique: true, Indexer: keyIndex[*policy.NetworkPolicy]{
-			key:  func(p *policy.NetworkPolicy) ([]byte, bool) { return nsNameKey(p.Namespace, p.Name), true },
+		IndexID: {Name: IndexID, Unique: true, Indexer: keyIndex[*policyapi.NetworkPolicy]{
+			key:  func(p *policyapi.NetworkPolicy) ([]byte, bool) { return nsNameKey(p.Namespace, p.Name), true },
 			args: stringArgs(2),
 		}},
 	}}
@@ -103,7 +103,7 @@ func selectorsTableSchema() *memdb.TableSchema {
 }
 
 // peerKey encodes an identity big-endian so index order is numeric order.
-func peerKey(p policy.Peer) []byte {
+func peerKey(p policyapi.Peer) []byte {
 	return []byte{byte(p >> 24), byte(p >> 16), byte(p >> 8), byte(p)}
 }
 
@@ -111,7 +111,7 @@ func peerArgs(_ bool, args ...any) ([]byte, error) {
 	if len(args) != 1 {
 		return nil, fmt.Errorf("index needs one policy.Peer argument, got %d", len(args))
 	}
-	p, ok := args[0].(policy.Peer)
+	p, ok := args[0].(policyapi.Peer)
 	if !ok {
 		return nil, fmt.Errorf("index argument 0: got %T, want policy.Peer", args[0])
 	}
@@ -120,7 +120,7 @@ func peerArgs(_ bool, args ...any) ([]byte, error) {
 
 // UpsertNamespace inserts or replaces a namespace. Its pods' identities
 // depend on its labels, so they are re-counted in the same transaction.
-func UpsertNamespace(txn *Txn, ns *policy.Namespace) error {
+func UpsertNamespace(txn *Txn, ns *policyapi.Namespace) error {
 	if err := txn.touch(TableNamespaces); err != nil {
 		return err
 	}
@@ -143,13 +143,13 @@ func DeleteNamespace(txn *Txn, name string) error {
 }
 
 // NamespaceByName returns a namespace or nil.
-func NamespaceByName(txn *Txn, ws memdb.WatchSet, name string) (*policy.Namespace, error) {
-	return first[*policy.Namespace](txn, ws, TableNamespaces, IndexID, name)
+func NamespaceByName(txn *Txn, ws memdb.WatchSet, name string) (*policyapi.Namespace, error) {
+	return first[*policyapi.Namespace](txn, ws, TableNamespaces, IndexID, name)
 }
 
 // Namespaces lists every namespace.
-func Namespaces(txn *Txn, ws memdb.WatchSet) ([]*policy.Namespace, error) {
-	return collect[*policy.Namespace](txn, ws, TableNamespaces, IndexID)
+func Namespaces(txn *Txn, ws memdb.WatchSet) ([]*policyapi.Namespace, error) {
+	return collect[*policyapi.Namespace](txn, ws, TableNamespaces, IndexID)
 }
 
 func reidentifyNamespace(txn *Txn, ns string) error {
@@ -174,7 +174,7 @@ func reidentifyNamespace(txn *Txn, ns string) error {
 // UpsertPod inserts or replaces a pod and moves its identity reference:
 // the new identity is taken (created if needed) before the old one is
 // released (deleted when that was its last reference), all in txn.
-func UpsertPod(txn *Txn, pod *policy.Pod) error {
+func UpsertPod(txn *Txn, pod *policyapi.Pod) error {
 	if err := txn.touch(TablePods); err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func UpsertPod(txn *Txn, pod *policy.Pod) error {
 	if err != nil {
 		return err
 	}
-	key := policy.IdentityKey(ns, pod)
+	key := policyapi.IdentityKey(ns, pod)
 	if err := acquireIdentity(txn, key); err != nil {
 		return err
 	}
@@ -228,12 +228,12 @@ func PodByName(txn *Txn, ws memdb.WatchSet, namespace, name string) (*Pod, error
 }
 
 // Pods lists every pod object.
-func Pods(txn *Txn, ws memdb.WatchSet) ([]*policy.Pod, error) {
+func Pods(txn *Txn, ws memdb.WatchSet) ([]*policyapi.Pod, error) {
 	rows, err := collect[*Pod](txn, ws, TablePods, IndexID)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*policy.Pod, len(rows))
+	out := make([]*policyapi.Pod, len(rows))
 	for i, r := range rows {
 		out[i] = r.Object
 	}
@@ -260,11 +260,11 @@ func acquireIdentity(txn *Txn, key string) error {
 		if err != nil {
 			return fmt.Errorf("find highest identity: %w", err)
 		}
-		next.ID = policy.FirstPodIdentity
+		next.ID = policyapi.FirstPodIdentity
 		if last != nil {
 			next.ID = last.(*Identity).ID + 1
 		}
-		if next.ID&policy.CIDRClassBit != 0 {
+		if next.ID&policyapi.CIDRClassBit != 0 {
 			return fmt.Errorf("allocate identity for %q: identity space exhausted", key)
 		}
 	}
@@ -317,7 +317,7 @@ func IdentityByKey(txn *Txn, ws memdb.WatchSet, key string) (*Identity, error) {
 // UpsertPolicy inserts or replaces a NetworkPolicy. The selectors it refers
 // to are counted before the ones of the version it replaces are released,
 // so a selector both versions use never leaves the table.
-func UpsertPolicy(txn *Txn, np *policy.NetworkPolicy) error {
+func UpsertPolicy(txn *Txn, np *policyapi.NetworkPolicy) error {
 	if err := txn.touch(TablePolicies); err != nil {
 		return err
 	}
@@ -365,13 +365,13 @@ func DeletePolicy(txn *Txn, namespace, name string) error {
 }
 
 // PolicyByName returns a policy or nil.
-func PolicyByName(txn *Txn, ws memdb.WatchSet, namespace, name string) (*policy.NetworkPolicy, error) {
-	return first[*policy.NetworkPolicy](txn, ws, TablePolicies, IndexID, namespace, name)
+func PolicyByName(txn *Txn, ws memdb.WatchSet, namespace, name string) (*policyapi.NetworkPolicy, error) {
+	return first[*policyapi.NetworkPolicy](txn, ws, TablePolicies, IndexID, namespace, name)
 }
 
 // Policies lists every NetworkPolicy.
-func Policies(txn *Txn, ws memdb.WatchSet) ([]*policy.NetworkPolicy, error) {
-	return collect[*policy.NetworkPolicy](txn, ws, TablePolicies, IndexID)
+func Policies(txn *Txn, ws memdb.WatchSet) ([]*policyapi.NetworkPolicy, error) {
+	return collect[*policyapi.NetworkPolicy](txn, ws, TablePolicies, IndexID)
 }
 
 // Selectors lists every referenced selector.
@@ -385,9 +385,9 @@ func SelectorByKey(txn *Txn, ws memdb.WatchSet, key string) (*Selector, error) {
 }
 
 // policySelectors lists the selectors np refers to, one per reference.
-func policySelectors(np *policy.NetworkPolicy) []*Selector {
+func policySelectors(np *policyapi.NetworkPolicy) []*Selector {
 	out := []*Selector{newSelector(np.Namespace, &np.Spec.PodSelector, nil)}
-	peers := func(ps []policy.NetworkPolicyPeer) {
+	peers := func(ps []policyapi.NetworkPolicyPeer) {
 		for _, p := range ps {
 			if p.PodSelector == nil && p.NamespaceSelector == nil {
 				continue
@@ -408,13 +408,13 @@ func policySelectors(np *policy.NetworkPolicy) []*Selector {
 	return out
 }
 
-func newSelector(scope string, pod, ns *policy.LabelSelector) *Selector {
+func newSelector(scope string, pod, ns *policyapi.LabelSelector) *Selector {
 	// encoding/json writes map keys sorted, so equal selectors encode
 	// equally.
 	b, _ := json.Marshal(struct {
-		Namespace string                `json:"n,omitempty"`
-		Pod       *policy.LabelSelector `json:"p,omitempty"`
-		NS        *policy.LabelSelector `json:"ns,omitempty"`
+		Namespace string                   `json:"n,omitempty"`
+		Pod       *policyapi.LabelSelector `json:"p,omitempty"`
+		NS        *policyapi.LabelSelector `json:"ns,omitempty"`
 	}{scope, pod, ns})
 	return &Selector{Key: string(b), Namespace: scope, Pod: pod, NS: ns}
 }

@@ -3,30 +3,30 @@ package store
 import (
 	"testing"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
-func pod(ns, name string, labels map[string]string) *policy.Pod {
-	return &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
+func pod(ns, name string, labels map[string]string) *policyapi.Pod {
+	return &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
 }
 
-func allowFrom(ns, name string, from map[string]string) *policy.NetworkPolicy {
-	return &policy.NetworkPolicy{
-		ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: name},
-		Spec: policy.NetworkPolicySpec{
-			Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{PodSelector: &policy.LabelSelector{MatchLabels: from}}}}},
+func allowFrom(ns, name string, from map[string]string) *policyapi.NetworkPolicy {
+	return &policyapi.NetworkPolicy{
+		ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name},
+		Spec: policyapi.NetworkPolicySpec{
+			Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{PodSelector: &policyapi.LabelSelector{MatchLabels: from}}}}},
 		},
 	}
 }
 
 // identityRefs returns identity key -> refs.
-func identityRefs(t *testing.T, s *Store) map[policy.Peer]int {
+func identityRefs(t *testing.T, s *Store) map[policyapi.Peer]int {
 	t.Helper()
 	ids, err := Identities(s.ReadTxn(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[policy.Peer]int{}
+	out := map[policyapi.Peer]int{}
 	for _, id := range ids {
 		out[id.ID] = id.Refs
 	}
@@ -37,10 +37,10 @@ func identityRefs(t *testing.T, s *Store) map[policy.Peer]int {
 func TestPolicyTablesIndexes(t *testing.T) {
 	s := mustStore(t)
 	commit(t, s, func(txn *Txn) error {
-		if err := UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: "x"}}); err != nil {
+		if err := UpsertNamespace(txn, &policyapi.Namespace{ObjectMeta: policyapi.ObjectMeta{Name: "x"}}); err != nil {
 			return err
 		}
-		for _, p := range []*policy.Pod{
+		for _, p := range []*policyapi.Pod{
 			pod("x", "a", map[string]string{"app": "web"}),
 			pod("x", "b", map[string]string{"app": "web"}),
 			pod("xy", "c", map[string]string{"app": "db"}),
@@ -67,7 +67,7 @@ func TestPolicyTablesIndexes(t *testing.T) {
 		{TablePods, IndexIdentity, []any{web.IdentityKey}, 2},
 		{TablePolicies, IndexID, []any{"x", "p"}, 1},
 		{TableIdentities, IndexKey, []any{web.IdentityKey}, 1},
-		{TableIdentities, IndexID, []any{policy.FirstPodIdentity}, 1},
+		{TableIdentities, IndexID, []any{policyapi.FirstPodIdentity}, 1},
 		{TableSelectors, IndexID + "_prefix", []any{""}, 2}, // podSelector {} and the peer
 	}
 	for _, tc := range tests {
@@ -98,24 +98,24 @@ func TestIdentityRefcount(t *testing.T) {
 		}
 		return UpsertPod(txn, pod("x", "b", map[string]string{"app": "web"}))
 	})
-	if got := identityRefs(t, s); len(got) != 1 || got[policy.FirstPodIdentity] != 2 {
+	if got := identityRefs(t, s); len(got) != 1 || got[policyapi.FirstPodIdentity] != 2 {
 		t.Fatalf("two pods, one label set: identities %v, want {256: 2}", got)
 	}
 	// b loses the label: the old identity keeps one ref, a new one appears.
 	commit(t, s, func(txn *Txn) error { return UpsertPod(txn, pod("x", "b", nil)) })
-	if got := identityRefs(t, s); len(got) != 2 || got[policy.FirstPodIdentity] != 1 || got[policy.FirstPodIdentity+1] != 1 {
+	if got := identityRefs(t, s); len(got) != 2 || got[policyapi.FirstPodIdentity] != 1 || got[policyapi.FirstPodIdentity+1] != 1 {
 		t.Fatalf("after relabel: identities %v, want {256: 1, 257: 1}", got)
 	}
 	// a is the last holder: deleting it deletes the identity in that commit.
 	commit(t, s, func(txn *Txn) error { return DeletePod(txn, "x", "a") })
-	if got := identityRefs(t, s); len(got) != 1 || got[policy.FirstPodIdentity+1] != 1 {
+	if got := identityRefs(t, s); len(got) != 1 || got[policyapi.FirstPodIdentity+1] != 1 {
 		t.Fatalf("after delete: identities %v, want {257: 1}", got)
 	}
 	// A namespace's labels are part of its pods' identities.
 	commit(t, s, func(txn *Txn) error {
-		return UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: "x", Labels: map[string]string{"team": "a"}}})
+		return UpsertNamespace(txn, &policyapi.Namespace{ObjectMeta: policyapi.ObjectMeta{Name: "x", Labels: map[string]string{"team": "a"}}})
 	})
-	if got := identityRefs(t, s); len(got) != 1 || got[policy.FirstPodIdentity+2] != 1 {
+	if got := identityRefs(t, s); len(got) != 1 || got[policyapi.FirstPodIdentity+2] != 1 {
 		t.Fatalf("after namespace relabel: identities %v, want {258: 1} (x/b re-identified)", got)
 	}
 	// An aborted transaction changes nothing.

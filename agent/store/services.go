@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/go-memdb"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // Service is a Kubernetes Service as the dataplane needs it (see
@@ -14,7 +14,7 @@ import (
 // agent reads it again from its source. Objects are immutable once
 // inserted.
 type Service struct {
-	Object *policy.Service
+	Object *policyapi.Service
 
 	Revisions
 }
@@ -24,7 +24,7 @@ type Service struct {
 // computed by the agent (agent/endpointslice). Not durable; immutable
 // once inserted.
 type EndpointSlice struct {
-	Object *policy.EndpointSlice
+	Object *policyapi.EndpointSlice
 
 	Revisions
 }
@@ -59,7 +59,7 @@ func endpointSlicesTableSchema() *memdb.TableSchema {
 }
 
 // UpsertService inserts or replaces a Service.
-func UpsertService(txn *Txn, svc *policy.Service) error {
+func UpsertService(txn *Txn, svc *policyapi.Service) error {
 	if err := txn.touch(TableServices); err != nil {
 		return err
 	}
@@ -101,12 +101,12 @@ func ServiceByName(txn *Txn, ws memdb.WatchSet, namespace, name string) (*Servic
 }
 
 // Services lists every Service object.
-func Services(txn *Txn, ws memdb.WatchSet) ([]*policy.Service, error) {
+func Services(txn *Txn, ws memdb.WatchSet) ([]*policyapi.Service, error) {
 	rows, err := collect[*Service](txn, ws, TableServices, IndexID)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*policy.Service, len(rows))
+	out := make([]*policyapi.Service, len(rows))
 	for i, r := range rows {
 		out[i] = r.Object
 	}
@@ -114,7 +114,7 @@ func Services(txn *Txn, ws memdb.WatchSet) ([]*policy.Service, error) {
 }
 
 // UpsertEndpointSlice inserts or replaces an EndpointSlice.
-func UpsertEndpointSlice(txn *Txn, s *policy.EndpointSlice) error {
+func UpsertEndpointSlice(txn *Txn, s *policyapi.EndpointSlice) error {
 	if err := txn.touch(TableEndpointSlices); err != nil {
 		return err
 	}
@@ -155,12 +155,12 @@ func EndpointSliceByName(txn *Txn, ws memdb.WatchSet, namespace, name string) (*
 }
 
 // EndpointSlices lists every EndpointSlice object.
-func EndpointSlices(txn *Txn, ws memdb.WatchSet) ([]*policy.EndpointSlice, error) {
+func EndpointSlices(txn *Txn, ws memdb.WatchSet) ([]*policyapi.EndpointSlice, error) {
 	rows, err := collect[*EndpointSlice](txn, ws, TableEndpointSlices, IndexID)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*policy.EndpointSlice, len(rows))
+	out := make([]*policyapi.EndpointSlice, len(rows))
 	for i, r := range rows {
 		out[i] = r.Object
 	}
@@ -176,7 +176,7 @@ func EndpointSlicesOfService(txn *Txn, ws memdb.WatchSet, namespace, name string
 // ReplaceEndpointSlices makes the store's EndpointSlices exactly slices,
 // inside txn: equal ones are left alone, new and changed ones upserted,
 // missing ones deleted. It reports whether anything changed.
-func ReplaceEndpointSlices(txn *Txn, slices []*policy.EndpointSlice) (bool, error) {
+func ReplaceEndpointSlices(txn *Txn, slices []*policyapi.EndpointSlice) (bool, error) {
 	old, err := EndpointSlices(txn, nil)
 	if err != nil {
 		return false, err

@@ -3,23 +3,23 @@ package store
 import (
 	"testing"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
-func service(ns, name, clusterIP string) *policy.Service {
-	return &policy.Service{
-		ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: name},
-		Spec:       policy.ServiceSpec{ClusterIP: clusterIP, Ports: []policy.ServicePort{{Port: 80}}},
+func service(ns, name, clusterIP string) *policyapi.Service {
+	return &policyapi.Service{
+		ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       policyapi.ServiceSpec{ClusterIP: clusterIP, Ports: []policyapi.ServicePort{{Port: 80}}},
 	}
 }
 
-func slice(ns, name, svc string, addrs ...string) *policy.EndpointSlice {
-	s := &policy.EndpointSlice{ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: name}, AddressType: policy.AddressTypeIPv4}
+func slice(ns, name, svc string, addrs ...string) *policyapi.EndpointSlice {
+	s := &policyapi.EndpointSlice{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name}, AddressType: policyapi.AddressTypeIPv4}
 	if svc != "" {
-		s.Labels = map[string]string{policy.ServiceNameLabel: svc}
+		s.Labels = map[string]string{policyapi.ServiceNameLabel: svc}
 	}
 	for _, a := range addrs {
-		s.Endpoints = append(s.Endpoints, policy.SliceEndpoint{Addresses: []string{a}})
+		s.Endpoints = append(s.Endpoints, policyapi.SliceEndpoint{Addresses: []string{a}})
 	}
 	return s
 }
@@ -29,12 +29,12 @@ func slice(ns, name, svc string, addrs ...string) *policy.EndpointSlice {
 func TestServiceTablesIndexes(t *testing.T) {
 	s := mustStore(t)
 	commit(t, s, func(txn *Txn) error {
-		for _, svc := range []*policy.Service{service("x", "web", "10.96.0.1"), service("x", "db", "10.96.0.2"), service("xy", "web", "10.96.0.3")} {
+		for _, svc := range []*policyapi.Service{service("x", "web", "10.96.0.1"), service("x", "db", "10.96.0.2"), service("xy", "web", "10.96.0.3")} {
 			if err := UpsertService(txn, svc); err != nil {
 				return err
 			}
 		}
-		for _, sl := range []*policy.EndpointSlice{
+		for _, sl := range []*policyapi.EndpointSlice{
 			slice("x", "web-1", "web", "10.0.0.1"),
 			slice("x", "web-2", "web", "10.0.0.2"),
 			slice("x", "db-1", "db"),
@@ -154,7 +154,7 @@ func TestServiceRevisionsAndChangeLog(t *testing.T) {
 // changed ones are, missing ones go.
 func TestReplaceEndpointSlices(t *testing.T) {
 	s := mustStore(t)
-	replace := func(slices ...*policy.EndpointSlice) bool {
+	replace := func(slices ...*policyapi.EndpointSlice) bool {
 		t.Helper()
 		txn := s.WriteTxn()
 		defer txn.Abort()
@@ -197,13 +197,13 @@ func TestReplaceObjectsServices(t *testing.T) {
 		txn.Commit()
 		return changed
 	}
-	if !replace(Objects{Services: []*policy.Service{service("x", "web", "10.96.0.1"), service("x", "db", "10.96.0.2")}}) {
+	if !replace(Objects{Services: []*policyapi.Service{service("x", "web", "10.96.0.1"), service("x", "db", "10.96.0.2")}}) {
 		t.Fatal("new services changed nothing")
 	}
-	if replace(Objects{Services: []*policy.Service{service("x", "web", "10.96.0.1"), service("x", "db", "10.96.0.2")}}) {
+	if replace(Objects{Services: []*policyapi.Service{service("x", "web", "10.96.0.1"), service("x", "db", "10.96.0.2")}}) {
 		t.Error("equal services were rewritten")
 	}
-	if !replace(Objects{Services: []*policy.Service{service("x", "web", "10.96.0.5")}}) {
+	if !replace(Objects{Services: []*policyapi.Service{service("x", "web", "10.96.0.5")}}) {
 		t.Fatal("an edit and a removal changed nothing")
 	}
 	txn := s.ReadTxn()

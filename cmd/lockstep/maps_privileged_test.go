@@ -15,6 +15,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -40,7 +41,7 @@ func runMaps(t *testing.T, root string, args ...string) string {
 func TestPrivilegedMapsShowServices(t *testing.T) {
 	testenv.Privileged(t)
 	d, root := loadPrivateDatapath(t)
-	fe := policy.ServiceFrontend{Addr: netip.MustParseAddr("10.96.0.10"), Port: 80, Proto: policy.ProtoTCP}
+	fe := policy.ServiceFrontend{Addr: netip.MustParseAddr("10.96.0.10"), Port: 80, Proto: policyapi.ProtoTCP}
 	if err := d.Apply(&policy.Desired{Services: map[policy.ServiceFrontend]*policy.ServiceEntry{
 		fe: {Service: "ns/web", Backends: []policy.ServiceBackend{
 			{Addr: netip.MustParseAddr("10.0.0.2"), Port: 8080},

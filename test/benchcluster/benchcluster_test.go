@@ -7,6 +7,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -48,7 +49,7 @@ func TestLoadedClusterCompiles(t *testing.T) {
 	}
 	// Service 47: app 7 of namespace 2.
 	n, j := ServiceIndex(2, 7), 7
-	fe := policy.ServiceFrontend{Addr: ServiceIP(n), Port: ServicePort, Proto: policy.ProtoTCP}
+	fe := policy.ServiceFrontend{Addr: ServiceIP(n), Port: ServicePort, Proto: policyapi.ProtoTCP}
 	var want []policy.ServiceBackend
 	var cur []netip.Addr
 	for k := range Replicas {

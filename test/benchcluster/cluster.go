@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // The shape of the synthetic cluster: namespaces × apps × replicas remote
@@ -28,11 +28,11 @@ const (
 // egress to DNS by name and to ipBlocks with excepts. Services and
 // EndpointSlices are empty unless AddServices filled them.
 type Cluster struct {
-	Namespaces     []*policy.Namespace
-	Pods           []*policy.Pod
-	Policies       []*policy.NetworkPolicy
-	Services       []*policy.Service
-	EndpointSlices []*policy.EndpointSlice
+	Namespaces     []*policyapi.Namespace
+	Pods           []*policyapi.Pod
+	Policies       []*policyapi.NetworkPolicy
+	Services       []*policyapi.Service
+	EndpointSlices []*policyapi.EndpointSlice
 }
 
 // New builds the remote part of the cluster. Pod addresses are
@@ -44,15 +44,15 @@ func New() *Cluster {
 	n := 0
 	for i := range Namespaces {
 		ns := NsName(i)
-		c.Namespaces = append(c.Namespaces, &policy.Namespace{
-			TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-			ObjectMeta: policy.ObjectMeta{Name: ns, Labels: map[string]string{"team": fmt.Sprintf("t%d", i%Teams), "env": []string{"prod", "staging"}[i%2]}},
+		c.Namespaces = append(c.Namespaces, &policyapi.Namespace{
+			TypeMeta:   policyapi.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: policyapi.ObjectMeta{Name: ns, Labels: map[string]string{"team": fmt.Sprintf("t%d", i%Teams), "env": []string{"prod", "staging"}[i%2]}},
 		})
 		for j := range Apps {
 			for k := range Replicas {
 				a := netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)})
 				p := AppPod(ns, j, fmt.Sprintf("%s-%x-%d", AppName(j), 0x5f00+j, k))
-				p.Status = policy.PodStatus{Phase: "Running", PodIP: a.String(), PodIPs: []policy.PodIP{{IP: a.String()}}}
+				p.Status = policyapi.PodStatus{Phase: "Running", PodIP: a.String(), PodIPs: []policyapi.PodIP{{IP: a.String()}}}
 				p.Spec.NodeName = "remote-node"
 				c.Pods = append(c.Pods, p)
 				n++
@@ -71,15 +71,15 @@ func AppName(j int) string { return fmt.Sprintf("app%d", j) }
 
 // AppPod returns a pod of app j in ns, with the labels a Deployment gives
 // it and a named HTTP (8000+j) and DNS port.
-func AppPod(ns string, j int, name string) *policy.Pod {
-	return &policy.Pod{
-		TypeMeta: policy.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+func AppPod(ns string, j int, name string) *policyapi.Pod {
+	return &policyapi.Pod{
+		TypeMeta: policyapi.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
 			"app": AppName(j), "tier": fmt.Sprint(j % 3), "pod-template-hash": fmt.Sprintf("%x", 0x5f00+j),
 		}},
-		Spec: policy.PodSpec{Containers: []policy.Container{{Name: "main", Ports: []policy.ContainerPort{
+		Spec: policyapi.PodSpec{Containers: []policyapi.Container{{Name: "main", Ports: []policyapi.ContainerPort{
 			{Name: "http", ContainerPort: 8000 + int32(j)},
-			{Name: "dns", ContainerPort: 53, Protocol: policy.UDP},
+			{Name: "dns", ContainerPort: 53, Protocol: policyapi.UDP},
 		}}}},
 	}
 }
@@ -87,38 +87,38 @@ func AppPod(ns string, j int, name string) *policy.Pod {
 // AppPolicy returns the policy of app j in namespace i (named ns).
 // version changes the upper end of its port range, so that successive
 // versions differ in the rules they compile to.
-func AppPolicy(ns string, i, j, version int) *policy.NetworkPolicy {
-	udp := policy.UDP
+func AppPolicy(ns string, i, j, version int) *policyapi.NetworkPolicy {
+	udp := policyapi.UDP
 	endPort := int32(9100 + version%500)
-	np := &policy.NetworkPolicy{
-		TypeMeta:   policy.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
-		ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: "allow-" + AppName(j)},
-		Spec: policy.NetworkPolicySpec{
-			PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": AppName(j)}},
-			Ingress: []policy.IngressRule{{
-				Ports: []policy.NetworkPolicyPort{{Port: policy.FromString("http")}, {Port: policy.FromInt(9000), EndPort: &endPort}},
-				From: []policy.NetworkPolicyPeer{
-					{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"app": AppName((j + 1) % Apps)}}},
+	np := &policyapi.NetworkPolicy{
+		TypeMeta:   policyapi.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: "allow-" + AppName(j)},
+		Spec: policyapi.NetworkPolicySpec{
+			PodSelector: policyapi.LabelSelector{MatchLabels: map[string]string{"app": AppName(j)}},
+			Ingress: []policyapi.IngressRule{{
+				Ports: []policyapi.NetworkPolicyPort{{Port: policyapi.FromString("http")}, {Port: policyapi.FromInt(9000), EndPort: &endPort}},
+				From: []policyapi.NetworkPolicyPeer{
+					{PodSelector: &policyapi.LabelSelector{MatchLabels: map[string]string{"app": AppName((j + 1) % Apps)}}},
 					{
-						NamespaceSelector: &policy.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", j%Teams)}},
-						PodSelector: &policy.LabelSelector{MatchExpressions: []policy.LabelSelectorRequirement{
-							{Key: "tier", Operator: policy.OpIn, Values: []string{"0", "1"}},
+						NamespaceSelector: &policyapi.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("t%d", j%Teams)}},
+						PodSelector: &policyapi.LabelSelector{MatchExpressions: []policyapi.LabelSelectorRequirement{
+							{Key: "tier", Operator: policyapi.OpIn, Values: []string{"0", "1"}},
 						}},
 					},
 				},
 			}},
-			Egress: []policy.EgressRule{
-				{Ports: []policy.NetworkPolicyPort{{Protocol: &udp, Port: policy.FromString("dns")}}, To: []policy.NetworkPolicyPeer{{NamespaceSelector: &policy.LabelSelector{}}}},
-				{To: []policy.NetworkPolicyPeer{{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"tier": "2"}}}}},
+			Egress: []policyapi.EgressRule{
+				{Ports: []policyapi.NetworkPolicyPort{{Protocol: &udp, Port: policyapi.FromString("dns")}}, To: []policyapi.NetworkPolicyPeer{{NamespaceSelector: &policyapi.LabelSelector{}}}},
+				{To: []policyapi.NetworkPolicyPeer{{PodSelector: &policyapi.LabelSelector{MatchLabels: map[string]string{"tier": "2"}}}}},
 			},
-			PolicyTypes: []policy.PolicyType{policy.PolicyTypeIngress, policy.PolicyTypeEgress},
+			PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeIngress, policyapi.PolicyTypeEgress},
 		},
 	}
 	if j%4 == 0 {
 		// Every fourth app also talks to an external range.
-		np.Spec.Egress = append(np.Spec.Egress, policy.EgressRule{
-			Ports: []policy.NetworkPolicyPort{{Port: policy.FromInt(443)}},
-			To: []policy.NetworkPolicyPeer{{IPBlock: &policy.IPBlock{
+		np.Spec.Egress = append(np.Spec.Egress, policyapi.EgressRule{
+			Ports: []policyapi.NetworkPolicyPort{{Port: policyapi.FromInt(443)}},
+			To: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{
 				CIDR: fmt.Sprintf("172.%d.0.0/16", 16+j), Except: []string{fmt.Sprintf("172.%d.%d.0/24", 16+j, i)},
 			}}},
 		})

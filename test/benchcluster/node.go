@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"lockstep.dev/lockstep/agent/enforcer"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -17,7 +17,7 @@ const LocalEndpoints = 20
 
 // LocalPod is the k-th pod of the node under test: app k of namespace k,
 // so the policy of its app selects it.
-func LocalPod(k int) *policy.Pod {
+func LocalPod(k int) *policyapi.Pod {
 	return AppPod(NsName(k), k%Apps, fmt.Sprintf("local-%d", k))
 }
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
 // ServicePort is the port of every Service of the cluster; its target is
@@ -28,13 +28,13 @@ func (c *Cluster) AddServices() {
 		for j := range Apps {
 			n := ServiceIndex(i, j)
 			ns, app := NsName(i), AppName(j)
-			c.Services = append(c.Services, &policy.Service{
-				TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Service"},
-				ObjectMeta: policy.ObjectMeta{Namespace: ns, Name: app},
-				Spec: policy.ServiceSpec{
-					Type:      policy.ServiceTypeClusterIP,
+			c.Services = append(c.Services, &policyapi.Service{
+				TypeMeta:   policyapi.TypeMeta{APIVersion: "v1", Kind: "Service"},
+				ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: app},
+				Spec: policyapi.ServiceSpec{
+					Type:      policyapi.ServiceTypeClusterIP,
 					ClusterIP: ServiceIP(n).String(), ClusterIPs: []string{ServiceIP(n).String()},
-					Ports:    []policy.ServicePort{{Protocol: policy.TCP, Port: ServicePort, TargetPort: policy.FromString("http")}},
+					Ports:    []policyapi.ServicePort{{Protocol: policyapi.TCP, Port: ServicePort, TargetPort: policyapi.FromString("http")}},
 					Selector: map[string]string{"app": app},
 				},
 			})
@@ -50,16 +50,16 @@ func (c *Cluster) AddServices() {
 
 // AppSlice is the EndpointSlice of app j's Service in namespace i with
 // the given ready endpoints.
-func AppSlice(i, j int, addrs []netip.Addr) *policy.EndpointSlice {
+func AppSlice(i, j int, addrs []netip.Addr) *policyapi.EndpointSlice {
 	ns, app := NsName(i), AppName(j)
-	s := &policy.EndpointSlice{
-		TypeMeta:    policy.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta:  policy.ObjectMeta{Namespace: ns, Name: app + "-abcde", Labels: map[string]string{policy.ServiceNameLabel: app}},
-		AddressType: policy.AddressTypeIPv4,
-		Ports:       []policy.EndpointSlicePort{{Name: ptr(""), Protocol: ptr(policy.TCP), Port: ptr(int32(8000 + j))}},
+	s := &policyapi.EndpointSlice{
+		TypeMeta:    policyapi.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
+		ObjectMeta:  policyapi.ObjectMeta{Namespace: ns, Name: app + "-abcde", Labels: map[string]string{policyapi.ServiceNameLabel: app}},
+		AddressType: policyapi.AddressTypeIPv4,
+		Ports:       []policyapi.EndpointSlicePort{{Name: ptr(""), Protocol: ptr(policyapi.TCP), Port: ptr(int32(8000 + j))}},
 	}
 	for _, a := range addrs {
-		s.Endpoints = append(s.Endpoints, policy.SliceEndpoint{Addresses: []string{a.String()}})
+		s.Endpoints = append(s.Endpoints, policyapi.SliceEndpoint{Addresses: []string{a.String()}})
 	}
 	return s
 }
@@ -69,7 +69,7 @@ func AppSlice(i, j int, addrs []netip.Addr) *policy.EndpointSlice {
 // replaces endpoint v%Replicas with an address no other change uses (in
 // 10.3.0.0/16). cur is the slice's current endpoints' addresses; it is
 // updated.
-func ReplacedBackend(n, v int, cur []netip.Addr) *policy.EndpointSlice {
+func ReplacedBackend(n, v int, cur []netip.Addr) *policyapi.EndpointSlice {
 	if v >= 1<<16 {
 		panic(fmt.Sprintf("benchcluster: backend change %d: at most %d", v, 1<<16))
 	}

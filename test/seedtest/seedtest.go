@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 )
 
@@ -23,15 +23,15 @@ func Store(tb testing.TB) *store.Store {
 			tb.Fatal(err)
 		}
 	}
-	must(store.UpsertNamespace(txn, &policy.Namespace{ObjectMeta: policy.ObjectMeta{Name: "x"}}))
+	must(store.UpsertNamespace(txn, &policyapi.Namespace{ObjectMeta: policyapi.ObjectMeta{Name: "x"}}))
 	must(store.UpsertPod(txn, Pod("a", map[string]string{"app": "server"})))
 	must(store.UpsertPod(txn, Pod("b", map[string]string{"pod2": "yes"})))
-	must(store.UpsertPolicy(txn, &policy.NetworkPolicy{
-		ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: "allow-b"},
-		Spec: policy.NetworkPolicySpec{
-			PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-			Ingress: []policy.IngressRule{{From: []policy.NetworkPolicyPeer{{
-				PodSelector: &policy.LabelSelector{MatchExpressions: []policy.LabelSelectorRequirement{{Key: "pod2", Operator: policy.OpExists}}},
+	must(store.UpsertPolicy(txn, &policyapi.NetworkPolicy{
+		ObjectMeta: policyapi.ObjectMeta{Namespace: "x", Name: "allow-b"},
+		Spec: policyapi.NetworkPolicySpec{
+			PodSelector: policyapi.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+			Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{
+				PodSelector: &policyapi.LabelSelector{MatchExpressions: []policyapi.LabelSelectorRequirement{{Key: "pod2", Operator: policyapi.OpExists}}},
 			}}}},
 		},
 	}))
@@ -54,8 +54,8 @@ func Endpoint(name string, addr netip.Addr) *store.Endpoint {
 }
 
 // Pod is pod x/<name> with labels.
-func Pod(name string, labels map[string]string) *policy.Pod {
-	return &policy.Pod{ObjectMeta: policy.ObjectMeta{Namespace: "x", Name: name, Labels: labels}}
+func Pod(name string, labels map[string]string) *policyapi.Pod {
+	return &policyapi.Pod{ObjectMeta: policyapi.ObjectMeta{Namespace: "x", Name: name, Labels: labels}}
 }
 
 // SetPodLabels commits pod x/<name> with labels. It reports a failure

@@ -17,6 +17,7 @@ import (
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/probe/nodesim"
 )
@@ -48,14 +49,14 @@ type changeResult struct {
 
 // editPolicy is the i-th edit: the policy selecting local pod i%20 gets a
 // new port range, so that endpoint's rules change.
-func editPolicy(i int) *policy.NetworkPolicy {
+func editPolicy(i int) *policyapi.NetworkPolicy {
 	k := i % benchcluster.LocalEndpoints
 	return benchcluster.AppPolicy(benchcluster.NsName(k), k, k%benchcluster.Apps, i+1)
 }
 
 // editElsewhere is the i-th edit of a policy that selects no local pod:
 // that of the next app in local pod i%20's namespace.
-func editElsewhere(i int) *policy.NetworkPolicy {
+func editElsewhere(i int) *policyapi.NetworkPolicy {
 	k := i % benchcluster.LocalEndpoints
 	return benchcluster.AppPolicy(benchcluster.NsName(k), k, (k+1)%benchcluster.Apps, i+1)
 }
@@ -184,7 +185,7 @@ func benchEdits(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, re
 
 // benchChurn times n pod changes, end to end: pod(i) is written for even
 // i and deleted for odd i.
-func benchChurn(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, what string, n int, pod func(i int) *policy.Pod) ([]time.Duration, error) {
+func benchChurn(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, what string, n int, pod func(i int) *policyapi.Pod) ([]time.Duration, error) {
 	prog := benchkit.NewProgress(what, n, logf)
 	var out []time.Duration
 	for i := range n {
@@ -206,16 +207,16 @@ func benchChurn(ctx context.Context, st *store.Store, enf *enforcer.Enforcer, wh
 
 // churnPod is a remote pod of app i%20 of namespace i%50, an identity the
 // cluster has, at an address of its own.
-func churnPod(i int) *policy.Pod {
+func churnPod(i int) *policyapi.Pod {
 	a := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
 	p := benchcluster.AppPod(benchcluster.NsName(i%benchcluster.Namespaces), i%benchcluster.Apps, fmt.Sprintf("churn-%d", i))
-	p.Status = policy.PodStatus{Phase: "Running", PodIP: a.String(), PodIPs: []policy.PodIP{{IP: a.String()}}}
+	p.Status = policyapi.PodStatus{Phase: "Running", PodIP: a.String(), PodIPs: []policyapi.PodIP{{IP: a.String()}}}
 	return p
 }
 
 // soloPod is churnPod with an app label no other pod has: a new identity,
 // which every policy's DNS egress rule (to every namespace) picks.
-func soloPod(i int) *policy.Pod {
+func soloPod(i int) *policyapi.Pod {
 	p := churnPod(i)
 	p.Labels = map[string]string{"app": fmt.Sprintf("solo-%d", i), "tier": "1"}
 	return p

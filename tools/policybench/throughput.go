@@ -24,7 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/api"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/probe/nodesim"
 	"lockstep.dev/lockstep/test/benchcluster"
 )
@@ -104,29 +104,29 @@ type iperfPod struct {
 // a server pod, and a policy that isolates the server and allows the
 // client to reach it on TCP 5201 only.
 func throughputManifests() *benchcluster.Cluster {
-	tcp := policy.TCP
-	pod := func(name string) *policy.Pod {
-		return &policy.Pod{
-			TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-			ObjectMeta: policy.ObjectMeta{Namespace: "bench", Name: name, Labels: map[string]string{"app": name}},
+	tcp := policyapi.TCP
+	pod := func(name string) *policyapi.Pod {
+		return &policyapi.Pod{
+			TypeMeta:   policyapi.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: policyapi.ObjectMeta{Namespace: "bench", Name: name, Labels: map[string]string{"app": name}},
 		}
 	}
 	return &benchcluster.Cluster{
-		Namespaces: []*policy.Namespace{{
-			TypeMeta:   policy.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-			ObjectMeta: policy.ObjectMeta{Name: "bench"},
+		Namespaces: []*policyapi.Namespace{{
+			TypeMeta:   policyapi.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: policyapi.ObjectMeta{Name: "bench"},
 		}},
-		Pods: []*policy.Pod{pod("client"), pod("server")},
-		Policies: []*policy.NetworkPolicy{{
-			TypeMeta:   policy.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
-			ObjectMeta: policy.ObjectMeta{Namespace: "bench", Name: "allow-client"},
-			Spec: policy.NetworkPolicySpec{
-				PodSelector: policy.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
-				Ingress: []policy.IngressRule{{
-					Ports: []policy.NetworkPolicyPort{{Protocol: &tcp, Port: policy.FromInt(iperfPort)}},
-					From:  []policy.NetworkPolicyPeer{{PodSelector: &policy.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}},
+		Pods: []*policyapi.Pod{pod("client"), pod("server")},
+		Policies: []*policyapi.NetworkPolicy{{
+			TypeMeta:   policyapi.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+			ObjectMeta: policyapi.ObjectMeta{Namespace: "bench", Name: "allow-client"},
+			Spec: policyapi.NetworkPolicySpec{
+				PodSelector: policyapi.LabelSelector{MatchLabels: map[string]string{"app": "server"}},
+				Ingress: []policyapi.IngressRule{{
+					Ports: []policyapi.NetworkPolicyPort{{Protocol: &tcp, Port: policyapi.FromInt(iperfPort)}},
+					From:  []policyapi.NetworkPolicyPeer{{PodSelector: &policyapi.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}},
 				}},
-				PolicyTypes: []policy.PolicyType{policy.PolicyTypeIngress},
+				PolicyTypes: []policyapi.PolicyType{policyapi.PolicyTypeIngress},
 			},
 		}},
 	}

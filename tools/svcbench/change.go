@@ -14,7 +14,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/datapath"
 	"lockstep.dev/lockstep/agent/enforcer"
-	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/probe/nodesim"
 	"lockstep.dev/lockstep/test/benchcluster"
@@ -171,7 +171,7 @@ func newSliceChanger(c *benchcluster.Cluster) *sliceChanger {
 	return &sliceChanger{cur: map[int][]netip.Addr{}, c: c}
 }
 
-func (s *sliceChanger) next() *policy.EndpointSlice {
+func (s *sliceChanger) next() *policyapi.EndpointSlice {
 	n := (s.v * 37) % len(s.c.Services)
 	cur, ok := s.cur[n]
 	if !ok {

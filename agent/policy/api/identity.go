@@ -1,4 +1,4 @@
-package policy
+package api
 
 import (
 	"fmt"
@@ -23,32 +23,32 @@ import (
 // "default". The key is deterministic: maps are written in sorted order
 // and every string is quoted.
 func IdentityKey(ns *Namespace, pod *Pod) string {
-	return string(appendPodKey(appendNamespaceKey(nil, podNamespace(pod), ns), pod))
+	return string(AppendPodKey(AppendNamespaceKey(nil, PodNamespace(pod), ns), pod))
 }
 
-// appendNamespaceKey appends the namespace part of an identity key; the
+// AppendNamespaceKey appends the namespace part of an identity key; the
 // compiler computes it once per namespace.
-func appendNamespaceKey(b []byte, name string, ns *Namespace) []byte {
+func AppendNamespaceKey(b []byte, name string, ns *Namespace) []byte {
 	b = append(b, "ns="...)
 	b = strconv.AppendQuote(b, name)
 	b = append(b, " nsl="...)
-	return appendLabels(b, namespaceLabels(name, ns))
+	return appendLabels(b, NamespaceLabels(name, ns))
 }
 
-// appendPodKey appends the pod part of an identity key.
-func appendPodKey(b []byte, pod *Pod) []byte {
+// AppendPodKey appends the pod part of an identity key.
+func AppendPodKey(b []byte, pod *Pod) []byte {
 	b = append(b, " l="...)
 	b = appendLabels(b, pod.Labels)
 	b = append(b, " p="...)
-	for i, np := range namedPorts(pod) {
+	for i, np := range NamedPorts(pod) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendQuote(b, np.name)
+		b = strconv.AppendQuote(b, np.Name)
 		b = append(b, '/')
-		b = strconv.AppendUint(b, uint64(np.proto), 10)
+		b = strconv.AppendUint(b, uint64(np.Proto), 10)
 		b = append(b, '/')
-		b = strconv.AppendUint(b, uint64(np.port), 10)
+		b = strconv.AppendUint(b, uint64(np.Port), 10)
 	}
 	return b
 }
@@ -71,18 +71,18 @@ func appendLabels(b []byte, labels map[string]string) []byte {
 	return append(b, '}')
 }
 
-// podNamespace returns the pod's namespace, "default" when empty.
-func podNamespace(p *Pod) string {
+// PodNamespace returns the pod's namespace, "default" when empty.
+func PodNamespace(p *Pod) string {
 	if p.Namespace == "" {
 		return "default"
 	}
 	return p.Namespace
 }
 
-// namespaceLabels returns the labels of namespace name: those of ns (nil
+// NamespaceLabels returns the labels of namespace name: those of ns (nil
 // when the caller has no object) plus kubernetes.io/metadata.name. The
 // result must not be modified; it may be ns.Labels itself.
-func namespaceLabels(name string, ns *Namespace) map[string]string {
+func NamespaceLabels(name string, ns *Namespace) map[string]string {
 	if ns == nil {
 		return map[string]string{NamespaceNameLabel: name}
 	}
@@ -97,62 +97,62 @@ func namespaceLabels(name string, ns *Namespace) map[string]string {
 	return labels
 }
 
-// namedPort is one named container port, protocol numbered.
-type namedPort struct {
-	name  string
-	proto uint8
-	port  uint16
+// NamedPort is one named container port, protocol numbered.
+type NamedPort struct {
+	Name  string
+	Proto uint8
+	Port  uint16
 }
 
-// namedPorts returns the pod's named container ports, sorted and without
+// NamedPorts returns the pod's named container ports, sorted and without
 // duplicates. Ports with an unknown protocol or out-of-range number are
 // left out: nothing can match them.
-func namedPorts(p *Pod) []namedPort {
-	var out []namedPort
+func NamedPorts(p *Pod) []NamedPort {
+	var out []NamedPort
 	for _, c := range p.Spec.Containers {
 		for _, cp := range c.Ports {
 			if cp.Name == "" || cp.ContainerPort < 1 || cp.ContainerPort > 65535 {
 				continue
 			}
-			proto, err := protoNumber(cp.Protocol)
+			proto, err := cp.Protocol.Number()
 			if err != nil {
 				continue
 			}
-			out = append(out, namedPort{cp.Name, proto, uint16(cp.ContainerPort)})
+			out = append(out, NamedPort{cp.Name, proto, uint16(cp.ContainerPort)})
 		}
 	}
-	slices.SortFunc(out, func(a, b namedPort) int {
-		if c := strings.Compare(a.name, b.name); c != 0 {
+	slices.SortFunc(out, func(a, b NamedPort) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
-		if a.proto != b.proto {
-			return int(a.proto) - int(b.proto)
+		if a.Proto != b.Proto {
+			return int(a.Proto) - int(b.Proto)
 		}
-		return int(a.port) - int(b.port)
+		return int(a.Port) - int(b.Port)
 	})
 	return slices.Compact(out)
 }
 
-// resolveNamedPort returns the port numbers ports gives name under proto
+// ResolveNamedPort returns the port numbers ports gives name under proto
 // (normally one; a pod that declares a name twice yields both).
-func resolveNamedPort(ports []namedPort, name string, proto uint8) []uint16 {
+func ResolveNamedPort(ports []NamedPort, name string, proto uint8) []uint16 {
 	var out []uint16
 	for _, np := range ports {
-		if np.name == name && np.proto == proto {
-			out = append(out, np.port)
+		if np.Name == name && np.Proto == proto {
+			out = append(out, np.Port)
 		}
 	}
 	return out
 }
 
-// podAddrs returns the pod's addresses, unmapped and deduplicated: those
+// PodAddrs returns the pod's addresses, unmapped and deduplicated: those
 // of Status.PodIPs, or Status.PodIP when PodIPs is empty.
-func podAddrs(p *Pod) ([]netip.Addr, error) {
+func PodAddrs(p *Pod) ([]netip.Addr, error) {
 	var out []netip.Addr
 	add := func(s string) error {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return fmt.Errorf("pod %s/%s: address %q: %w", podNamespace(p), p.Name, s, err)
+			return fmt.Errorf("pod %s/%s: address %q: %w", PodNamespace(p), p.Name, s, err)
 		}
 		a = a.Unmap().WithZone("")
 		if !slices.Contains(out, a) {

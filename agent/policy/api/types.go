@@ -1,4 +1,4 @@
-package policy
+package api
 
 import (
 	"bytes"
@@ -235,4 +235,13 @@ func (v IntOrString) MarshalJSON() ([]byte, error) {
 		return json.Marshal(v.StrVal)
 	}
 	return json.Marshal(v.IntVal)
+}
+
+// NamespaceOrDefault is the namespace of a namespaced object: "default" when
+// it names none.
+func NamespaceOrDefault(ns string) string {
+	if ns == "" {
+		return "default"
+	}
+	return ns
 }

@@ -1,4 +1,4 @@
-package policy
+package api
 
 import (
 	"fmt"
@@ -7,11 +7,11 @@ import (
 	"strings"
 )
 
-// selector is a validated LabelSelector, ready to match. Its requirements
-// are sorted so that key() is canonical: two selectors that are written
+// Selector is a validated LabelSelector, ready to match. Its requirements
+// are sorted so that Key() is canonical: two selectors that are written
 // differently but mean the same (map order, value order) share a cache
 // entry.
-type selector struct {
+type Selector struct {
 	reqs []requirement
 }
 
@@ -21,11 +21,11 @@ type requirement struct {
 	values []string // sorted, deduplicated
 }
 
-// compileSelector validates s and returns its matcher. s must not be nil:
+// ParseSelector validates s and returns its matcher. s must not be nil:
 // what a nil selector means depends on where it appears, so the caller
 // decides (see compile.go).
-func compileSelector(s *LabelSelector) (*selector, error) {
-	sel := &selector{}
+func ParseSelector(s *LabelSelector) (*Selector, error) {
+	sel := &Selector{}
 	for k, v := range s.MatchLabels {
 		if err := validateLabelKey(k); err != nil {
 			return nil, fmt.Errorf("matchLabels: %w", err)
@@ -75,7 +75,7 @@ func compileSelector(s *LabelSelector) (*selector, error) {
 
 // matches reports whether labels satisfy every requirement. NotIn is true
 // for a missing key, as in Kubernetes.
-func (s *selector) matches(labels map[string]string) bool {
+func (s *Selector) Matches(labels map[string]string) bool {
 	for _, r := range s.reqs {
 		v, ok := labels[r.key]
 		switch r.op {
@@ -100,13 +100,24 @@ func (s *selector) matches(labels map[string]string) bool {
 	return true
 }
 
-// key returns a canonical encoding of the selector.
-func (s *selector) key() string {
+// Key returns a canonical encoding of the selector.
+func (s *Selector) Key() string {
 	var b strings.Builder
 	for _, r := range s.reqs {
 		fmt.Fprintf(&b, "%q %s %q;", r.key, r.op, r.values)
 	}
 	return b.String()
+}
+
+// Equal reports whether two selectors have the same requirements; nil
+// equals only nil.
+func (s *Selector) Equal(o *Selector) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	return slices.EqualFunc(s.reqs, o.reqs, func(x, y requirement) bool {
+		return x.key == y.key && x.op == y.op && slices.Equal(x.values, y.values)
+	})
 }
 
 func containsSorted(vals []string, v string) bool {
@@ -122,11 +133,11 @@ func (s *LabelSelector) Matches(labels map[string]string) (bool, error) {
 	if s == nil {
 		return false, nil
 	}
-	sel, err := compileSelector(s)
+	sel, err := ParseSelector(s)
 	if err != nil {
 		return false, err
 	}
-	return sel.matches(labels), nil
+	return sel.Matches(labels), nil
 }
 
 // validateLabelKey checks a Kubernetes qualified name: an optional DNS

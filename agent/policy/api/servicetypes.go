@@ -1,4 +1,4 @@
-package policy
+package api
 
 // Service is the part of a Kubernetes v1 Service that a dataplane needs to
 // translate it for pods: its ClusterIPs, ports, type, session affinity and

@@ -1,4 +1,4 @@
-package policy
+package api
 
 import (
 	"encoding/json"
@@ -83,14 +83,14 @@ func TestSelectorInvalid(t *testing.T) {
 }
 
 func TestSelectorKeyCanonical(t *testing.T) {
-	a, err := compileSelector(&LabelSelector{
+	a, err := ParseSelector(&LabelSelector{
 		MatchLabels:      map[string]string{"a": "1", "b": "2"},
 		MatchExpressions: []LabelSelectorRequirement{{Key: "c", Operator: OpIn, Values: []string{"y", "x", "y"}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := compileSelector(&LabelSelector{
+	b, err := ParseSelector(&LabelSelector{
 		MatchExpressions: []LabelSelectorRequirement{
 			{Key: "c", Operator: OpIn, Values: []string{"x", "y"}},
 			{Key: "b", Operator: OpIn, Values: []string{"2"}},
@@ -100,8 +100,8 @@ func TestSelectorKeyCanonical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.key() != b.key() {
-		t.Errorf("equivalent selectors have keys %q and %q", a.key(), b.key())
+	if a.Key() != b.Key() {
+		t.Errorf("equivalent selectors have keys %q and %q", a.Key(), b.Key())
 	}
 }
 
