@@ -23,13 +23,13 @@ import (
 )
 
 // TestProbeCommandErrors covers the errors raised before anything is
-// created.
+// created (a bad --output is the root command's, see
+// TestBadOutputOneWording).
 func TestProbeCommandErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--manifests", "x", "-o", "yaml"}, "want table or json"},
 		{[]string{"--manifests", "x", "--via", "clusterip"}, "want pod-ip, service or both"},
 		{nil, "no --manifests given"},
 	} {
