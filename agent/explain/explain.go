@@ -292,3 +292,24 @@ func familyOf(a netip.Addr) int {
 	}
 	return 6
 }
+
+// ParseQuery reads a query as `lockstep explain` takes it: --from and --to
+// (see ParseEndpoint), --port (see ParsePort) and the family (4, 6 or 0).
+func ParseQuery(from, to, port string, family int) (Query, error) {
+	var q Query
+	var err error
+	if q.From, err = ParseEndpoint(from); err != nil {
+		return Query{}, err
+	}
+	if q.To, err = ParseEndpoint(to); err != nil {
+		return Query{}, err
+	}
+	if q.Port, q.Protocol, err = ParsePort(port); err != nil {
+		return Query{}, err
+	}
+	if family != 0 && family != 4 && family != 6 {
+		return Query{}, fmt.Errorf("parse family %d: %w: want 4 or 6", family, ErrBadQuery)
+	}
+	q.Family = family
+	return q, nil
+}
