@@ -252,6 +252,8 @@ type agentAPI struct {
 	*endpoints.Service
 	*podnet.Handler
 	dataplane func() *api.DataplaneStatus
+	// st is read by Explain.
+	st *store.Store
 }
 
 // Status answers the CNI STATUS verb and `lockstep status`.

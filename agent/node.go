@@ -236,7 +236,7 @@ func (n *node) awaitPools(ctx context.Context) error {
 // serve opens the gate to the endpoint service, serves the API socket if
 // it does not yet, enables forwarding and says the agent is ready.
 func (n *node) serve(context.Context) error {
-	n.gate.open(&agentAPI{Service: n.svc, Handler: podnet.New(n.svc), dataplane: func() *api.DataplaneStatus {
+	n.gate.open(&agentAPI{Service: n.svc, Handler: podnet.New(n.svc), st: n.st, dataplane: func() *api.DataplaneStatus {
 		return dataplaneStatus(n.be, n.enf, n.cleanups, n.lastApply.Load())
 	}})
 	if err := n.serveAPI(); err != nil {

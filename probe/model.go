@@ -109,6 +109,11 @@ type Result struct {
 	// Allowed is nil when the probe could not be made; Error says why.
 	Allowed *bool  `json:"allowed"`
 	Error   string `json:"error,omitempty"`
+	// Explained is what `lockstep explain` says of the connection, allow
+	// or deny, and Reason why (see Report.Explain); empty when the report
+	// was not explained.
+	Explained string `json:"explained,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // Report is everything a probe run found.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"lockstep.dev/lockstep/agent/manifests"
 	"lockstep.dev/lockstep/test/testenv"
 )
 
@@ -95,8 +96,37 @@ func runScenario(t *testing.T, bin, dir, dataplane, family string) {
 		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
 	}
 	checkTable(t, dir, expected, rep.Table(), &progress)
+	checkExplained(t, dir, rep)
 	if expectedAfter != nil && after != nil {
 		checkTable(t, editDir, *expectedAfter, after.Table(), &progress)
+		checkExplained(t, editDir, after)
+	}
+}
+
+// checkExplained compares, cell by cell, what explain says of every
+// connection by pod address (on the manifests of dir, with the addresses
+// the pods got) with what the packets did.
+func checkExplained(t *testing.T, dir string, rep *Report) {
+	t.Helper()
+	objs, err := manifests.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Explain(SnapshotOf(objs, rep)); err != nil {
+		t.Fatal(err)
+	}
+	var packets Table
+	for _, b := range rep.Table().Blocks {
+		if !b.Service {
+			packets.Blocks = append(packets.Blocks, b)
+		}
+	}
+	if ms := CompareTables(rep.ExplainedTable(), packets); len(ms) > 0 {
+		lines := make([]string, len(ms))
+		for i, m := range ms {
+			lines[i] = "  " + strings.Replace(m.String(), "expected", "explain says", 1) + ": " + reasonOf(rep, m)
+		}
+		t.Errorf("explain disagrees with the packets on the manifests of %s in %d cells:\n%s", dir, len(ms), strings.Join(lines, "\n"))
 	}
 }
 

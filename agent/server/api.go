@@ -36,6 +36,13 @@ type Backend interface {
 	Status(context.Context) (*api.StatusResponse, error)
 }
 
+// Explainer is a Backend that also answers api.OpExplain: the agent is
+// one; a Backend that is not (a test's) answers it as an unknown
+// operation.
+type Explainer interface {
+	Explain(context.Context, api.ExplainRequest) (any, error)
+}
+
 // Timeouts and limits of the API server.
 const (
 	// RequestTimeout bounds the work the agent does for one request (its
@@ -121,7 +128,7 @@ func (s *APIServer) SetNetnsCheck(check func(*os.File) error) { s.netnsCheck = c
 
 // NewAPIServer returns a server for b.
 func NewAPIServer(b Backend, log *slog.Logger, m *Metrics) *APIServer {
-	return &APIServer{
+	s := &APIServer{
 		log:        log,
 		metrics:    m,
 		limits:     Limits{MaxConns: MaxConns, RequestTimeout: RequestTimeout},
@@ -140,6 +147,19 @@ func NewAPIServer(b Backend, log *slog.Logger, m *Metrics) *APIServer {
 			api.OpStatus:   func(ctx context.Context, _ json.RawMessage, _ *os.File) (any, error) { return b.Status(ctx) },
 		},
 	}
+	if h := explainHandler(b); h != nil {
+		s.handlers[api.OpExplain] = h
+	}
+	return s
+}
+
+// explainHandler answers api.OpExplain when b is an Explainer.
+func explainHandler(b Backend) handler {
+	e, ok := b.(Explainer)
+	if !ok {
+		return nil
+	}
+	return withBody(e.Explain)
 }
 
 // withBody adapts a typed backend call to a raw JSON body.

@@ -47,7 +47,7 @@ func newRootCmd() *cobra.Command {
 			return nil
 		},
 	}
-	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd(), newOperatorCmd(), newMountBPFFSCmd(), newUninstallCmd())
+	root.AddCommand(agentCommand(), installCNICommand(), versionCommand(), newProbeCmd(), newMapsCmd(), newMonitorCmd(), newStatusCmd(), newExplainCmd(), newOperatorCmd(), newMountBPFFSCmd(), newUninstallCmd())
 	return root
 }
 

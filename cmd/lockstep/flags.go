@@ -115,6 +115,11 @@ func addPoolCIDRFlag(cmd *cobra.Command, p *[]string, def []string) {
 	cmd.Flags().StringSliceVar(p, "pool-cidr", def, "address pool of the node's pods; repeatable, one per pool (e.g. an IPv6 one, fd00:10:244::/120)")
 }
 
+// addFamilyFlag registers --family with the subcommand's default.
+func addFamilyFlag(cmd *cobra.Command, p *string, def string) {
+	cmd.Flags().StringVar(p, "family", def, "IP family, IPv4 or IPv6: probe's to connect over (its pods get an address of each family the pools have), explain's pod addresses that ipBlocks match")
+}
+
 // addKubeconfigFlag registers --kubeconfig.
 func addKubeconfigFlag(cmd *cobra.Command, p *string) {
 	cmd.Flags().StringVar(p, "kubeconfig", "", "kubeconfig file to reach the API server (default: in-cluster config)")

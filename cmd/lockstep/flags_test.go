@@ -56,6 +56,9 @@ var differentDefaults = map[string]string{
 	// A real agent has no pool unless given one (Kubernetes mode takes
 	// them from its NodeIPAM); probe's throwaway node needs one.
 	"pool-cidr": "the agent has none, probe's throwaway node one",
+	// probe connects over one family; explain defaults to the family
+	// of the address it is given.
+	"family": "probe's IPv4, explain's the address's own",
 }
 
 // flagProblems returns what makes uses disagree: one name with two

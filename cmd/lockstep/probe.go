@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	mfs "lockstep.dev/lockstep/agent/manifests"
 	"lockstep.dev/lockstep/probe"
 )
 
@@ -20,6 +21,8 @@ func newProbeCmd() *cobra.Command {
 	var (
 		manifests string
 		output    string
+		expect    string
+		explainIt bool
 		cfg       probe.Config
 	)
 	cmd := &cobra.Command{
@@ -45,12 +48,26 @@ Service: '.' every attempt answered, 'X' none (dropped), '~' some (the
 Service has backends this pod may reach and others it may not), 'R' every
 attempt refused at once (no ready endpoint), '?' could not be probed.
 
+Every result by pod address is also judged by lockstep explain on the same
+manifests (with the addresses the pods got): -o json always carries its
+verdict ("explained") and "reason"; --explain prints one line per cell
+after the tables, with the reason, and marks a cell where explain and the
+packets disagree (a bug worth reporting).
+
+--expect FILE compares the tables with FILE, in the format probe prints
+(hand-written, or a previous run's output) or a previous run's -o json.
+FILE is read before anything is created; a malformed one is an error. The
+probe then prints the cells that differ (from, to, port, expected, got) and
+exits 1, or says "matches FILE" and exits 0: a pull request that changes a
+policy can carry the table it should give. A cell that could not be probed
+('?') matches anything.
+
 The pod annotation lockstep.dev/ip pins a pod's address, which must fall
 inside one of the --pool-cidr pools (with --family IPv6 and no IPv6 pool,
 ` + probe.DefaultPool6 + ` is added). Runs as root; the
 machine's own interfaces, routes and firewall are never touched, and
 everything the probe creates is removed when it ends, also on Ctrl-C.`,
-		Example: "  sudo lockstep probe --manifests examples/policy\n  sudo lockstep probe --manifests DIR -o json --connect-timeout 500ms\n  sudo lockstep probe --manifests DIR --via service --family IPv6",
+		Example: "  sudo lockstep probe --manifests examples/demo --explain\n  sudo lockstep probe --manifests examples/demo --expect expected.txt\n  sudo lockstep probe --manifests DIR -o json --connect-timeout 500ms\n  sudo lockstep probe --manifests DIR --via service --family IPv6",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch cfg.Via {
@@ -60,6 +77,14 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 			}
 			if manifests == "" {
 				return errors.New("no --manifests given: name a directory of Namespace, Pod and NetworkPolicy YAML")
+			}
+			var expected *probe.Table
+			if expect != "" {
+				t, err := readExpected(expect)
+				if err != nil {
+					return err
+				}
+				expected = &t
 			}
 			if os.Geteuid() != 0 {
 				return errors.New("probe creates network namespaces and veth pairs: run it as root (sudo lockstep probe ...)")
@@ -91,7 +116,23 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 			if err != nil {
 				return fmt.Errorf("probe: %w", err)
 			}
-			return writeReport(cmd.OutOrStdout(), rep, output)
+			objs, err := mfs.Load(manifests)
+			if err != nil {
+				return fmt.Errorf("explain the results: %w", err)
+			}
+			if err := rep.Explain(probe.SnapshotOf(objs, rep)); err != nil {
+				return fmt.Errorf("explain the results: %w", err)
+			}
+			if err := writeReport(cmd.OutOrStdout(), rep, output); err != nil {
+				return err
+			}
+			if explainIt && output == "table" {
+				writeReasons(cmd.OutOrStdout(), rep)
+			}
+			if expected != nil {
+				return checkExpected(cmd.ErrOrStderr(), expect, *expected, rep.Table())
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -99,7 +140,9 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 	addOutputFlag(cmd, &output)
 	addDataplaneFlag(cmd, &cfg.Dataplane)
 	addPoolCIDRFlag(cmd, &cfg.Pools, []string{probe.DefaultPool})
-	f.StringVar(&cfg.Family, "family", probe.IPv4, "the IP family to probe over: IPv4 or IPv6 (pods get an address of each family the pools have)")
+	f.StringVar(&expect, "expect", "", "compare the tables with this file (a table as probe prints it, or its -o json); differing cells exit 1")
+	f.BoolVar(&explainIt, "explain", false, "after the tables, print every cell with the reason lockstep explain gives (-o json always has it)")
+	addFamilyFlag(cmd, &cfg.Family, probe.IPv4)
 	f.DurationVar(&cfg.Timeout, "connect-timeout", probe.DefaultTimeout, "how long one connection attempt may take before it counts as denied")
 	// --timeout was --connect-timeout's name before status's --timeout
 	// (how long to wait for the agent) gave the name its one meaning.

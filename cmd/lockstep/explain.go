@@ -1,0 +1,193 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/agent/endpoints"
+	"lockstep.dev/lockstep/agent/explain"
+	"lockstep.dev/lockstep/agent/manifests"
+	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	"lockstep.dev/lockstep/probe"
+)
+
+func newExplainCmd() *cobra.Command {
+	var (
+		from, to, port      string
+		dir, socket, output string
+		family              string
+		timeout             time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "explain --from NS/POD|CIDR --to NS/POD|CIDR --port PORT[/PROTO]",
+		Short: "Say which NetworkPolicy rule allows a connection, or that none does",
+		Long: `Explain one connection by name, from the committed state: for the source's
+egress and the destination's ingress, whether that pod is isolated, which
+NetworkPolicies select it, and which rule allows the connection (policy,
+direction and rule index, e.g. "default/allow-web ingress[1]") or that none
+does ("default deny"). A side is allowed when its pod is not isolated; an
+address outside the cluster (--from or --to as an address or a CIDR) has
+no policy of its own. The connection is allowed when both sides are.
+
+--port is PORT or PORT/PROTO, PROTO tcp (the default), udp or sctp. A named
+port in a policy resolves on the destination pod's containers. An address
+that belongs to a pod is that pod. --to may not be a Service's ClusterIP:
+policy judges the backend pod that receives the connection, so name it.
+ipBlocks match the pods' addresses of --family, IPv4 or IPv6 (default:
+the family of the address given, else each pod's first address).
+
+On a node it asks the agent on --socket, which judges one read of its
+store. With --manifests DIR it judges that directory as the standalone
+agent and lockstep probe load it, needs neither root nor an agent, and
+takes the pods' addresses from their lockstep.dev/ip annotation or status
+(a pod without one matches no ipBlock).
+
+-o table (default), json or yaml (the same fields). The exit status is 0
+whatever the verdict; it is 1 when the question cannot be answered.`,
+		Example: `  lockstep explain --manifests examples/policy --from demo/client --to demo/web --port 80
+  lockstep explain --from default/frontend --to 203.0.113.7 --port 443/tcp -o json
+  sudo lockstep explain --from 10.244.0.12 --to kube-system/coredns-abc --port 53/udp`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if from == "" || to == "" || port == "" {
+				return errors.New("explain needs --from, --to and --port, e.g. --from default/client --to default/web --port 80/tcp")
+			}
+			fam, err := familyNumber(family)
+			if err != nil {
+				return err
+			}
+			q, err := explain.ParseQuery(from, to, port, fam)
+			if err != nil {
+				return err
+			}
+			var res *explain.Result
+			if dir != "" {
+				snap, err := manifestSnapshot(dir)
+				if err != nil {
+					return err
+				}
+				if res, err = explain.Explain(snap, q); err != nil {
+					return err
+				}
+			} else {
+				c := api.NewClient(socket, timeout)
+				defer c.Close()
+				res = &explain.Result{}
+				if err := c.Explain(cmd.Context(), api.ExplainRequest{From: from, To: to, Port: port, Family: fam}, res); err != nil {
+					return fmt.Errorf("ask the agent on %s to explain: %w (without an agent, use --manifests DIR)", socket, err)
+				}
+			}
+			return writeExplanation(cmd.OutOrStdout(), res, output)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&from, "from", "", "the source: NAMESPACE/POD, an address or a CIDR")
+	f.StringVar(&to, "to", "", "the destination: NAMESPACE/POD, an address or a CIDR")
+	f.StringVar(&port, "port", "", "the destination port: PORT or PORT/PROTO (tcp, udp or sctp; default tcp)")
+	addFamilyFlag(cmd, &family, "")
+	f.DurationVar(&timeout, "timeout", api.DefaultTimeout, "how long to wait for the agent")
+	addManifestsFlag(cmd, &dir)
+	addSocketFlag(cmd, &socket)
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+// manifestSnapshot loads dir as the standalone agent does; a pod without
+// an address in its status gets the ones its lockstep.dev/ip annotation
+// pins, which the agent would give it.
+func manifestSnapshot(dir string) (*policy.Snapshot, error) {
+	objs, err := manifests.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	snap := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Policies: objs.Policies, Services: objs.Services}
+	for _, p := range objs.Pods {
+		if text, ok := p.Annotations[endpoints.PinnedIPAnnotation]; ok && p.Status.PodIP == "" && len(p.Status.PodIPs) == 0 {
+			pins, err := endpoints.ParsePins(text)
+			if err != nil {
+				return nil, fmt.Errorf("pod %s/%s: annotation %s: %w", p.Namespace, p.Name, endpoints.PinnedIPAnnotation, err)
+			}
+			c := *p
+			for _, a := range pins {
+				if a.IsValid() {
+					c.Status.PodIPs = append(c.Status.PodIPs, policyapi.PodIP{IP: a.String()})
+				}
+			}
+			p = &c
+		}
+		snap.Pods = append(snap.Pods, p)
+	}
+	return snap, nil
+}
+
+func writeExplanation(w io.Writer, res *explain.Result, output string) error {
+	if output != outputTable {
+		return writeStructured(w, output, res)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Connection:\t%s -> %s on %d/%s\n", partyText(res.From), partyText(res.To), res.Port, res.Protocol)
+	fmt.Fprintf(tw, "Verdict:\t%s\n", strings.ToUpper(res.Verdict))
+	for _, sd := range []explain.Side{res.Egress, res.Ingress} {
+		fmt.Fprintf(tw, "%s of %s:\n", capitalise(sd.Direction), sd.Endpoint)
+		if sd.External {
+			fmt.Fprintf(tw, "  Verdict:\t%s: %s\n", sd.Verdict, sd.Reason)
+			continue
+		}
+		isolated := "no"
+		if sd.Isolated {
+			isolated = "yes"
+		}
+		fmt.Fprintf(tw, "  Isolated:\t%s\n", isolated)
+		fmt.Fprintf(tw, "  Policies:\t%s\n", listOrNone(sd.Policies))
+		for _, f := range sd.FailedPolicies {
+			fmt.Fprintf(tw, "  Failing closed:\t%s: %s\n", f.Policy, f.Reason)
+		}
+		if sd.Isolated {
+			fmt.Fprintf(tw, "  Allowed by:\t%s\n", listOrNone(sd.AllowedBy))
+		}
+		fmt.Fprintf(tw, "  Verdict:\t%s: %s\n", sd.Verdict, sd.Reason)
+	}
+	return tw.Flush()
+}
+
+func partyText(p explain.Party) string {
+	if p.Pod != "" && p.Address != "" {
+		return p.Pod + " (" + p.Address + ")"
+	}
+	return p.String()
+}
+
+func capitalise(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func listOrNone(items []string) string {
+	if len(items) == 0 {
+		return "none"
+	}
+	return strings.Join(items, ", ")
+}
+
+// familyNumber maps --family to the IP version explain takes (0: none given).
+func familyNumber(f string) (int, error) {
+	switch f {
+	case "":
+		return 0, nil
+	case probe.IPv4:
+		return 4, nil
+	case probe.IPv6:
+		return 6, nil
+	}
+	return 0, fmt.Errorf("parse --family %q: want IPv4 or IPv6", f)
+}
