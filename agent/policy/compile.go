@@ -289,7 +289,8 @@ func (c *compiler) identity(ns string, pod *Pod) (*identInfo, error) {
 // a failed policy selects it for, or whose rules need more port ranges
 // than a key holds, has no rule at all (see EndpointPolicy.Failed).
 func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
-	ep := &EndpointPolicy{IPv4: le.IPv4.Unmap(), IPv6: le.IPv6, Rules: make(map[RuleKey][]PortRange)}
+	ep := &EndpointPolicy{IPv4: le.IPv4.Unmap(), IPv6: le.IPv6, Rules: make(map[RuleKey][]PortRange),
+		Origins: make(map[RuleKey]RuleOrigin)}
 	pod := c.pods[le.Namespace+"/"+le.PodName]
 	if pod == nil {
 		return ep // unknown pod: not isolated, see Compile
@@ -312,8 +313,8 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 			continue
 		}
 		for _, cp := range selecting[d] {
-			for _, r := range cp.rules[d] {
-				c.addRule(ep.Rules, d, cp, r, local)
+			for i := range cp.rules[d] {
+				c.addRuleOrigin(ep, d, cp, i, local)
 			}
 		}
 	}
@@ -345,6 +346,7 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 		for k := range ep.Rules {
 			if k.Dir == Direction(d) {
 				delete(ep.Rules, k)
+				delete(ep.Origins, k)
 			}
 		}
 	}

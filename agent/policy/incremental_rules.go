@@ -29,6 +29,7 @@ type ruleState struct {
 	peers  []*selPeer // the rule's selector peers, while the policy is active
 	named  bool       // an egress rule with a named port
 	cache  *ruleCache // what addRule gave, shared with an equal rule it replaced
+	origin RuleOrigin // what its entries' origins say
 }
 
 // all reports whether the rule has no peers: it allows every peer.
@@ -174,8 +175,9 @@ func (st *state) activate(ps *policyState) {
 		if !ps.cp.applies[d] {
 			continue
 		}
-		for _, cr := range ps.cp.rules[d] {
+		for i, cr := range ps.cp.rules[d] {
 			r := &ruleState{policy: ps, dir: d, r: cr}
+			r.origin = ps.cp.origin(d, i)
 			for _, peer := range cr.peers {
 				if peer.block != nil {
 					r.blocks = append(r.blocks, peer.block)
