@@ -88,6 +88,8 @@ type Datapath struct {
 	counters       *ebpf.Map
 	events         *ebpf.Map
 	innerSpec      *ebpf.MapSpec
+	// rules names the rule ids the policy map values carry.
+	rules ruleTable
 
 	mu       sync.Mutex
 	attached map[string]int // host veth name → ifindex
