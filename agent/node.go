@@ -56,6 +56,8 @@ type node struct {
 	svc *endpoints.Service
 	// lastApply is when the enforcer last applied, in Unix nanoseconds.
 	lastApply atomic.Int64
+	// verdicts serves `lockstep monitor` once the eBPF dataplane loads.
+	verdicts verdictMonitor
 }
 
 // mode is what differs between standalone and Kubernetes mode, at each
@@ -158,6 +160,9 @@ func (n *node) openDataplane(ctx context.Context) error {
 		return err
 	}
 	n.be = be
+	if dp, ok := be.dp.(ebpfDataplane); ok {
+		n.verdicts.start(dp, n.st, n)
+	}
 	keep, err := n.masq.open(ctx, be)
 	if err != nil {
 		return err
@@ -276,6 +281,7 @@ func (n *node) serveAPI() error {
 		return err
 	}
 	apiSrv := server.NewAPIServer(n.gate, n.log, n.metrics)
+	apiSrv.SetMonitor(n.verdicts.serve)
 	go func() { n.errc <- apiSrv.Serve(lis) }()
 	n.apiSrv = apiSrv
 	return nil

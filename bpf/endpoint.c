@@ -71,7 +71,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	struct state *st;
 	struct pkt p = {};
 	struct ct_key k;
-	__u32 parity, o = 0;
+	__u32 parity, o = 0, rule = 0;
 	__u8 flags, isolated, from_node, reason = REASON_ALLOWED_NEW;
 	__u64 now = 0;
 	__u16 n;
@@ -163,7 +163,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if (isolated) {
 		remote_lookup(dir == DIR_EGRESS ? &p.daddr : &p.saddr, parity, &r);
 		if (!policy_allows(ifindex, parity, dir, &p, &r,
-				   flags & (dir == DIR_INGRESS ? EP_INGRESS_NO_ANY : EP_EGRESS_NO_ANY)))
+				   flags & (dir == DIR_INGRESS ? EP_INGRESS_NO_ANY : EP_EGRESS_NO_ANY), &rule))
 			return verdict(skb, dir, VERDICT_DROP,
 				       dir == DIR_INGRESS ? REASON_POLICY_INGRESS : REASON_POLICY_EGRESS,
 				       &p, r.identity);
@@ -175,7 +175,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 			return verdict(skb, dir, VERDICT_DROP, REASON_CT_SHARE, &p, r.identity);
 		ct_create(&k, o, dir, &p, now);
 	}
-	return verdict(skb, dir, VERDICT_ALLOW, reason, &p, r.identity);
+	return verdict_rule(skb, dir, VERDICT_ALLOW, reason, &p, r.identity, rule);
 }
 
 SEC("tc")

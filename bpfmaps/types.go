@@ -68,7 +68,7 @@ const (
 	IngressIsolated uint8 = 1 << 0
 	EgressIsolated  uint8 = 1 << 1
 	// IngressNoAny and EgressNoAny say that no rule of the direction
-	// allows every peer (policy.PeerAny), so the dataplane skips that
+	// allows every peer (policyapi.PeerAny), so the dataplane skips that
 	// lookup. A clear bit is always safe: it only costs the lookup.
 	IngressNoAny uint8 = 1 << 2
 	EgressNoAny  uint8 = 1 << 3
@@ -152,8 +152,12 @@ type PortRange struct {
 // PolicyValue mirrors struct policy_value: the port ranges of a PolicyKey
 // (NRanges&0xffff of them) and RuleMore.
 type PolicyValue struct {
-	NRanges uint32                   `json:"nranges"`
-	Ranges  [MaxPortRanges]PortRange `json:"-"`
+	NRanges uint32 `json:"nranges"`
+	// Rule is the id the agent gave the policy rule that allowed the key
+	// (chunk 0 only; 0: unknown). The programs copy it into the
+	// Event of a connection they allow and never decide by it.
+	Rule   uint32                   `json:"rule,omitempty"`
+	Ranges [MaxPortRanges]PortRange `json:"-"`
 }
 
 // IPCacheValue mirrors struct ipcache_value: the value of lockstep_ipcache,
@@ -416,6 +420,10 @@ type Event struct {
 	Peer    uint32 `json:"peer"`
 	Saddr   Addr   `json:"saddr"`
 	Daddr   Addr   `json:"daddr"`
+	// Rule is the PolicyValue.Rule of the entry that allowed the
+	// packet, 0 when no rule did (a drop, or a direction no policy
+	// isolates).
+	Rule uint32 `json:"rule"`
 }
 
 // Verdicts of Event.Verdict.

@@ -36,6 +36,10 @@ const (
 	OpGet      = "get"
 	OpGC       = "gc"
 	OpStatus   = "status"
+	// OpMonitor subscribes the connection to verdict events: the agent
+	// answers with one empty Response, then writes one Verdict line per
+	// event until the client closes the connection (see Verdict).
+	OpMonitor = "monitor"
 )
 
 // MaxFDs is how many descriptors one request may carry: the pod's

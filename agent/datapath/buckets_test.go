@@ -37,7 +37,7 @@ func TestBucketedRulesAllowWhatTheRuleAllows(t *testing.T) {
 			rs = append(rs, policy.PortRange{Lo: uint16(lo), Hi: uint16(hi)})
 			next = hi + 2 // never adjacent
 		}
-		keys, vals, err := appendEntries(nil, nil, k, rs)
+		keys, vals, err := appendEntries(nil, nil, k, rs, 0)
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}

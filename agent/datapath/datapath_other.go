@@ -81,3 +81,11 @@ func (d *Datapath) Stats() (map[string]int, error) { return nil, errUnsupported(
 
 // Close does nothing.
 func (d *Datapath) Close() error { return nil }
+
+// Events reports that the eBPF dataplane is Linux-only.
+func (d *Datapath) Events() (*bpfmaps.EventReader, error) {
+	return nil, errUnsupported("read verdict events")
+}
+
+// RuleOrigin knows no rule: the eBPF dataplane is Linux-only.
+func (d *Datapath) RuleOrigin(uint32) (policy.RuleOrigin, bool) { return policy.RuleOrigin{}, false }

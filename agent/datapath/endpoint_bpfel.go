@@ -122,6 +122,7 @@ type endpointEvent struct {
 	Peer    uint32
 	Saddr   endpointV6addr
 	Daddr   endpointV6addr
+	Rule    uint32
 }
 
 type endpointIpcacheValue struct {
@@ -147,6 +148,7 @@ type endpointPolicyOuterKey struct {
 type endpointPolicyValue struct {
 	_       structs.HostLayout
 	Nranges uint32
+	Rule    uint32
 	Ranges  [16]struct {
 		_  structs.HostLayout
 		Lo uint16

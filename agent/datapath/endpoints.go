@@ -96,7 +96,7 @@ func flagsOf(ep *policy.EndpointPolicy) uint8 {
 }
 
 // hasAnyPeerRule reports whether ep has a rule of dir for every peer
-// (policy.PeerAny), on any protocol.
+// (policyapi.PeerAny), on any protocol.
 func hasAnyPeerRule(ep *policy.EndpointPolicy, dir policyapi.Direction) bool {
 	for _, proto := range []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.ProtoSCTP, policyapi.ProtoOther} {
 		if _, ok := ep.Rules[policy.RuleKey{Peer: policyapi.PeerAny, Dir: dir, Proto: proto}]; ok {
@@ -137,7 +137,7 @@ func (d *Datapath) writeRules(e *epEntry, ep *policy.EndpointPolicy, p, q int) (
 		return nil, nil
 	}
 	if im != nil && im.known && fits(im.capacity, ruleEntries(ep.Rules)) {
-		n, err := updateInner(im, ep.Rules)
+		n, err := updateInner(im, ep.Rules, ep.Origins, &d.rules)
 		d.stats.entries += n
 		if err != nil {
 			e.src[q] = nil
@@ -146,13 +146,13 @@ func (d *Datapath) writeRules(e *epEntry, ep *policy.EndpointPolicy, p, q int) (
 		e.src[q] = ep
 		return nil, nil
 	}
-	nim, err := d.newInner(ep.Rules)
+	nim, err := d.newInner(ep.Rules, ep.Origins)
 	if err != nil {
 		return nil, err
 	}
 	ws := []outerWrite{{e: e, parity: q, im: nim, src: ep}}
 	if e.inner[p] == nil {
-		empty, err := d.newInner(nil)
+		empty, err := d.newInner(nil, nil)
 		if err != nil {
 			nim.close()
 			return nil, err
@@ -218,31 +218,35 @@ func fits(capacity, n int) bool {
 	return n <= capacity && capacity <= 8*innerCapacity(n)
 }
 
-// updateInner rewrites im in place to hold rules: deletes first, so the
-// map never holds more than the larger of the two sets, then the entries
-// that are new or differ. It returns how many entries it wrote or deleted;
-// on error what im holds is unknown.
-func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange) (int, error) {
+// updateInner rewrites im in place to hold rules, each key with the id
+// of its origin in t: deletes first, so the map never holds more than the
+// larger of the two sets, then the entries that are new or differ. It
+// returns how many entries it wrote or deleted; on error what im holds is
+// unknown.
+func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, origins map[policy.RuleKey]policy.RuleOrigin, t *ruleTable) (int, error) {
 	var keys []bpfmaps.PolicyKey
 	var vals []bpfmaps.PolicyValue
 	var del []bpfmaps.PolicyKey
+	ids := make(map[policy.RuleKey]uint32, len(rules))
 	kept := 0 // keys of im.rules that rules has
 	for k, ranges := range rules {
+		id := t.idOf(origins, k)
+		ids[k] = id
 		old, ok := im.rules[k]
 		if ok {
 			kept++
-			if slices.Equal(old, ranges) {
+			if slices.Equal(old, ranges) && im.ids[k] == id {
 				continue
 			}
 		}
 		start := len(keys)
 		var err error
-		if keys, vals, err = appendEntries(keys, vals, k, ranges); err != nil {
+		if keys, vals, err = appendEntries(keys, vals, k, ranges, id); err != nil {
 			return 0, err
 		}
 		if ok && (len(old) > bpfmaps.MaxPortRanges || len(ranges) > bpfmaps.MaxPortRanges) {
 			// The chunks of the old ranges that the new ones lack go.
-			oldKeys, _, _ := appendEntries(nil, nil, k, old)
+			oldKeys, _, _ := appendEntries(nil, nil, k, old, 0)
 			for _, ok := range oldKeys {
 				if !slices.Contains(keys[start:], ok) {
 					del = append(del, ok)
@@ -253,7 +257,7 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange) (int
 	if kept < len(im.rules) {
 		for k, old := range im.rules {
 			if _, ok := rules[k]; !ok {
-				oldKeys, _, _ := appendEntries(nil, nil, k, old)
+				oldKeys, _, _ := appendEntries(nil, nil, k, old, 0)
 				del = append(del, oldKeys...)
 			}
 		}
@@ -265,7 +269,7 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange) (int
 	if err := putAll(im.m, keys, vals); err != nil {
 		return len(del) + len(keys), fmt.Errorf("write inner policy map: %w", err)
 	}
-	im.rules, im.known = rules, true
+	im.rules, im.ids, im.known = rules, ids, true
 	return len(del) + len(keys), nil
 }
 
@@ -289,13 +293,14 @@ func ruleEntries(rules map[policy.RuleKey][]policy.PortRange) int {
 // appendEntries appends the entries of rule k (see bpfmaps.PolicyKey):
 // one for at most bpfmaps.MaxPortRanges ranges, else chunk 0 and one per
 // bucket that has ranges. The ranges are sorted, disjoint and not
-// adjacent, as the compiler leaves them.
-func appendEntries(keys []bpfmaps.PolicyKey, vals []bpfmaps.PolicyValue, k policy.RuleKey, ranges []policy.PortRange) ([]bpfmaps.PolicyKey, []bpfmaps.PolicyValue, error) {
+// adjacent, as the compiler leaves them. Chunk 0 carries rule, the id of
+// the key's origin (see ruleTable).
+func appendEntries(keys []bpfmaps.PolicyKey, vals []bpfmaps.PolicyValue, k policy.RuleKey, ranges []policy.PortRange, rule uint32) ([]bpfmaps.PolicyKey, []bpfmaps.PolicyValue, error) {
 	if len(ranges) > policy.MaxPortRanges {
 		return keys, vals, fmt.Errorf("rule %+v has %d port ranges: %w (at most %d)", k, len(ranges), ErrTooManyRanges, policy.MaxPortRanges)
 	}
 	value := func(part []policy.PortRange) bpfmaps.PolicyValue {
-		v := bpfmaps.PolicyValue{NRanges: uint32(len(part))}
+		v := bpfmaps.PolicyValue{NRanges: uint32(len(part)), Rule: rule}
 		for i, r := range part {
 			v.Ranges[i] = bpfmaps.PortRange{Lo: r.Lo, Hi: r.Hi}
 		}
@@ -306,7 +311,7 @@ func appendEntries(keys []bpfmaps.PolicyKey, vals []bpfmaps.PolicyValue, k polic
 	}
 	shift := bucketShift(ranges)
 	keys = append(keys, policyKey(k, 0))
-	vals = append(vals, bpfmaps.PolicyValue{NRanges: bpfmaps.RuleBucketed | uint32(shift)<<16})
+	vals = append(vals, bpfmaps.PolicyValue{NRanges: bpfmaps.RuleBucketed | uint32(shift)<<16, Rule: rule})
 	for _, b := range buckets(ranges, shift) {
 		keys, vals = append(keys, policyKey(k, 1+b.n)), append(vals, value(b.ranges))
 	}
@@ -363,14 +368,17 @@ func bucketShift(ranges []policy.PortRange) int {
 	return bpfmaps.MinBucketShift
 }
 
-// newInner creates an inner policy map holding rules, sized by
-// innerCapacity.
-func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange) (*innerMap, error) {
+// newInner creates an inner policy map holding rules, each key with the
+// id of its origin, sized by innerCapacity.
+func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange, origins map[policy.RuleKey]policy.RuleOrigin) (*innerMap, error) {
 	keys := make([]bpfmaps.PolicyKey, 0, len(rules))
 	vals := make([]bpfmaps.PolicyValue, 0, len(rules))
+	ids := make(map[policy.RuleKey]uint32, len(rules))
 	for k, ranges := range rules {
+		id := d.rules.idOf(origins, k)
+		ids[k] = id
 		var err error
-		if keys, vals, err = appendEntries(keys, vals, k, ranges); err != nil {
+		if keys, vals, err = appendEntries(keys, vals, k, ranges, id); err != nil {
 			return nil, err
 		}
 	}
@@ -387,7 +395,7 @@ func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange) (*inner
 		im.Close()
 		return nil, fmt.Errorf("fill inner policy map: %w", err)
 	}
-	return &innerMap{m: im, rules: rules, known: true, capacity: capacity}, nil
+	return &innerMap{m: im, rules: rules, ids: ids, known: true, capacity: capacity}, nil
 }
 
 // removeEndpoints deletes every map entry of es (after the flip). The

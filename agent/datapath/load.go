@@ -88,6 +88,8 @@ type Datapath struct {
 	counters       *ebpf.Map
 	events         *ebpf.Map
 	innerSpec      *ebpf.MapSpec
+	// rules names the rule ids the policy map values carry.
+	rules ruleTable
 
 	mu       sync.Mutex
 	attached map[string]int // host veth name → ifindex
@@ -243,12 +245,34 @@ func dropIncompatiblePin(pinRoot string, ms *ebpf.MapSpec, log *slog.Logger) (bo
 		return false, err
 	}
 	cerr := ms.Compatible(m)
+	if cerr == nil && ms.InnerMap != nil {
+		cerr = innerFits(m, ms.InnerMap)
+	}
 	m.Close()
 	if cerr == nil {
 		return false, nil
 	}
 	log.Warn("replacing incompatible pinned map", "map", ms.Name, "err", cerr)
 	return true, os.Remove(path)
+}
+
+// innerFits checks that an inner map made from spec fits the pinned
+// outer map m, at ifindex 0, which no device has. Before the programs
+// load: the verifier checks them against the inner map template the
+// pinned outer map was made with, so an outer map from an agent with
+// another policy value layout fails the load rather than the probe after
+// it.
+func innerFits(m *ebpf.Map, spec *ebpf.MapSpec) error {
+	inner, err := ebpf.NewMap(spec)
+	if err != nil {
+		return fmt.Errorf("create inner policy map: %w", err)
+	}
+	defer inner.Close()
+	key := bpfmaps.PolicyOuterKey{Ifindex: 0, Parity: 0}
+	if err := m.Put(key, uint32(inner.FD())); err != nil {
+		return fmt.Errorf("inner maps of this agent do not fit: %w", err)
+	}
+	return m.Delete(key)
 }
 
 // probeInnerCompat checks that inner maps made from this object's template

@@ -111,6 +111,7 @@ type epEntry struct {
 type innerMap struct {
 	m        *ebpf.Map
 	rules    map[policy.RuleKey][]policy.PortRange // what m holds, when known
+	ids      map[policy.RuleKey]uint32             // the rule ids m holds, when known
 	known    bool
 	capacity int // m's max_entries
 }

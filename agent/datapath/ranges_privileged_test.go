@@ -72,7 +72,7 @@ func TestPrivilegedManyPortRanges(t *testing.T) {
 			checkVerdicts(t, d, cases)
 		})
 	}
-	if _, _, err := appendEntries(nil, nil, policy.RuleKey{}, make([]policy.PortRange, policy.MaxPortRanges+1)); err == nil {
+	if _, _, err := appendEntries(nil, nil, policy.RuleKey{}, make([]policy.PortRange, policy.MaxPortRanges+1), 0); err == nil {
 		t.Errorf("a rule of %d ranges: no error, want %v", policy.MaxPortRanges+1, ErrTooManyRanges)
 	}
 }

@@ -249,7 +249,7 @@ func (d *Datapath) settleIdle() error {
 		if !im.known || !fits(im.capacity, ruleEntries(ep.Rules)) {
 			continue
 		}
-		n, err := updateInner(im, ep.Rules)
+		n, err := updateInner(im, ep.Rules, ep.Origins, &d.rules)
 		d.settler.entries += n
 		if err != nil {
 			e.src[idle] = nil

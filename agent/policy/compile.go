@@ -293,7 +293,8 @@ func (c *compiler) identity(ns string, pod *policyapi.Pod) (*identInfo, error) {
 // a failed policy selects it for, or whose rules need more port ranges
 // than a key holds, has no rule at all (see EndpointPolicy.Failed).
 func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
-	ep := &EndpointPolicy{IPv4: le.IPv4.Unmap(), IPv6: le.IPv6, Rules: make(map[RuleKey][]PortRange)}
+	ep := &EndpointPolicy{IPv4: le.IPv4.Unmap(), IPv6: le.IPv6, Rules: make(map[RuleKey][]PortRange),
+		Origins: make(map[RuleKey]RuleOrigin)}
 	pod := c.pods[le.Namespace+"/"+le.PodName]
 	if pod == nil {
 		return ep // unknown pod: not isolated, see Compile
@@ -316,8 +317,8 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 			continue
 		}
 		for _, cp := range selecting[d] {
-			for _, r := range cp.Rules[d] {
-				c.addRule(ep.Rules, d, cp, r, local)
+			for i := range cp.Rules[d] {
+				c.addRuleOrigin(ep, d, cp, i, local)
 			}
 		}
 	}
@@ -349,6 +350,7 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 		for k := range ep.Rules {
 			if k.Dir == policyapi.Direction(d) {
 				delete(ep.Rules, k)
+				delete(ep.Origins, k)
 			}
 		}
 	}

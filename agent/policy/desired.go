@@ -56,6 +56,10 @@ type EndpointPolicy struct {
 	// owners it tells (a node must not report every failed policy of the
 	// cluster). Nil when none. It is for reporting: dataplanes ignore it.
 	FailedPolicies []string
+	// Origins names, for every key of Rules, the policy rule that allowed
+	// it (see [RuleOrigin]), so that a dataplane can report which rule
+	// decided a packet. Never nil; like Rules, a new map when it changed.
+	Origins map[RuleKey]RuleOrigin
 }
 
 // AddrEntry is what the dataplane knows about one pod address.

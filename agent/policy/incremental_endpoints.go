@@ -159,15 +159,24 @@ func (st *state) computeFull(e *endpointState) {
 		}
 		for _, ps := range e.sel[d] {
 			for _, r := range ps.rules[d] {
+				st.rb.origin = &r.origin
 				st.addRuleCached(&st.rb, r, e.local)
 			}
 		}
 	}
+	st.rb.origin = nil
 	var old map[RuleKey][]PortRange
+	var oldOrigins map[RuleKey]RuleOrigin
 	if e.out != nil {
-		old = e.out.Rules
+		old, oldOrigins = e.out.Rules, e.out.Origins
 	}
 	rules, changed := st.rb.rebuild(old, &e.patches)
+	origins := st.rb.origins()
+	if oldOrigins != nil && maps.Equal(origins, oldOrigins) {
+		origins = oldOrigins
+	} else {
+		changed = true
+	}
 	for d, o := range st.rb.over {
 		if o.n > 0 {
 			failed[d] = e.tooMany(o)
@@ -177,6 +186,7 @@ func (st *state) computeFull(e *endpointState) {
 		IPv4: e.le.IPv4.Unmap(), IPv6: e.le.IPv6,
 		IngressIsolated: len(e.sel[policyapi.Ingress]) > 0, EgressIsolated: len(e.sel[policyapi.Egress]) > 0,
 		Rules: rules, Failed: failed, FailedPolicies: e.failedPolicies(),
+		Origins: origins,
 	}
 	// Rules that did not change are e.out's very map (and a first
 	// computation always changes them): only the rest needs comparing.
@@ -203,36 +213,44 @@ func (st *state) computePeers(e *endpointState) {
 		for d := range e.sel {
 			for _, ps := range e.sel[d] {
 				for _, r := range ps.rules[d] {
+					st.rb.origin = &r.origin
 					st.addPeerRule(&st.rb, r, x, e.local)
 				}
 			}
 		}
 	}
+	st.rb.origin = nil
 	fresh := st.rb.build()
+	freshOrigins := st.rb.origins()
 	if st.rb.over != [2]overKey{} {
 		st.computeFull(e)
 		return
 	}
-	old := e.out.Rules
+	old, oldOrigins := e.out.Rules, e.out.Origins
 	changed := false
 	e.eachPeerKey(func(k RuleKey) {
 		a, inOld := old[k]
 		b, inNew := fresh[k]
-		changed = changed || inOld != inNew || !slices.Equal(a, b)
+		changed = changed || inOld != inNew || !slices.Equal(a, b) || oldOrigins[k] != freshOrigins[k]
 	})
 	if !changed {
 		return
 	}
-	rules := maps.Clone(old)
+	rules, origins := maps.Clone(old), maps.Clone(oldOrigins)
 	e.eachPeerKey(func(k RuleKey) {
 		if rs, ok := fresh[k]; ok {
 			rules[k] = rs
 		} else {
 			delete(rules, k)
 		}
+		if o, ok := freshOrigins[k]; ok {
+			origins[k] = o
+		} else {
+			delete(origins, k)
+		}
 	})
 	ep := *e.out
-	ep.Rules = rules
+	ep.Rules, ep.Origins = rules, origins
 	e.out = &ep
 	st.epsChanged = true
 }

@@ -33,6 +33,7 @@ type ruleState struct {
 	peers  []*selPeer // the rule's selector peers, while the policy is active
 	named  bool       // an egress rule with a named port
 	cache  *ruleCache // what addRule gave, shared with an equal rule it replaced
+	origin RuleOrigin // what its entries' origins say
 }
 
 // all reports whether the rule has no peers: it allows every peer.
@@ -178,8 +179,9 @@ func (st *state) activate(ps *policyState) {
 		if !ps.cp.Applies[d] {
 			continue
 		}
-		for _, cr := range ps.cp.Rules[d] {
+		for i, cr := range ps.cp.Rules[d] {
 			r := &ruleState{policy: ps, dir: d, r: cr}
+			r.origin = ruleOrigin(ps.cp, d, i)
 			for _, peer := range cr.Peers {
 				if peer.Block != nil {
 					r.blocks = append(r.blocks, peer.Block)

@@ -26,18 +26,23 @@ type ruleBuilder struct {
 	// over is, by direction, the first key of the last build that needs
 	// more than MaxPortRanges ranges (n == 0: none).
 	over [2]overKey
+	// origin is the rule the entries added now come from (see
+	// RuleOrigin); nil leaves theirs unknown.
+	origin *RuleOrigin
 }
 
 // ruleEnt is one entry; hi and lo order it by key, then range.
 type ruleEnt struct {
 	hi uint64 // peer, direction, protocol
 	lo uint32 // range low, range high
+	o  *RuleOrigin
 }
 
 // ruleGroup is one key of a build and its ranges, ranges[start:end].
 type ruleGroup struct {
 	k          RuleKey
 	start, end int
+	origin     *RuleOrigin // the smallest of its entries' origins
 	// kept: the rules a rebuild started from have these very ranges.
 	kept bool
 }
@@ -46,6 +51,7 @@ func (b *ruleBuilder) add(k RuleKey, pr PortRange) {
 	b.ents = append(b.ents, ruleEnt{
 		hi: uint64(k.Peer)<<32 | uint64(k.Dir)<<8 | uint64(k.Proto),
 		lo: uint32(pr.Lo)<<16 | uint32(pr.Hi),
+		o:  b.origin,
 	})
 }
 
@@ -151,7 +157,11 @@ func (b *ruleBuilder) group() {
 	for i := 0; i < len(ents); {
 		start := len(ranges)
 		j := i
+		var origin *RuleOrigin
 		for ; j < len(ents) && ents[j].hi == ents[i].hi; j++ {
+			if o := ents[j].o; o != nil && (origin == nil || compareOrigin(o, origin) < 0) {
+				origin = o
+			}
 			r := PortRange{Lo: uint16(ents[j].lo >> 16), Hi: uint16(ents[j].lo)}
 			if n := len(ranges); n > start && int(r.Lo) <= int(ranges[n-1].Hi)+1 {
 				ranges[n-1].Hi = max(ranges[n-1].Hi, r.Hi)
@@ -163,7 +173,7 @@ func (b *ruleBuilder) group() {
 		if n := len(ranges) - start; n > MaxPortRanges && b.over[k.Dir].n == 0 {
 			b.over[k.Dir] = overKey{k: k, n: n}
 		}
-		groups = append(groups, ruleGroup{k: k, start: start, end: len(ranges)})
+		groups = append(groups, ruleGroup{k: k, start: start, end: len(ranges), origin: origin})
 		i = j
 	}
 	if b.over[policyapi.Ingress].n > 0 || b.over[policyapi.Egress].n > 0 {
@@ -271,4 +281,16 @@ func forNamedPort(ports []policyapi.NamedPort, name string, proto uint8, fn func
 			fn(np.Port)
 		}
 	}
+}
+
+// origins returns the origin of every key of the last build that has one
+// (see RuleOrigin), in a new map.
+func (b *ruleBuilder) origins() map[RuleKey]RuleOrigin {
+	out := make(map[RuleKey]RuleOrigin, len(b.groups))
+	for _, g := range b.groups {
+		if g.origin != nil {
+			out[g.k] = *g.origin
+		}
+	}
+	return out
 }

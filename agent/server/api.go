@@ -95,6 +95,7 @@ type APIServer struct {
 	limits Limits
 	// netnsCheck verifies a passed namespace: verifyNetns, or a test's.
 	netnsCheck func(*os.File) error
+	monitor    Monitor // api.OpMonitor, when set
 	mu         sync.Mutex
 	lis        net.Listener
 	conns      map[net.Conn]bool
@@ -262,6 +263,10 @@ func (s *APIServer) serveConn(conn net.Conn) {
 		// mean another request came with it, and then whose descriptors
 		// they are cannot be told.
 		files, fdErr := in.take(r.Buffered() > 0)
+		if body, ok := s.isMonitor(line); ok && fdErr == nil && len(files) == 0 {
+			s.serveMonitor(conn, r, body)
+			return
+		}
 		if !s.begin() {
 			closeAll(files)
 			return

@@ -100,8 +100,12 @@ struct port_range {
 	__u16 hi;
 };
 
+/* rule names, for verdict events, the policy rule that allowed the key
+ * (a chunk 0 value's): an id the agent keeps the name of, 0 when unknown.
+ * The programs never decide by it. */
 struct policy_value {
 	__u32 nranges;
+	__u32 rule;
 	struct port_range ranges[MAX_PORT_RANGES];
 };
 
@@ -253,6 +257,7 @@ struct event {
 	__u32 peer;
 	struct v6addr saddr;
 	struct v6addr daddr;
+	__u32 rule; /* policy_value.rule of the entry that allowed it, else 0 */
 };
 
 struct {

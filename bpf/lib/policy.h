@@ -47,10 +47,12 @@ static __always_inline __u8 policy_proto(__u8 proto)
 }
 
 /* rule_allows reports whether inner has an entry for peer that covers
- * dport (every port for PROTO_OTHER). A bucketed rule (more ranges than
- * one value holds) costs a second lookup: the bucket of dport.
+ * dport (every port for PROTO_OTHER), and sets *rule to the entry's rule
+ * id when it does. A bucketed rule (more ranges than one value holds)
+ * costs a second lookup: the bucket of dport; its chunk 0 names the rule.
  */
-static __always_inline int rule_allows(void *inner, __u32 peer, __u8 dir, __u8 proto, __u16 dport)
+static __always_inline int rule_allows(void *inner, __u32 peer, __u8 dir, __u8 proto, __u16 dport,
+				       __u32 *rule)
 {
 	struct policy_key k = {
 		.peer = peer,
@@ -58,12 +60,15 @@ static __always_inline int rule_allows(void *inner, __u32 peer, __u8 dir, __u8 p
 		.proto = proto,
 	};
 	struct policy_value *v = bpf_map_lookup_elem(inner, &k);
-	__u32 n, i;
+	__u32 n, i, id;
 
 	if (!v)
 		return 0;
-	if (proto == PROTO_OTHER)
+	id = v->rule;
+	if (proto == PROTO_OTHER) {
+		*rule = id;
 		return 1;
+	}
 	n = v->nranges;
 	if (n & RULE_BUCKETED) {
 		k.chunk = 1 + (dport >> RULE_SHIFT(n));
@@ -76,18 +81,22 @@ static __always_inline int rule_allows(void *inner, __u32 peer, __u8 dir, __u8 p
 	for (i = 0; i < MAX_PORT_RANGES; i++) {
 		if (i >= n)
 			break;
-		if (dport >= v->ranges[i].lo && dport <= v->ranges[i].hi)
+		if (dport >= v->ranges[i].lo && dport <= v->ranges[i].hi) {
+			*rule = id;
 			return 1;
+		}
 	}
 	return 0;
 }
 
 /* policy_allows evaluates the endpoint's rules of parity p for the remote
- * end r of packet pk in dir. No inner map means no rule: deny. no_any says
- * the endpoint has no PEER_ANY rule in dir (its EP_*_NO_ANY flag).
+ * end r of packet pk in dir, and sets *rule to the id of the rule that
+ * allows it. No inner map means no rule: deny. no_any says the endpoint
+ * has no PEER_ANY rule in dir (its EP_*_NO_ANY flag).
  */
 static __always_inline int policy_allows(__u32 ifindex, __u32 p, __u8 dir,
-					 const struct pkt *pk, const struct remote *r, __u8 no_any)
+					 const struct pkt *pk, const struct remote *r, __u8 no_any,
+					 __u32 *rule)
 {
 	struct policy_outer_key ok = {
 		.ifindex = ifindex,
@@ -99,14 +108,14 @@ static __always_inline int policy_allows(__u32 ifindex, __u32 p, __u8 dir,
 	inner = bpf_map_lookup_elem(&lockstep_policy, &ok);
 	if (!inner)
 		return 0;
-	if (rule_allows(inner, r->identity, dir, proto, pk->dport))
+	if (rule_allows(inner, r->identity, dir, proto, pk->dport, rule))
 		return 1;
 	if (r->cidr_class != NO_CIDR_CLASS &&
-	    rule_allows(inner, r->cidr_class, dir, proto, pk->dport))
+	    rule_allows(inner, r->cidr_class, dir, proto, pk->dport, rule))
 		return 1;
 	if (no_any)
 		return 0;
-	return rule_allows(inner, PEER_ANY, dir, proto, pk->dport);
+	return rule_allows(inner, PEER_ANY, dir, proto, pk->dport, rule);
 }
 
 #endif /* LOCKSTEP_POLICY_H */

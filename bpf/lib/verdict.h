@@ -21,7 +21,7 @@ static __always_inline void count(__u32 reason, __u32 len)
 }
 
 static __always_inline void emit(__u32 ifindex, __u8 dir, __u8 verdict, __u8 reason,
-				 const struct pkt *p, __u32 peer)
+				 const struct pkt *p, __u32 peer, __u32 rule)
 {
 	struct event *e = bpf_ringbuf_reserve(&lockstep_events, sizeof(*e), 0);
 
@@ -37,22 +37,31 @@ static __always_inline void emit(__u32 ifindex, __u8 dir, __u8 verdict, __u8 rea
 	e->peer = peer;
 	e->saddr = p->saddr;
 	e->daddr = p->daddr;
+	e->rule = rule;
 	bpf_ringbuf_submit(e, 0);
 }
 
-/* verdict counts and reports the outcome of one packet and returns the tc
- * action that enforces it.
+/* verdict_rule counts and reports the outcome of one packet, which the
+ * policy rule of id rule decided (0: none did), and returns the tc action
+ * that enforces it.
  */
-static __always_inline int verdict(struct __sk_buff *skb, __u8 dir, __u8 v, __u8 reason,
-				   const struct pkt *p, __u32 peer)
+static __always_inline int verdict_rule(struct __sk_buff *skb, __u8 dir, __u8 v, __u8 reason,
+					const struct pkt *p, __u32 peer, __u32 rule)
 {
 	__u32 zero = 0;
 	__u32 *monitor = bpf_map_lookup_elem(&lockstep_monitor, &zero);
 
 	count(reason, skb->len);
 	if (monitor && *monitor)
-		emit(skb->ifindex, dir, v, reason, p, peer);
+		emit(skb->ifindex, dir, v, reason, p, peer, rule);
 	return v == VERDICT_ALLOW ? TC_ACT_OK : TC_ACT_SHOT;
+}
+
+/* verdict is verdict_rule for an outcome no policy rule decided. */
+static __always_inline int verdict(struct __sk_buff *skb, __u8 dir, __u8 v, __u8 reason,
+				   const struct pkt *p, __u32 peer)
+{
+	return verdict_rule(skb, dir, v, reason, p, peer, 0);
 }
 
 #endif /* LOCKSTEP_VERDICT_H */

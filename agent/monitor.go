@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/agent/verdicts"
+)
+
+// verdictMonitor serves api.OpMonitor: the eBPF dataplane's verdict
+// events, named from the store and the datapath's rule ids. It answers
+// "not available" until the dataplane is loaded, and on the other
+// dataplanes.
+type verdictMonitor struct {
+	stream atomic.Pointer[func(context.Context, api.MonitorRequest, func() error, func(api.Verdict) error) error]
+}
+
+// start makes m serve the events of dp.
+func (m *verdictMonitor) start(dp ebpfDataplane, st *store.Store, n *node) {
+	hub := verdicts.NewHub(func() (verdicts.Reader, error) { return dp.Events() }, n.log)
+	fn := hub.Stream(storeNamer{dp: dp, st: st})
+	m.stream.Store(&fn)
+}
+
+// serve is the server.Monitor of the API.
+func (m *verdictMonitor) serve(ctx context.Context, req api.MonitorRequest, ready func() error, send func(api.Verdict) error) error {
+	fn := m.stream.Load()
+	if fn == nil {
+		return api.Errorf(api.CodeNotAvailable, "this agent reports no verdict events yet: %v, or its dataplane is still loading", verdicts.ErrNoEvents)
+	}
+	return (*fn)(ctx, req, ready, send)
+}
+
+// storeNamer names events from the agent's store: the pod of a host
+// interface, the label set of an identity, and the datapath's rule ids.
+type storeNamer struct {
+	dp ebpfDataplane
+	st *store.Store
+}
+
+func (s storeNamer) Endpoint(ifindex uint32) string {
+	ifi, err := net.InterfaceByIndex(int(ifindex))
+	if err != nil {
+		return ""
+	}
+	ep, err := store.EndpointByHostIf(s.st.ReadTxn(), nil, ifi.Name)
+	if err != nil || ep == nil || ep.Pod.Name == "" {
+		return ifi.Name
+	}
+	return ep.Pod.Namespace + "/" + ep.Pod.Name
+}
+
+func (s storeNamer) Peer(id uint32) string {
+	ids, err := store.Identities(s.st.ReadTxn(), nil)
+	if err != nil {
+		return ""
+	}
+	for _, x := range ids {
+		if uint32(x.ID) == id {
+			return labelSet(x.Key)
+		}
+	}
+	return ""
+}
+
+func (s storeNamer) Rule(id uint32) (policy.RuleOrigin, bool) { return s.dp.RuleOrigin(id) }
+
+// labelSet shortens an identity key (ns="team" nsl={...} l={...} p=...)
+// to what a reader needs: the namespace and the pod's labels,
+// team/{"app":"web"}.
+func labelSet(key string) string {
+	rest, ok := strings.CutPrefix(key, `ns=`)
+	if !ok {
+		return key
+	}
+	ns, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return key
+	}
+	ns, _ = strconv.Unquote(ns)
+	_, labels, ok := strings.Cut(rest, " l=")
+	if !ok {
+		return key
+	}
+	if i := strings.LastIndex(labels, " p="); i >= 0 {
+		labels = labels[:i]
+	}
+	return ns + "/" + labels
+}

@@ -1,0 +1,185 @@
+package verdicts
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+
+	"lockstep.dev/lockstep/bpfmaps"
+)
+
+// Reader is an open stream of raw events; opening one turns emission on
+// and closing it turns emission off (bpfmaps.EventReader).
+type Reader interface {
+	// Read blocks until the next event or Close, after which it returns
+	// an error.
+	Read() (bpfmaps.Event, error)
+	Close() error
+}
+
+// SubscriberBuffer is how many events a subscriber may fall behind by;
+// beyond it its events are dropped (and counted), so that a slow monitor
+// never holds up the others.
+const SubscriberBuffer = 4096
+
+// Hub hands every event of one Reader to every subscriber, and keeps the
+// Reader open exactly while it has any.
+type Hub struct {
+	open func() (Reader, error)
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	subs map[*Subscription]struct{}
+	rd   Reader
+	done chan struct{} // closed when the current reader's loop ends
+	// observe, when set, sees every event (metrics), in the reading
+	// goroutine.
+	observe func(bpfmaps.Event)
+}
+
+// NewHub returns a hub whose reader open opens.
+func NewHub(open func() (Reader, error), log *slog.Logger) *Hub {
+	return &Hub{open: open, log: log, subs: map[*Subscription]struct{}{}}
+}
+
+// Observe makes fn see every event read while a subscriber listens.
+// Call it before the first Subscribe.
+func (h *Hub) Observe(fn func(bpfmaps.Event)) { h.observe = fn }
+
+// Subscription is one subscriber's events.
+type Subscription struct {
+	h *Hub
+	// C delivers the events; it is closed when the subscription ends
+	// (Close, or the reader failed).
+	C       chan bpfmaps.Event
+	mu      sync.Mutex
+	closed  bool
+	dropped uint64
+}
+
+// Subscribe adds a subscriber, opening the reader (turning emission on)
+// if it is the first.
+func (h *Hub) Subscribe() (*Subscription, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rd == nil {
+		rd, err := h.open()
+		if err != nil {
+			return nil, err
+		}
+		h.rd, h.done = rd, make(chan struct{})
+		go h.loop(rd, h.done)
+	}
+	s := &Subscription{h: h, C: make(chan bpfmaps.Event, SubscriberBuffer)}
+	h.subs[s] = struct{}{}
+	return s, nil
+}
+
+// Subscribers returns how many subscribers listen.
+func (h *Hub) Subscribers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
+// Dropped returns how many events s missed because it fell behind.
+func (s *Subscription) Dropped() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+// Close ends the subscription; the last one closes the reader, which
+// turns emission off, and waits for its loop to end.
+func (s *Subscription) Close() {
+	h := s.h
+	h.mu.Lock()
+	if _, ok := h.subs[s]; !ok {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.subs, s)
+	s.end()
+	var done chan struct{}
+	if len(h.subs) == 0 && h.rd != nil {
+		// Closed under h.mu, so that a Subscribe cannot open the next
+		// reader (emission on) before this one turned emission off.
+		if err := h.rd.Close(); err != nil {
+			h.log.Warn("close the verdict event reader", "err", err)
+		}
+		done = h.done
+		h.rd, h.done = nil, nil
+	}
+	h.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// end closes C once.
+func (s *Subscription) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.C)
+	}
+}
+
+// deliver hands ev to s without blocking.
+func (s *Subscription) deliver(ev bpfmaps.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	select {
+	case s.C <- ev:
+	default:
+		s.dropped++
+	}
+}
+
+// loop reads rd until it is closed, handing each event to every
+// subscriber. A reader that fails otherwise ends every subscription.
+func (h *Hub) loop(rd Reader, done chan struct{}) {
+	defer close(done)
+	for {
+		ev, err := rd.Read()
+		if err != nil {
+			h.mu.Lock()
+			current := h.rd == rd
+			if current {
+				h.rd, h.done = nil, nil
+			}
+			var subs []*Subscription
+			if current {
+				for s := range h.subs {
+					subs = append(subs, s)
+				}
+				clear(h.subs)
+			}
+			h.mu.Unlock()
+			if current {
+				// Not closed by the last subscriber: it broke.
+				h.log.Warn("read verdict events; monitors disconnected", "err", err)
+				rd.Close()
+				for _, s := range subs {
+					s.end()
+				}
+			}
+			return
+		}
+		if h.observe != nil {
+			h.observe(ev)
+		}
+		h.mu.Lock()
+		for s := range h.subs {
+			s.deliver(ev)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// ErrNoEvents says the dataplane has no verdict events (iptables, HNS).
+var ErrNoEvents = errors.New("this dataplane reports no verdict events (only the eBPF one does)")

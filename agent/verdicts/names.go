@@ -1,0 +1,100 @@
+package verdicts
+
+import (
+	"fmt"
+	"time"
+
+	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	"lockstep.dev/lockstep/bpfmaps"
+)
+
+// Namer turns an event's numbers into names, from the agent's committed
+// state.
+type Namer interface {
+	// Endpoint names the pod behind the host interface of ifindex
+	// ("namespace/name"), or the interface; "" when unknown.
+	Endpoint(ifindex uint32) string
+	// Peer names an identity: a pod ("namespace/name") or its label set;
+	// "" when unknown.
+	Peer(id uint32) string
+	// Rule names a rule id of the policy maps (bpfmaps.Event.Rule).
+	Rule(id uint32) (policy.RuleOrigin, bool)
+}
+
+// Describe names ev with n.
+func Describe(ev bpfmaps.Event, n Namer, now time.Time) api.Verdict {
+	v := api.Verdict{
+		Time:    now,
+		Verdict: VerdictName(ev.Verdict),
+		Reason:  ev.Reason.String(),
+		Dir:     bpfmaps.DirString(ev.Dir),
+		Proto:   bpfmaps.ProtoString(ev.Proto),
+		Saddr:   ev.Saddr.String(),
+		Sport:   ev.Sport,
+		Daddr:   ev.Daddr.String(),
+		Dport:   ev.Dport,
+		Count:   1,
+	}
+	if v.Endpoint = n.Endpoint(ev.Ifindex); v.Endpoint == "" {
+		v.Endpoint = fmt.Sprintf("ifindex %d", ev.Ifindex)
+	}
+	switch {
+	case ev.Reason == bpfmaps.ReasonNoEndpoint || ev.Reason == bpfmaps.ReasonSpoofed || ev.Reason == bpfmaps.ReasonUnparseable:
+		v.Peer = "-" // decided before the peer was looked up
+	case ev.Peer == uint32(policyapi.PeerWorld):
+		v.Peer = "world"
+	case ev.Peer == uint32(policyapi.PeerAny):
+		v.Peer = "-" // direction not isolated: nobody looked the peer up
+	default:
+		if v.Peer = n.Peer(ev.Peer); v.Peer == "" {
+			v.Peer = fmt.Sprintf("identity %d", ev.Peer)
+		}
+	}
+	if o, ok := n.Rule(ev.Rule); ok {
+		v.Rule, v.Policy = o.String(), o.Namespace+"/"+o.Name
+	} else {
+		v.Rule = ruleOfReason(ev)
+	}
+	return v
+}
+
+// VerdictName names a verdict byte: allow, drop or reject.
+func VerdictName(v uint8) string {
+	switch v {
+	case bpfmaps.VerdictAllow:
+		return "allow"
+	case bpfmaps.VerdictDrop:
+		return "drop"
+	case bpfmaps.VerdictReject:
+		return "reject"
+	}
+	return fmt.Sprintf("verdict-%d", v)
+}
+
+// ruleOfReason is what decided an event no policy rule decided.
+func ruleOfReason(ev bpfmaps.Event) string {
+	switch ev.Reason {
+	case bpfmaps.ReasonPolicyIngress, bpfmaps.ReasonPolicyEgress:
+		return "default deny"
+	case bpfmaps.ReasonAllowedNew:
+		if ev.Rule != 0 {
+			return fmt.Sprintf("rule %d (unknown to this agent)", ev.Rule)
+		}
+		return "not isolated"
+	case bpfmaps.ReasonAllowedNode:
+		return "from the node"
+	case bpfmaps.ReasonSpoofed:
+		return "anti-spoofing"
+	case bpfmaps.ReasonNoEndpoint:
+		return "no endpoint"
+	case bpfmaps.ReasonUnparseable:
+		return "unparseable"
+	case bpfmaps.ReasonServiceNoBackend:
+		return "service without backend"
+	case bpfmaps.ReasonCTShare:
+		return "conntrack share"
+	}
+	return ev.Reason.String()
+}

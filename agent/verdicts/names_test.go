@@ -1,0 +1,59 @@
+package verdicts
+
+import (
+	"testing"
+	"time"
+
+	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	"lockstep.dev/lockstep/bpfmaps"
+)
+
+type fakeNamer struct{}
+
+func (fakeNamer) Endpoint(ifindex uint32) string {
+	if ifindex == 7 {
+		return "shop/web"
+	}
+	return ""
+}
+
+func (fakeNamer) Peer(id uint32) string {
+	if id == 300 {
+		return `shop/{"app":"client"}`
+	}
+	return ""
+}
+
+func (fakeNamer) Rule(id uint32) (policy.RuleOrigin, bool) {
+	if id == 1 {
+		return policy.RuleOrigin{Namespace: "shop", Name: "allow-web", Dir: policyapi.Ingress, Index: 2}, true
+	}
+	return policy.RuleOrigin{}, false
+}
+
+// Describe names what decided each event: the rule by policy, or the
+// reason the program recorded.
+func TestDescribe(t *testing.T) {
+	for _, tc := range []struct {
+		name                         string
+		ev                           bpfmaps.Event
+		endpoint, peer, rule, policy string
+	}{
+		{"allowed by a rule", bpfmaps.Event{Ifindex: 7, Peer: 300, Rule: 1, Reason: bpfmaps.ReasonAllowedNew},
+			"shop/web", `shop/{"app":"client"}`, "shop/allow-web ingress rule 2", "shop/allow-web"},
+		{"default deny", bpfmaps.Event{Ifindex: 7, Peer: 2, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonPolicyIngress},
+			"shop/web", "world", "default deny", ""},
+		{"not isolated", bpfmaps.Event{Ifindex: 7, Reason: bpfmaps.ReasonAllowedNew}, "shop/web", "-", "not isolated", ""},
+		{"anti-spoofing", bpfmaps.Event{Ifindex: 7, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonSpoofed}, "shop/web", "-", "anti-spoofing", ""},
+		{"no endpoint", bpfmaps.Event{Ifindex: 9, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonNoEndpoint}, "ifindex 9", "-", "no endpoint", ""},
+		{"unknown identity", bpfmaps.Event{Ifindex: 7, Peer: 301, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonPolicyEgress},
+			"shop/web", "identity 301", "default deny", ""},
+	} {
+		v := Describe(tc.ev, fakeNamer{}, time.Unix(0, 0))
+		if v.Endpoint != tc.endpoint || v.Peer != tc.peer || v.Rule != tc.rule || v.Policy != tc.policy || v.Count != 1 {
+			t.Errorf("%s: got endpoint %q peer %q rule %q policy %q count %d, want %q %q %q %q 1",
+				tc.name, v.Endpoint, v.Peer, v.Rule, v.Policy, v.Count, tc.endpoint, tc.peer, tc.rule, tc.policy)
+		}
+	}
+}
