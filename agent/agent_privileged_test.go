@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,11 +24,7 @@ import (
 func TestPrivilegedRunServesAndStops(t *testing.T) {
 	testenv.Privileged(t)
 	cfg := testConfig(t, "10.244.0.0/24")
-	cfg.BPFRoot = filepath.Join(t.TempDir(), "bpf")
-	if err := nodesim.MountBPF(cfg.BPFRoot); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nodesim.UnmountBPF(cfg.BPFRoot) })
+	mountPrivateBPF(t, &cfg)
 	ready := make(chan struct{})
 	cfg.Ready = func() { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,11 +59,7 @@ func TestPrivilegedRunServesAndStops(t *testing.T) {
 func TestPrivilegedStartsWithPoliciesItCannotEnforce(t *testing.T) {
 	testenv.Privileged(t)
 	cfg := testConfig(t, "10.244.0.0/24")
-	cfg.BPFRoot = filepath.Join(t.TempDir(), "bpf")
-	if err := nodesim.MountBPF(cfg.BPFRoot); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nodesim.UnmountBPF(cfg.BPFRoot) })
+	mountPrivateBPF(t, &cfg)
 	cfg.Manifests = t.TempDir()
 	var ports strings.Builder
 	for i := range policy.MaxPortRanges + 1 {
@@ -109,5 +102,66 @@ func TestPrivilegedStartsWithPoliciesItCannotEnforce(t *testing.T) {
 	}
 	if st.Dataplane.LastApplyError != "" {
 		t.Errorf("last apply: %s", st.Dataplane.LastApplyError)
+	}
+}
+
+// mountPrivateBPF mounts a bpffs of the test's own on cfg.BPFRoot (a
+// directory testConfig made), unmounted when the test ends.
+func mountPrivateBPF(t *testing.T, cfg *Config) {
+	t.Helper()
+	if err := nodesim.MountBPF(cfg.BPFRoot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nodesim.UnmountBPF(cfg.BPFRoot) })
+}
+
+// TestPrivilegedStopWhileWaitingForTheAPIServer: a Kubernetes-mode start
+// that loaded its dataplane and serves its socket while it waits for the
+// API server, stopped then, ends cleanly and leaves no socket and the
+// state file released.
+func TestPrivilegedStopWhileWaitingForTheAPIServer(t *testing.T) {
+	testenv.Privileged(t)
+	cfg := unreachableAPIServer(t, testConfig(t))
+	mountPrivateBPF(t, &cfg)
+	checkStartReleases(t, cfg, true, "", true)
+}
+
+// TestPrivilegedProbesAnswerWhileWaitingForTheAPIServer runs the agent in
+// Kubernetes mode against an API server that is not there: it is alive
+// (/healthz passes) and says it is not ready and why, for as long as it
+// waits, instead of answering nothing until the kubelet kills it.
+func TestPrivilegedProbesAnswerWhileWaitingForTheAPIServer(t *testing.T) {
+	cfg := unreachableAPIServer(t, testConfig(t))
+	mountPrivateBPF(t, &cfg)
+	cfg.MetricsAddr = "127.0.0.1:0"
+	rec := &addrRecorder{}
+	cfg.Logger = slog.New(rec)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent stopped while starting: %v", err)
+		}
+	}()
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not log the address of its probes within 10s")
+		}
+		addr = rec.get()
+	}
+	if strings.HasSuffix(addr, ":0") {
+		t.Fatalf("logged address %q, want the port the kernel chose", addr)
+	}
+	// Give the wait a moment to begin, then probe it.
+	time.Sleep(300 * time.Millisecond)
+	if code, body := get(t, addr, "/healthz"); code != 200 || body != "ok" {
+		t.Errorf("/healthz while waiting for the API server = %d %q, want 200 ok", code, body)
+	}
+	code, body := get(t, addr, "/readyz")
+	if code != 503 || !strings.Contains(body, "waiting for the API server at https://127.0.0.1:1") {
+		t.Errorf("/readyz while waiting for the API server = %d %q, want 503 saying what it waits for", code, body)
 	}
 }

@@ -20,6 +20,10 @@ func testConfig(t *testing.T, pools ...string) Config {
 	cfg := Config{
 		Standalone: true, StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "lockstep.sock"),
 		SkipSysctls: true, Logger: slog.New(slog.DiscardHandler),
+		// Never the node's own pin root: a test that loads the eBPF
+		// dataplane mounts a private bpffs here (mountPrivateBPF), and
+		// one that does not fails instead of pinning into the machine's.
+		BPFRoot: filepath.Join(dir, "bpf"),
 	}
 	for _, p := range pools {
 		cfg.Pools = append(cfg.Pools, netip.MustParsePrefix(p))
@@ -103,84 +107,93 @@ func TestCompactWhenIdle(t *testing.T) {
 	}
 }
 
-// TestFailedStartReleasesWhatItBuilt: a start that fails (or is stopped)
+// unreachableAPIServer switches cfg to Kubernetes mode against an API
+// server that is not there (a kubeconfig naming 127.0.0.1:1): the start
+// waits for it until stopped.
+func unreachableAPIServer(t *testing.T, cfg Config) Config {
+	t.Helper()
+	cfg.Standalone, cfg.Pools, cfg.NodeName = false, nil, "node-a"
+	cfg.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	kubeconfig := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
+		"contexts:\n- name: c\n  context: {cluster: k, user: u}\n" +
+		"clusters:\n- name: k\n  cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\n" +
+		"users:\n- name: u\n  user: {token: t}\n"
+	if err := os.WriteFile(cfg.Kubeconfig, []byte(kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestFailedStartReleasesWhatItBuilt (with
+// TestPrivilegedStopWhileWaitingForTheAPIServer for the phases after the
+// dataplane loads): a start that fails (or is stopped)
 // in any phase takes down what the phases before it built: no socket is
 // left, and the state file is released, so the next start can open it.
 func TestFailedStartReleasesWhatItBuilt(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		cfg  func(Config) Config
-		// stopWhenServing cancels the start once the socket serves (a
-		// Kubernetes-mode start waiting for its API server), which is a
-		// clean stop.
-		stopWhenServing bool
+		name            string
+		cfg             func(Config) Config
 		want            string
 		stateFileOpened bool
 	}{
-		{"the probes cannot listen", func(c Config) Config { c.MetricsAddr = "127.0.0.1:99999"; return c }, false,
+		{"the probes cannot listen", func(c Config) Config { c.MetricsAddr = "127.0.0.1:99999"; return c },
 			"listen for health and metrics", false},
-		{"the manifests cannot be read", func(c Config) Config { c.Manifests = filepath.Join(c.StateDir, "..", "missing"); return c }, false,
+		{"the manifests cannot be read", func(c Config) Config { c.Manifests = filepath.Join(c.StateDir, "..", "missing"); return c },
 			"load --manifests", true},
-		{"an unknown dataplane", func(c Config) Config { c.Dataplane = "bogus"; return c }, false,
+		{"an unknown dataplane", func(c Config) Config { c.Dataplane = "bogus"; return c },
 			`unknown --dataplane "bogus"`, true},
-		{"stopped while waiting for the API server", func(c Config) Config {
-			c.Standalone, c.Pools, c.NodeName = false, nil, "node-a"
-			c.Kubeconfig = filepath.Join(filepath.Dir(c.StateDir), "kubeconfig")
-			return c
-		}, true, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := tc.cfg(testConfig(t, "10.244.0.0/24"))
-			if cfg.Kubeconfig != "" {
-				kubeconfig := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
-					"contexts:\n- name: c\n  context: {cluster: k, user: u}\n" +
-					"clusters:\n- name: k\n  cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\n" +
-					"users:\n- name: u\n  user: {token: t}\n"
-				if err := os.WriteFile(cfg.Kubeconfig, []byte(kubeconfig), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- Run(ctx, cfg) }()
-			if tc.stopWhenServing {
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-					if _, err := os.Stat(cfg.Socket); err == nil {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatal("the socket did not serve within 10s")
-					}
-				}
-				cancel()
-			}
-			var err error
-			select {
-			case err = <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the start did not end within 30s")
-			}
-			switch {
-			case tc.want == "" && err != nil:
-				t.Fatalf("got %v, want a clean stop", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("got %v, want %q", err, tc.want)
-			}
-			if _, err := os.Stat(cfg.Socket); !os.IsNotExist(err) {
-				t.Errorf("%s left after the start ended", cfg.Socket)
-			}
-			if !tc.stateFileOpened {
-				if _, err := os.Stat(cfg.StateDir); !os.IsNotExist(err) {
-					t.Errorf("%s exists, though the start ended before the state file", cfg.StateDir)
-				}
-				return
-			}
-			db, err := persist.Open(cfg.StateDir, 200*time.Millisecond)
-			if err != nil {
-				t.Fatalf("the state file is not released: %v", err)
-			}
-			db.Close()
+			checkStartReleases(t, tc.cfg(testConfig(t, "10.244.0.0/24")), false, tc.want, tc.stateFileOpened)
 		})
 	}
+}
+
+// checkStartReleases runs a start of cfg that fails with want (or, with
+// stopWhenServing, is stopped once its socket serves and must end
+// cleanly), and checks that it left no socket and released the state
+// file (or, !stateFileOpened, never created it).
+func checkStartReleases(t *testing.T, cfg Config, stopWhenServing bool, want string, stateFileOpened bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	if stopWhenServing {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(cfg.Socket); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the socket did not serve within 10s")
+			}
+		}
+		cancel()
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the start did not end within 30s")
+	}
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("got %v, want a clean stop", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	if _, err := os.Stat(cfg.Socket); !os.IsNotExist(err) {
+		t.Errorf("%s left after the start ended", cfg.Socket)
+	}
+	if !stateFileOpened {
+		if _, err := os.Stat(cfg.StateDir); !os.IsNotExist(err) {
+			t.Errorf("%s exists, though the start ended before the state file", cfg.StateDir)
+		}
+		return
+	}
+	db, err := persist.Open(cfg.StateDir, 200*time.Millisecond)
+	if err != nil {
+		t.Fatalf("the state file is not released: %v", err)
+	}
+	db.Close()
 }

@@ -5,8 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -136,54 +134,6 @@ func (r *addrRecorder) get() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.addr
-}
-
-// TestProbesAnswerWhileWaitingForTheAPIServer runs the agent in
-// Kubernetes mode against an API server that is not there: it is alive
-// (/healthz passes) and says it is not ready and why, for as long as it
-// waits, instead of answering nothing until the kubelet kills it.
-func TestProbesAnswerWhileWaitingForTheAPIServer(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Standalone, cfg.NodeName = false, "node-a"
-	cfg.Kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	kubeconfig := "apiVersion: v1\nkind: Config\ncurrent-context: c\n" +
-		"contexts:\n- name: c\n  context: {cluster: k, user: u}\n" +
-		"clusters:\n- name: k\n  cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}\n" +
-		"users:\n- name: u\n  user: {token: t}\n"
-	if err := os.WriteFile(cfg.Kubeconfig, []byte(kubeconfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg.MetricsAddr = "127.0.0.1:0"
-	rec := &addrRecorder{}
-	cfg.Logger = slog.New(rec)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent stopped while starting: %v", err)
-		}
-	}()
-	var addr string
-	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the agent did not log the address of its probes within 10s")
-		}
-		addr = rec.get()
-	}
-	if strings.HasSuffix(addr, ":0") {
-		t.Fatalf("logged address %q, want the port the kernel chose", addr)
-	}
-	// Give the wait a moment to begin, then probe it.
-	time.Sleep(300 * time.Millisecond)
-	if code, body := get(t, addr, "/healthz"); code != 200 || body != "ok" {
-		t.Errorf("/healthz while waiting for the API server = %d %q, want 200 ok", code, body)
-	}
-	code, body := get(t, addr, "/readyz")
-	if code != 503 || !strings.Contains(body, "waiting for the API server at https://127.0.0.1:1") {
-		t.Errorf("/readyz while waiting for the API server = %d %q, want 503 saying what it waits for", code, body)
-	}
 }
 
 // nopDataplane accepts every state.
