@@ -14,7 +14,7 @@ import (
 // its host interface when no pod is known; Peer is the other end: a pod
 // ("namespace/name"), "world" or, for an identity the agent no longer
 // knows, "identity N". Rule says what decided it: a policy rule
-// ("namespace/name ingress rule 0", with Policy "namespace/name"), or
+// ("namespace/name ingress[0]", with Policy "namespace/name"), or
 // "default deny" (the direction is isolated and no rule allows it),
 // "not isolated" (no policy selects the pod in that direction),
 // "anti-spoofing", "no endpoint", and the dataplane's other reasons.

@@ -26,9 +26,9 @@ type RuleOrigin struct {
 	Index     int                 `json:"index"`
 }
 
-// String formats the origin as "namespace/name ingress rule 0".
+// String formats the origin as "namespace/name ingress[0]", as lockstep explain names a rule.
 func (o RuleOrigin) String() string {
-	return fmt.Sprintf("%s/%s %s rule %d", o.Namespace, o.Name, o.Dir, o.Index)
+	return fmt.Sprintf("%s/%s %s[%d]", o.Namespace, o.Name, o.Dir, o.Index)
 }
 
 // compareOrigin orders origins by namespace, name, direction and index.

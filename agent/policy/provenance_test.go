@@ -85,7 +85,7 @@ func TestOriginsNameTheFirstAllowingRule(t *testing.T) {
 	}
 	t.Run("compile after delete", func(t *testing.T) { check(t, d, onlyB) })
 
-	if got := both[tcpFrom(client)].String(); got != "team/a-web ingress rule 1" {
+	if got := both[tcpFrom(client)].String(); got != "team/a-web ingress[1]" {
 		t.Errorf("String() = %q", got)
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 func TestFilterMatch(t *testing.T) {
 	v := api.Verdict{Verdict: "drop", Endpoint: "shop/web", Peer: `team/{"app":"client"}`, Rule: "default deny"}
-	allowed := api.Verdict{Verdict: "allow", Endpoint: "shop/web", Peer: "world", Rule: "shop/allow-web ingress rule 0", Policy: "shop/allow-web"}
+	allowed := api.Verdict{Verdict: "allow", Endpoint: "shop/web", Peer: "world", Rule: "shop/allow-web ingress[0]", Policy: "shop/allow-web"}
 	for _, tc := range []struct {
 		name string
 		f    Filter

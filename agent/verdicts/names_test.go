@@ -41,7 +41,7 @@ func TestDescribe(t *testing.T) {
 		endpoint, peer, rule, policy string
 	}{
 		{"allowed by a rule", bpfmaps.Event{Ifindex: 7, Peer: 300, Rule: 1, Reason: bpfmaps.ReasonAllowedNew},
-			"shop/web", `shop/{"app":"client"}`, "shop/allow-web ingress rule 2", "shop/allow-web"},
+			"shop/web", `shop/{"app":"client"}`, "shop/allow-web ingress[2]", "shop/allow-web"},
 		{"default deny", bpfmaps.Event{Ifindex: 7, Peer: 2, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonPolicyIngress},
 			"shop/web", "world", "default deny", ""},
 		{"not isolated", bpfmaps.Event{Ifindex: 7, Reason: bpfmaps.ReasonAllowedNew}, "shop/web", "-", "not isolated", ""},
