@@ -22,13 +22,13 @@ func newMonitorCmd() *cobra.Command {
 		Long: `Stream the dataplane's verdicts, as the agent reads them: every dropped
 packet and every new connection allowed, with the pod it entered or left
 (namespace/name), the peer (a pod's namespace and labels, or "world"), and
-what decided it: the policy rule that allowed it ("team/web ingress[0]", as lockstep explain names it),
-or "default deny" (a policy isolates the pod in that direction and no rule
-allows the peer), "not isolated" (no policy selects the pod that way),
-"anti-spoofing", "no endpoint", "from the node" (a pod never blocks its own
-node, whose kubelet probes it), "service without backend" (REJECT: a TCP
-reset or an ICMP port unreachable went back to the pod). A connection
-through a Service shows its backend, which policy judged.
+what decided it: the policy rule that allowed it ("team/web ingress[0]", as
+lockstep explain names it), or "default deny" (a policy isolates the pod in
+that direction and no rule allows the peer), "not isolated" (no policy
+selects the pod that way), "anti-spoofing", "no endpoint", "from the node"
+(a pod never blocks its own node, whose kubelet probes it), "service without
+backend" (REJECT: a TCP reset or an ICMP port unreachable went back to the
+pod). A connection through a Service shows its backend, which policy judged.
 
 Repeats are folded: one line per flow (pod, direction, peer, addresses,
 protocol, destination port, verdict, rule) per --interval, with a count;
