@@ -9,6 +9,14 @@ import (
 	"strings"
 )
 
+// The IP families a probe can connect over, named as Kubernetes names
+// them (Service.spec.ipFamilies). They build on every platform: `lockstep
+// explain --family` reads them too.
+const (
+	IPv4 = "IPv4"
+	IPv6 = "IPv6"
+)
+
 // Protocol is a transport protocol as Kubernetes spells it in a container
 // port or a NetworkPolicy port.
 type Protocol string

@@ -32,13 +32,6 @@ const (
 	DefaultPool6 = "fd00:10:244::/112"
 )
 
-// The IP families a probe can connect over, named as Kubernetes names
-// them (Service.spec.ipFamilies).
-const (
-	IPv4 = "IPv4"
-	IPv6 = "IPv6"
-)
-
 // Config describes one probe run.
 type Config struct {
 	// Binary is the lockstep binary; it runs the agent and, linked as
