@@ -24,7 +24,8 @@ func (a *agentAPI) Explain(_ context.Context, r api.ExplainRequest) (any, error)
 	}
 	res, err := explain.Explain(snap, q)
 	switch {
-	case errors.Is(err, explain.ErrUnknownPod), errors.Is(err, explain.ErrBadQuery), errors.Is(err, explain.ErrServiceAddress):
+	case errors.Is(err, explain.ErrUnknownPod), errors.Is(err, explain.ErrBadQuery),
+		errors.Is(err, explain.ErrUnknownService), errors.Is(err, explain.ErrServiceAddress):
 		return nil, api.Errorf(api.CodeInvalidConfig, "%v", err)
 	case err != nil:
 		return nil, api.Errorf(api.CodeInternal, "%v", err)

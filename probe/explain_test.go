@@ -11,16 +11,20 @@ import (
 	"lockstep.dev/lockstep/agent/manifests"
 )
 
-// explainedReport is the report a probe of pods over family would give
-// if every connection went as explain says: each pod at its pinned
-// address, or one made up outside every scenario's blocks.
-func explainedReport(t *testing.T, dir string, pods []Pod, family string) *Report {
+// explainedReport is the report a probe of pods and Services over family
+// would give if every connection went as explain says: each pod at its
+// pinned address, or one made up outside every scenario's blocks, each
+// Service at its ClusterIP of family.
+func explainedReport(t *testing.T, dir string, pods []Pod, svcs []Service, family string) *Report {
 	t.Helper()
 	objs, err := manifests.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep := &Report{Via: ViaPodIP}
+	if len(svcs) > 0 {
+		rep.Via = ViaBoth
+	}
 	for i, p := range pods {
 		fam := 0
 		addr := netip.MustParseAddr(fmt.Sprintf("10.250.%d.%d", i/200, i%200+1))
@@ -42,14 +46,42 @@ func explainedReport(t *testing.T, dir string, pods []Pod, family string) *Repor
 			}
 		}
 	}
+	fronts, infos := serviceFrontendsOf(svcs, family)
+	rep.Services = infos
+	for _, from := range pods {
+		for _, to := range fronts {
+			for _, port := range to.Ports {
+				rep.ServiceResults = append(rep.ServiceResults, ServiceResult{From: from.Key(), Service: to.Key(), Port: port.Port, Protocol: port.Protocol})
+			}
+		}
+	}
 	if err := rep.Explain(SnapshotOf(objs, rep)); err != nil {
 		t.Fatal(err)
 	}
 	return rep
 }
 
+// serviceFrontendsOf gives each Service with a ClusterIP of family its
+// ServiceInfo, as a probe of family lists them.
+func serviceFrontendsOf(svcs []Service, family string) ([]Service, []ServiceInfo) {
+	var fronts []Service
+	var infos []ServiceInfo
+	for _, s := range svcs {
+		addr := s.ClusterIPs[0]
+		if family == IPv6 {
+			addr = s.ClusterIPs[1]
+		}
+		if addr.IsValid() {
+			fronts = append(fronts, s)
+			infos = append(infos, ServiceInfo{Namespace: s.Namespace, Name: s.Name, IP: addr.String(), Ports: s.Ports})
+		}
+	}
+	return fronts, infos
+}
+
 // TestExplainAgreesWithScenarios holds explain to the hand-derived tables
-// of every probe scenario, in both families, cell by cell.
+// of every probe scenario, in both families, cell by cell: by pod address
+// and, for the scenarios with Services, through their ClusterIPs.
 // TestPrivilegedProbeScenarios holds the dataplanes' real packets to the
 // same tables, and compares explain with the packets directly; this test
 // needs no root, so a change to explain that breaks an answer fails
@@ -66,17 +98,11 @@ func TestExplainAgreesWithScenarios(t *testing.T) {
 			}
 			for _, family := range []string{IPv4, IPv6} {
 				t.Run(strings.TrimPrefix(d, filepath.Join("testdata", "scenarios")+"/")+"/"+family, func(t *testing.T) {
-					pods, _, _ := loadScenario(t, dir)
+					pods, svcs, _ := loadScenario(t, dir)
 					expected := readExpected(t, d)
-					rep := explainedReport(t, d, pods, family)
-					var podBlocks Table
-					for _, b := range expected.Blocks {
-						if !b.Service {
-							podBlocks.Blocks = append(podBlocks.Blocks, b)
-						}
-					}
+					rep := explainedReport(t, d, pods, svcs, family)
 					got := rep.ExplainedTable()
-					if ms := CompareTables(podBlocks, got); len(ms) > 0 {
+					if ms := CompareTables(expected, got); len(ms) > 0 {
 						var lines []string
 						for _, m := range ms {
 							lines = append(lines, "  "+m.String()+": "+reasonOf(rep, m))
@@ -93,6 +119,14 @@ func TestExplainAgreesWithScenarios(t *testing.T) {
 }
 
 func reasonOf(rep *Report, m Mismatch) string {
+	if m.Service {
+		for _, r := range rep.ServiceResults {
+			if r.From == m.From && r.Service == m.To && r.Port == m.Port.Port && r.Protocol == m.Port.Protocol {
+				return r.Reason
+			}
+		}
+		return "no result"
+	}
 	for _, r := range rep.Results {
 		if r.From == m.From && r.To == m.To && r.Port == m.Port.Port && r.Protocol == m.Port.Protocol {
 			return r.Reason

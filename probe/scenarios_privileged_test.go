@@ -104,8 +104,9 @@ func runScenario(t *testing.T, bin, dir, dataplane, family string) {
 }
 
 // checkExplained compares, cell by cell, what explain says of every
-// connection by pod address (on the manifests of dir, with the addresses
-// the pods got) with what the packets did.
+// connection (on the manifests of dir, with the addresses the pods got),
+// by pod address and through each Service's ClusterIP, with what the
+// packets did.
 func checkExplained(t *testing.T, dir string, rep *Report) {
 	t.Helper()
 	objs, err := manifests.Load(dir)
@@ -115,13 +116,7 @@ func checkExplained(t *testing.T, dir string, rep *Report) {
 	if err := rep.Explain(SnapshotOf(objs, rep)); err != nil {
 		t.Fatal(err)
 	}
-	var packets Table
-	for _, b := range rep.Table().Blocks {
-		if !b.Service {
-			packets.Blocks = append(packets.Blocks, b)
-		}
-	}
-	if ms := CompareTables(rep.ExplainedTable(), packets); len(ms) > 0 {
+	if ms := CompareTables(rep.ExplainedTable(), rep.Table()); len(ms) > 0 {
 		lines := make([]string, len(ms))
 		for i, m := range ms {
 			lines[i] = "  " + strings.Replace(m.String(), "expected", "explain says", 1) + ": " + reasonOf(rep, m)

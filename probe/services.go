@@ -202,6 +202,11 @@ type ServiceResult struct {
 	Backends []string `json:"backends,omitempty"`
 	// Error says why attempts could not be made, when some could not.
 	Error string `json:"error,omitempty"`
+	// Explained is the outcome `lockstep explain` expects, judging the
+	// connection on each of the Service's ready backends, and Reason why
+	// (see Report.Explain); empty when the report was not explained.
+	Explained Outcome `json:"explained,omitempty"`
+	Reason    string  `json:"reason,omitempty"`
 }
 
 func compareServiceResults(a, b ServiceResult) int {

@@ -10,8 +10,9 @@ import "context"
 const OpExplain = "explain"
 
 // ExplainRequest names a connection as `lockstep explain` takes it:
-// From and To are NAMESPACE/POD, an address or a CIDR; Port is PORT or
-// PORT/PROTO (tcp, udp or sctp; tcp when left out). Family (4 or 6, 0 for
+// From and To are NAMESPACE/POD, an address or a CIDR, To also a Service
+// (svc/NAMESPACE/NAME or its ClusterIP, Port then a Service port); Port is
+// PORT or PORT/PROTO (tcp, udp or sctp; tcp when left out). Family (4 or 6, 0 for
 // the pods' first address) picks the pod addresses ipBlocks are matched
 // against.
 type ExplainRequest struct {
@@ -23,7 +24,8 @@ type ExplainRequest struct {
 
 // Explain asks the agent to explain req and decodes its answer into out
 // (an *explain.Result). A query the agent cannot parse, or that names a
-// pod it does not know, is answered CodeInvalidConfig with the reason.
+// pod or Service it does not know, is answered CodeInvalidConfig with the
+// reason.
 func (c *Client) Explain(ctx context.Context, req ExplainRequest, out any) error {
 	return c.call(ctx, OpExplain, req, out)
 }

@@ -186,3 +186,20 @@ func selects(sel, labels map[string]string) bool {
 // objNamespace is a namespaced object's namespace, "default" when it
 // names none.
 func objNamespace(ns string) string { return cmp.Or(ns, "default") }
+
+// FromStatus returns the slices of every Service of svcs given pods at the
+// addresses of their status, as the controller computes them for pods of
+// other nodes: what `lockstep explain --manifests` and the probe translate
+// a manifests directory's Services with, the pods at the addresses they
+// pin or were given.
+func FromStatus(svcs []*policyapi.Service, pods []*policyapi.Pod) []*policyapi.EndpointSlice {
+	in := make([]Pod, len(pods))
+	for i, p := range pods {
+		in[i] = Pod{Object: p, Addrs: statusAddrs(p)}
+	}
+	var out []*policyapi.EndpointSlice
+	for _, svc := range svcs {
+		out = append(out, Slices(svc, in)...)
+	}
+	return out
+}

@@ -216,3 +216,33 @@ func TestSlicesCompile(t *testing.T) {
 		}
 	}
 }
+
+// TestFromStatus: the slices of manifests' Services, their pods at the
+// addresses of their status (PodIPs, else PodIP): a pod without one is no
+// endpoint yet, and each Service gets its own slices.
+func TestFromStatus(t *testing.T) {
+	withStatus := func(p Pod, ips ...string) *policyapi.Pod {
+		o := *p.Object
+		if len(ips) == 1 {
+			o.Status.PodIP = ips[0]
+		} else {
+			for _, ip := range ips {
+				o.Status.PodIPs = append(o.Status.PodIPs, policyapi.PodIP{IP: ip})
+			}
+		}
+		return &o
+	}
+	pods := []*policyapi.Pod{
+		withStatus(pod("x", "a", "web", []string{"http:8080/TCP"}), "10.0.0.1"),
+		withStatus(pod("x", "b", "web", []string{"http:9090/TCP"}), "10.0.0.2", "fd00::2"),
+		withStatus(pod("x", "c", "web", []string{"http:8080/TCP"})),
+	}
+	web := svc("x", []string{"10.96.0.1", "fd00:96::1"}, map[string]string{"app": "web"}, port("http", policyapi.TCP, 80, policyapi.FromString("http")))
+	other := svc("x", []string{"10.96.0.2"}, map[string]string{"app": "none"}, port("http", policyapi.TCP, 80, nil))
+	other.Name = "other"
+	got := render(t, FromStatus([]*policyapi.Service{web, other}, pods))
+	want := []string{"IPv4 [http:8080/TCP] [10.0.0.1]", "IPv4 [http:9090/TCP] [10.0.0.2]", "IPv6 [http:9090/TCP] [fd00::2]"}
+	if !slices.Equal(got, want) {
+		t.Errorf("slices %q, want %q", got, want)
+	}
+}

@@ -5,7 +5,8 @@
 // policy allows the connection — or that none does.
 //
 // It is pure: its input is a [policy.Snapshot] (namespaces, pods with
-// their addresses, policies) and a [Query]; its output a [Result]. The
+// their addresses, policies, Services and EndpointSlices) and a [Query];
+// its output a [Result]. The
 // agent feeds it one read transaction of its store (`lockstep explain` on
 // a node, through the agent's socket); `lockstep explain --manifests` and
 // `lockstep probe` feed it manifests. It re-derives the answer from the
@@ -35,12 +36,29 @@
 //   - An address outside the cluster has no policy of its own: its side of
 //     the connection allows. An address that belongs to a pod of the
 //     snapshot is that pod.
+//   - Policy judges a connection to a Service after translation, on the
+//     pod that receives it. A destination that is a Service's frontend (a
+//     ClusterIP, or svc/NAMESPACE/NAME, and a Service port) is translated
+//     with the compiler's own table ([policy.ServiceTable]), so to the
+//     backends the dataplanes pick from: the ready endpoints of the
+//     Service's EndpointSlices for that port (serving terminating ones
+//     when none is ready), each at the port its slice resolved the
+//     targetPort to (a named targetPort resolves per pod). Each backend is
+//     judged as a connection to that pod on that port, from the client's
+//     address of the ClusterIP's family; the Service's verdict is allow
+//     (every backend allows), deny (none does), partial (some do) or
+//     refused (no ready backend: the dataplanes refuse the connection
+//     before any policy). A snapshot of manifests has no slices of its
+//     own: its caller computes them as the standalone agent does
+//     (endpointslice.FromStatus).
 //
 // Not modelled (the compiler's, and the answer may then differ from the
 // dataplane): the per-namespace limits and the per-endpoint port range
 // limit, which fail policies closed on very large policy sets (`lockstep
 // status` lists those); an egress named port through an ipBlock, which
 // the compiler resolves per identity (every pod of the identity must lie
-// in the block), is resolved here on the one destination pod; Services
-// (a ClusterIP as --to is refused with the advice to name a backend pod).
+// in the block), is resolved here on the one destination pod;
+// sessionAffinity, which sends all of a client's connections to one
+// backend (a partial Service is then allowed or denied per client, and
+// which is not known ahead).
 package explain

@@ -139,21 +139,17 @@ func (ix *index) podsOf(ns string) string {
 	return strings.Join(names, ", ")
 }
 
-// serviceAt returns NAMESPACE/NAME of the Service whose ClusterIP is the
-// single address p, or "".
-func (ix *index) serviceAt(p netip.Prefix) string {
-	if !p.IsSingleIP() {
-		return ""
-	}
+// serviceAt returns the Service one of whose ClusterIPs is a, or nil.
+func (ix *index) serviceAt(a netip.Addr) *policyapi.Service {
 	for _, svc := range ix.s.Services {
 		ips := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
 		for _, text := range ips {
-			if a, err := netip.ParseAddr(text); err == nil && a.Unmap() == p.Addr() {
-				return cmp.Or(svc.Namespace, "default") + "/" + svc.Name
+			if b, err := netip.ParseAddr(text); err == nil && b.Unmap() == a {
+				return svc
 			}
 		}
 	}
-	return ""
+	return nil
 }
 
 // side judges c in direction dir: the source's egress or the

@@ -18,16 +18,27 @@ var (
 	ErrUnknownPod = errors.New("no such pod")
 	// ErrBadQuery is wrapped when the query cannot be parsed.
 	ErrBadQuery = errors.New("bad query")
-	// ErrServiceAddress is wrapped when --to is a Service's ClusterIP:
-	// explain judges pods, the backends, as Kubernetes does after
-	// translation.
-	ErrServiceAddress = errors.New("address of a Service")
+	// ErrUnknownService is wrapped when --to names a Service
+	// (svc/NAMESPACE/NAME) the snapshot does not have.
+	ErrUnknownService = errors.New("no such service")
+	// ErrServiceAddress is wrapped when a Service named as --to cannot be
+	// translated on the port asked (no such Service port, no ClusterIP of
+	// the family, headless), or when --from names a Service: policy judges
+	// pods, a Service's backends after translation.
+	ErrServiceAddress = errors.New("service not translated")
 )
 
-// Verdicts of a direction and of a whole connection.
+// Verdicts of a direction and of a whole connection. A connection to a
+// Service's frontend is judged on each of its ready backends: Allow when
+// every backend allows it, Deny when none does, Partial when some do, and
+// Refused when there is no ready backend (the dataplanes refuse the
+// connection before any policy is asked). They are the probe's Service
+// cells '.', 'X', '~' and 'R'.
 const (
-	Allow = "allow"
-	Deny  = "deny"
+	Allow   = "allow"
+	Deny    = "deny"
+	Partial = "partial"
+	Refused = "refused"
 )
 
 // Directions, as Result and its reasons name them.
@@ -36,21 +47,30 @@ const (
 	Ingress = "ingress"
 )
 
-// Endpoint is one end of a connection: a pod (Namespace/Name), or an
-// address outside the cluster (Prefix; a single address is a /32 or
-// /128).
+// Endpoint is one end of a connection: a pod (Namespace/Name), a Service
+// (Namespace/Name and Service), or an address (Prefix; a single address
+// is a /32 or /128), which may turn out to be a pod's or a ClusterIP.
 type Endpoint struct {
 	Namespace string
 	Name      string
-	Prefix    netip.Prefix
+	// Service: Namespace/Name is a Service, written svc/NAMESPACE/NAME.
+	Service bool
+	Prefix  netip.Prefix
 }
 
-// IsPod reports whether e names a pod.
-func (e Endpoint) IsPod() bool { return e.Name != "" }
+// ServicePrefix starts an endpoint that names a Service:
+// svc/NAMESPACE/NAME.
+const ServicePrefix = "svc/"
 
-// String returns NAMESPACE/NAME, the address, or the CIDR.
+// IsPod reports whether e names a pod.
+func (e Endpoint) IsPod() bool { return e.Name != "" && !e.Service }
+
+// String returns NAMESPACE/NAME, svc/NAMESPACE/NAME, the address, or the
+// CIDR.
 func (e Endpoint) String() string {
 	switch {
+	case e.Service:
+		return ServicePrefix + e.Namespace + "/" + e.Name
 	case e.IsPod():
 		return e.Namespace + "/" + e.Name
 	case e.Prefix.IsSingleIP():
@@ -59,10 +79,18 @@ func (e Endpoint) String() string {
 	return e.Prefix.String()
 }
 
-// ParseEndpoint reads NAMESPACE/NAME, an address or a CIDR. "NAME" alone
-// is not accepted: the namespace is part of the answer.
+// ParseEndpoint reads NAMESPACE/NAME (a pod), svc/NAMESPACE/NAME (a
+// Service), an address or a CIDR. "NAME" alone is not accepted: the
+// namespace is part of the answer.
 func ParseEndpoint(s string) (Endpoint, error) {
 	s = strings.TrimSpace(s)
+	if rest, ok := strings.CutPrefix(s, ServicePrefix); ok && strings.Count(rest, "/") == 1 {
+		ns, name, _ := strings.Cut(rest, "/")
+		if ns == "" || name == "" {
+			return Endpoint{}, fmt.Errorf("parse endpoint %q: %w: want svc/NAMESPACE/NAME", s, ErrBadQuery)
+		}
+		return Endpoint{Namespace: ns, Name: name, Service: true}, nil
+	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		a = a.Unmap()
 		return Endpoint{Prefix: netip.PrefixFrom(a, a.BitLen())}, nil
@@ -79,7 +107,7 @@ func ParseEndpoint(s string) (Endpoint, error) {
 		return Endpoint{}, fmt.Errorf("parse endpoint %q: %w: not a valid CIDR", s, ErrBadQuery)
 	}
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return Endpoint{}, fmt.Errorf("parse endpoint %q: %w: want NAMESPACE/POD, an address or a CIDR", s, ErrBadQuery)
+		return Endpoint{}, fmt.Errorf("parse endpoint %q: %w: want NAMESPACE/POD, svc/NAMESPACE/NAME, an address or a CIDR", s, ErrBadQuery)
 	}
 	return Endpoint{Namespace: ns, Name: name}, nil
 }
@@ -118,16 +146,27 @@ type Query struct {
 // Result is the answer to a Query. Its JSON field names are lower camel
 // case, as every lockstep -o json.
 type Result struct {
-	From     Party  `json:"from"`
-	To       Party  `json:"to"`
+	From Party `json:"from"`
+	// To is the destination; for a Service, the Service and the ClusterIP
+	// connected to.
+	To Party `json:"to"`
+	// Port is the destination port: for a Service, the Service port.
 	Port     uint16 `json:"port"`
 	Protocol string `json:"protocol"`
-	// Egress is the source's side, Ingress the destination's.
-	Egress  Side `json:"egress"`
-	Ingress Side `json:"ingress"`
-	// Verdict is allow when both sides allow.
+	// Egress is the source's side, Ingress the destination's. Both are
+	// left out for a Service: each of Backends has its own.
+	Egress  Side `json:"egress,omitzero"`
+	Ingress Side `json:"ingress,omitzero"`
+	// Backends are, for a Service, the connection as the dataplanes
+	// translate it to each ready backend (a pod, at the port the Service
+	// port targets on it), each judged as a connection to that pod; empty
+	// when the Service has no ready backend (Verdict refused).
+	Backends []Result `json:"backends,omitempty"`
+	// Verdict is allow when both sides allow; for a Service, allow, deny,
+	// partial or refused (see Allow).
 	Verdict string `json:"verdict"`
-	// Reason is one line: the deciding side's reason.
+	// Reason is one line: the deciding side's reason; for a Service, the
+	// backends' verdicts.
 	Reason string `json:"reason"`
 }
 
@@ -135,15 +174,22 @@ type Result struct {
 type Party struct {
 	// Pod is NAMESPACE/NAME, empty for an address outside the cluster.
 	Pod string `json:"pod,omitempty"`
+	// Service is the Service's NAMESPACE/NAME when the party is a
+	// Service's frontend; Address is then the ClusterIP.
+	Service string `json:"service,omitempty"`
 	// Address is the address ipBlocks were matched against (or the CIDR
 	// given); empty for a pod without one of the family.
 	Address string `json:"address,omitempty"`
 }
 
-// String returns the pod's name, or its address.
+// String returns the pod's name, svc/ and the Service's name, or the
+// address.
 func (p Party) String() string {
-	if p.Pod != "" {
+	switch {
+	case p.Pod != "":
 		return p.Pod
+	case p.Service != "":
+		return ServicePrefix + p.Service
 	}
 	return p.Address
 }
@@ -181,7 +227,10 @@ type Failed struct {
 }
 
 // Explain answers q from s. It does not modify s. A pod q names that s
-// does not have is an error wrapping ErrUnknownPod.
+// does not have is an error wrapping ErrUnknownPod. A Service's frontend
+// as q.To (its ClusterIP, or svc/NAMESPACE/NAME, and q.Port a Service
+// port) is translated as the dataplanes translate it, and the connection
+// judged on each ready backend (see Result.Backends).
 func Explain(s *policy.Snapshot, q Query) (*Result, error) {
 	proto := q.Protocol
 	if proto == "" {
@@ -191,17 +240,23 @@ func Explain(s *policy.Snapshot, q Query) (*Result, error) {
 		return nil, fmt.Errorf("explain: %w: port 0", ErrBadQuery)
 	}
 	ix := newIndex(s)
+	if q.From.Service {
+		return nil, fmt.Errorf("explain --from %s: %w: a Service opens no connections; name a pod or an address", q.From, ErrServiceAddress)
+	}
 	from, err := ix.resolve(q.From)
 	if err != nil {
 		return nil, fmt.Errorf("explain --from %s: %w", q.From, err)
+	}
+	if q.To.Service {
+		return ix.viaService(q, proto, from)
 	}
 	to, err := ix.resolve(q.To)
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: %w", q.To, err)
 	}
-	if !to.isPod() {
-		if svc := ix.serviceAt(to.prefix); svc != "" {
-			return nil, fmt.Errorf("explain --to %s: %w %s: policy judges the backend pod that receives the connection, so name one (lockstep explain does not translate Services yet)", q.To, ErrServiceAddress, svc)
+	if !to.isPod() && to.prefix.IsSingleIP() {
+		if svc := ix.serviceAt(to.prefix.Addr()); svc != nil {
+			return ix.viaService(q, proto, from)
 		}
 	}
 	family := q.Family
@@ -212,11 +267,17 @@ func Explain(s *policy.Snapshot, q Query) (*Result, error) {
 	case !to.isPod():
 		family = familyOf(to.prefix.Addr())
 	}
+	return ix.judgeConn(from, to, family, q.Port, proto), nil
+}
+
+// judgeConn judges the connection from -> to on port/proto, ipBlocks
+// matched against the pods' addresses of family (0: each one's first).
+func (ix *index) judgeConn(from, to *party, family int, port uint16, proto policyapi.Protocol) *Result {
 	from.pick(family)
 	to.pick(family)
-	c := conn{port: q.Port, proto: proto, from: from, to: to}
+	c := conn{port: port, proto: proto, from: from, to: to}
 	res := &Result{
-		From: from.party(), To: to.party(), Port: q.Port, Protocol: string(proto),
+		From: from.party(), To: to.party(), Port: port, Protocol: string(proto),
 		Egress:  ix.side(c, Egress),
 		Ingress: ix.side(c, Ingress),
 	}
@@ -227,7 +288,7 @@ func Explain(s *policy.Snapshot, q Query) (*Result, error) {
 			break
 		}
 	}
-	return res, nil
+	return res
 }
 
 // conn is the resolved connection.

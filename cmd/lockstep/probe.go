@@ -48,11 +48,13 @@ Service: '.' every attempt answered, 'X' none (dropped), '~' some (the
 Service has backends this pod may reach and others it may not), 'R' every
 attempt refused at once (no ready endpoint), '?' could not be probed.
 
-Every result by pod address is also judged by lockstep explain on the same
-manifests (with the addresses the pods got): -o json always carries its
-verdict ("explained") and "reason"; --explain prints one line per cell
-after the tables, with the reason, and marks a cell where explain and the
-packets disagree (a bug worth reporting).
+Every result is also judged by lockstep explain on the same manifests (with
+the addresses the pods got), by pod address and, through a Service, at the
+ClusterIP probed, on each of its ready backends: -o json always carries
+its verdict ("explained": allow or deny by pod address, the outcome
+expected through a Service) and "reason"; --explain prints one line per
+cell after the tables, with the reason, and marks a cell where explain and
+the packets disagree (a bug worth reporting).
 
 --expect FILE compares the tables with FILE, in the format probe prints
 (hand-written, or a previous run's output) or a previous run's -o json.

@@ -72,8 +72,8 @@ func cellText(c byte) string {
 	return string(c)
 }
 
-// writeReasons prints every result by pod address with explain's reason,
-// marking where explain and the packets disagree.
+// writeReasons prints every result, by pod address and through Services,
+// with explain's reason, marking where explain and the packets disagree.
 func writeReasons(w io.Writer, rep *probe.Report) {
 	fmt.Fprintln(w)
 	rows := [][]string{{"PORT", "FROM", "TO", "GOT", "REASON"}}
@@ -90,6 +90,15 @@ func writeReasons(w io.Writer, rep *probe.Report) {
 			reason = "EXPLAIN SAYS " + strings.ToUpper(r.Explained) + ": " + reason
 		}
 		rows = append(rows, []string{probe.Port{Port: r.Port, Protocol: r.Protocol}.String(), r.From, r.To, got, reason})
+	}
+	for _, r := range rep.ServiceResults {
+		got := string(r.Outcome.Cell())
+		reason := r.Reason
+		if got != "?" && r.Explained != "" && r.Explained != r.Outcome {
+			reason = "EXPLAIN SAYS " + strings.ToUpper(string(r.Explained)) + ": " + reason
+		}
+		b := probe.Block{Port: probe.Port{Port: r.Port, Protocol: r.Protocol}, Service: true}
+		rows = append(rows, []string{b.Heading(), r.From, r.Service, got, reason})
 	}
 	writeColumns(w, rows)
 }
