@@ -18,7 +18,7 @@ type ebpfDataplane struct {
 }
 
 // WriteMetrics writes, at scrape time, the BPF verdict counters by
-// reason, each endpoint's conntrack entries and refusals, the node's
+// reason and by policy, each endpoint's conntrack entries and refusals, the node's
 // conntrack entries, the conntrack tables' evictions and the reclaimer's
 // races, and the entry count of every map.
 func (dp ebpfDataplane) WriteMetrics(w io.Writer) {
@@ -29,6 +29,9 @@ func (dp ebpfDataplane) WriteMetrics(w io.Writer) {
 			promtext.WriteSample(w, "lockstep_datapath_packets_total", float64(counters[reason].Packets), "reason", reason)
 			promtext.WriteSample(w, "lockstep_datapath_bytes_total", float64(counters[reason].Bytes), "reason", reason)
 		}
+	}
+	if vs, err := dp.PolicyVerdicts(); err == nil {
+		writePolicyVerdicts(w, vs)
 	}
 	if shares, err := dp.ConntrackShares(); err == nil {
 		promtext.WriteHeader(w, "lockstep_datapath_conntrack_entries", fmt.Sprintf("Conntrack entries an endpoint holds (the programs' estimate, never below the truth), by host interface; each may hold %d of each direction while the node is under pressure (lockstep_datapath_conntrack_node_entries above %d).", bpfmaps.CTShareLimit, bpfmaps.CTPressure), "gauge")
@@ -71,4 +74,17 @@ func (dp ebpfDataplane) Counts() map[string]int {
 		out["evicted from "+table] = int(n)
 	}
 	return out
+}
+
+// writePolicyVerdicts writes lockstep_policy_verdicts_total: one allow and
+// one deny sample per policy and direction the datapath reports, which
+// are the policies isolating a local endpoint as last applied (a deleted
+// policy has no series).
+func writePolicyVerdicts(w io.Writer, vs []datapath.PolicyVerdict) {
+	promtext.WriteHeader(w, "lockstep_policy_verdicts_total", "What each NetworkPolicy decided on this node, by direction: verdict allow counts the new connections its rules allowed (not their later packets), deny the packets dropped by default deny at the local pods it isolates in that direction; a drop at a pod several policies isolate counts for each of them. Only the eBPF dataplane counts.", "counter")
+	for _, v := range vs {
+		dir := v.Dir.String()
+		promtext.WriteSample(w, "lockstep_policy_verdicts_total", float64(v.Allowed), "namespace", v.Namespace, "policy", v.Name, "direction", dir, "verdict", "allow")
+		promtext.WriteSample(w, "lockstep_policy_verdicts_total", float64(v.Denied), "namespace", v.Namespace, "policy", v.Name, "direction", dir, "verdict", "deny")
+	}
 }

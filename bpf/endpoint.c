@@ -164,9 +164,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		remote_lookup(dir == DIR_EGRESS ? &p.daddr : &p.saddr, parity, &r);
 		if (!policy_allows(ifindex, parity, dir, &p, &r,
 				   flags & (dir == DIR_INGRESS ? EP_INGRESS_NO_ANY : EP_EGRESS_NO_ANY), &rule))
-			return verdict(skb, dir, VERDICT_DROP,
-				       dir == DIR_INGRESS ? REASON_POLICY_INGRESS : REASON_POLICY_EGRESS,
-				       &p, r.identity);
+			return deny(skb, ifindex, dir, &p, r.identity);
 	}
 	/* Nothing answers ::, which only the node's own packets come from
 	 * here: a reply to it is judged, and dropped, as a new packet. */

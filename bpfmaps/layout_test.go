@@ -94,6 +94,11 @@ func TestMapSpecsMatchNames(t *testing.T) {
 			t.Errorf("map %s is not pinned by name", name)
 		}
 	}
+	for _, name := range []string{RuleAllowedMap, DeniedMap} {
+		if ms, ok := spec.Maps[name]; !ok || ms.Pinning != ebpf.PinNone {
+			t.Errorf("map %s: in the object %v, want it there and not pinned", name, ok)
+		}
+	}
 	if got := spec.Maps[CountersMap].MaxEntries; got != NumReasons {
 		t.Errorf("%s has %d entries, NumReasons is %d", CountersMap, got, NumReasons)
 	}
@@ -101,7 +106,8 @@ func TestMapSpecsMatchNames(t *testing.T) {
 		name string
 		want uint32
 	}{{ServicesMap, 2 * MaxFrontends}, {BackendsMap, 2 * MaxBackends}, {CTMap, CTCapacity}, {SvcCTMap, SvcCTCapacity},
-		{CTShareMap, CTShareSlots}, {CTReleasedMap, CTShareSlots}, {CTInsertedMap, CTTables}, {CTEvictionsMap, CTTables}} {
+		{CTShareMap, CTShareSlots}, {CTReleasedMap, CTShareSlots}, {CTInsertedMap, CTTables}, {CTEvictionsMap, CTTables},
+		{RuleAllowedMap, MaxRuleIDs}, {DeniedMap, CTShareSlots}} {
 		if got := spec.Maps[c.name].MaxEntries; got != c.want {
 			t.Errorf("%s has %d entries, want %d", c.name, got, c.want)
 		}

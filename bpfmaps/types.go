@@ -32,6 +32,24 @@ const (
 	CTEvictionsMap = "lockstep_ct_evictions"
 )
 
+// Names of the per-policy verdict counters, which are not pinned (the
+// rule ids they count by start with the agent, and so do their counts):
+// RuleAllowedMap counts, per CPU and by rule id (PolicyValue.Rule), the
+// new connections each rule allowed; DeniedMap, per CPU and by DeniedKey,
+// the packets each endpoint's isolated directions dropped by default deny.
+const (
+	RuleAllowedMap = "lockstep_rule_allowed"
+	DeniedMap      = "lockstep_denied"
+)
+
+// MaxRuleIDs bounds the rule ids (C: RULE_IDS): ids run from 1 to
+// MaxRuleIDs-1, each RuleAllowedMap's index.
+const MaxRuleIDs = 16384
+
+// DeniedKey is the DeniedMap key of the endpoint of ifindex in dir (0
+// ingress, 1 egress), as lockstep_ct_share's (C: ifindex << 1 | dir).
+func DeniedKey(ifindex uint32, dir uint8) uint32 { return ifindex<<1 | uint32(dir) }
+
 // Names lists every pinned map, in the order `lockstep maps list` prints
 // them.
 var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, ServicesMap, BackendsMap, CTMap, SvcCTMap, AffinityMap, CTCacheMap, CTEpochMap, CTShareMap, CTReleasedMap, CTInsertedMap, CTEvictionsMap, CountersMap, EventsMap}

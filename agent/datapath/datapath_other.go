@@ -58,6 +58,11 @@ func (d *Datapath) Counters() (map[string]bpfmaps.Counter, error) {
 	return nil, errUnsupported("read eBPF counters")
 }
 
+// PolicyVerdicts fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {
+	return nil, errUnsupported("read eBPF policy verdict counts")
+}
+
 // ConntrackShares fails with an error wrapping errors.ErrUnsupported.
 func (d *Datapath) ConntrackShares() (map[string]ConntrackShare, error) {
 	return nil, errUnsupported("read eBPF conntrack shares")

@@ -317,6 +317,7 @@ type endpointMapSpecs struct {
 	LockstepCtInserted    *ebpf.MapSpec `ebpf:"lockstep_ct_inserted"`
 	LockstepCtReleased    *ebpf.MapSpec `ebpf:"lockstep_ct_released"`
 	LockstepCtShare       *ebpf.MapSpec `ebpf:"lockstep_ct_share"`
+	LockstepDenied        *ebpf.MapSpec `ebpf:"lockstep_denied"`
 	LockstepDrops         *ebpf.MapSpec `ebpf:"lockstep_drops"`
 	LockstepEndpoints     *ebpf.MapSpec `ebpf:"lockstep_endpoints"`
 	LockstepEvents        *ebpf.MapSpec `ebpf:"lockstep_events"`
@@ -324,6 +325,7 @@ type endpointMapSpecs struct {
 	LockstepMonitor       *ebpf.MapSpec `ebpf:"lockstep_monitor"`
 	LockstepPolicy        *ebpf.MapSpec `ebpf:"lockstep_policy"`
 	LockstepRejectScratch *ebpf.MapSpec `ebpf:"lockstep_reject_scratch"`
+	LockstepRuleAllowed   *ebpf.MapSpec `ebpf:"lockstep_rule_allowed"`
 	LockstepServices      *ebpf.MapSpec `ebpf:"lockstep_services"`
 	LockstepState         *ebpf.MapSpec `ebpf:"lockstep_state"`
 	LockstepSvcCt         *ebpf.MapSpec `ebpf:"lockstep_svc_ct"`
@@ -368,6 +370,7 @@ type endpointMaps struct {
 	LockstepCtInserted    *ebpf.Map `ebpf:"lockstep_ct_inserted"`
 	LockstepCtReleased    *ebpf.Map `ebpf:"lockstep_ct_released"`
 	LockstepCtShare       *ebpf.Map `ebpf:"lockstep_ct_share"`
+	LockstepDenied        *ebpf.Map `ebpf:"lockstep_denied"`
 	LockstepDrops         *ebpf.Map `ebpf:"lockstep_drops"`
 	LockstepEndpoints     *ebpf.Map `ebpf:"lockstep_endpoints"`
 	LockstepEvents        *ebpf.Map `ebpf:"lockstep_events"`
@@ -375,6 +378,7 @@ type endpointMaps struct {
 	LockstepMonitor       *ebpf.Map `ebpf:"lockstep_monitor"`
 	LockstepPolicy        *ebpf.Map `ebpf:"lockstep_policy"`
 	LockstepRejectScratch *ebpf.Map `ebpf:"lockstep_reject_scratch"`
+	LockstepRuleAllowed   *ebpf.Map `ebpf:"lockstep_rule_allowed"`
 	LockstepServices      *ebpf.Map `ebpf:"lockstep_services"`
 	LockstepState         *ebpf.Map `ebpf:"lockstep_state"`
 	LockstepSvcCt         *ebpf.Map `ebpf:"lockstep_svc_ct"`
@@ -395,6 +399,7 @@ func (m *endpointMaps) Close() error {
 		m.LockstepCtInserted,
 		m.LockstepCtReleased,
 		m.LockstepCtShare,
+		m.LockstepDenied,
 		m.LockstepDrops,
 		m.LockstepEndpoints,
 		m.LockstepEvents,
@@ -402,6 +407,7 @@ func (m *endpointMaps) Close() error {
 		m.LockstepMonitor,
 		m.LockstepPolicy,
 		m.LockstepRejectScratch,
+		m.LockstepRuleAllowed,
 		m.LockstepServices,
 		m.LockstepState,
 		m.LockstepSvcCt,

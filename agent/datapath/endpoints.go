@@ -31,7 +31,15 @@ func (d *Datapath) writeEndpoints(want map[string]*policy.EndpointPolicy, ifinde
 		idx := ifindexes[name]
 		e := m.names[name]
 		if e == nil || e.ifindex != idx {
+			if prev := m.eps[idx]; prev != nil {
+				// The ifindex changes hands: its drops so far were
+				// the previous endpoint's.
+				d.foldDenied(prev, p, true)
+			}
 			e = m.claim(name, idx, p)
+		} else if old := e.src[p]; old != nil && old != ep && !sameIsolators(old, ep) {
+			// Its drops so far were the policies' that isolated it.
+			d.foldDenied(e, p, false)
 		}
 		e.mark = m.mark
 
@@ -230,7 +238,10 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, orig
 	ids := make(map[policy.RuleKey]uint32, len(rules))
 	kept := 0 // keys of im.rules that rules has
 	for k, ranges := range rules {
-		id := t.idOf(origins, k)
+		id, err := t.idOf(origins, k)
+		if err != nil {
+			return 0, err
+		}
 		ids[k] = id
 		old, ok := im.rules[k]
 		if ok {
@@ -240,7 +251,6 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, orig
 			}
 		}
 		start := len(keys)
-		var err error
 		if keys, vals, err = appendEntries(keys, vals, k, ranges, id); err != nil {
 			return 0, err
 		}
@@ -375,9 +385,11 @@ func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange, origins
 	vals := make([]bpfmaps.PolicyValue, 0, len(rules))
 	ids := make(map[policy.RuleKey]uint32, len(rules))
 	for k, ranges := range rules {
-		id := d.rules.idOf(origins, k)
+		id, err := d.rules.idOf(origins, k)
+		if err != nil {
+			return nil, err
+		}
 		ids[k] = id
-		var err error
 		if keys, vals, err = appendEntries(keys, vals, k, ranges, id); err != nil {
 			return nil, err
 		}
@@ -418,6 +430,9 @@ func (d *Datapath) removeEndpoints(es []*epEntry) ([]*epEntry, error) {
 	var done []*epEntry
 	var errs []error
 	for _, e := range es {
+		// After the flip: the parity the endpoint was last enforced in
+		// is the idle one now.
+		d.foldDenied(e, int(d.mirror.gen&1)^1, true)
 		e.setInner(0, nil)
 		e.setInner(1, nil)
 		d.stats.entries++

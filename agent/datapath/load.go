@@ -86,10 +86,15 @@ type Datapath struct {
 	ctInserts      *ebpf.Map // with ctEvictions: the conntrack tables' evictions (ctevict.go)
 	ctEvictions    *ebpf.Map
 	counters       *ebpf.Map
+	ruleAllowed    *ebpf.Map // with denied: the per-policy verdict counts (verdictcount.go)
+	denied         *ebpf.Map
 	events         *ebpf.Map
 	innerSpec      *ebpf.MapSpec
 	// rules names the rule ids the policy map values carry.
 	rules ruleTable
+	// verdicts turns the counts of ruleAllowed and denied into counts by
+	// policy (verdictcount.go).
+	verdicts verdictTotals
 
 	mu       sync.Mutex
 	attached map[string]int // host veth name → ifindex
@@ -198,6 +203,8 @@ func Load(opts Options) (*Datapath, error) {
 		ctInserts:     coll.Maps[bpfmaps.CTInsertedMap],
 		ctEvictions:   coll.Maps[bpfmaps.CTEvictionsMap],
 		counters:      coll.Maps[bpfmaps.CountersMap],
+		ruleAllowed:   coll.Maps[bpfmaps.RuleAllowedMap],
+		denied:        coll.Maps[bpfmaps.DeniedMap],
 		events:        coll.Maps[bpfmaps.EventsMap],
 		innerSpec:     spec.Maps[bpfmaps.PolicyMap].InnerMap.Copy(),
 		attached:      make(map[string]int),
@@ -305,7 +312,7 @@ func (d *Datapath) Close() error {
 }
 
 func (d *Datapath) closeObjects() {
-	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.ctShare, d.ctReleased, d.ctInserts, d.ctEvictions, d.counters, d.events} {
+	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.ctShare, d.ctReleased, d.ctInserts, d.ctEvictions, d.counters, d.ruleAllowed, d.denied, d.events} {
 		if c != nil {
 			c.Close()
 		}

@@ -312,6 +312,7 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 		}
 	}
 	ep.FailedPolicies = failedNames(selecting)
+	ep.Isolators = isolatorNames(selecting)
 	for d := policyapi.Ingress; d <= policyapi.Egress; d++ {
 		if ep.Failed[d] = failedReasons(selecting[d]); ep.Failed[d] != "" {
 			continue

@@ -56,6 +56,13 @@ type EndpointPolicy struct {
 	// owners it tells (a node must not report every failed policy of the
 	// cluster). Nil when none. It is for reporting: dataplanes ignore it.
 	FailedPolicies []string
+	// Isolators names (namespace/name, sorted), by Direction, the policies
+	// that select the endpoint for that direction and so isolate it: the
+	// policies whose default deny a packet of the direction that no rule
+	// allows meets. Nil for a direction that is not isolated. It is for
+	// reporting (per-policy verdict counts): dataplanes enforce by
+	// IngressIsolated and EgressIsolated.
+	Isolators [2][]string
 	// Origins names, for every key of Rules, the policy rule that allowed
 	// it (see [RuleOrigin]), so that a dataplane can report which rule
 	// decided a packet. Never nil; like Rules, a new map when it changed.

@@ -185,7 +185,7 @@ func (st *state) computeFull(e *endpointState) {
 	ep := &EndpointPolicy{
 		IPv4: e.le.IPv4.Unmap(), IPv6: e.le.IPv6,
 		IngressIsolated: len(e.sel[policyapi.Ingress]) > 0, EgressIsolated: len(e.sel[policyapi.Egress]) > 0,
-		Rules: rules, Failed: failed, FailedPolicies: e.failedPolicies(),
+		Rules: rules, Failed: failed, FailedPolicies: e.failedPolicies(), Isolators: e.isolators(),
 		Origins: origins,
 	}
 	// Rules that did not change are e.out's very map (and a first
@@ -263,6 +263,18 @@ func (e *endpointState) failedReasons(d policyapi.Direction) string {
 		cps = append(cps, ps.cp)
 	}
 	return failedReasons(cps)
+}
+
+// isolators names the policies selecting e, by direction, as
+// compiler.endpoint does.
+func (e *endpointState) isolators() [2][]string {
+	var cps [2][]*policyapi.ParsedPolicy
+	for d := range e.sel {
+		for _, ps := range e.sel[d] {
+			cps[d] = append(cps[d], ps.cp)
+		}
+	}
+	return isolatorNames(cps)
 }
 
 // failedPolicies names the failed policies selecting e, as

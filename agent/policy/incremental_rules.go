@@ -397,5 +397,6 @@ func (st *state) addPeerRule(b *ruleBuilder, r *ruleState, x *identState, local 
 func sameAddrsAndIsolation(a, b *EndpointPolicy) bool {
 	return a.IPv4 == b.IPv4 && a.IPv6 == b.IPv6 &&
 		a.IngressIsolated == b.IngressIsolated && a.EgressIsolated == b.EgressIsolated && a.Failed == b.Failed &&
-		slices.Equal(a.FailedPolicies, b.FailedPolicies)
+		slices.Equal(a.FailedPolicies, b.FailedPolicies) &&
+		slices.Equal(a.Isolators[0], b.Isolators[0]) && slices.Equal(a.Isolators[1], b.Isolators[1])
 }

@@ -221,6 +221,19 @@ func failedNames(selecting [2][]*policyapi.ParsedPolicy) []string {
 	return slices.Compact(names)
 }
 
+// isolatorNames names, by direction, the policies of selecting
+// (EndpointPolicy.Isolators): sorted, nil for a direction none selects.
+func isolatorNames(selecting [2][]*policyapi.ParsedPolicy) [2][]string {
+	var out [2][]string
+	for d, ps := range selecting {
+		for _, cp := range ps {
+			out[d] = append(out[d], cp.Name)
+		}
+		slices.Sort(out[d])
+	}
+	return out
+}
+
 // tooManyReason is the reason a direction of an endpoint fails when its
 // rules for key k need n port ranges; policies names those selecting the
 // endpoint for the direction.

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"testing"
 
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
@@ -88,4 +89,47 @@ func TestOriginsNameTheFirstAllowingRule(t *testing.T) {
 	if got := both[tcpFrom(client)].String(); got != "team/a-web ingress[1]" {
 		t.Errorf("String() = %q", got)
 	}
+}
+
+// TestIsolatorsNameTheSelectingPolicies checks that an endpoint's
+// Isolators name, by direction, the policies selecting it for that
+// direction, sorted, from Compile and Incremental alike, including a
+// deny-all policy without rules, and that a deleted policy leaves them.
+func TestIsolatorsNameTheSelectingPolicies(t *testing.T) {
+	types := func(ts ...policyapi.PolicyType) policyapi.NetworkPolicySpec {
+		return policyapi.NetworkPolicySpec{PolicyTypes: ts}
+	}
+	in, eg := policyapi.PolicyTypeIngress, policyapi.PolicyTypeEgress
+	sc := scenario{
+		pods: []*policyapi.Pod{mkPod("team", "web", ips("10.0.0.1"), "app", "web")},
+		policies: []*policyapi.NetworkPolicy{
+			mkPolicy("team", "z-both", sel("app", "web"), types(in, eg)),
+			mkPolicy("team", "a-in", sel("app", "web"), types(in)),
+			mkPolicy("team", "other", sel("app", "db"), types(in, eg)),
+		},
+		local: []LocalEndpoint{{HostIfName: "lxc-web", Namespace: "team", PodName: "web", IPv4: addr("10.0.0.1")}},
+	}
+	check := func(t *testing.T, d *Desired, in, eg []string) {
+		t.Helper()
+		got := d.Endpoints["lxc-web"].Isolators
+		if !slices.Equal(got[policyapi.Ingress], in) || !slices.Equal(got[policyapi.Egress], eg) {
+			t.Errorf("isolators %q, want ingress %q and egress %q", got, in, eg)
+		}
+	}
+	d, err := Compile(sc.snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("compile", func(t *testing.T) { check(t, d, []string{"team/a-in", "team/z-both"}, []string{"team/z-both"}) })
+	inc := NewIncremental()
+	feedSnapshot(inc, sc.snapshot())
+	if d, err = inc.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("incremental", func(t *testing.T) { check(t, d, []string{"team/a-in", "team/z-both"}, []string{"team/z-both"}) })
+	inc.DeletePolicy("team", "z-both")
+	if d, err = inc.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("incremental after delete", func(t *testing.T) { check(t, d, []string{"team/a-in"}, nil) })
 }

@@ -506,6 +506,39 @@ struct {
 	__uint(pinning, PIN_BY_NAME);
 } lockstep_drops SEC(".maps");
 
+/* Per-policy verdict counters, which the agent sums by policy for
+ * /metrics (agent/datapath/verdictcount.go). They count whether or not
+ * events are emitted, and cost nothing on the established fast path.
+ *
+ * lockstep_rule_allowed[id]: the new connections the rule of id (a
+ * policy_value.rule) allowed. The agent hands out ids 1 to RULE_IDS - 1
+ * and refuses an apply that needs more; id 0 (no rule) is never counted.
+ *
+ * lockstep_denied: the packets an isolated direction of an endpoint
+ * dropped because no rule allowed them (default deny), keyed like
+ * lockstep_ct_share (ifindex << 1 | dir); the agent deletes a removed
+ * endpoint's slots.
+ *
+ * Neither is pinned: rule ids mean nothing to the next agent, so the
+ * counts start with the agent that names them.
+ */
+#define RULE_IDS 16384
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RULE_IDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} lockstep_rule_allowed SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, CT_SHARE_SLOTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, __u64);
+} lockstep_denied SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);

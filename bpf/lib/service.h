@@ -326,14 +326,14 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	if (flags & EP_EGRESS_ISOLATED) {
 		remote_lookup(&t->daddr, parity, &r);
 		if (!policy_allows(ifindex, parity, DIR_EGRESS, t, &r, flags & EP_EGRESS_NO_ANY, &rule))
-			return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_POLICY_EGRESS, t, r.identity);
+			return deny(skb, ifindex, DIR_EGRESS, t, r.identity);
 	}
 	if (hairpin && (flags & EP_INGRESS_ISOLATED)) {
 		struct remote self = {};
 
 		remote_lookup(&p->saddr, parity, &self);
 		if (!policy_allows(ifindex, parity, DIR_INGRESS, t, &self, flags & EP_INGRESS_NO_ANY, &self_rule))
-			return verdict(skb, DIR_INGRESS, VERDICT_DROP, REASON_POLICY_INGRESS, t, self.identity);
+			return deny(skb, ifindex, DIR_INGRESS, t, self.identity);
 	}
 
 	if (!ct_admit(ifindex, DIR_EGRESS, 2, 0, now))
@@ -350,6 +350,8 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	if (nat_rewrite(skb, p, t))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_UNPARSEABLE, t, r.identity);
 	verdict_rule(skb, DIR_EGRESS, VERDICT_ALLOW, REASON_ALLOWED_NEW, t, r.identity, rule);
+	/* The pod's own ingress rule allowed the hairpin connection too. */
+	count_rule(self_rule);
 	if (hairpin)
 		return svc_to_pod(skb);
 	return TC_ACT_OK;

@@ -1,0 +1,201 @@
+//go:build linux
+
+package datapath
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	"lockstep.dev/lockstep/bpfmaps"
+)
+
+// The per-policy verdict counts. The programs count what policy decides
+// whether or not verdict events are emitted, in two maps that cost the
+// established fast path nothing: lockstep_rule_allowed counts, by rule
+// id, the new connections each rule allowed (where the program decides
+// "allowed-new" by a rule), and lockstep_denied, by endpoint and
+// direction, the packets an isolated direction dropped because no rule
+// allowed them. Neither knows policies: the agent does.
+//
+// A rule id names one rule of one policy (ruleTable) and is never reused,
+// so a policy's allowed count is the sum of its rules' ids, those it has
+// since dropped included: it never goes down. A default-deny drop is
+// every isolating policy's drop: a policy's denied count is the sum of
+// the drops of the endpoint directions it isolates. That set changes with
+// the policy, its pods and the other policies, so the agent attributes a
+// slot's drops as it reads them (folds them) to the policies isolating
+// the endpoint at the time, and keeps the sums: it folds at every read,
+// before an Apply changes who isolates an endpoint, and before it
+// removes one. The sums never go down either.
+
+// verdictTotals keeps the default-deny drops attributed to policies.
+type verdictTotals struct {
+	mu sync.Mutex
+	// last is each lockstep_denied slot's count as last folded.
+	last map[uint32]uint64
+	// denied is the drops folded so far, by policy and direction.
+	denied map[policyDir]uint64
+}
+
+// policyDir is a policy (namespace/name) and a direction.
+type policyDir struct {
+	policy string
+	dir    policyapi.Direction
+}
+
+// fold attributes what the slots of the endpoint of ifindex counted
+// since they were last folded to the policies iso names, by direction;
+// remove then deletes the slots, whose next count starts anew.
+func (v *verdictTotals) fold(m *ebpf.Map, ifindex uint32, iso [2][]string, remove bool) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var errs []error
+	for dir := range iso {
+		key := bpfmaps.DeniedKey(ifindex, uint8(dir))
+		var perCPU []uint64
+		err := m.Lookup(key, &perCPU)
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("read %s of ifindex %d: %w", bpfmaps.DeniedMap, ifindex, err))
+		default:
+			v.add(key, sum(perCPU), iso[dir], policyapi.Direction(dir))
+		}
+		if !remove {
+			continue
+		}
+		delete(v.last, key)
+		if err := m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("delete %s of ifindex %d: %w", bpfmaps.DeniedMap, ifindex, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// add attributes the drops slot key counted since the last fold, n in
+// all now, to policies. Called with v.mu held.
+func (v *verdictTotals) add(key uint32, n uint64, policies []string, dir policyapi.Direction) {
+	if v.last == nil {
+		v.last = make(map[uint32]uint64)
+		v.denied = make(map[policyDir]uint64)
+	}
+	delta := n - v.last[key]
+	if n < v.last[key] {
+		delta = n // the slot was made anew
+	}
+	v.last[key] = n
+	for _, p := range policies {
+		v.denied[policyDir{p, dir}] += delta
+	}
+}
+
+func sum(perCPU []uint64) uint64 {
+	var n uint64
+	for _, c := range perCPU {
+		n += c
+	}
+	return n
+}
+
+// foldDenied folds the default-deny drops of e into the policies that
+// isolated it in parity par; remove also deletes its slots (it is gone,
+// or its ifindex changes hands). Called with d.mu held. A failure is
+// logged: counts are reports, never a reason to fail an Apply.
+func (d *Datapath) foldDenied(e *epEntry, par int, remove bool) {
+	if d.denied == nil {
+		return
+	}
+	var iso [2][]string
+	if src := e.src[par]; src != nil {
+		iso = src.Isolators
+	}
+	if err := d.verdicts.fold(d.denied, e.ifindex, iso, remove); err != nil {
+		d.log.Warn("fold default-deny counts", "endpoint", e.name, "err", err)
+	}
+}
+
+// PolicyVerdicts returns the verdict counts of every policy that isolates
+// a local endpoint in the state applied last, per direction it does, in
+// the order namespace, name, direction. A policy that is deleted, or that
+// no longer selects a pod of this node, has none (its counts are kept:
+// should it select one again, they go on from where they were).
+func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {
+	d.mu.Lock()
+	live := int(d.mirror.gen & 1)
+	iso := make(map[uint32][2][]string, len(d.mirror.eps))
+	for idx, e := range d.mirror.eps {
+		if src := e.src[live]; src != nil {
+			iso[idx] = src.Isolators
+		}
+	}
+	d.mu.Unlock()
+
+	var errs []error
+	var key uint32
+	var perCPU []uint64
+	var slots []uint32
+	it := d.denied.Iterate()
+	for it.Next(&key, &perCPU) {
+		slots = append(slots, key)
+	}
+	if err := it.Err(); err != nil {
+		errs = append(errs, fmt.Errorf("walk %s: %w", bpfmaps.DeniedMap, err))
+	}
+	for idx := range uniqueIfindexes(slots) {
+		if is, ok := iso[idx]; ok {
+			errs = append(errs, d.verdicts.fold(d.denied, idx, is, false))
+		}
+	}
+
+	allowed := make(map[policyDir]uint64)
+	for i, o := range d.rules.all() {
+		if err := d.ruleAllowed.Lookup(uint32(i+1), &perCPU); err != nil {
+			errs = append(errs, fmt.Errorf("read %s[%d]: %w", bpfmaps.RuleAllowedMap, i+1, err))
+			continue
+		}
+		allowed[policyDir{o.Namespace + "/" + o.Name, o.Dir}] += sum(perCPU)
+	}
+
+	present := make(map[policyDir]struct{})
+	for _, is := range iso {
+		for dir, names := range is {
+			for _, n := range names {
+				present[policyDir{n, policyapi.Direction(dir)}] = struct{}{}
+			}
+		}
+	}
+	d.verdicts.mu.Lock()
+	out := make([]PolicyVerdict, 0, len(present))
+	for pd := range present {
+		ns, name, _ := strings.Cut(pd.policy, "/")
+		out = append(out, PolicyVerdict{Namespace: ns, Name: name, Dir: pd.dir,
+			Allowed: allowed[pd], Denied: d.verdicts.denied[pd]})
+	}
+	d.verdicts.mu.Unlock()
+	slices.SortFunc(out, func(a, b PolicyVerdict) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Dir, b.Dir))
+	})
+	return out, errors.Join(errs...)
+}
+
+// sameIsolators reports whether a and b are isolated by the same policies.
+func sameIsolators(a, b *policy.EndpointPolicy) bool {
+	return slices.Equal(a.Isolators[0], b.Isolators[0]) && slices.Equal(a.Isolators[1], b.Isolators[1])
+}
+
+// uniqueIfindexes returns the endpoints of lockstep_denied slot keys.
+func uniqueIfindexes(keys []uint32) map[uint32]struct{} {
+	out := make(map[uint32]struct{}, len(keys))
+	for _, k := range keys {
+		out[k>>1] = struct{}{}
+	}
+	return out
+}
