@@ -53,7 +53,7 @@ func (s Service) Key() string { return s.Namespace + "/" + s.Name }
 // to connect to; they are left out and named in skipped.
 func FromPolicyServices(in []policyapi.Service) (svcs []Service, skipped []string, err error) {
 	for _, ks := range in {
-		s := Service{Namespace: cmp.Or(ks.Namespace, "default"), Name: ks.Name, Affinity: ks.Spec.SessionAffinity == policyapi.ServiceAffinityClientIP}
+		s := Service{Namespace: policyapi.NamespaceOrDefault(ks.Namespace), Name: ks.Name, Affinity: ks.Spec.SessionAffinity == policyapi.ServiceAffinityClientIP}
 		ips := ks.Spec.ClusterIPs
 		if len(ips) == 0 && ks.Spec.ClusterIP != "" {
 			ips = []string{ks.Spec.ClusterIP}

@@ -30,7 +30,7 @@ type Failures struct {
 // policies isolate it for.
 type EndpointFailure struct {
 	HostIf string
-	// Reasons says why, by policy.Direction ("" when the direction is
+	// Reasons says why, by policyapi.Direction ("" when the direction is
 	// enforced as written).
 	Reasons [2]string
 }

@@ -32,7 +32,7 @@ type judged struct {
 func newIndex(s *policy.Snapshot) *index {
 	ix := &index{s: s, pods: map[string]*policyapi.Pod{}, owner: map[netip.Addr]*policyapi.Pod{}, policies: map[string][]*judged{}}
 	for _, p := range s.Pods {
-		key := podNamespace(p) + "/" + p.Name
+		key := policyapi.PodNamespace(p) + "/" + p.Name
 		if _, dup := ix.pods[key]; dup {
 			continue
 		}
@@ -43,14 +43,14 @@ func newIndex(s *policy.Snapshot) *index {
 		for _, a := range podAddrs(p) {
 			// Two pods claiming an address: the first by namespace/name
 			// keeps it, as in the compiler.
-			if prev, ok := ix.owner[a]; !ok || key < podNamespace(prev)+"/"+prev.Name {
+			if prev, ok := ix.owner[a]; !ok || key < policyapi.PodNamespace(prev)+"/"+prev.Name {
 				ix.owner[a] = p
 			}
 		}
 	}
 	for _, np := range s.Policies {
 		j := judge(np)
-		ns := cmp.Or(np.Namespace, "default")
+		ns := policyapi.NamespaceOrDefault(np.Namespace)
 		ix.policies[ns] = append(ix.policies[ns], j)
 	}
 	for _, js := range ix.policies {
@@ -64,21 +64,14 @@ func newIndex(s *policy.Snapshot) *index {
 // selector picks (every pod when the selector is invalid too) for the
 // directions its types name (both when one is unknown).
 func judge(np *policyapi.NetworkPolicy) *judged {
-	j := &judged{np: np, name: cmp.Or(np.Namespace, "default") + "/" + np.Name, podSel: &np.Spec.PodSelector}
+	j := &judged{np: np, name: policyapi.NamespaceOrDefault(np.Namespace) + "/" + np.Name, podSel: &np.Spec.PodSelector}
 	if err := np.Validate(); err != nil {
 		j.failed = err.Error()
 		if _, err := np.Spec.PodSelector.Matches(nil); err != nil {
 			j.podSel = &policyapi.LabelSelector{}
 		}
 	}
-	types := np.Spec.PolicyTypes
-	if len(types) == 0 {
-		types = []policyapi.PolicyType{policyapi.PolicyTypeIngress}
-		if len(np.Spec.Egress) > 0 {
-			types = append(types, policyapi.PolicyTypeEgress)
-		}
-	}
-	for _, t := range types {
+	for _, t := range policyapi.PolicyTypes(&np.Spec) {
 		switch t {
 		case policyapi.PolicyTypeIngress:
 			j.applies[policyapi.Ingress] = true
@@ -116,8 +109,8 @@ func (ix *index) resolve(e Endpoint) (*party, error) {
 }
 
 func (ix *index) podParty(p *policyapi.Pod) *party {
-	ns := podNamespace(p)
-	pt := &party{pod: p, ns: ns, nsLabels: namespaceLabels(ns, ix.s.Namespaces[ns])}
+	ns := policyapi.PodNamespace(p)
+	pt := &party{pod: p, ns: ns, nsLabels: policyapi.NamespaceLabels(ns, ix.s.Namespaces[ns])}
 	if p.Status.Phase != policyapi.PodSucceeded && p.Status.Phase != policyapi.PodFailed {
 		pt.addrs = podAddrs(p)
 	}
@@ -237,7 +230,7 @@ func peersMatch(j *judged, peers []policyapi.NetworkPolicyPeer, peer *party) boo
 			continue
 		}
 		if p.NamespaceSelector == nil {
-			if peer.ns != cmp.Or(j.np.Namespace, "default") {
+			if peer.ns != policyapi.NamespaceOrDefault(j.np.Namespace) {
 				continue
 			}
 		} else if ok, _ := p.NamespaceSelector.Matches(peer.nsLabels); !ok {
@@ -317,22 +310,6 @@ func declares(pod *policyapi.Pod, name string, proto policyapi.Protocol, port ui
 		}
 	}
 	return false
-}
-
-// podNamespace returns the pod's namespace, "default" when empty.
-func podNamespace(p *policyapi.Pod) string { return cmp.Or(p.Namespace, "default") }
-
-// namespaceLabels returns ns's labels with kubernetes.io/metadata.name,
-// which the API server puts on every namespace.
-func namespaceLabels(name string, ns *policyapi.Namespace) map[string]string {
-	labels := map[string]string{}
-	if ns != nil {
-		for k, v := range ns.Labels {
-			labels[k] = v
-		}
-	}
-	labels[policyapi.NamespaceNameLabel] = name
-	return labels
 }
 
 // podAddrs returns the pod's addresses: Status.PodIPs, or Status.PodIP.

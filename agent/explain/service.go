@@ -22,7 +22,7 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: %w", q.To, err)
 	}
-	name := cmp.Or(svc.Namespace, "default") + "/" + svc.Name
+	name := policyapi.NamespaceOrDefault(svc.Namespace) + "/" + svc.Name
 	num, err := proto.Number()
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: %w: %w", q.To, ErrBadQuery, err)
@@ -69,7 +69,7 @@ func (ix *index) frontendAddr(q Query, from *party) (*policyapi.Service, netip.A
 	var svc *policyapi.Service
 	var names []string
 	for _, s := range ix.s.Services {
-		if cmp.Or(s.Namespace, "default") != q.To.Namespace {
+		if policyapi.NamespaceOrDefault(s.Namespace) != q.To.Namespace {
 			continue
 		}
 		names = append(names, s.Name)
@@ -159,14 +159,14 @@ func (ix *index) addressless(svc *policyapi.Service, family int) string {
 	sel := policyapi.LabelSelector{MatchLabels: svc.Spec.Selector}
 	var names []string
 	for _, p := range ix.s.Pods {
-		if podNamespace(p) != cmp.Or(svc.Namespace, "default") || p.Spec.HostNetwork {
+		if policyapi.PodNamespace(p) != policyapi.NamespaceOrDefault(svc.Namespace) || p.Spec.HostNetwork {
 			continue
 		}
 		if ok, _ := sel.Matches(p.Labels); !ok {
 			continue
 		}
 		if !slices.ContainsFunc(podAddrs(p), func(a netip.Addr) bool { return familyOf(a) == family }) {
-			names = append(names, podNamespace(p)+"/"+p.Name)
+			names = append(names, policyapi.PodNamespace(p)+"/"+p.Name)
 		}
 	}
 	if len(names) == 0 {

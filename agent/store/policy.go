@@ -13,14 +13,14 @@ import (
 // on. Objects are immutable once inserted.
 type Pod struct {
 	Object *policyapi.Pod
-	// IdentityKey is the policy.IdentityKey the pod was counted under.
+	// IdentityKey is the policyapi.IdentityKey the pod was counted under.
 	IdentityKey string
 
 	Revisions
 }
 
 // Identity is the numeric identity of one distinct pod label set (see
-// policy.IdentityKey). Refs counts the pods holding it; the row exists
+// policyapi.IdentityKey). Refs counts the pods holding it; the row exists
 // exactly as long as Refs > 0, in every committed state.
 type Identity struct {
 	ID   policyapi.Peer
@@ -109,11 +109,11 @@ func peerKey(p policyapi.Peer) []byte {
 
 func peerArgs(_ bool, args ...any) ([]byte, error) {
 	if len(args) != 1 {
-		return nil, fmt.Errorf("index needs one policy.Peer argument, got %d", len(args))
+		return nil, fmt.Errorf("index needs one policyapi.Peer argument, got %d", len(args))
 	}
 	p, ok := args[0].(policyapi.Peer)
 	if !ok {
-		return nil, fmt.Errorf("index argument 0: got %T, want policy.Peer", args[0])
+		return nil, fmt.Errorf("index argument 0: got %T, want policyapi.Peer", args[0])
 	}
 	return peerKey(p), nil
 }

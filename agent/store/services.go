@@ -10,7 +10,7 @@ import (
 )
 
 // Service is a Kubernetes Service as the dataplane needs it (see
-// policy.Service). Like pods and policies it is not durable: a restarted
+// policyapi.Service). Like pods and policies it is not durable: a restarted
 // agent reads it again from its source. Objects are immutable once
 // inserted.
 type Service struct {
@@ -20,7 +20,7 @@ type Service struct {
 }
 
 // EndpointSlice is a Kubernetes EndpointSlice as the dataplane needs it
-// (see policy.EndpointSlice), from the API server or, in standalone mode,
+// (see policyapi.EndpointSlice), from the API server or, in standalone mode,
 // computed by the agent (agent/endpointslice). Not durable; immutable
 // once inserted.
 type EndpointSlice struct {

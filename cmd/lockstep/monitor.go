@@ -32,8 +32,9 @@ pod). A connection through a Service shows its backend, which policy judged.
 
 Repeats are folded: one line per flow (pod, direction, peer, addresses,
 protocol, destination port, verdict, rule) per --interval, with a count;
---interval 0 prints every event. Filters select by either end's pod or
-namespace, the verdict, or the deciding rule's policy.
+--interval 0 prints every event. Filters select by the pod the packet
+entered or left, either end's namespace, the verdict, or the policy whose
+rule allowed (a default-deny drop names no rule: filter those by pod).
 
 Any number of monitors may run at once, each gets every event. The agent
 makes the programs emit events only while at least one monitor is
@@ -62,10 +63,10 @@ JSON object on a line; with -o yaml, one YAML document.`,
 	fl.DurationVar(&timeout, "timeout", api.DefaultTimeout, "how long to wait for the agent")
 	addOutputFlag(cmd, &output)
 	fl.DurationVar(&interval, "interval", time.Second, "fold repeats of a flow within this interval into one line with a count (0: every event)")
-	fl.StringVar(&f.Pod, "pod", "", "only verdicts with this pod (NAMESPACE/NAME) at either end")
+	fl.StringVar(&f.Pod, "pod", "", "only verdicts at this pod (NAMESPACE/NAME): the one the packet entered or left")
 	fl.StringVar(&f.Namespace, "namespace", "", "only verdicts with a pod of this namespace at either end")
 	fl.StringVar(&f.Verdict, "verdict", "", "only this verdict: allow, drop or reject")
-	fl.StringVar(&f.Policy, "policy", "", "only verdicts a rule of this policy (NAMESPACE/NAME) decided")
+	fl.StringVar(&f.Policy, "policy", "", "only verdicts a rule of this policy (NAMESPACE/NAME) allowed")
 	return cmd
 }
 

@@ -11,6 +11,8 @@ const (
 	Egress Direction = 1
 )
 
+// String names the direction as policies and verdicts do: "ingress" or
+// "egress".
 func (d Direction) String() string {
 	if d == Ingress {
 		return "ingress"

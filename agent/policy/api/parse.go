@@ -143,6 +143,9 @@ func parseRule(ports []NetworkPolicyPort, peers []NetworkPolicyPeer, peerField s
 	return rule, nil
 }
 
+// ParsePort validates one port of a rule and returns it numbered: the
+// protocol defaulted to TCP, a named port, or the range port..endPort
+// (every port when none is given).
 func ParsePort(p NetworkPolicyPort) (PortSpec, error) {
 	proto := TCP
 	if p.Protocol != nil {
@@ -271,6 +274,10 @@ func parsePeer(p NetworkPolicyPeer) (PolicyPeer, error) {
 	return cp, nil
 }
 
+// ParseIPBlock validates an ipBlock peer and returns it parsed: host bits
+// dropped as the API server drops them, IPv4-mapped prefixes refused (see
+// CheckNotMapped), every except a strict subset of the cidr, sorted and
+// deduplicated, and a key equal for equal blocks.
 func ParseIPBlock(b *IPBlock) (*CIDRBlock, error) {
 	cidr, err := netip.ParsePrefix(b.CIDR)
 	if err != nil {
