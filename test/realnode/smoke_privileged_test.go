@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +190,12 @@ func checkProbesPass(t *testing.T, c *realnode.Cluster, ns string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// lockstep explain judges from the agent's store, not from the
+	// dataplane: it names the policy whichever dataplane runs.
+	r := explainInAgent(t, c, agentPod(t, c, node1), ns+"/client-2", ns+"/web-before", "8080")
+	if r.Verdict != "deny" || !slices.Contains(r.Ingress.Policies, ns+"/default-deny-ingress") || !strings.Contains(r.Ingress.Reason, "default deny") {
+		t.Errorf("explain client-2 to web-before: verdict %q, ingress %+v; want deny by default deny of %s/default-deny-ingress", r.Verdict, r.Ingress, ns)
 	}
 	apply(t, c, probedPod(ns, "web-after", node2))
 
