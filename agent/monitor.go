@@ -71,6 +71,9 @@ func (s storeNamer) Peer(id uint32) string {
 
 func (s storeNamer) Rule(id uint32) (policy.RuleOrigin, bool) { return s.dp.RuleOrigin(id) }
 
+// RuleIDsExhausted makes storeNamer a verdicts.RuleIDsReporter.
+func (s storeNamer) RuleIDsExhausted() bool { return s.dp.RuleIDsExhausted() }
+
 // labelSet shortens an identity key (ns="team" nsl={...} l={...} p=...)
 // to what a reader needs: the namespace and the pod's labels,
 // team/{"app":"web"}.

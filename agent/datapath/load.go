@@ -95,6 +95,10 @@ type Datapath struct {
 	// verdicts turns the counts of ruleAllowed and denied into counts by
 	// policy (verdictcount.go).
 	verdicts verdictTotals
+	// unnamedLogged: the ids ran out once and it was logged; unnamedLive:
+	// some rule in force has id 0 for lack of ids (RuleIDsExhausted).
+	unnamedLogged bool
+	unnamedLive   atomic.Bool
 
 	mu       sync.Mutex
 	attached map[string]int // host veth name → ifindex
