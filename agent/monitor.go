@@ -19,13 +19,24 @@ import (
 // dataplanes.
 type verdictMonitor struct {
 	stream atomic.Pointer[func(context.Context, api.MonitorRequest, func() error, func(api.Verdict) error) error]
+	hub    atomic.Pointer[verdicts.Hub]
 }
 
 // start makes m serve the events of dp.
 func (m *verdictMonitor) start(dp ebpfDataplane, st *store.Store, n *node) {
 	hub := verdicts.NewHub(func() (verdicts.Reader, error) { return dp.Events() }, n.log)
 	fn := hub.Stream(storeNamer{dp: dp, st: st})
+	m.hub.Store(hub)
 	m.stream.Store(&fn)
+}
+
+// stop ends every monitor stream and turns emission off, waiting for it:
+// the agent must not exit with the programs emitting for no one (the
+// flag outlives it, in its pin).
+func (m *verdictMonitor) stop() {
+	if hub := m.hub.Load(); hub != nil {
+		hub.Stop()
+	}
 }
 
 // serve is the server.Monitor of the API.
