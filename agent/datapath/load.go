@@ -102,8 +102,10 @@ type Datapath struct {
 
 	mu       sync.Mutex
 	attached map[string]int // host veth name → ifindex
-	mirror   mirror         // what the maps hold, for incremental Apply
-	stats    applyStats     // what the last Apply wrote
+	// ifNames is attached by ifindex, as published last (HostInterface).
+	ifNames atomic.Pointer[map[uint32]string]
+	mirror  mirror     // what the maps hold, for incremental Apply
+	stats   applyStats // what the last Apply wrote
 	// svcStats counts the Service map writes: &stats, or the settler's
 	// own count while it settles.
 	svcStats *applyStats
