@@ -15,6 +15,7 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/policy"
+	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/probe/nodesim"
 	"lockstep.dev/lockstep/test/testenv"
 )
@@ -41,9 +42,36 @@ func TestPrivilegedRunServesAndStops(t *testing.T) {
 	if err != nil || len(st.Pools) != 1 || st.Pools[0].Free != 254 {
 		t.Fatalf("status: %+v %v", st, err)
 	}
+	// A monitor listens as the agent stops: emission must be off once
+	// Run returns, not whenever its stream gets round to it.
+	monitorDone := make(chan error, 1)
+	go func() {
+		monitorDone <- api.NewClient(cfg.Socket, 0).Monitor(context.Background(), api.MonitorRequest{}, func(api.Verdict) error { return nil })
+	}()
+	flag := func() uint32 {
+		t.Helper()
+		es, err := bpfmaps.Dump(cfg.BPFRoot, bpfmaps.MonitorMap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es[0].Value.(uint32)
+	}
+	for deadline := time.Now().Add(5 * time.Second); flag() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("monitor flag not set within 5s of subscribing")
+		}
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("shutdown: %v", err)
+	}
+	if f := flag(); f != 0 {
+		t.Errorf("monitor flag %d once Run returned, want 0 (emission off)", f)
+	}
+	select {
+	case <-monitorDone:
+	case <-time.After(5 * time.Second):
+		t.Error("monitor stream still open 5s after the agent stopped")
 	}
 	if _, err := os.Stat(cfg.Socket); !os.IsNotExist(err) {
 		t.Error("socket left after shutdown")

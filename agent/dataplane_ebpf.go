@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -30,9 +31,13 @@ func (dp ebpfDataplane) WriteMetrics(w io.Writer) {
 			promtext.WriteSample(w, "lockstep_datapath_bytes_total", float64(counters[reason].Bytes), "reason", reason)
 		}
 	}
-	if vs, err := dp.PolicyVerdicts(); err == nil {
+	// A map that could not be read leaves out its part (the datapath
+	// logs it); the rest is written.
+	if vs, err := dp.PolicyVerdicts(); !errors.Is(err, errors.ErrUnsupported) {
 		writePolicyVerdicts(w, vs)
 	}
+	promtext.WriteHeader(w, "lockstep_datapath_rule_ids_exhausted_total", fmt.Sprintf("Policy rules written without a rule id because all %d were in use, since the agent started: they are enforced, but their verdict events say \"rule ids exhausted\" and their connections count for no policy until an apply names them.", bpfmaps.MaxRuleIDs-1), "counter")
+	promtext.WriteSample(w, "lockstep_datapath_rule_ids_exhausted_total", float64(dp.RuleIDsExhaustedTotal()))
 	if shares, err := dp.ConntrackShares(); err == nil {
 		promtext.WriteHeader(w, "lockstep_datapath_conntrack_entries", fmt.Sprintf("Conntrack entries an endpoint holds (the programs' estimate, never below the truth), by host interface; each may hold %d of each direction while the node is under pressure (lockstep_datapath_conntrack_node_entries above %d).", bpfmaps.CTShareLimit, bpfmaps.CTPressure), "gauge")
 		promtext.WriteHeader(w, "lockstep_datapath_conntrack_refused_total", "New connections dropped because their endpoint held its whole conntrack share while the node was under pressure, by host interface.", "counter")

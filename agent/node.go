@@ -288,9 +288,10 @@ func (n *node) serveAPI() error {
 }
 
 // shutdown takes down what the phases built, in reverse order: it stops
-// accepting API requests and lets those in flight finish (bounded), stops
-// the loops, then closes the backend, the state file and the probes'
-// listener. It skips what was never built.
+// accepting API requests and lets those in flight finish (bounded), ends
+// the monitor streams and turns event emission off, stops the loops, then
+// closes the backend, the state file and the probes' listener. It skips
+// what was never built.
 func (n *node) shutdown() {
 	if n.apiSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -298,6 +299,10 @@ func (n *node) shutdown() {
 		cancel()
 		os.Remove(n.cfg.Socket)
 	}
+	// The API server no longer waits for monitor streams: they would end
+	// with their connections, but perhaps after the agent exited, with
+	// emission on.
+	n.verdicts.stop()
 	if n.stopLoops != nil {
 		n.stopLoops()
 	}

@@ -22,6 +22,10 @@ var (
 	// ErrNotDumpable: the map has no entries to list (the event ring
 	// buffer: use `lockstep monitor`).
 	ErrNotDumpable = errors.New("map cannot be dumped")
+	// ErrBadEvent: a lockstep_events record is not an Event of this
+	// lockstep (programs of another version wrote it, before an upgrade
+	// replaced them). Skip it: the records after it may well decode.
+	ErrBadEvent = errors.New("undecodable verdict event")
 )
 
 // MapInfo describes one pinned map.
@@ -303,7 +307,7 @@ func dumpPolicy(outer *ebpf.Map) ([]Entry, error) {
 func DecodeEvent(raw []byte) (Event, error) {
 	var e Event
 	if _, err := binary.Decode(raw, binary.LittleEndian, &e); err != nil {
-		return Event{}, fmt.Errorf("decode event of %d bytes: %w", len(raw), err)
+		return Event{}, fmt.Errorf("decode event of %d bytes: %w: %w", len(raw), ErrBadEvent, err)
 	}
 	return e, nil
 }

@@ -93,9 +93,11 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	if err != nil {
 		return err
 	}
+	unnamedBefore := d.rules.exhausted()
 	if err := d.writeEndpoints(want.Endpoints, ifindexes, p, q); err != nil {
 		return err
 	}
+	unnamed := d.rules.exhausted() > unnamedBefore
 	if err := d.writeServices(want.Services, svcs, p, q); err != nil {
 		return err
 	}
@@ -107,7 +109,10 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	}
 	flipped = true
 	d.kickSettler()
-	return d.cleanup(canon, goneAddrs)
+	err = d.cleanup(canon, goneAddrs)
+	d.reclaimRuleIDs(unnamed)
+	d.noteUnnamed(unnamed)
+	return err
 }
 
 // Invalidate makes the next Apply read the maps back, as Load does with

@@ -68,8 +68,33 @@ func (d *Datapath) Attach(ifname string) error {
 	d.mu.Lock()
 	d.attached[ifname] = idx
 	delete(d.ctGone, uint32(idx))
+	d.publishInterfaces()
 	d.mu.Unlock()
 	return nil
+}
+
+// publishInterfaces publishes the attached interfaces by ifindex for
+// HostInterface, which a monitor calls for every event without taking
+// d.mu (an Apply holds it). Called with d.mu held, after attached
+// changed.
+func (d *Datapath) publishInterfaces() {
+	byIndex := make(map[uint32]string, len(d.attached))
+	for name, idx := range d.attached {
+		byIndex[uint32(idx)] = name
+	}
+	d.ifNames.Store(&byIndex)
+}
+
+// HostInterface returns the name of the host interface d attached to at
+// ifindex (a verdict event's bpfmaps.Event.Ifindex), false when it has
+// none there: without asking the kernel, which would list every link.
+func (d *Datapath) HostInterface(ifindex uint32) (string, bool) {
+	m := d.ifNames.Load()
+	if m == nil {
+		return "", false
+	}
+	name, ok := (*m)[ifindex]
+	return name, ok
 }
 
 // Attached reports whether ifname in the current network namespace still
@@ -119,6 +144,7 @@ func (d *Datapath) Attached(ifname string) (bool, error) {
 func (d *Datapath) Detach(ifname string) error {
 	d.mu.Lock()
 	delete(d.attached, ifname)
+	d.publishInterfaces()
 	d.mu.Unlock()
 	link, err := netlink.LinkByName(ifname)
 	if err != nil {

@@ -248,11 +248,13 @@ func TestPrivilegedAttachVethTraffic(t *testing.T) {
 	}
 	attach()
 	attach() // idempotent: replaces, never duplicates
+	var hostIndex uint32
 	if err := node.Do(func(ns.NetNS) error {
 		link, err := netlink.LinkByName("lsdp-h0")
 		if err != nil {
 			return err
 		}
+		hostIndex = uint32(link.Attrs().Index)
 		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
 			fs, err := netlink.FilterList(link, parent)
 			if err != nil {
@@ -265,6 +267,10 @@ func TestPrivilegedAttachVethTraffic(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	// Events name the interface from what Attach recorded.
+	if name, ok := d.HostInterface(hostIndex); !ok || name != "lsdp-h0" {
+		t.Errorf("HostInterface(%d) = %q, %v after Attach; want lsdp-h0", hostIndex, name, ok)
 	}
 
 	// Attached but no policy applied: fail closed.
@@ -305,6 +311,9 @@ func TestPrivilegedAttachVethTraffic(t *testing.T) {
 	}
 	if err := node.Do(func(ns.NetNS) error { return d.Detach("lsdp-h0") }); err != nil {
 		t.Fatalf("second Detach: %v", err)
+	}
+	if name, ok := d.HostInterface(hostIndex); ok {
+		t.Errorf("HostInterface(%d) = %q after Detach, want none", hostIndex, name)
 	}
 	if !udpDelivered(t, pod, node, "10.99.0.1:5002") {
 		t.Error("traffic still blocked after Detach")

@@ -94,3 +94,12 @@ func (d *Datapath) Events() (*bpfmaps.EventReader, error) {
 
 // RuleOrigin knows no rule: the eBPF dataplane is Linux-only.
 func (d *Datapath) RuleOrigin(uint32) (policy.RuleOrigin, bool) { return policy.RuleOrigin{}, false }
+
+// HostInterface knows no interface: the eBPF dataplane is Linux-only.
+func (d *Datapath) HostInterface(uint32) (string, bool) { return "", false }
+
+// RuleIDsExhausted returns false: the eBPF dataplane is Linux-only.
+func (d *Datapath) RuleIDsExhausted() bool { return false }
+
+// RuleIDsExhaustedTotal returns 0: the eBPF dataplane is Linux-only.
+func (d *Datapath) RuleIDsExhaustedTotal() uint64 { return 0 }

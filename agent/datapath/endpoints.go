@@ -136,10 +136,10 @@ type outerWrite struct {
 // the live parity gets an empty one there in the same outer write: it
 // denies what no inner map denies, and later writes fill it in place.
 func (d *Datapath) writeRules(e *epEntry, ep *policy.EndpointPolicy, p, q int) ([]outerWrite, error) {
-	if e.src[q] == ep {
+	im := e.inner[q]
+	if e.src[q] == ep && (im == nil || !im.unnamed) {
 		return nil, nil
 	}
-	im := e.inner[q]
 	if im == nil && len(ep.Rules) == 0 {
 		e.src[q] = ep // no inner map stands for no rules
 		return nil, nil
@@ -237,11 +237,10 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, orig
 	var del []bpfmaps.PolicyKey
 	ids := make(map[policy.RuleKey]uint32, len(rules))
 	kept := 0 // keys of im.rules that rules has
+	unnamed := false
 	for k, ranges := range rules {
-		id, err := t.idOf(origins, k)
-		if err != nil {
-			return 0, err
-		}
+		id, short := t.idOf(origins, k)
+		unnamed = unnamed || short
 		ids[k] = id
 		old, ok := im.rules[k]
 		if ok {
@@ -251,6 +250,7 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, orig
 			}
 		}
 		start := len(keys)
+		var err error
 		if keys, vals, err = appendEntries(keys, vals, k, ranges, id); err != nil {
 			return 0, err
 		}
@@ -279,7 +279,7 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, orig
 	if err := putAll(im.m, keys, vals); err != nil {
 		return len(del) + len(keys), fmt.Errorf("write inner policy map: %w", err)
 	}
-	im.rules, im.ids, im.known = rules, ids, true
+	im.rules, im.ids, im.unnamed, im.known = rules, ids, unnamed, true
 	return len(del) + len(keys), nil
 }
 
@@ -384,12 +384,12 @@ func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange, origins
 	keys := make([]bpfmaps.PolicyKey, 0, len(rules))
 	vals := make([]bpfmaps.PolicyValue, 0, len(rules))
 	ids := make(map[policy.RuleKey]uint32, len(rules))
+	unnamed := false
 	for k, ranges := range rules {
-		id, err := d.rules.idOf(origins, k)
-		if err != nil {
-			return nil, err
-		}
+		id, short := d.rules.idOf(origins, k)
+		unnamed = unnamed || short
 		ids[k] = id
+		var err error
 		if keys, vals, err = appendEntries(keys, vals, k, ranges, id); err != nil {
 			return nil, err
 		}
@@ -407,7 +407,7 @@ func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange, origins
 		im.Close()
 		return nil, fmt.Errorf("fill inner policy map: %w", err)
 	}
-	return &innerMap{m: im, rules: rules, ids: ids, known: true, capacity: capacity}, nil
+	return &innerMap{m: im, rules: rules, ids: ids, unnamed: unnamed, known: true, capacity: capacity}, nil
 }
 
 // removeEndpoints deletes every map entry of es (after the flip). The

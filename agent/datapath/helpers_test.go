@@ -65,6 +65,7 @@ func (d *Datapath) fakeAttach(ifname string, ifindex int) {
 	d.mu.Lock()
 	d.attached[ifname] = ifindex
 	delete(d.ctGone, uint32(ifindex))
+	d.publishInterfaces()
 	d.mu.Unlock()
 }
 

@@ -95,11 +95,17 @@ type Datapath struct {
 	// verdicts turns the counts of ruleAllowed and denied into counts by
 	// policy (verdictcount.go).
 	verdicts verdictTotals
+	// unnamedLogged: the ids ran out once and it was logged; unnamedLive:
+	// some rule in force has id 0 for lack of ids (RuleIDsExhausted).
+	unnamedLogged bool
+	unnamedLive   atomic.Bool
 
 	mu       sync.Mutex
 	attached map[string]int // host veth name → ifindex
-	mirror   mirror         // what the maps hold, for incremental Apply
-	stats    applyStats     // what the last Apply wrote
+	// ifNames is attached by ifindex, as published last (HostInterface).
+	ifNames atomic.Pointer[map[uint32]string]
+	mirror  mirror     // what the maps hold, for incremental Apply
+	stats   applyStats // what the last Apply wrote
 	// svcStats counts the Service map writes: &stats, or the settler's
 	// own count while it settles.
 	svcStats *applyStats
@@ -210,6 +216,13 @@ func Load(opts Options) (*Datapath, error) {
 		attached:      make(map[string]int),
 	}
 	d.svcStats = &d.stats
+	// No reader of this agent listens yet: a flag a previous agent (or a
+	// monitor) left set when it died would keep the programs emitting
+	// for no one. A monitor of the pins still running sees its stream
+	// go quiet, and opens it again.
+	if err := coll.Maps[bpfmaps.MonitorMap].Put(uint32(0), uint32(0)); err != nil {
+		opts.Logger.Warn("clear the verdict event flag; events may be emitted with no reader until a monitor comes and goes", "map", bpfmaps.MonitorMap, "err", err)
+	}
 	// The programs hold the maps Go never reads or writes: the monitor
 	// flag (`lockstep monitor` opens its pin), the flow cache, the
 	// affinity entries and the refusals' scratch buffer.

@@ -109,9 +109,12 @@ type epEntry struct {
 // known false for maps adopted from a previous agent, whose rules are not
 // read back: Apply replaces them.
 type innerMap struct {
-	m        *ebpf.Map
-	rules    map[policy.RuleKey][]policy.PortRange // what m holds, when known
-	ids      map[policy.RuleKey]uint32             // the rule ids m holds, when known
+	m     *ebpf.Map
+	rules map[policy.RuleKey][]policy.PortRange // what m holds, when known
+	ids   map[policy.RuleKey]uint32             // the rule ids m holds, when known
+	// unnamed says some rule of m has an origin but id 0: the ids ran
+	// out when it was written, and the next Apply names it if it can.
+	unnamed  bool
 	known    bool
 	capacity int // m's max_entries
 }

@@ -7,52 +7,66 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/cilium/ebpf"
+
 	"lockstep.dev/lockstep/agent/policy"
 	"lockstep.dev/lockstep/bpfmaps"
 )
-
-// ErrRuleIDs is wrapped by the error of an Apply that needs a rule id
-// when all bpfmaps.MaxRuleIDs-1 have been handed out. Ids are not reused
-// while the agent runs (events and counts name rules by them), so the
-// node's policy then stays as last applied until the agent restarts.
-var ErrRuleIDs = errors.New("out of policy rule ids")
 
 // ruleTable names the rule ids the datapath writes into policy map values
 // (bpfmaps.PolicyValue.Rule), which the programs copy into the verdict
 // events of the connections they allow: the kernel reports a number, the
 // agent turns it back into the policy rule (policy.RuleOrigin) it wrote it
-// for. Ids start at 1 (0 is "no rule") and are never reused while the
-// agent runs, so an event read after the policy changed still names the
-// rule that decided it; the table grows only with rules it has not seen
-// before. The ids index lockstep_rule_allowed (bpfmaps.RuleAllowedMap),
-// which bounds them: once bpfmaps.MaxRuleIDs-1 are out, a rule not seen
-// before gets none and its Apply fails (ErrRuleIDs), rather than share
-// an id, and so the counts, with another rule.
+// for. Ids start at 1 (0 is "no rule"). The ids index
+// lockstep_rule_allowed (bpfmaps.RuleAllowedMap), which bounds them to
+// bpfmaps.MaxRuleIDs-1.
+//
+// The ids are shared by every tenant of the node, so running out must
+// never stop an Apply: one namespace's churn would freeze every other's
+// policy. An id is reclaimed once no inner map of either parity holds it
+// any more (reclaimRuleIDs, after the flip that removed its last use), and
+// only when ids run short, so that an event read late names the rule that
+// decided it for as long as possible. When even reclaiming leaves none,
+// the rule is written with id 0: it is enforced all the same, but its
+// events say "rule ids exhausted" and its connections count for no policy
+// until a later Apply names it.
 type ruleTable struct {
 	mu    sync.Mutex
 	ids   map[policy.RuleOrigin]uint32
-	names []policy.RuleOrigin // names[id-1]
+	names []policy.RuleOrigin // names[id-1]; the zero origin for a free id
+	free  []uint32            // reclaimed ids, handed out before new ones
 	max   int                 // ids handed out at most; 0: bpfmaps.MaxRuleIDs-1 (tests lower it)
+	// unnamed counts the rules written with id 0 because no id was left,
+	// since Load (lockstep_datapath_rule_ids_exhausted_total).
+	unnamed uint64
 }
 
-// id returns the id of o, allocating one the first time; an error
-// wrapping ErrRuleIDs when o needs one and none is left.
-func (t *ruleTable) id(o policy.RuleOrigin) (uint32, error) {
+// id returns the id of o, allocating one the first time: a reclaimed one
+// if any, else a new one. It returns 0, and counts it, when none is left.
+func (t *ruleTable) id(o policy.RuleOrigin) uint32 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if id, ok := t.ids[o]; ok {
-		return id, nil
+		return id
 	}
-	if len(t.names) >= t.limit() {
-		return 0, fmt.Errorf("name rule %s: all %d ids are in use: %w (restart the agent to renumber)", o, t.limit(), ErrRuleIDs)
+	var id uint32
+	switch {
+	case len(t.free) > 0:
+		id = t.free[len(t.free)-1]
+		t.free = t.free[:len(t.free)-1]
+		t.names[id-1] = o
+	case len(t.names) < t.limit():
+		t.names = append(t.names, o)
+		id = uint32(len(t.names))
+	default:
+		t.unnamed++
+		return 0
 	}
 	if t.ids == nil {
 		t.ids = make(map[policy.RuleOrigin]uint32)
 	}
-	t.names = append(t.names, o)
-	id := uint32(len(t.names))
 	t.ids[o] = id
-	return id, nil
+	return id
 }
 
 // limit is how many ids t hands out: max, or bpfmaps.MaxRuleIDs-1 when
@@ -64,34 +78,153 @@ func (t *ruleTable) limit() int {
 	return bpfmaps.MaxRuleIDs - 1
 }
 
-// idOf returns the id of the origin origins gives k, 0 when it has none.
-func (t *ruleTable) idOf(origins map[policy.RuleKey]policy.RuleOrigin, k policy.RuleKey) (uint32, error) {
-	o, ok := origins[k]
-	if !ok {
-		return 0, nil
-	}
-	return t.id(o)
-}
-
-// all returns the origins of ids 1 to len, in id order (all()[id-1]).
-// The slice is shared: ids are only ever appended.
-func (t *ruleTable) all() []policy.RuleOrigin {
+// short reports whether at most a quarter of the ids are left: time to
+// reclaim those no map holds.
+func (t *ruleTable) short() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.names[:len(t.names):len(t.names)]
+	return len(t.free)+t.limit()-len(t.names) <= t.limit()/4
 }
 
-// name returns the origin of id, false for 0 and ids never handed out.
+// idOf returns the id of the origin origins gives k, 0 when it has none,
+// and whether k has an origin that got no id (ids exhausted).
+func (t *ruleTable) idOf(origins map[policy.RuleKey]policy.RuleOrigin, k policy.RuleKey) (uint32, bool) {
+	o, ok := origins[k]
+	if !ok {
+		return 0, false
+	}
+	id := t.id(o)
+	return id, id == 0
+}
+
+// named returns the ids in use and their origins, in id order.
+func (t *ruleTable) named() ([]uint32, []policy.RuleOrigin) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]uint32, 0, len(t.names)-len(t.free))
+	origins := make([]policy.RuleOrigin, 0, len(t.names)-len(t.free))
+	for i, o := range t.names {
+		if o != (policy.RuleOrigin{}) {
+			ids, origins = append(ids, uint32(i+1)), append(origins, o)
+		}
+	}
+	return ids, origins
+}
+
+// name returns the origin of id, false for 0, free ids and ids never
+// handed out.
 func (t *ruleTable) name(id uint32) (policy.RuleOrigin, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if id == 0 || int(id) > len(t.names) {
+	if id == 0 || int(id) > len(t.names) || t.names[id-1] == (policy.RuleOrigin{}) {
 		return policy.RuleOrigin{}, false
 	}
 	return t.names[id-1], true
 }
 
+// release frees id: its origin gets a new id next time.
+func (t *ruleTable) release(id uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o := t.names[id-1]; o != (policy.RuleOrigin{}) {
+		delete(t.ids, o)
+		t.names[id-1] = policy.RuleOrigin{}
+		t.free = append(t.free, id)
+	}
+}
+
+// exhausted returns how many rules were written with id 0 for lack of
+// ids since Load.
+func (t *ruleTable) exhausted() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.unnamed
+}
+
+// reclaimRuleIDs frees the ids no inner map of either parity holds, when
+// ids run short or some rule went without one: after the flip, the idle
+// parity still holds the rules the flip retired, so an id is freed only
+// once both parities moved on. Each freed id's count of allowed
+// connections is first added to its policy's running total and its slot
+// zeroed, so that a policy's count never goes down and the next rule to
+// get the id starts from 0. It gives up (frees nothing) while an inner
+// map's content is unknown (a failed write, maps of a previous agent):
+// the next Apply replaces those. Called with d.mu held.
+func (d *Datapath) reclaimRuleIDs(unnamed bool) {
+	if !unnamed && !d.rules.short() {
+		return
+	}
+	held := make(map[uint32]struct{})
+	for _, e := range d.mirror.eps {
+		for _, im := range e.inner {
+			if im == nil {
+				continue
+			}
+			if !im.known {
+				return
+			}
+			for _, id := range im.ids {
+				held[id] = struct{}{}
+			}
+		}
+	}
+	ids, origins := d.rules.named()
+	zero := make([]uint64, ebpf.MustPossibleCPU())
+	var perCPU []uint64
+	var errs []error
+	freed := 0
+	for i, id := range ids {
+		if _, ok := held[id]; ok {
+			continue
+		}
+		if err := d.ruleAllowed.Lookup(id, &perCPU); err != nil {
+			errs = append(errs, fmt.Errorf("read %s[%d]: %w", bpfmaps.RuleAllowedMap, id, err))
+			continue
+		}
+		if err := d.ruleAllowed.Put(id, zero); err != nil {
+			errs = append(errs, fmt.Errorf("zero %s[%d]: %w", bpfmaps.RuleAllowedMap, id, err))
+			continue
+		}
+		d.verdicts.retire(origins[i], sum(perCPU))
+		d.rules.release(id)
+		freed++
+	}
+	if err := errors.Join(errs...); err != nil {
+		d.log.Warn("reclaim policy rule ids; those not reclaimed stay in use", "err", err)
+	}
+	if freed > 0 {
+		d.log.Debug("reclaimed policy rule ids no map holds", "ids", freed)
+	}
+}
+
+// noteUnnamed logs, once, that rules went without an id, and records
+// whether any rule of the live parity still has none. Called with d.mu held, after
+// an Apply's writes.
+func (d *Datapath) noteUnnamed(now bool) {
+	if now && !d.unnamedLogged {
+		d.unnamedLogged = true
+		d.log.Warn("policy rule ids exhausted: the rules are enforced, but their events name no rule and their connections count for no policy until ids are free again",
+			"ids", d.rules.limit(), "metric", "lockstep_datapath_rule_ids_exhausted_total")
+	}
+	live, unnamed := int(d.mirror.gen&1), false
+	for _, e := range d.mirror.eps {
+		im := e.inner[live]
+		unnamed = unnamed || (im != nil && im.unnamed)
+	}
+	d.unnamedLive.Store(unnamed)
+}
+
 // RuleOrigin returns the policy rule whose id a verdict event carries
-// (bpfmaps.Event.Rule), false for 0 (no rule decided) and ids this agent
-// never wrote.
+// (bpfmaps.Event.Rule), false for 0 (no rule decided, or rule ids were
+// exhausted) and ids this agent does not know (never written, or freed
+// since).
 func (d *Datapath) RuleOrigin(id uint32) (policy.RuleOrigin, bool) { return d.rules.name(id) }
+
+// RuleIDsExhausted reports whether some rule in force carries id 0
+// because the rule ids ran out when it was written: the allowed events
+// of an isolated direction that carry no rule are then likely its.
+func (d *Datapath) RuleIDsExhausted() bool { return d.unnamedLive.Load() }
+
+// RuleIDsExhaustedTotal returns how many rules were written with id 0
+// for lack of ids since Load.
+func (d *Datapath) RuleIDsExhaustedTotal() uint64 { return d.rules.exhausted() }

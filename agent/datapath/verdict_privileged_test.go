@@ -568,3 +568,36 @@ func TestPrivilegedVerdictICMPErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestPrivilegedLoadClearsMonitorFlag: an agent that died with a reader
+// open (the flag set, nobody to clear it) leaves emission on; the next
+// Load turns it off, since no reader of the new agent listens yet.
+func TestPrivilegedLoadClearsMonitorFlag(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	rd, err := d.Events()
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	// A reader that never closes: its agent died.
+	t.Cleanup(func() { rd.Close() })
+	flag := func() uint32 {
+		t.Helper()
+		es, err := bpfmaps.Dump(d.pinRoot, bpfmaps.MonitorMap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es[0].Value.(uint32)
+	}
+	if f := flag(); f != 1 {
+		t.Fatalf("monitor flag %d with a reader open, want 1", f)
+	}
+	d2, err := Load(Options{PinRoot: d.pinRoot})
+	if err != nil {
+		t.Fatalf("Load again: %v", err)
+	}
+	defer d2.Close()
+	if f := flag(); f != 0 {
+		t.Errorf("monitor flag %d after the next Load, want 0", f)
+	}
+}

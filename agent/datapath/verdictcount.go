@@ -25,24 +25,56 @@ import (
 // direction, the packets an isolated direction dropped because no rule
 // allowed them. Neither knows policies: the agent does.
 //
-// A rule id names one rule of one policy (ruleTable) and is never reused,
-// so a policy's allowed count is the sum of its rules' ids, those it has
-// since dropped included: it never goes down. A default-deny drop is
-// every isolating policy's drop: a policy's denied count is the sum of
-// the drops of the endpoint directions it isolates. That set changes with
-// the policy, its pods and the other policies, so the agent attributes a
-// slot's drops as it reads them (folds them) to the policies isolating
-// the endpoint at the time, and keeps the sums: it folds at every read,
-// before an Apply changes who isolates an endpoint, and before it
-// removes one. The sums never go down either.
+// A rule id names one rule of one policy (ruleTable) while any map holds
+// it, so a policy's allowed count is the sum of its rules' ids, plus the
+// counts of the ids it held before they were reclaimed: the agent adds an
+// id's count to its policy's running total (retire) before it zeroes the
+// slot for the next rule. A default-deny drop is every isolating
+// policy's drop: a policy's denied count is the sum of the drops of the
+// endpoint directions it isolates. That set changes with the policy, its
+// pods and the other policies, so the agent attributes a slot's drops as
+// it reads them (folds them) to the policies isolating the endpoint at
+// the time, and keeps the sums: it folds at every read, before an Apply
+// changes who isolates an endpoint, and before it removes one. Neither
+// sum goes down while the policy isolates a local endpoint; the sums of a
+// policy that no longer does are dropped at the next read (a counter
+// reset, should it come back), so that they do not pile up with every
+// policy name the node ever saw.
 
-// verdictTotals keeps the default-deny drops attributed to policies.
+// verdictTotals keeps the default-deny drops attributed to policies, and
+// the allowed counts of reclaimed rule ids.
 type verdictTotals struct {
 	mu sync.Mutex
 	// last is each lockstep_denied slot's count as last folded.
 	last map[uint32]uint64
 	// denied is the drops folded so far, by policy and direction.
 	denied map[policyDir]uint64
+	// retired is the allowed counts of the rule ids reclaimed so far, by
+	// policy and direction.
+	retired map[policyDir]uint64
+}
+
+// retire adds the count of a reclaimed rule id, n, to its policy's.
+func (v *verdictTotals) retire(o policy.RuleOrigin, n uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.retired == nil {
+		v.retired = make(map[policyDir]uint64)
+	}
+	v.retired[policyDir{o.Namespace + "/" + o.Name, o.Dir}] += n
+}
+
+// prune drops the sums of the policies not in present.
+func (v *verdictTotals) prune(present map[policyDir]struct{}) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, m := range []map[policyDir]uint64{v.denied, v.retired} {
+		for pd := range m {
+			if _, ok := present[pd]; !ok {
+				delete(m, pd)
+			}
+		}
+	}
 }
 
 // policyDir is a policy (namespace/name) and a direction.
@@ -125,10 +157,15 @@ func (d *Datapath) foldDenied(e *epEntry, par int, remove bool) {
 // PolicyVerdicts returns the verdict counts of every policy that isolates
 // a local endpoint in the state applied last, per direction it does, in
 // the order namespace, name, direction. A policy that is deleted, or that
-// no longer selects a pod of this node, has none (its counts are kept:
-// should it select one again, they go on from where they were).
+// no longer selects a pod of this node, has none, and its sums are
+// dropped: should it select one again, its counts start anew. A map that
+// cannot be read leaves out what it holds (logged, and returned as the
+// error): the counts are those of the rest.
 func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	// Under d.mu: an Apply neither changes who isolates an endpoint nor
+	// reclaims a rule id while the slots are folded and read.
 	live := int(d.mirror.gen & 1)
 	iso := make(map[uint32][2][]string, len(d.mirror.eps))
 	for idx, e := range d.mirror.eps {
@@ -136,7 +173,6 @@ func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {
 			iso[idx] = src.Isolators
 		}
 	}
-	d.mu.Unlock()
 
 	var errs []error
 	var key uint32
@@ -156,11 +192,13 @@ func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {
 	}
 
 	allowed := make(map[policyDir]uint64)
-	for i, o := range d.rules.all() {
-		if err := d.ruleAllowed.Lookup(uint32(i+1), &perCPU); err != nil {
-			errs = append(errs, fmt.Errorf("read %s[%d]: %w", bpfmaps.RuleAllowedMap, i+1, err))
+	ids, origins := d.rules.named()
+	for i, id := range ids {
+		if err := d.ruleAllowed.Lookup(id, &perCPU); err != nil {
+			errs = append(errs, fmt.Errorf("read %s[%d]: %w", bpfmaps.RuleAllowedMap, id, err))
 			continue
 		}
+		o := origins[i]
 		allowed[policyDir{o.Namespace + "/" + o.Name, o.Dir}] += sum(perCPU)
 	}
 
@@ -172,18 +210,23 @@ func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {
 			}
 		}
 	}
+	d.verdicts.prune(present)
 	d.verdicts.mu.Lock()
 	out := make([]PolicyVerdict, 0, len(present))
 	for pd := range present {
 		ns, name, _ := strings.Cut(pd.policy, "/")
 		out = append(out, PolicyVerdict{Namespace: ns, Name: name, Dir: pd.dir,
-			Allowed: allowed[pd], Denied: d.verdicts.denied[pd]})
+			Allowed: allowed[pd] + d.verdicts.retired[pd], Denied: d.verdicts.denied[pd]})
 	}
 	d.verdicts.mu.Unlock()
 	slices.SortFunc(out, func(a, b PolicyVerdict) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Dir, b.Dir))
 	})
-	return out, errors.Join(errs...)
+	err := errors.Join(errs...)
+	if err != nil {
+		d.log.Warn("read per-policy verdict counts; the counts of the rest are reported", "err", err)
+	}
+	return out, err
 }
 
 // sameIsolators reports whether a and b are isolated by the same policies.

@@ -3,12 +3,12 @@
 package datapath
 
 import (
-	"errors"
 	"maps"
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
 )
 
@@ -149,27 +149,121 @@ func countEntries(d *Datapath) (int, error) {
 }
 
 // TestPrivilegedRuleIDsExhausted checks that an Apply needing a rule id
-// when none is left fails with ErrRuleIDs before the flip (the enforced
-// state stays as it was), while one that needs no new id still applies.
+// when none is left still applies, its rule enforced with id 0 (events
+// name no rule, the datapath says the ids ran out and counts it), and
+// that once the id is free again (no map of either parity holds it) a
+// later Apply names the rule.
 func TestPrivilegedRuleIDsExhausted(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
 	d.fakeAttach(podIf, loIfindex)
 	eg := policyapi.Egress
+	tcp := policyapi.ProtoTCP
+	webKey := policy.RuleKey{Peer: idWeb, Dir: eg, Proto: tcp}
+	outKey := policy.RuleKey{Peer: class1, Dir: eg, Proto: tcp}
 	web := policy.RuleOrigin{Namespace: "team", Name: "web", Dir: eg, Index: 0}
-	origins := map[policy.RuleKey]policy.RuleOrigin{{Peer: idWeb, Dir: eg, Proto: policyapi.ProtoTCP}: web}
+	out := policy.RuleOrigin{Namespace: "team", Name: "out", Dir: eg}
+	origins := map[policy.RuleKey]policy.RuleOrigin{webKey: web}
 	mustApply(t, d, withIsolators(origins, nil, []string{"team/web"}))
 	d.rules.max = 1
 	gen := d.Generation()
 
 	more := maps.Clone(origins)
-	more[policy.RuleKey{Peer: class1, Dir: eg, Proto: policyapi.ProtoTCP}] = policy.RuleOrigin{Namespace: "team", Name: "out", Dir: eg}
-	err := d.Apply(withIsolators(more, nil, []string{"team/out", "team/web"}))
-	if !errors.Is(err, ErrRuleIDs) {
-		t.Fatalf("Apply with a rule past the ids: %v, want ErrRuleIDs", err)
+	more[outKey] = out
+	mustApply(t, d, withIsolators(more, nil, []string{"team/out", "team/web"}))
+	if d.Generation() == gen {
+		t.Fatalf("generation %d after the Apply past the ids, want it flipped", gen)
 	}
-	if d.Generation() != gen {
-		t.Errorf("generation %d after the refused Apply, want %d", d.Generation(), gen)
+	if !d.RuleIDsExhausted() || d.RuleIDsExhaustedTotal() == 0 {
+		t.Errorf("RuleIDsExhausted %v, total %d; want true and counted", d.RuleIDsExhausted(), d.RuleIDsExhaustedTotal())
 	}
-	mustApply(t, d, withIsolators(origins, nil, []string{"team/web"}))
+	rd, err := d.Events()
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	t.Cleanup(func() { rd.Close() })
+	toOut := packet{src: podV4, dst: "192.168.7.7", proto: tcp, sport: 1001, dport: 443}
+	if act := run(t, d.fromPod, toOut); act != actOK {
+		t.Fatalf("SYN allowed by the unnamed rule: %s, want OK", actName(act))
+	}
+	if ev := readEvent(t, rd); ev.Verdict != bpfmaps.VerdictAllow || ev.Rule != 0 {
+		t.Errorf("event of the unnamed rule: verdict %d rule %d, want allow, rule 0", ev.Verdict, ev.Rule)
+	}
+
+	// team/web goes: its id is free once both parities moved on, and
+	// the Apply after that names team/out.
+	only := map[policy.RuleKey]policy.RuleOrigin{outKey: out}
+	for range 3 {
+		mustApply(t, d, withIsolators(only, nil, []string{"team/out"}))
+	}
+	if d.RuleIDsExhausted() {
+		t.Errorf("RuleIDsExhausted after the id was reclaimed and the rule named, want false")
+	}
+	toOut.sport = 1002
+	if act := run(t, d.fromPod, toOut); act != actOK {
+		t.Fatalf("SYN allowed by the named rule: %s, want OK", actName(act))
+	}
+	ev := readEvent(t, rd)
+	if o, ok := d.RuleOrigin(ev.Rule); !ok || o != out {
+		t.Errorf("event after the id was freed: rule %d names %v (known %v), want %v", ev.Rule, o, ok, out)
+	}
+}
+
+// TestPrivilegedRuleIDsReused checks that a rule id no map holds any more
+// goes to a new rule, whose events it then names, and that the count of
+// the rule that held it stays its policy's: the policy's allowed count
+// does not go down.
+func TestPrivilegedRuleIDsReused(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	d.rules.max = 2
+	eg := policyapi.Egress
+	tcp := policyapi.ProtoTCP
+	webKey := policy.RuleKey{Peer: idWeb, Dir: eg, Proto: tcp}
+	cidrKey := policy.RuleKey{Peer: class1, Dir: eg, Proto: tcp}
+	web0 := policy.RuleOrigin{Namespace: "team", Name: "web", Dir: eg, Index: 0}
+	web1 := policy.RuleOrigin{Namespace: "team", Name: "web", Dir: eg, Index: 1}
+	fresh := policy.RuleOrigin{Namespace: "other", Name: "fresh", Dir: eg, Index: 0}
+	mustApply(t, d, withIsolators(map[policy.RuleKey]policy.RuleOrigin{webKey: web0, cidrKey: web1}, nil, []string{"team/web"}))
+	toCIDR := packet{src: podV4, dst: "192.168.7.7", proto: tcp, sport: 1001, dport: 443}
+	for range 2 {
+		if act := run(t, d.fromPod, toCIDR); act != actOK {
+			t.Fatalf("SYN allowed by team/web egress[1]: %s, want OK", actName(act))
+		}
+		toCIDR.sport++
+	}
+	oldID := d.rules.ids[web1]
+	if got := verdictsOf(t, d)["team/web egress"].Allowed; got != 2 {
+		t.Fatalf("team/web egress allowed %d before the reuse, want 2", got)
+	}
+
+	// team/web loses rule 1 (the key stays, of no rule); twice, so that
+	// neither parity holds its id.
+	for range 2 {
+		mustApply(t, d, withIsolators(map[policy.RuleKey]policy.RuleOrigin{webKey: web0}, nil, []string{"team/web"}))
+	}
+	mustApply(t, d, withIsolators(map[policy.RuleKey]policy.RuleOrigin{webKey: web0, cidrKey: fresh}, nil, []string{"other/fresh", "team/web"}))
+	if id := d.rules.ids[fresh]; id != oldID {
+		t.Fatalf("other/fresh got id %d, want the freed %d", id, oldID)
+	}
+	rd, err := d.Events()
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	t.Cleanup(func() { rd.Close() })
+	if act := run(t, d.fromPod, toCIDR); act != actOK {
+		t.Fatalf("SYN allowed by other/fresh: %s, want OK", actName(act))
+	}
+	ev := readEvent(t, rd)
+	if o, ok := d.RuleOrigin(ev.Rule); !ok || o != fresh {
+		t.Errorf("event after the reuse: rule %d names %v (known %v), want %v", ev.Rule, o, ok, fresh)
+	}
+	got := verdictsOf(t, d)
+	if w := got["team/web egress"].Allowed; w != 2 {
+		t.Errorf("team/web egress allowed %d after its id went to another rule, want 2 (kept)", w)
+	}
+	if f := got["other/fresh egress"].Allowed; f != 1 {
+		t.Errorf("other/fresh egress allowed %d, want 1 (the reused slot starts at 0)", f)
+	}
 }

@@ -58,7 +58,14 @@ const (
 	// MaxConns bounds the connections open at once. A connection past it
 	// is answered CodeTryAgainLater and closed, so a flood of clients (or
 	// of plugins stuck behind a hung disk) cannot exhaust the agent.
+	// Monitor streams do not count against it once they are known to be
+	// one: they have MaxMonitors of their own.
 	MaxConns = 256
+	// MaxMonitors bounds the monitor streams open at once, apart from
+	// MaxConns, so that `lockstep monitor`s left running can never take
+	// the connections the runtime's CNI ADDs and DELs need. A monitor past
+	// it is answered CodeTryAgainLater.
+	MaxMonitors = 16
 	// IdleTimeout closes a connection that sends nothing for this long.
 	IdleTimeout = 30 * time.Second
 	// writeTimeout bounds writing one response to a slow client.
@@ -98,15 +105,17 @@ type APIServer struct {
 	monitor    Monitor // api.OpMonitor, when set
 	mu         sync.Mutex
 	lis        net.Listener
-	conns      map[net.Conn]bool
+	conns      map[net.Conn]bool // true: a monitor stream
+	monitors   int               // the conns that are monitor streams
 	closing    bool
 	inFlight   sync.WaitGroup
 }
 
 // Limits bound what the API server takes on; zero fields take the
-// package defaults (MaxConns, RequestTimeout).
+// package defaults (MaxConns, MaxMonitors, RequestTimeout).
 type Limits struct {
 	MaxConns       int
+	MaxMonitors    int
 	RequestTimeout time.Duration
 }
 
@@ -114,6 +123,9 @@ type Limits struct {
 func (s *APIServer) SetLimits(l Limits) {
 	if l.MaxConns <= 0 {
 		l.MaxConns = MaxConns
+	}
+	if l.MaxMonitors <= 0 {
+		l.MaxMonitors = MaxMonitors
 	}
 	if l.RequestTimeout <= 0 {
 		l.RequestTimeout = RequestTimeout
@@ -132,7 +144,7 @@ func NewAPIServer(b Backend, log *slog.Logger, m *Metrics) *APIServer {
 	s := &APIServer{
 		log:        log,
 		metrics:    m,
-		limits:     Limits{MaxConns: MaxConns, RequestTimeout: RequestTimeout},
+		limits:     Limits{MaxConns: MaxConns, MaxMonitors: MaxMonitors, RequestTimeout: RequestTimeout},
 		netnsCheck: verifyNetns,
 		conns:      map[net.Conn]bool{},
 		handlers: map[string]handler{
@@ -228,15 +240,32 @@ func (s *APIServer) track(conn net.Conn, add bool) int {
 	defer s.mu.Unlock()
 	switch {
 	case !add:
+		if s.conns[conn] {
+			s.monitors--
+		}
 		delete(s.conns, conn)
 	case s.closing:
 		return trackClosing
-	case len(s.conns) >= s.limits.MaxConns:
+	case len(s.conns)-s.monitors >= s.limits.MaxConns:
 		return trackFull
 	default:
-		s.conns[conn] = true
+		s.conns[conn] = false
 	}
 	return trackOK
+}
+
+// takeMonitor makes conn, tracked, a monitor stream: it leaves the
+// connections MaxConns bounds for the MaxMonitors streams. False when
+// those are all taken.
+func (s *APIServer) takeMonitor(conn net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.monitors >= s.limits.MaxMonitors {
+		return false
+	}
+	s.conns[conn] = true
+	s.monitors++
+	return true
 }
 
 // serveConn answers requests on one connection, one at a time.
@@ -264,6 +293,14 @@ func (s *APIServer) serveConn(conn net.Conn) {
 		// they are cannot be told.
 		files, fdErr := in.take(r.Buffered() > 0)
 		if body, ok := s.isMonitor(line); ok && fdErr == nil && len(files) == 0 {
+			if !s.takeMonitor(conn) {
+				s.reply(conn, api.Response{Error: &api.Error{
+					Code:    api.CodeTryAgainLater,
+					Msg:     fmt.Sprintf("lockstep agent is serving its limit of %d monitor streams", s.limits.MaxMonitors),
+					Details: "stop a lockstep monitor that is still running on this node, then try again",
+				}})
+				return
+			}
 			s.serveMonitor(conn, r, body)
 			return
 		}

@@ -170,3 +170,94 @@ func TestPluginOutwaitsTheServer(t *testing.T) {
 		t.Errorf("the server answers by %s, the plugin gives up at %s", answerBy, api.PluginTimeout)
 	}
 }
+
+// TestMonitorCap: monitor streams do not hold the connections MaxConns
+// bounds (a CNI request is served while they run), they have a cap of
+// their own, a monitor past it is told why, and a monitor that ends
+// frees its place.
+func TestMonitorCap(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "lockstep.sock")
+	lis, err := ListenSocket(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &fakeBackend{}
+	srv := NewAPIServer(b, slog.New(slog.DiscardHandler), NewMetrics(b.Status))
+	srv.SetLimits(Limits{MaxConns: 1, MaxMonitors: 1})
+	srv.SetMonitor(func(ctx context.Context, _ api.MonitorRequest, ready func() error, _ func(api.Verdict) error) error {
+		if err := ready(); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return nil
+	})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	monitor := func(t *testing.T) (net.Conn, api.Response) {
+		t.Helper()
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		req, _ := json.Marshal(api.Request{Version: api.Version, Op: api.OpMonitor})
+		if _, err := c.Write(append(req, '\n')); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			t.Fatalf("monitor answer: %v", err)
+		}
+		var resp api.Response
+		if err := json.Unmarshal([]byte(line), &resp); err != nil {
+			t.Fatal(err)
+		}
+		return c, resp
+	}
+
+	first, resp := monitor(t)
+	if resp.Error != nil {
+		t.Fatalf("first monitor: %v, want subscribed", resp.Error)
+	}
+	c := api.NewClient(sock, 2*time.Second)
+	if _, err := c.Status(context.Background()); err != nil {
+		t.Errorf("status with a monitor running and MaxConns 1: %v, want served", err)
+	}
+	c.Close()
+	waitFor(t, "the status connection untracked", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return len(srv.conns)-srv.monitors == 0
+	})
+	_, resp = monitor(t)
+	if resp.Error == nil || resp.Error.Code != api.CodeTryAgainLater || !strings.Contains(resp.Error.Msg, "limit of 1 monitor streams") {
+		t.Errorf("second monitor: %+v, want try-again-later naming the monitor limit", resp.Error)
+	}
+	first.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		_, resp := monitor(t)
+		if resp.Error == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("monitor after the first closed: %v, want its place freed", resp.Error)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitFor polls cond until it holds, failing after 2 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 2s", what)
+		}
+	}
+}

@@ -309,6 +309,12 @@ func Identities(txn *Txn, ws memdb.WatchSet) ([]*Identity, error) {
 	return collect[*Identity](txn, ws, TableIdentities, IndexID)
 }
 
+// IdentityByID returns the identity of a number or nil: one index
+// lookup, for naming a peer (a verdict event carries the number).
+func IdentityByID(txn *Txn, ws memdb.WatchSet, id policyapi.Peer) (*Identity, error) {
+	return first[*Identity](txn, ws, TableIdentities, IndexID, id)
+}
+
 // IdentityByKey returns an identity or nil.
 func IdentityByKey(txn *Txn, ws memdb.WatchSet, key string) (*Identity, error) {
 	return first[*Identity](txn, ws, TableIdentities, IndexKey, key)

@@ -106,6 +106,15 @@ func TestIdentityRefcount(t *testing.T) {
 	if got := identityRefs(t, s); len(got) != 2 || got[policyapi.FirstPodIdentity] != 1 || got[policyapi.FirstPodIdentity+1] != 1 {
 		t.Fatalf("after relabel: identities %v, want {256: 1, 257: 1}", got)
 	}
+	for _, tc := range []struct {
+		id   policyapi.Peer
+		want bool
+	}{{policyapi.FirstPodIdentity, true}, {policyapi.FirstPodIdentity + 1, true}, {policyapi.FirstPodIdentity + 2, false}} {
+		got, err := IdentityByID(s.ReadTxn(), nil, tc.id)
+		if err != nil || (got != nil) != tc.want || (got != nil && got.ID != tc.id) {
+			t.Errorf("IdentityByID(%d) = %+v, %v; want found %v", tc.id, got, err, tc.want)
+		}
+	}
 	// a is the last holder: deleting it deletes the identity in that commit.
 	commit(t, s, func(txn *Txn) error { return DeletePod(txn, "x", "a") })
 	if got := identityRefs(t, s); len(got) != 1 || got[policyapi.FirstPodIdentity+1] != 1 {

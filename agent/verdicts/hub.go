@@ -32,10 +32,19 @@ type Hub struct {
 	subs map[*Subscription]struct{}
 	rd   Reader
 	done chan struct{} // closed when the current reader's loop ends
+	// stopped: Stop was called; Subscribe refuses.
+	stopped bool
+	// skipped counts the records that did not decode (bpfmaps.ErrBadEvent),
+	// which are skipped; warned says the first was logged.
+	skipped uint64
+	warned  bool
 	// observe, when set, sees every event (metrics), in the reading
 	// goroutine.
 	observe func(bpfmaps.Event)
 }
+
+// ErrStopped is returned by Subscribe after Stop.
+var ErrStopped = errors.New("the agent is stopping: it reads no more verdict events")
 
 // NewHub returns a hub whose reader open opens.
 func NewHub(open func() (Reader, error), log *slog.Logger) *Hub {
@@ -62,6 +71,9 @@ type Subscription struct {
 func (h *Hub) Subscribe() (*Subscription, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.stopped {
+		return nil, ErrStopped
+	}
 	if h.rd == nil {
 		rd, err := h.open()
 		if err != nil {
@@ -80,6 +92,38 @@ func (h *Hub) Subscribers() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.subs)
+}
+
+// Skipped returns how many records did not decode and were skipped.
+func (h *Hub) Skipped() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.skipped
+}
+
+// Stop ends every subscription and closes the reader, which turns
+// emission off, and waits for its loop to end; Subscribe then refuses.
+// The agent stops its hub before it exits, so that it never leaves the
+// programs emitting for no one.
+func (h *Hub) Stop() {
+	h.mu.Lock()
+	h.stopped = true
+	for s := range h.subs {
+		s.end()
+	}
+	clear(h.subs)
+	var done chan struct{}
+	if h.rd != nil {
+		if err := h.rd.Close(); err != nil {
+			h.log.Warn("close the verdict event reader", "err", err)
+		}
+		done = h.done
+		h.rd, h.done = nil, nil
+	}
+	h.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // Dropped returns how many events s missed because it fell behind.
@@ -141,11 +185,16 @@ func (s *Subscription) deliver(ev bpfmaps.Event) {
 }
 
 // loop reads rd until it is closed, handing each event to every
-// subscriber. A reader that fails otherwise ends every subscription.
+// subscriber. A record that does not decode is skipped and counted; a
+// reader that fails otherwise ends every subscription.
 func (h *Hub) loop(rd Reader, done chan struct{}) {
 	defer close(done)
 	for {
 		ev, err := rd.Read()
+		if errors.Is(err, bpfmaps.ErrBadEvent) {
+			h.skip(err)
+			continue
+		}
 		if err != nil {
 			h.mu.Lock()
 			current := h.rd == rd
@@ -178,6 +227,17 @@ func (h *Hub) loop(rd Reader, done chan struct{}) {
 			s.deliver(ev)
 		}
 		h.mu.Unlock()
+	}
+}
+
+// skip counts a record that did not decode, and logs the first.
+func (h *Hub) skip(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.skipped++
+	if !h.warned {
+		h.warned = true
+		h.log.Warn("skipping verdict event records that do not decode (written by programs of another lockstep version?); monitors stay connected", "err", err)
 	}
 }
 

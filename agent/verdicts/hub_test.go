@@ -45,9 +45,16 @@ func (s *fakeSource) emitting() bool {
 	return s.on
 }
 
+// undecodable, as an event's Ifindex, makes fakeReader.Read fail as a
+// record of the old 48-byte layout does.
+const undecodable = ^uint32(0)
+
 func (r *fakeReader) Read() (bpfmaps.Event, error) {
 	select {
 	case ev := <-r.events:
+		if ev.Ifindex == undecodable {
+			return bpfmaps.DecodeEvent(make([]byte, 48))
+		}
 		return ev, nil
 	case <-r.closed:
 		return bpfmaps.Event{}, errors.New("closed")
@@ -155,5 +162,60 @@ func TestHubSlowSubscriberDropsItsOwn(t *testing.T) {
 	}
 	if got := fast.Dropped(); got != 0 {
 		t.Errorf("fast subscriber dropped %d, want 0", got)
+	}
+}
+
+// A record that does not decode (the layout before the rule id, 48
+// bytes) is skipped and counted; the subscribers stay and get the events
+// after it.
+func TestHubSkipsUndecodableRecords(t *testing.T) {
+	src := &fakeSource{}
+	h := NewHub(src.open, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := h.Subscribe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	src.reader.events <- bpfmaps.Event{Ifindex: undecodable}
+	src.reader.events <- bpfmaps.Event{Ifindex: undecodable}
+	src.reader.events <- bpfmaps.Event{Ifindex: 5}
+	if ev := recv(t, s); ev.Ifindex != 5 {
+		t.Errorf("event after the bad records: ifindex %d, want 5", ev.Ifindex)
+	}
+	if got := h.Skipped(); got != 2 {
+		t.Errorf("skipped %d records, want 2", got)
+	}
+	if h.Subscribers() != 1 || !src.emitting() {
+		t.Errorf("after bad records: %d subscribers, emitting %v; want 1, true", h.Subscribers(), src.emitting())
+	}
+}
+
+// Stop ends every subscription, turns emission off, and refuses the
+// subscribers that come after.
+func TestHubStop(t *testing.T) {
+	src := &fakeSource{}
+	h := NewHub(src.open, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, _ := h.Subscribe()
+	b, _ := h.Subscribe()
+	h.Stop()
+	for name, s := range map[string]*Subscription{"first": a, "second": b} {
+		select {
+		case _, ok := <-s.C:
+			if ok {
+				t.Errorf("%s subscription delivered an event after Stop", name)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s subscription still open after Stop", name)
+		}
+		s.Close() // the stream's deferred Close: harmless
+	}
+	if src.emitting() {
+		t.Error("emission on after Stop")
+	}
+	if _, err := h.Subscribe(); !errors.Is(err, ErrStopped) {
+		t.Errorf("Subscribe after Stop: %v, want ErrStopped", err)
+	}
+	if src.emitting() || src.opens != 1 {
+		t.Errorf("after a refused Subscribe: emitting %v, opens %d; want false, 1", src.emitting(), src.opens)
 	}
 }

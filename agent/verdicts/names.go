@@ -23,6 +23,14 @@ type Namer interface {
 	Rule(id uint32) (policy.RuleOrigin, bool)
 }
 
+// RuleIDsReporter is a Namer that can tell that rules in force carry no
+// rule id because the datapath ran out of them (the datapath does): an
+// allowed new connection of an isolated direction that names no rule is
+// then said to be one of those, rather than one of no rule.
+type RuleIDsReporter interface {
+	RuleIDsExhausted() bool
+}
+
 // Describe names ev with n.
 func Describe(ev bpfmaps.Event, n Namer, now time.Time) api.Verdict {
 	v := api.Verdict{
@@ -54,6 +62,8 @@ func Describe(ev bpfmaps.Event, n Namer, now time.Time) api.Verdict {
 	}
 	if o, ok := n.Rule(ev.Rule); ok {
 		v.Rule, v.Policy = o.String(), o.Namespace+"/"+o.Name
+	} else if r, ok := n.(RuleIDsReporter); ok && unnamedAllow(ev) && r.RuleIDsExhausted() {
+		v.Rule = "rule ids exhausted"
 	} else {
 		v.Rule = ruleOfReason(ev)
 	}
@@ -71,6 +81,12 @@ func VerdictName(v uint8) string {
 		return "reject"
 	}
 	return fmt.Sprintf("verdict-%d", v)
+}
+
+// unnamedAllow reports whether ev is a new connection that a rule of an
+// isolated direction allowed (its peer was looked up) without an id.
+func unnamedAllow(ev bpfmaps.Event) bool {
+	return ev.Reason == bpfmaps.ReasonAllowedNew && ev.Rule == 0 && ev.Peer != uint32(policyapi.PeerAny)
 }
 
 // ruleOfReason is what decided an event no policy rule decided.

@@ -57,3 +57,31 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 }
+
+// exhaustedNamer is fakeNamer on a datapath that ran out of rule ids.
+type exhaustedNamer struct{ fakeNamer }
+
+func (exhaustedNamer) RuleIDsExhausted() bool { return true }
+
+// TestDescribeRuleIDsExhausted: once the ids ran out, an allowed new
+// connection of an isolated direction without a rule id says so; one of
+// a direction that is not isolated, a known id and a drop say what they
+// said before.
+func TestDescribeRuleIDsExhausted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    Namer
+		ev   bpfmaps.Event
+		rule string
+	}{
+		{"unnamed rule", exhaustedNamer{}, bpfmaps.Event{Ifindex: 7, Peer: 300, Reason: bpfmaps.ReasonAllowedNew}, "rule ids exhausted"},
+		{"ids not exhausted", fakeNamer{}, bpfmaps.Event{Ifindex: 7, Peer: 300, Reason: bpfmaps.ReasonAllowedNew}, "not isolated"},
+		{"not isolated", exhaustedNamer{}, bpfmaps.Event{Ifindex: 7, Reason: bpfmaps.ReasonAllowedNew}, "not isolated"},
+		{"named rule", exhaustedNamer{}, bpfmaps.Event{Ifindex: 7, Peer: 300, Rule: 1, Reason: bpfmaps.ReasonAllowedNew}, "shop/allow-web ingress[2]"},
+		{"default deny", exhaustedNamer{}, bpfmaps.Event{Ifindex: 7, Peer: 300, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonPolicyIngress}, "default deny"},
+	} {
+		if v := Describe(tc.ev, tc.n, time.Unix(0, 0)); v.Rule != tc.rule {
+			t.Errorf("%s: rule %q, want %q", tc.name, v.Rule, tc.rule)
+		}
+	}
+}

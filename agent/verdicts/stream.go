@@ -20,6 +20,9 @@ func (h *Hub) Stream(n Namer) func(ctx context.Context, req api.MonitorRequest, 
 			return api.Errorf(api.CodeDecodeFailure, "%v", err)
 		}
 		sub, err := h.Subscribe()
+		if errors.Is(err, ErrStopped) {
+			return api.Errorf(api.CodeNotAvailable, "%v", err)
+		}
 		if err != nil {
 			return err
 		}

@@ -511,8 +511,9 @@ struct {
  * events are emitted, and cost nothing on the established fast path.
  *
  * lockstep_rule_allowed[id]: the new connections the rule of id (a
- * policy_value.rule) allowed. The agent hands out ids 1 to RULE_IDS - 1
- * and refuses an apply that needs more; id 0 (no rule) is never counted.
+ * policy_value.rule) allowed. The agent hands out ids 1 to RULE_IDS - 1,
+ * reuses those no map holds, and writes 0 when none is left; id 0 (no
+ * rule, or none left) is never counted.
  *
  * lockstep_denied: the packets an isolated direction of an endpoint
  * dropped because no rule allowed them (default deny), keyed like
