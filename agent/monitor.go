@@ -78,6 +78,11 @@ func (s storeNamer) Peer(id uint32) string {
 	return labelSet(x.Key)
 }
 
+// Isolators makes storeNamer a verdicts.IsolatorsNamer.
+func (s storeNamer) Isolators(ifindex uint32, dir uint8) []string {
+	return s.dp.Isolators(ifindex, dir)
+}
+
 func (s storeNamer) Rule(id uint32) (policy.RuleOrigin, bool) { return s.dp.RuleOrigin(id) }
 
 // RuleIDsExhausted makes storeNamer a verdicts.RuleIDsReporter.

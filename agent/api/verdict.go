@@ -32,6 +32,10 @@ type Verdict struct {
 	Dport    uint16    `json:"dport"`
 	Rule     string    `json:"rule"`
 	Policy   string    `json:"policy,omitempty"`
+	// Isolators are, for a default-deny drop, the policies
+	// (namespace/name) that isolate Endpoint in Dir: none of their rules
+	// allows the packet.
+	Isolators []string `json:"isolators,omitempty"`
 	// Count is how many events the line stands for (aggregation), 1 for
 	// a single event.
 	Count int `json:"count,omitempty"`
@@ -43,7 +47,7 @@ type MonitorRequest struct {
 	Pod       string `json:"pod,omitempty"`       // namespace/name, either end
 	Namespace string `json:"namespace,omitempty"` // either end's
 	Verdict   string `json:"verdict,omitempty"`   // allow, drop or reject
-	Policy    string `json:"policy,omitempty"`    // namespace/name of the deciding rule's policy
+	Policy    string `json:"policy,omitempty"`    // namespace/name: its rule allowed, or it isolates a default-deny drop
 }
 
 // Monitor subscribes to verdict events on a connection of its own and

@@ -108,6 +108,7 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 		return err
 	}
 	flipped = true
+	d.publishIsolators()
 	d.kickSettler()
 	err = d.cleanup(canon, goneAddrs)
 	d.reclaimRuleIDs(unnamed)

@@ -97,6 +97,31 @@ func (d *Datapath) HostInterface(ifindex uint32) (string, bool) {
 	return name, ok
 }
 
+// publishIsolators publishes, for Isolators, which policies isolate each
+// endpoint of the live parity. Called with d.mu held, after a flip.
+func (d *Datapath) publishIsolators() {
+	live := int(d.mirror.gen & 1)
+	byIndex := make(map[uint32][2][]string, len(d.mirror.eps))
+	for idx, e := range d.mirror.eps {
+		if src := e.src[live]; src != nil {
+			byIndex[idx] = src.Isolators
+		}
+	}
+	d.isolators.Store(&byIndex)
+}
+
+// Isolators returns the policies (namespace/name) that isolate the
+// endpoint at ifindex in direction dir (0 ingress, 1 egress, as events number it)
+// in the state applied last: those whose selection makes a packet no rule
+// allows a default-deny drop. Like HostInterface it takes no lock.
+func (d *Datapath) Isolators(ifindex uint32, dir uint8) []string {
+	m := d.isolators.Load()
+	if m == nil || dir > 1 {
+		return nil
+	}
+	return (*m)[ifindex][dir]
+}
+
 // Attached reports whether ifname in the current network namespace still
 // has both of d's filters: from_pod on its ingress hook and to_pod on its
 // egress hook, at Attach's priority and handle, running d's programs.

@@ -98,6 +98,9 @@ func (d *Datapath) RuleOrigin(uint32) (policy.RuleOrigin, bool) { return policy.
 // HostInterface knows no interface: the eBPF dataplane is Linux-only.
 func (d *Datapath) HostInterface(uint32) (string, bool) { return "", false }
 
+// Isolators knows no endpoint: the eBPF dataplane is Linux-only.
+func (d *Datapath) Isolators(uint32, uint8) []string { return nil }
+
 // RuleIDsExhausted returns false: the eBPF dataplane is Linux-only.
 func (d *Datapath) RuleIDsExhausted() bool { return false }
 

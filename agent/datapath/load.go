@@ -104,6 +104,10 @@ type Datapath struct {
 	attached map[string]int // host veth name → ifindex
 	// ifNames is attached by ifindex, as published last (HostInterface).
 	ifNames atomic.Pointer[map[uint32]string]
+	// isolators is, by ifindex, the policies that isolate each
+	// endpoint by direction in the live parity, as published at the last
+	// flip (Isolators).
+	isolators atomic.Pointer[map[uint32][2][]string]
 	mirror  mirror     // what the maps hold, for incremental Apply
 	stats   applyStats // what the last Apply wrote
 	// svcStats counts the Service map writes: &stats, or the settler's

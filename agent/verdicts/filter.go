@@ -2,6 +2,7 @@ package verdicts
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,7 +45,7 @@ func (f Filter) Match(v api.Verdict) bool {
 	if f.Verdict != "" && v.Verdict != f.Verdict {
 		return false
 	}
-	return f.Policy == "" || v.Policy == f.Policy
+	return f.Policy == "" || v.Policy == f.Policy || slices.Contains(v.Isolators, f.Policy)
 }
 
 // namespaceOf is the namespace of "namespace/name", "" for other names.

@@ -31,6 +31,15 @@ type RuleIDsReporter interface {
 	RuleIDsExhausted() bool
 }
 
+// IsolatorsNamer is a Namer that knows which policies isolate an
+// endpoint (the datapath does): a default-deny drop then names them, so
+// that "why was this dropped" has a policy to read.
+type IsolatorsNamer interface {
+	// Isolators returns the policies (namespace/name) isolating the
+	// endpoint at ifindex in direction dir (0 ingress, 1 egress).
+	Isolators(ifindex uint32, dir uint8) []string
+}
+
 // Describe names ev with n.
 func Describe(ev bpfmaps.Event, n Namer, now time.Time) api.Verdict {
 	v := api.Verdict{
@@ -67,7 +76,16 @@ func Describe(ev bpfmaps.Event, n Namer, now time.Time) api.Verdict {
 	} else {
 		v.Rule = ruleOfReason(ev)
 	}
+	if iso, ok := n.(IsolatorsNamer); ok && isDefaultDeny(ev) {
+		v.Isolators = iso.Isolators(ev.Ifindex, ev.Dir)
+	}
 	return v
+}
+
+// isDefaultDeny reports whether ev is a drop no rule allowed in a
+// direction policies isolate.
+func isDefaultDeny(ev bpfmaps.Event) bool {
+	return ev.Reason == bpfmaps.ReasonPolicyIngress || ev.Reason == bpfmaps.ReasonPolicyEgress
 }
 
 // VerdictName names a verdict byte: allow, drop or reject.

@@ -1,6 +1,7 @@
 package verdicts
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -82,6 +83,47 @@ func TestDescribeRuleIDsExhausted(t *testing.T) {
 	} {
 		if v := Describe(tc.ev, tc.n, time.Unix(0, 0)); v.Rule != tc.rule {
 			t.Errorf("%s: rule %q, want %q", tc.name, v.Rule, tc.rule)
+		}
+	}
+}
+
+// isolatorsNamer knows that shop/deny-all and shop/web-in isolate the
+// ingress of ifindex 7.
+type isolatorsNamer struct{ fakeNamer }
+
+func (isolatorsNamer) Isolators(ifindex uint32, dir uint8) []string {
+	if ifindex == 7 && dir == 0 {
+		return []string{"shop/deny-all", "shop/web-in"}
+	}
+	return nil
+}
+
+// A default-deny drop names the policies isolating its pod in its
+// direction, and --policy finds it by any of them; an allowed connection
+// and a drop for another reason name none.
+func TestDescribeNamesIsolators(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ev   bpfmaps.Event
+		want []string
+	}{
+		{"default deny of ingress", bpfmaps.Event{Ifindex: 7, Peer: 300, Dir: 0, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonPolicyIngress},
+			[]string{"shop/deny-all", "shop/web-in"}},
+		{"default deny of egress, not isolated by them", bpfmaps.Event{Ifindex: 7, Peer: 300, Dir: 1, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonPolicyEgress}, nil},
+		{"allowed by a rule", bpfmaps.Event{Ifindex: 7, Peer: 300, Rule: 1, Reason: bpfmaps.ReasonAllowedNew}, nil},
+		{"anti-spoofing", bpfmaps.Event{Ifindex: 7, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonSpoofed}, nil},
+	} {
+		v := Describe(tc.ev, isolatorsNamer{}, time.Unix(0, 0))
+		if !slices.Equal(v.Isolators, tc.want) {
+			t.Errorf("%s: isolators %q, want %q", tc.name, v.Isolators, tc.want)
+		}
+		for _, p := range tc.want {
+			if !(Filter{Policy: p}).Match(v) {
+				t.Errorf("%s: --policy %s does not match it", tc.name, p)
+			}
+		}
+		if len(tc.want) > 0 && (Filter{Policy: "shop/other"}).Match(v) {
+			t.Errorf("%s: --policy shop/other matches it", tc.name)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,17 +25,18 @@ packet and every new connection allowed, with the pod it entered or left
 (namespace/name), the peer (a pod's namespace and labels, or "world"), and
 what decided it: the policy rule that allowed it ("team/web ingress[0]", as
 lockstep explain names it), or "default deny" (a policy isolates the pod in
-that direction and no rule allows the peer), "not isolated" (no policy
-selects the pod that way), "anti-spoofing", "no endpoint", "from the node"
-(a pod never blocks its own node, whose kubelet probes it), "service without
-backend" (REJECT: a TCP reset or an ICMP port unreachable went back to the
-pod). A connection through a Service shows its backend, which policy judged.
+that direction and no rule allows the peer; the line names those policies),
+"not isolated" (no policy selects the pod that way), "anti-spoofing", "no
+endpoint", "from the node" (a pod never blocks its own node, whose kubelet
+probes it), "service without backend" (REJECT: a TCP reset or an ICMP port
+unreachable went back to the pod). A connection through a Service shows its
+backend, which policy judged.
 
 Repeats are folded: one line per flow (pod, direction, peer, addresses,
 protocol, destination port, verdict, rule) per --interval, with a count;
 --interval 0 prints every event. Filters select by the pod the packet
-entered or left, either end's namespace, the verdict, or the policy whose
-rule allowed (a default-deny drop names no rule: filter those by pod).
+entered or left, either end's namespace, the verdict, or a policy: one
+whose rule allowed, or one that isolates the pod of a default-deny drop.
 
 Any number of monitors may run at once, each gets every event. The agent
 makes the programs emit events only while at least one monitor is
@@ -66,7 +68,7 @@ JSON object on a line; with -o yaml, one YAML document.`,
 	fl.StringVar(&f.Pod, "pod", "", "only verdicts at this pod (NAMESPACE/NAME): the one the packet entered or left")
 	fl.StringVar(&f.Namespace, "namespace", "", "only verdicts with a pod of this namespace at either end")
 	fl.StringVar(&f.Verdict, "verdict", "", "only this verdict: allow, drop or reject")
-	fl.StringVar(&f.Policy, "policy", "", "only verdicts a rule of this policy (NAMESPACE/NAME) allowed")
+	fl.StringVar(&f.Policy, "policy", "", "only verdicts of this policy (NAMESPACE/NAME): a rule of it allowed, or it isolates the pod of a default-deny drop")
 	return cmd
 }
 
@@ -149,7 +151,11 @@ func writeVerdict(w io.Writer, v api.Verdict) error {
 	if v.Count > 1 {
 		count, sport = fmt.Sprintf(" x%d", v.Count), "*"
 	}
+	rule := v.Rule
+	if len(v.Isolators) > 0 {
+		rule += " (isolated by " + strings.Join(v.Isolators, ", ") + ")"
+	}
 	_, err := fmt.Fprintf(w, "%s %-6s %s %s %s %s %s:%s -> %s:%d by %s%s\n",
-		v.Time.Format("15:04:05"), verdict, v.Endpoint, arrow, v.Peer, v.Proto, v.Saddr, sport, v.Daddr, v.Dport, v.Rule, count)
+		v.Time.Format("15:04:05"), verdict, v.Endpoint, arrow, v.Peer, v.Proto, v.Saddr, sport, v.Daddr, v.Dport, rule, count)
 	return err
 }
