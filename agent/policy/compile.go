@@ -167,6 +167,8 @@ type compiler struct {
 	rules   map[*policyapi.ParsedRule]*rulePeers // the peers of each rule, once resolved
 	nsCache map[string][]string                  // namespace selector -> namespaces
 	inBlock map[string][]*identInfo              // block key -> identities wholly inside it
+
+	rb ruleBuilder // scratch of the endpoint being compiled
 }
 
 // identInfo is what selectors and named ports see of an identity.
@@ -293,10 +295,10 @@ func (c *compiler) identity(ns string, pod *policyapi.Pod) (*identInfo, error) {
 // a failed policy selects it for, or whose rules need more port ranges
 // than a key holds, has no rule at all (see EndpointPolicy.Failed).
 func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
-	ep := &EndpointPolicy{IPv4: le.IPv4.Unmap(), IPv6: le.IPv6, Rules: make(map[RuleKey][]PortRange),
-		Origins: make(map[RuleKey]RuleOrigin)}
+	ep := &EndpointPolicy{IPv4: le.IPv4.Unmap(), IPv6: le.IPv6}
 	pod := c.pods[le.Namespace+"/"+le.PodName]
 	if pod == nil {
+		ep.Rules, ep.Origins = map[RuleKey][]PortRange{}, map[RuleKey]RuleOrigin{}
 		return ep // unknown pod: not isolated, see Compile
 	}
 	local := policyapi.NamedPorts(pod)
@@ -318,42 +320,29 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 			continue
 		}
 		for _, cp := range selecting[d] {
-			for i := range cp.Rules[d] {
-				c.addRuleOrigin(ep, d, cp, i, local)
+			for i, r := range cp.Rules[d] {
+				o := ruleOrigin(cp, d, i)
+				c.rb.setOrigin(&o)
+				c.addRule(&c.rb, d, cp, r, local)
 			}
 		}
 	}
 	ep.IngressIsolated = len(selecting[policyapi.Ingress]) > 0
 	ep.EgressIsolated = len(selecting[policyapi.Egress]) > 0
-	// The first key, in the order of (peer, protocol), of each direction
-	// that needs too many ranges names the failure.
-	var over [2]*RuleKey
-	var overN [2]int
-	for k, rs := range ep.Rules {
-		rs = mergeRanges(rs)
-		ep.Rules[k] = rs
-		if len(rs) <= MaxPortRanges {
-			continue
-		}
-		if o := over[k.Dir]; o == nil || k.Peer < o.Peer || k.Peer == o.Peer && k.Proto < o.Proto {
-			over[k.Dir], overN[k.Dir] = &k, len(rs)
-		}
-	}
-	for d, k := range over {
-		if k == nil {
+	// The builder merges each key's ranges and leaves out a direction
+	// with a key that needs too many: the first such key, in the order of
+	// (peer, protocol), names the failure.
+	ep.Rules = c.rb.build()
+	ep.Origins = c.rb.origins()
+	for d, o := range c.rb.over {
+		if o.n == 0 {
 			continue
 		}
 		var names []string
 		for _, cp := range selecting[d] {
 			names = append(names, cp.Name)
 		}
-		ep.Failed[d] = tooManyReason(*k, overN[d], names)
-		for k := range ep.Rules {
-			if k.Dir == policyapi.Direction(d) {
-				delete(ep.Rules, k)
-				delete(ep.Origins, k)
-			}
-		}
+		ep.Failed[d] = tooManyReason(o.k, o.n, names)
 	}
 	return ep
 }
@@ -364,13 +353,12 @@ var allProtocols = []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP, policyapi.Pro
 
 var allPorts = PortRange{0, 65535}
 
-// addRule adds one rule of policy cp to rules. local is the selected pod's
+// addRule adds one rule of policy cp to b. local is the selected pod's
 // named ports, against which ingress named ports resolve.
-func (c *compiler) addRule(rules map[RuleKey][]PortRange, d policyapi.Direction, cp *policyapi.ParsedPolicy, r *policyapi.ParsedRule, local []policyapi.NamedPort) {
+func (c *compiler) addRule(b *ruleBuilder, d policyapi.Direction, cp *policyapi.ParsedPolicy, r *policyapi.ParsedRule, local []policyapi.NamedPort) {
 	rp := c.rulePeers(cp, r)
 	add := func(peer policyapi.Peer, proto uint8, pr PortRange) {
-		k := RuleKey{Peer: peer, Dir: d, Proto: proto}
-		rules[k] = append(rules[k], pr)
+		b.add(RuleKey{Peer: peer, Dir: d, Proto: proto}, pr)
 	}
 	if len(r.Ports) == 0 {
 		for _, peer := range rp.peers {
@@ -565,23 +553,4 @@ func (c *compiler) identsInBlock(b *policyapi.CIDRBlock) []*identInfo {
 	}
 	c.inBlock[b.Key] = infos
 	return infos
-}
-
-// mergeRanges sorts rs and merges overlapping and adjacent ranges.
-func mergeRanges(rs []PortRange) []PortRange {
-	slices.SortFunc(rs, func(a, b PortRange) int {
-		if a.Lo != b.Lo {
-			return int(a.Lo) - int(b.Lo)
-		}
-		return int(a.Hi) - int(b.Hi)
-	})
-	out := make([]PortRange, 0, len(rs))
-	for _, r := range rs {
-		if n := len(out); n > 0 && int(r.Lo) <= int(out[n-1].Hi)+1 {
-			out[n-1].Hi = max(out[n-1].Hi, r.Hi)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
 }

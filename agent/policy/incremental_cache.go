@@ -100,7 +100,7 @@ func (st *state) addRuleCached(b *ruleBuilder, r *ruleState, local []policyapi.N
 	rc := r.cache
 	for i := range rc.entries {
 		if c := &rc.entries[i]; st.current(r, c, local) {
-			b.ents = append(b.ents, c.ents...)
+			b.addEnts(c.ents)
 			st.ruleHits++
 			return
 		}

@@ -159,24 +159,19 @@ func (st *state) computeFull(e *endpointState) {
 		}
 		for _, ps := range e.sel[d] {
 			for _, r := range ps.rules[d] {
-				st.rb.origin = &r.origin
+				st.rb.setOrigin(&r.origin)
 				st.addRuleCached(&st.rb, r, e.local)
 			}
 		}
 	}
-	st.rb.origin = nil
 	var old map[RuleKey][]PortRange
 	var oldOrigins map[RuleKey]RuleOrigin
 	if e.out != nil {
 		old, oldOrigins = e.out.Rules, e.out.Origins
 	}
 	rules, changed := st.rb.rebuild(old, &e.patches)
-	origins := st.rb.origins()
-	if oldOrigins != nil && maps.Equal(origins, oldOrigins) {
-		origins = oldOrigins
-	} else {
-		changed = true
-	}
+	origins, originsChanged := st.rb.reorigin(oldOrigins)
+	changed = changed || originsChanged
 	for d, o := range st.rb.over {
 		if o.n > 0 {
 			failed[d] = e.tooMany(o)
@@ -213,44 +208,52 @@ func (st *state) computePeers(e *endpointState) {
 		for d := range e.sel {
 			for _, ps := range e.sel[d] {
 				for _, r := range ps.rules[d] {
-					st.rb.origin = &r.origin
+					st.rb.setOrigin(&r.origin)
 					st.addPeerRule(&st.rb, r, x, e.local)
 				}
 			}
 		}
 	}
-	st.rb.origin = nil
 	fresh := st.rb.build()
-	freshOrigins := st.rb.origins()
 	if st.rb.over != [2]overKey{} {
 		st.computeFull(e)
 		return
 	}
 	old, oldOrigins := e.out.Rules, e.out.Origins
-	changed := false
+	rulesChanged, originsChanged := false, false
 	e.eachPeerKey(func(k RuleKey) {
 		a, inOld := old[k]
 		b, inNew := fresh[k]
-		changed = changed || inOld != inNew || !slices.Equal(a, b) || oldOrigins[k] != freshOrigins[k]
+		rulesChanged = rulesChanged || inOld != inNew || !slices.Equal(a, b)
+		o, inOld := oldOrigins[k]
+		n := st.rb.originOf(k)
+		originsChanged = originsChanged || inOld != (n != nil) || n != nil && o != *n
 	})
-	if !changed {
+	if !rulesChanged && !originsChanged {
 		return
 	}
-	rules, origins := maps.Clone(old), maps.Clone(oldOrigins)
-	e.eachPeerKey(func(k RuleKey) {
-		if rs, ok := fresh[k]; ok {
-			rules[k] = rs
-		} else {
-			delete(rules, k)
-		}
-		if o, ok := freshOrigins[k]; ok {
-			origins[k] = o
-		} else {
-			delete(origins, k)
-		}
-	})
+	// Only a map that changed is copied: the other is e.out's, shared.
 	ep := *e.out
-	ep.Rules, ep.Origins = rules, origins
+	if rulesChanged {
+		ep.Rules = maps.Clone(old)
+		e.eachPeerKey(func(k RuleKey) {
+			if rs, ok := fresh[k]; ok {
+				ep.Rules[k] = rs
+			} else {
+				delete(ep.Rules, k)
+			}
+		})
+	}
+	if originsChanged {
+		ep.Origins = maps.Clone(oldOrigins)
+		e.eachPeerKey(func(k RuleKey) {
+			if o := st.rb.originOf(k); o != nil {
+				ep.Origins[k] = *o
+			} else {
+				delete(ep.Origins, k)
+			}
+		})
+	}
 	e.out = &ep
 	st.epsChanged = true
 }

@@ -3,6 +3,8 @@ package policy
 import (
 	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
@@ -45,28 +47,77 @@ func compareOrigin(a, b *RuleOrigin) int {
 	return cmp.Compare(a.Index, b.Index)
 }
 
-// addOrigin records o as the origin of k in origins unless a smaller one
-// is there already.
-func addOrigin(origins map[RuleKey]RuleOrigin, k RuleKey, o *RuleOrigin) {
-	if old, ok := origins[k]; ok && compareOrigin(&old, o) <= 0 {
-		return
-	}
-	origins[k] = *o
-}
-
 // ruleOrigin is the origin of rule i of cp in direction d.
 func ruleOrigin(cp *policyapi.ParsedPolicy, d policyapi.Direction, i int) RuleOrigin {
 	return RuleOrigin{Namespace: cp.Namespace, Name: strings.TrimPrefix(cp.Name, cp.Namespace+"/"), Dir: d, Index: i}
 }
 
-// addRuleOrigin adds rule i of cp in direction d to ep's rules, as
-// addRule does, and records it as the origin of the keys it gives.
-func (c *compiler) addRuleOrigin(ep *EndpointPolicy, d policyapi.Direction, cp *policyapi.ParsedPolicy, i int, local []policyapi.NamedPort) {
-	rules := make(map[RuleKey][]PortRange)
-	c.addRule(rules, d, cp, cp.Rules[d][i], local)
-	o := ruleOrigin(cp, d, i)
-	for k, rs := range rules {
-		ep.Rules[k] = append(ep.Rules[k], rs...)
-		addOrigin(ep.Origins, k, &o)
+// origins returns the origin of every key of the last build that has one
+// (see RuleOrigin), in a new map.
+func (b *ruleBuilder) origins() map[RuleKey]RuleOrigin {
+	n := 0
+	for _, g := range b.groups {
+		if g.origin != nil {
+			n++
+		}
 	}
+	out := make(map[RuleKey]RuleOrigin, n)
+	for _, g := range b.groups {
+		if g.origin != nil {
+			out[g.k] = *g.origin
+		}
+	}
+	return out
+}
+
+// reorigin is origins for an endpoint whose origins were old, as rebuild
+// is build: the same origins are old itself (changed false), and when
+// few keys' origins changed, the new ones are a copy of old with those
+// keys replaced, which is cheaper than inserting every key into a new
+// map. An edit that keeps an endpoint's keys and their rules (a port
+// range changed) so costs no allocation.
+func (b *ruleBuilder) reorigin(old map[RuleKey]RuleOrigin) (origins map[RuleKey]RuleOrigin, changed bool) {
+	n, found, same := 0, 0, 0
+	for _, g := range b.groups {
+		if g.origin == nil {
+			continue
+		}
+		n++
+		if o, ok := old[g.k]; ok {
+			found++
+			if o == *g.origin {
+				same++
+			}
+		}
+	}
+	if old != nil && same == n && found == len(old) {
+		return old, false
+	}
+	removed := len(old) - found
+	if old == nil || 2*(n-same+removed) > n {
+		return b.origins(), true
+	}
+	origins = maps.Clone(old)
+	if removed > 0 {
+		for k := range origins {
+			if b.originOf(k) == nil {
+				delete(origins, k)
+			}
+		}
+	}
+	for _, g := range b.groups {
+		if g.origin != nil && origins[g.k] != *g.origin {
+			origins[g.k] = *g.origin
+		}
+	}
+	return origins, true
+}
+
+// originOf returns the origin of key k in the last build, nil when it
+// has none or no such key.
+func (b *ruleBuilder) originOf(k RuleKey) *RuleOrigin {
+	if i, ok := slices.BinarySearchFunc(b.groups, k, compareGroupKey); ok {
+		return b.groups[i].origin
+	}
+	return nil
 }

@@ -9,10 +9,12 @@ import (
 )
 
 // ruleBuilder collects the (key, port range) entries of an endpoint's
-// rules in a flat list and builds the Rules map from it: sorted, merged as
-// mergeRanges merges, every key's ranges in one shared backing array. It
-// allocates two objects per build where appending to a map of slices
-// allocates one per key, and its lists are reused from build to build.
+// rules in a flat list and builds the Rules map from it: sorted, the
+// overlapping and adjacent ranges of a key merged, every key's ranges in
+// one shared backing array, and the Origins map alike. It allocates two
+// objects per build where appending to a map of slices allocates one per
+// key, and its lists are reused from build to build. Compile and
+// Incremental both build with it.
 type ruleBuilder struct {
 	ents []ruleEnt
 	// Scratch of a build: the entries' keys packed with their index (see
@@ -26,16 +28,19 @@ type ruleBuilder struct {
 	// over is, by direction, the first key of the last build that needs
 	// more than MaxPortRanges ranges (n == 0: none).
 	over [2]overKey
-	// origin is the rule the entries added now come from (see
-	// RuleOrigin); nil leaves theirs unknown.
-	origin *RuleOrigin
+	// from are the rules the entries collected since the last build come
+	// from (see RuleOrigin, setOrigin); an entry names its rule by index,
+	// so that entries stay small and hold no pointer for the collector to
+	// scan. origin is the index, plus one, of the entries added now.
+	from   []*RuleOrigin
+	origin uint32
 }
 
 // ruleEnt is one entry; hi and lo order it by key, then range.
 type ruleEnt struct {
 	hi uint64 // peer, direction, protocol
 	lo uint32 // range low, range high
-	o  *RuleOrigin
+	o  uint32 // its origin: index into ruleBuilder.from plus one, 0 for none
 }
 
 // ruleGroup is one key of a build and its ranges, ranges[start:end].
@@ -47,12 +52,36 @@ type ruleGroup struct {
 	kept bool
 }
 
+// setOrigin makes o the origin of the entries added from now until the
+// next build; nil leaves theirs unknown. o must not change before then.
+func (b *ruleBuilder) setOrigin(o *RuleOrigin) {
+	switch n := len(b.from); {
+	case o == nil:
+		b.origin = 0
+	case n > 0 && b.from[n-1] == o:
+		b.origin = uint32(n)
+	default:
+		b.from = append(b.from, o)
+		b.origin = uint32(n + 1)
+	}
+}
+
 func (b *ruleBuilder) add(k RuleKey, pr PortRange) {
 	b.ents = append(b.ents, ruleEnt{
 		hi: uint64(k.Peer)<<32 | uint64(k.Dir)<<8 | uint64(k.Proto),
 		lo: uint32(pr.Lo)<<16 | uint32(pr.Hi),
 		o:  b.origin,
 	})
+}
+
+// addEnts adds ents, entries an earlier build collected, as coming from
+// the current origin.
+func (b *ruleBuilder) addEnts(ents []ruleEnt) {
+	start := len(b.ents)
+	b.ents = append(b.ents, ents...)
+	for i := range b.ents[start:] {
+		b.ents[start+i].o = b.origin
+	}
 }
 
 func (e ruleEnt) key() RuleKey {
@@ -157,9 +186,9 @@ func (b *ruleBuilder) group() {
 	for i := 0; i < len(ents); {
 		start := len(ranges)
 		j := i
-		var origin *RuleOrigin
+		var origin uint32
 		for ; j < len(ents) && ents[j].hi == ents[i].hi; j++ {
-			if o := ents[j].o; o != nil && (origin == nil || compareOrigin(o, origin) < 0) {
+			if o := ents[j].o; o != 0 && o != origin && (origin == 0 || compareOrigin(b.from[o-1], b.from[origin-1]) < 0) {
 				origin = o
 			}
 			r := PortRange{Lo: uint16(ents[j].lo >> 16), Hi: uint16(ents[j].lo)}
@@ -173,9 +202,15 @@ func (b *ruleBuilder) group() {
 		if n := len(ranges) - start; n > MaxPortRanges && b.over[k.Dir].n == 0 {
 			b.over[k.Dir] = overKey{k: k, n: n}
 		}
-		groups = append(groups, ruleGroup{k: k, start: start, end: len(ranges), origin: origin})
+		g := ruleGroup{k: k, start: start, end: len(ranges)}
+		if origin != 0 {
+			g.origin = b.from[origin-1]
+		}
+		groups = append(groups, g)
 		i = j
 	}
+	clear(b.from)
+	b.from, b.origin = b.from[:0], 0
 	if b.over[policyapi.Ingress].n > 0 || b.over[policyapi.Egress].n > 0 {
 		groups = slices.DeleteFunc(groups, func(g ruleGroup) bool { return b.over[g.k.Dir].n > 0 })
 	}
@@ -281,16 +316,4 @@ func forNamedPort(ports []policyapi.NamedPort, name string, proto uint8, fn func
 			fn(np.Port)
 		}
 	}
-}
-
-// origins returns the origin of every key of the last build that has one
-// (see RuleOrigin), in a new map.
-func (b *ruleBuilder) origins() map[RuleKey]RuleOrigin {
-	out := make(map[RuleKey]RuleOrigin, len(b.groups))
-	for _, g := range b.groups {
-		if g.origin != nil {
-			out[g.k] = *g.origin
-		}
-	}
-	return out
 }
