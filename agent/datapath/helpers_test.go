@@ -32,9 +32,9 @@ const (
 // their endpoint by it and never attach anything to lo.
 const loIfindex = 1
 
-// newTestDatapath loads a Datapath pinned on a private bpffs mounted on a
-// temporary directory, all removed when tb ends.
-func newTestDatapath(tb testing.TB) *Datapath {
+// privatePinRoot mounts a private bpffs on a temporary directory,
+// unmounted when tb ends, and returns a pin root inside it.
+func privatePinRoot(tb testing.TB) string {
 	tb.Helper()
 	dir := tb.TempDir()
 	if err := unix.Mount("bpffs", dir, "bpf", 0, "mode=0700"); err != nil {
@@ -45,7 +45,14 @@ func newTestDatapath(tb testing.TB) *Datapath {
 			tb.Errorf("unmount %s: %v", dir, err)
 		}
 	})
-	root := filepath.Join(dir, "lockstep")
+	return filepath.Join(dir, "lockstep")
+}
+
+// newTestDatapath loads a Datapath pinned on a private bpffs mounted on a
+// temporary directory, all removed when tb ends.
+func newTestDatapath(tb testing.TB) *Datapath {
+	tb.Helper()
+	root := privatePinRoot(tb)
 	d, err := Load(Options{PinRoot: root})
 	if err != nil {
 		tb.Fatalf("Load: %v", err)

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/testenv"
@@ -20,16 +19,7 @@ import (
 // refuse them.
 func TestPrivilegedLoadReplacesPolicyMapOfOldLayout(t *testing.T) {
 	testenv.Privileged(t)
-	dir := t.TempDir()
-	if err := unix.Mount("bpffs", dir, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mount private bpffs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	root := filepath.Join(dir, "lockstep")
+	root := privatePinRoot(t)
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		t.Fatal(err)
 	}
