@@ -108,8 +108,8 @@ type Datapath struct {
 	// endpoint by direction in the live parity, as published at the last
 	// flip (Isolators).
 	isolators atomic.Pointer[map[uint32][2][]string]
-	mirror  mirror     // what the maps hold, for incremental Apply
-	stats   applyStats // what the last Apply wrote
+	mirror    mirror     // what the maps hold, for incremental Apply
+	stats     applyStats // what the last Apply wrote
 	// svcStats counts the Service map writes: &stats, or the settler's
 	// own count while it settles.
 	svcStats *applyStats
