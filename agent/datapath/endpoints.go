@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -231,24 +232,35 @@ func fits(capacity, n int) bool {
 // larger of the two sets, then the entries that are new or differ. It
 // returns how many entries it wrote or deleted; on error what im holds is
 // unknown.
-func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, origins map[policy.RuleKey]policy.RuleOrigin, t *ruleTable) (int, error) {
+//
+// A key whose ranges are the very slice im holds has the same origin too
+// (see policy.Desired), so it costs one lookup, as it did before rules
+// had origins; only the keys written look their origin up, and get an
+// id. When im holds a rule written with id 0, every key with an origin is
+// written again, to name it if an id is free now.
+func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, origins map[policy.RuleKey]*policy.RuleOrigin, t *ruleTable) (int, error) {
 	var keys []bpfmaps.PolicyKey
 	var vals []bpfmaps.PolicyValue
 	var del []bpfmaps.PolicyKey
-	ids := make(map[policy.RuleKey]uint32, len(rules))
 	kept := 0 // keys of im.rules that rules has
 	unnamed := false
 	for k, ranges := range rules {
-		id, short := t.idOf(origins, k)
-		unnamed = unnamed || short
-		ids[k] = id
 		old, ok := im.rules[k]
+		var o *policy.RuleOrigin
 		if ok {
 			kept++
-			if slices.Equal(old, ranges) && im.ids[k] == id {
+			if !im.unnamed && sameSlice(old, ranges) {
 				continue
 			}
+			o = origins[k]
+			if !(im.unnamed && o != nil) && slices.Equal(old, ranges) && policy.SameOrigin(im.origins[k], o) {
+				continue
+			}
+		} else {
+			o = origins[k]
 		}
+		id, short := t.idOf(o)
+		unnamed = unnamed || short
 		start := len(keys)
 		var err error
 		if keys, vals, err = appendEntries(keys, vals, k, ranges, id); err != nil {
@@ -279,8 +291,14 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, orig
 	if err := putAll(im.m, keys, vals); err != nil {
 		return len(del) + len(keys), fmt.Errorf("write inner policy map: %w", err)
 	}
-	im.rules, im.ids, im.unnamed, im.known = rules, ids, unnamed, true
+	im.rules, im.origins, im.unnamed, im.known = rules, origins, unnamed, true
 	return len(del) + len(keys), nil
+}
+
+// sameSlice reports whether a and b are the very same ranges: the same
+// first element and length.
+func sameSlice(a, b []policy.PortRange) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 func policyKey(k policy.RuleKey, chunk int) bpfmaps.PolicyKey {
@@ -380,15 +398,13 @@ func bucketShift(ranges []policy.PortRange) int {
 
 // newInner creates an inner policy map holding rules, each key with the
 // id of its origin, sized by innerCapacity.
-func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange, origins map[policy.RuleKey]policy.RuleOrigin) (*innerMap, error) {
+func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange, origins map[policy.RuleKey]*policy.RuleOrigin) (*innerMap, error) {
 	keys := make([]bpfmaps.PolicyKey, 0, len(rules))
 	vals := make([]bpfmaps.PolicyValue, 0, len(rules))
-	ids := make(map[policy.RuleKey]uint32, len(rules))
 	unnamed := false
 	for k, ranges := range rules {
-		id, short := d.rules.idOf(origins, k)
+		id, short := d.rules.idOf(origins[k])
 		unnamed = unnamed || short
-		ids[k] = id
 		var err error
 		if keys, vals, err = appendEntries(keys, vals, k, ranges, id); err != nil {
 			return nil, err
@@ -407,7 +423,7 @@ func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange, origins
 		im.Close()
 		return nil, fmt.Errorf("fill inner policy map: %w", err)
 	}
-	return &innerMap{m: im, rules: rules, ids: ids, unnamed: unnamed, known: true, capacity: capacity}, nil
+	return &innerMap{m: im, rules: rules, origins: origins, unnamed: unnamed, known: true, capacity: capacity}, nil
 }
 
 // removeEndpoints deletes every map entry of es (after the flip). The

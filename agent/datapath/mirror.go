@@ -111,7 +111,9 @@ type epEntry struct {
 type innerMap struct {
 	m     *ebpf.Map
 	rules map[policy.RuleKey][]policy.PortRange // what m holds, when known
-	ids   map[policy.RuleKey]uint32             // the rule ids m holds, when known
+	// origins are the origins of rules' keys, whose ids m holds (when
+	// known): the ids ruleTable gives them, or 0 while unnamed.
+	origins map[policy.RuleKey]*policy.RuleOrigin
 	// unnamed says some rule of m has an origin but id 0: the ids ran
 	// out when it was written, and the next Apply names it if it can.
 	unnamed  bool

@@ -86,15 +86,35 @@ func (t *ruleTable) short() bool {
 	return len(t.free)+t.limit()-len(t.names) <= t.limit()/4
 }
 
-// idOf returns the id of the origin origins gives k, 0 when it has none,
-// and whether k has an origin that got no id (ids exhausted).
-func (t *ruleTable) idOf(origins map[policy.RuleKey]policy.RuleOrigin, k policy.RuleKey) (uint32, bool) {
-	o, ok := origins[k]
-	if !ok {
+// idOf returns the id of o, 0 when it is nil (no origin), and whether o
+// got no id (ids exhausted).
+func (t *ruleTable) idOf(o *policy.RuleOrigin) (uint32, bool) {
+	if o == nil {
 		return 0, false
 	}
-	id := t.id(o)
+	id := t.id(*o)
 	return id, id == 0
+}
+
+// held returns the ids of origins, those they have now; an origin
+// without an id holds none.
+func (t *ruleTable) held(origins []map[policy.RuleKey]*policy.RuleOrigin) map[uint32]struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen := make(map[*policy.RuleOrigin]struct{})
+	held := make(map[uint32]struct{})
+	for _, os := range origins {
+		for _, o := range os {
+			if _, ok := seen[o]; ok {
+				continue
+			}
+			seen[o] = struct{}{}
+			if id, ok := t.ids[*o]; ok {
+				held[id] = struct{}{}
+			}
+		}
+	}
+	return held
 }
 
 // named returns the ids in use and their origins, in id order.
@@ -154,7 +174,7 @@ func (d *Datapath) reclaimRuleIDs(unnamed bool) {
 	if !unnamed && !d.rules.short() {
 		return
 	}
-	held := make(map[uint32]struct{})
+	var inUse []map[policy.RuleKey]*policy.RuleOrigin
 	for _, e := range d.mirror.eps {
 		for _, im := range e.inner {
 			if im == nil {
@@ -163,11 +183,10 @@ func (d *Datapath) reclaimRuleIDs(unnamed bool) {
 			if !im.known {
 				return
 			}
-			for _, id := range im.ids {
-				held[id] = struct{}{}
-			}
+			inUse = append(inUse, im.origins)
 		}
 	}
+	held := d.rules.held(inUse)
 	ids, origins := d.rules.named()
 	zero := make([]uint64, ebpf.MustPossibleCPU())
 	var perCPU []uint64

@@ -4,6 +4,7 @@ package datapath
 
 import (
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,17 +16,25 @@ import (
 
 // withOrigins is the verdict scenario with an origin for some of its keys
 // (the rest have none: they carry rule id 0) and a bucketed rule (more
-// port ranges than one value holds) to identity idOther.
+// port ranges than one value holds) to identity idOther. Its ranges are
+// its own, as the compiler's are for a key whose origin changed (see
+// policy.Desired).
 func withOrigins(origins map[policy.RuleKey]policy.RuleOrigin) *policy.Desired {
 	d := scenario(true, true)
 	ep := *d.Endpoints[podIf]
-	ep.Rules = maps.Clone(ep.Rules)
+	ep.Rules = make(map[policy.RuleKey][]policy.PortRange, len(ep.Rules)+1)
+	for k, rs := range d.Endpoints[podIf].Rules {
+		ep.Rules[k] = slices.Clone(rs)
+	}
 	var many []policy.PortRange
 	for p := uint16(1000); p < 1040; p += 2 {
 		many = append(many, policy.PortRange{Lo: p, Hi: p})
 	}
 	ep.Rules[policy.RuleKey{Peer: idOther, Dir: policyapi.Egress, Proto: policyapi.ProtoUDP}] = many
-	ep.Origins = origins
+	ep.Origins = make(map[policy.RuleKey]*policy.RuleOrigin, len(origins))
+	for k, o := range origins {
+		ep.Origins[k] = &o
+	}
 	d.Endpoints = map[string]*policy.EndpointPolicy{podIf: &ep}
 	return d
 }

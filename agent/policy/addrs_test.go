@@ -153,7 +153,7 @@ func TestCompileUnknownPodEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &EndpointPolicy{IPv4: addr("10.0.0.7"), Rules: map[RuleKey][]PortRange{}, Origins: map[RuleKey]RuleOrigin{}}
+	want := &EndpointPolicy{IPv4: addr("10.0.0.7"), Rules: map[RuleKey][]PortRange{}, Origins: map[RuleKey]*RuleOrigin{}}
 	if got := d.Endpoints["lxc-new"]; !reflect.DeepEqual(got, want) {
 		t.Errorf("endpoint = %+v, want %+v", got, want)
 	}

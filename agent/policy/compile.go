@@ -86,6 +86,7 @@ func Compile(s *Snapshot) (*Desired, error) {
 		rules:    make(map[*policyapi.ParsedRule]*rulePeers),
 		nsCache:  make(map[string][]string),
 		inBlock:  make(map[string][]*identInfo),
+		origins:  make(map[*policyapi.ParsedPolicy]*[2][]*RuleOrigin),
 	}
 	costs := map[string]policyCost{}
 	compiled := make([]*policyapi.ParsedPolicy, len(s.Policies))
@@ -163,10 +164,11 @@ type compiler struct {
 	nsIdents map[string][]*identInfo // by namespace, in first-seen order
 	owner    map[netip.Addr]addrClaim
 
-	cache   map[string][]policyapi.Peer          // selector peer -> identities
-	rules   map[*policyapi.ParsedRule]*rulePeers // the peers of each rule, once resolved
-	nsCache map[string][]string                  // namespace selector -> namespaces
-	inBlock map[string][]*identInfo              // block key -> identities wholly inside it
+	cache   map[string][]policyapi.Peer                   // selector peer -> identities
+	rules   map[*policyapi.ParsedRule]*rulePeers          // the peers of each rule, once resolved
+	nsCache map[string][]string                           // namespace selector -> namespaces
+	inBlock map[string][]*identInfo                       // block key -> identities wholly inside it
+	origins map[*policyapi.ParsedPolicy]*[2][]*RuleOrigin // the origins of each policy's rules, by direction, once made
 
 	rb ruleBuilder // scratch of the endpoint being compiled
 }
@@ -291,6 +293,24 @@ func (c *compiler) identity(ns string, pod *policyapi.Pod) (*identInfo, error) {
 	return info, nil
 }
 
+// ruleOrigins returns the origins of cp's rules of direction d, made the
+// first time: every endpoint cp selects shares them (see
+// EndpointPolicy.Origins).
+func (c *compiler) ruleOrigins(cp *policyapi.ParsedPolicy, d policyapi.Direction) []*RuleOrigin {
+	os := c.origins[cp]
+	if os == nil {
+		os = new([2][]*RuleOrigin)
+		c.origins[cp] = os
+	}
+	if os[d] == nil {
+		os[d] = make([]*RuleOrigin, len(cp.Rules[d]))
+		for i := range os[d] {
+			os[d][i] = ruleOrigin(cp, d, i)
+		}
+	}
+	return os[d]
+}
+
 // endpoint compiles the policy of one local endpoint. A direction that
 // a failed policy selects it for, or whose rules need more port ranges
 // than a key holds, has no rule at all (see EndpointPolicy.Failed).
@@ -298,7 +318,7 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 	ep := &EndpointPolicy{IPv4: le.IPv4.Unmap(), IPv6: le.IPv6}
 	pod := c.pods[le.Namespace+"/"+le.PodName]
 	if pod == nil {
-		ep.Rules, ep.Origins = map[RuleKey][]PortRange{}, map[RuleKey]RuleOrigin{}
+		ep.Rules, ep.Origins = map[RuleKey][]PortRange{}, map[RuleKey]*RuleOrigin{}
 		return ep // unknown pod: not isolated, see Compile
 	}
 	local := policyapi.NamedPorts(pod)
@@ -320,9 +340,9 @@ func (c *compiler) endpoint(le *LocalEndpoint) *EndpointPolicy {
 			continue
 		}
 		for _, cp := range selecting[d] {
+			origins := c.ruleOrigins(cp, d)
 			for i, r := range cp.Rules[d] {
-				o := ruleOrigin(cp, d, i)
-				c.rb.setOrigin(&o)
+				c.rb.setOrigin(origins[i])
 				c.addRule(&c.rb, d, cp, r, local)
 			}
 		}

@@ -66,7 +66,10 @@ type EndpointPolicy struct {
 	// Origins names, for every key of Rules, the policy rule that allowed
 	// it (see [RuleOrigin]), so that a dataplane can report which rule
 	// decided a packet. Never nil; like Rules, a new map when it changed.
-	Origins map[RuleKey]RuleOrigin
+	// The origins are shared, read-only: every key a rule allowed, of
+	// every endpoint, points at one RuleOrigin while the rule is
+	// unchanged, so that a copy of the map costs a pointer a key.
+	Origins map[RuleKey]*RuleOrigin
 }
 
 // AddrEntry is what the dataplane knows about one pod address.
@@ -99,11 +102,16 @@ type AddrEntry struct {
 //     pointer (and so its Rules map); one whose policy changed gets a new
 //     one, never an old one modified;
 //   - the []PortRange of one EndpointPolicy's Rules may share a backing
-//     array, each slice capped at its own length.
+//     array, each slice capped at its own length;
+//   - a key whose ranges are the very slice (the same first element and
+//     length) the key had in an earlier result also has the same origin
+//     as then: a key whose origin changed gets new ranges even when they
+//     are equal.
 //
 // So a dataplane may skip, by pointer comparison alone, every part that is
 // the same object as in the state it applied last: the same pointer means
-// the same content. The converse does not hold: a new pointer may carry
+// the same content, and a key's unchanged ranges slice an unchanged
+// origin. The converse does not hold: a new pointer may carry
 // equal content (after a compiler rebuild, or a change that cancelled
 // out), so a dataplane that compares contents too saves more work. [Compile]
 // returns new maps and pointers every time.

@@ -427,6 +427,11 @@ func deepCopy(d *Desired) *Desired {
 		for k, v := range ep.Rules {
 			e.Rules[k] = slices.Clone(v)
 		}
+		e.Origins = map[RuleKey]*RuleOrigin{}
+		for k, o := range ep.Origins {
+			c := *o
+			e.Origins[k] = &c
+		}
 		c.Endpoints[name] = &e
 	}
 	if d.Services != nil {

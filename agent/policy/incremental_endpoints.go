@@ -159,19 +159,17 @@ func (st *state) computeFull(e *endpointState) {
 		}
 		for _, ps := range e.sel[d] {
 			for _, r := range ps.rules[d] {
-				st.rb.setOrigin(&r.origin)
+				st.rb.setOrigin(r.origin)
 				st.addRuleCached(&st.rb, r, e.local)
 			}
 		}
 	}
 	var old map[RuleKey][]PortRange
-	var oldOrigins map[RuleKey]RuleOrigin
+	var oldOrigins map[RuleKey]*RuleOrigin
 	if e.out != nil {
 		old, oldOrigins = e.out.Rules, e.out.Origins
 	}
-	rules, changed := st.rb.rebuild(old, &e.patches)
-	origins, originsChanged := st.rb.reorigin(oldOrigins)
-	changed = changed || originsChanged
+	rules, origins, changed := st.rb.rebuild(old, oldOrigins, &e.patches)
 	for d, o := range st.rb.over {
 		if o.n > 0 {
 			failed[d] = e.tooMany(o)
@@ -208,7 +206,7 @@ func (st *state) computePeers(e *endpointState) {
 		for d := range e.sel {
 			for _, ps := range e.sel[d] {
 				for _, r := range ps.rules[d] {
-					st.rb.setOrigin(&r.origin)
+					st.rb.setOrigin(r.origin)
 					st.addPeerRule(&st.rb, r, x, e.local)
 				}
 			}
@@ -225,30 +223,28 @@ func (st *state) computePeers(e *endpointState) {
 		a, inOld := old[k]
 		b, inNew := fresh[k]
 		rulesChanged = rulesChanged || inOld != inNew || !slices.Equal(a, b)
-		o, inOld := oldOrigins[k]
-		n := st.rb.originOf(k)
-		originsChanged = originsChanged || inOld != (n != nil) || n != nil && o != *n
+		originsChanged = originsChanged || !SameOrigin(oldOrigins[k], st.rb.originOf(k))
 	})
 	if !rulesChanged && !originsChanged {
 		return
 	}
-	// Only a map that changed is copied: the other is e.out's, shared.
+	// The rules are copied even when only origins changed: a key whose
+	// origin changed gets new ranges, fresh's (see Desired). The origins
+	// are copied only when they changed; else they are e.out's, shared.
 	ep := *e.out
-	if rulesChanged {
-		ep.Rules = maps.Clone(old)
-		e.eachPeerKey(func(k RuleKey) {
-			if rs, ok := fresh[k]; ok {
-				ep.Rules[k] = rs
-			} else {
-				delete(ep.Rules, k)
-			}
-		})
-	}
+	ep.Rules = maps.Clone(old)
+	e.eachPeerKey(func(k RuleKey) {
+		if rs, ok := fresh[k]; ok {
+			ep.Rules[k] = rs
+		} else {
+			delete(ep.Rules, k)
+		}
+	})
 	if originsChanged {
 		ep.Origins = maps.Clone(oldOrigins)
 		e.eachPeerKey(func(k RuleKey) {
 			if o := st.rb.originOf(k); o != nil {
-				ep.Origins[k] = *o
+				ep.Origins[k] = o
 			} else {
 				delete(ep.Origins, k)
 			}

@@ -30,10 +30,10 @@ type ruleState struct {
 	dir    policyapi.Direction
 	r      *policyapi.ParsedRule
 	blocks []*policyapi.CIDRBlock
-	peers  []*selPeer // the rule's selector peers, while the policy is active
-	named  bool       // an egress rule with a named port
-	cache  *ruleCache // what addRule gave, shared with an equal rule it replaced
-	origin RuleOrigin // what its entries' origins say
+	peers  []*selPeer  // the rule's selector peers, while the policy is active
+	named  bool        // an egress rule with a named port
+	cache  *ruleCache  // what addRule gave, shared with an equal rule it replaced
+	origin *RuleOrigin // what its entries' origins say, shared by every endpoint's Origins
 }
 
 // all reports whether the rule has no peers: it allows every peer.

@@ -2,7 +2,9 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+	"unsafe"
 
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
@@ -21,6 +23,7 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 	}
 	var compiled, failed, rules, reused, ruleHits, ruleMisses int
 	var frontends, backends, svcReused int
+	var keptRanges, movedOrigins int
 	for seed := range seeds {
 		w := newWorld(uint64(seed) + 1)
 		var prev, prevCopy *Desired
@@ -61,6 +64,23 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 				if prev != nil && prev.Endpoints[name] == ep {
 					reused++
 				}
+				if prev == nil || prev.Endpoints[name] == nil {
+					continue
+				}
+				pe := prev.Endpoints[name]
+				for k, rs := range ep.Rules {
+					prs, ok := pe.Rules[k]
+					same := ok && len(prs) == len(rs) && unsafe.SliceData(prs) == unsafe.SliceData(rs)
+					moved := !SameOrigin(pe.Origins[k], ep.Origins[k])
+					switch {
+					case same && moved:
+						t.Fatalf("seed %d step %d: endpoint %s key %+v keeps its ranges slice, but its origin went from %v to %v", seed, step, name, k, pe.Origins[k], ep.Origins[k])
+					case same:
+						keptRanges++
+					case ok && moved && slices.Equal(prs, rs):
+						movedOrigins++
+					}
+				}
 			}
 			for fe, e := range got.Services {
 				frontends++
@@ -81,10 +101,16 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 	t.Logf("%d compilations, %d failed as the full compiler did, %d rules compared, %d endpoint policies reused; full recomputes took %d rules from their caches and resolved %d",
 		compiled, failed, rules, reused, ruleHits, ruleMisses)
 	t.Logf("%d service frontends compared, %d backends, %d entries reused", frontends, backends, svcReused)
+	t.Logf("%d keys kept their ranges slice, %d whose origin alone changed got new ranges", keptRanges, movedOrigins)
 	// The world must exercise both outcomes, real rules and the rule
 	// caches, or the comparison proves little.
 	if compiled < seeds*steps/3 || failed == 0 || rules < compiled || reused == 0 || ruleHits < ruleMisses/10 {
 		t.Errorf("the random world is too tame: %d compiled, %d failed, %d rules, %d reused, %d cached rules, %d resolved", compiled, failed, rules, reused, ruleHits, ruleMisses)
+	}
+	// A dataplane takes a key's kept ranges slice for a kept origin
+	// (see Desired): both must happen for the check above to prove it.
+	if keptRanges == 0 || movedOrigins == 0 {
+		t.Errorf("the random world's origins are too tame: %d kept ranges, %d origins changed alone", keptRanges, movedOrigins)
 	}
 	if frontends < compiled || backends < compiled || svcReused < frontends/2 {
 		t.Errorf("the random world's Services are too tame: %d frontends, %d backends, %d reused", frontends, backends, svcReused)

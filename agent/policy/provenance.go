@@ -47,24 +47,31 @@ func compareOrigin(a, b *RuleOrigin) int {
 	return cmp.Compare(a.Index, b.Index)
 }
 
-// ruleOrigin is the origin of rule i of cp in direction d.
-func ruleOrigin(cp *policyapi.ParsedPolicy, d policyapi.Direction, i int) RuleOrigin {
-	return RuleOrigin{Namespace: cp.Namespace, Name: strings.TrimPrefix(cp.Name, cp.Namespace+"/"), Dir: d, Index: i}
+// ruleOrigin returns a new origin of rule i of cp in direction d.
+func ruleOrigin(cp *policyapi.ParsedPolicy, d policyapi.Direction, i int) *RuleOrigin {
+	return &RuleOrigin{Namespace: cp.Namespace, Name: strings.TrimPrefix(cp.Name, cp.Namespace+"/"), Dir: d, Index: i}
+}
+
+// SameOrigin reports whether a and b name the same rule; nil is no
+// rule. Origins are shared (see EndpointPolicy.Origins), so the pointers
+// are most often equal.
+func SameOrigin(a, b *RuleOrigin) bool {
+	return a == b || a != nil && b != nil && *a == *b
 }
 
 // origins returns the origin of every key of the last build that has one
 // (see RuleOrigin), in a new map.
-func (b *ruleBuilder) origins() map[RuleKey]RuleOrigin {
+func (b *ruleBuilder) origins() map[RuleKey]*RuleOrigin {
 	n := 0
 	for _, g := range b.groups {
 		if g.origin != nil {
 			n++
 		}
 	}
-	out := make(map[RuleKey]RuleOrigin, n)
+	out := make(map[RuleKey]*RuleOrigin, n)
 	for _, g := range b.groups {
 		if g.origin != nil {
-			out[g.k] = *g.origin
+			out[g.k] = g.origin
 		}
 	}
 	return out
@@ -75,19 +82,23 @@ func (b *ruleBuilder) origins() map[RuleKey]RuleOrigin {
 // few keys' origins changed, the new ones are a copy of old with those
 // keys replaced, which is cheaper than inserting every key into a new
 // map. An edit that keeps an endpoint's keys and their rules (a port
-// range changed) so costs no allocation.
-func (b *ruleBuilder) reorigin(old map[RuleKey]RuleOrigin) (origins map[RuleKey]RuleOrigin, changed bool) {
+// range changed) so costs no allocation. It marks each group whose
+// origin old gives its key (sameOrigin), for rebuild.
+func (b *ruleBuilder) reorigin(old map[RuleKey]*RuleOrigin) (origins map[RuleKey]*RuleOrigin, changed bool) {
 	n, found, same := 0, 0, 0
-	for _, g := range b.groups {
+	for i := range b.groups {
+		g := &b.groups[i]
+		o, ok := old[g.k]
+		g.sameOrigin = SameOrigin(o, g.origin)
 		if g.origin == nil {
 			continue
 		}
 		n++
-		if o, ok := old[g.k]; ok {
+		if ok {
 			found++
-			if o == *g.origin {
-				same++
-			}
+		}
+		if g.sameOrigin {
+			same++
 		}
 	}
 	if old != nil && same == n && found == len(old) {
@@ -106,8 +117,8 @@ func (b *ruleBuilder) reorigin(old map[RuleKey]RuleOrigin) (origins map[RuleKey]
 		}
 	}
 	for _, g := range b.groups {
-		if g.origin != nil && origins[g.k] != *g.origin {
-			origins[g.k] = *g.origin
+		if g.origin != nil && !g.sameOrigin {
+			origins[g.k] = g.origin
 		}
 	}
 	return origins, true

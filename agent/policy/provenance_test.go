@@ -42,7 +42,7 @@ func TestOriginsNameTheFirstAllowingRule(t *testing.T) {
 			t.Errorf("origins %v, want %v", got, want)
 		}
 		for k, w := range want {
-			if got[k] != w {
+			if got[k] == nil || *got[k] != w {
 				t.Errorf("origin of %+v = %v, want %v", k, got[k], w)
 			}
 		}

@@ -48,8 +48,10 @@ type ruleGroup struct {
 	k          RuleKey
 	start, end int
 	origin     *RuleOrigin // the smallest of its entries' origins
-	// kept: the rules a rebuild started from have these very ranges.
-	kept bool
+	// sameOrigin: the origins a rebuild started from give the key this
+	// origin (see reorigin). kept: the rules it started from have these
+	// very ranges, and the key the same origin.
+	sameOrigin, kept bool
 }
 
 // setOrigin makes o the origin of the entries added from now until the
@@ -245,14 +247,19 @@ func (b *ruleBuilder) fresh() map[RuleKey][]PortRange {
 // an endpoint from holding on to the arrays of many generations.
 const maxPatches = 8
 
-// rebuild is build for an endpoint whose rules were old: equal rules are
-// old itself (changed false), so the caller need not compare them. When
-// few keys changed, the new rules are a copy of old with those keys
-// replaced and the others sharing old's ranges, which is cheaper than
-// inserting every key into a new map; *patches counts such rebuilds since
-// the last fresh one.
-func (b *ruleBuilder) rebuild(old map[RuleKey][]PortRange, patches *int) (rules map[RuleKey][]PortRange, changed bool) {
+// rebuild is build for an endpoint whose rules were old and origins
+// oldOrigins, and returns its origins as reorigin does: equal rules are
+// old itself (changed false when the origins are unchanged too), so the
+// caller need not compare them. When few keys changed, the new rules are
+// a copy of old with those keys replaced and the others sharing old's
+// ranges, which is cheaper than inserting every key into a new map;
+// *patches counts such rebuilds since the last fresh one. A key whose
+// origin changed counts as changed even when its ranges did not: it gets
+// new ranges, so that a dataplane may take a key's unchanged ranges
+// slice for an unchanged origin (see Desired).
+func (b *ruleBuilder) rebuild(old map[RuleKey][]PortRange, oldOrigins map[RuleKey]*RuleOrigin, patches *int) (rules map[RuleKey][]PortRange, origins map[RuleKey]*RuleOrigin, changed bool) {
 	b.group()
+	origins, changed = b.reorigin(oldOrigins)
 	found, kept := 0, 0
 	for i := range b.groups {
 		g := &b.groups[i]
@@ -260,17 +267,17 @@ func (b *ruleBuilder) rebuild(old map[RuleKey][]PortRange, patches *int) (rules 
 		if ok {
 			found++
 		}
-		if g.kept = ok && slices.Equal(rs, b.ranges[g.start:g.end]); g.kept {
+		if g.kept = ok && g.sameOrigin && slices.Equal(rs, b.ranges[g.start:g.end]); g.kept {
 			kept++
 		}
 	}
 	if old != nil && kept == len(b.groups) && found == len(old) {
-		return old, false
+		return old, origins, changed
 	}
 	removed := len(old) - found
 	if old == nil || *patches >= maxPatches || 2*(len(b.groups)-kept+removed) > len(b.groups) {
 		*patches = 0
-		return b.fresh(), true
+		return b.fresh(), origins, true
 	}
 	*patches++
 	rules = maps.Clone(old)
@@ -294,7 +301,7 @@ func (b *ruleBuilder) rebuild(old map[RuleKey][]PortRange, patches *int) (rules 
 			rules[g.k] = backing[len(backing)-(g.end-g.start) : len(backing) : len(backing)]
 		}
 	}
-	return rules, true
+	return rules, origins, true
 }
 
 // compareGroupKey orders keys as a build orders its groups.
