@@ -36,7 +36,7 @@ func (dp ebpfDataplane) WriteMetrics(w io.Writer) {
 	if vs, err := dp.PolicyVerdicts(); !errors.Is(err, errors.ErrUnsupported) {
 		writePolicyVerdicts(w, vs)
 	}
-	promtext.WriteHeader(w, "lockstep_datapath_rule_ids_exhausted_total", fmt.Sprintf("Policy rules written without a rule id because all %d were in use, since the agent started: they are enforced, but their verdict events say \"rule ids exhausted\" and their connections count for no policy until an apply names them.", bpfmaps.MaxRuleIDs-1), "counter")
+	promtext.WriteHeader(w, "lockstep_datapath_rule_ids_exhausted_total", fmt.Sprintf("Policy rules that went without a rule id because all %d were in use, since the agent started (each once until ids are freed again): they are enforced, but their verdict events say \"rule ids exhausted\" and their connections count for no policy until an apply names them.", bpfmaps.MaxRuleIDs-1), "counter")
 	promtext.WriteSample(w, "lockstep_datapath_rule_ids_exhausted_total", float64(dp.RuleIDsExhaustedTotal()))
 	if shares, err := dp.ConntrackShares(); err == nil {
 		promtext.WriteHeader(w, "lockstep_datapath_conntrack_entries", fmt.Sprintf("Conntrack entries an endpoint holds (the programs' estimate, never below the truth), by host interface; each may hold %d of each direction while the node is under pressure (lockstep_datapath_conntrack_node_entries above %d).", bpfmaps.CTShareLimit, bpfmaps.CTPressure), "gauge")

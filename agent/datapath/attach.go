@@ -68,19 +68,30 @@ func (d *Datapath) Attach(ifname string) error {
 	d.mu.Lock()
 	d.attached[ifname] = idx
 	delete(d.ctGone, uint32(idx))
-	d.publishInterfaces()
+	d.publishInterface(ifname, idx, true)
 	d.mu.Unlock()
 	return nil
 }
 
-// publishInterfaces publishes the attached interfaces by ifindex for
-// HostInterface, which a monitor calls for every event without taking
-// d.mu (an Apply holds it). Called with d.mu held, after attached
-// changed.
-func (d *Datapath) publishInterfaces() {
+// publishInterface records that ifname was attached at ifindex idx (up)
+// or detached, and publishes the interfaces by ifindex for HostInterface,
+// which a monitor calls for every event without taking d.mu (an Apply
+// holds it). The last interface attached at an ifindex names it: one that
+// vanished without a Detach and whose ifindex the kernel gave a new pod
+// never names that pod's events. Called with d.mu held.
+func (d *Datapath) publishInterface(ifname string, idx int, up bool) {
+	prev := d.ifNames.Load()
 	byIndex := make(map[uint32]string, len(d.attached))
-	for name, idx := range d.attached {
-		byIndex[uint32(idx)] = name
+	if prev != nil {
+		for i, name := range *prev {
+			byIndex[i] = name
+		}
+	}
+	switch {
+	case up:
+		byIndex[uint32(idx)] = ifname
+	case byIndex[uint32(idx)] == ifname:
+		delete(byIndex, uint32(idx))
 	}
 	d.ifNames.Store(&byIndex)
 }
@@ -168,8 +179,10 @@ func (d *Datapath) Attached(ifname string) (bool, error) {
 // The endpoint's map entries go with the next Apply that lacks it.
 func (d *Datapath) Detach(ifname string) error {
 	d.mu.Lock()
-	delete(d.attached, ifname)
-	d.publishInterfaces()
+	if idx, ok := d.attached[ifname]; ok {
+		delete(d.attached, ifname)
+		d.publishInterface(ifname, idx, false)
+	}
 	d.mu.Unlock()
 	link, err := netlink.LinkByName(ifname)
 	if err != nil {

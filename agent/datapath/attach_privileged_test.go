@@ -319,3 +319,29 @@ func TestPrivilegedAttachVethTraffic(t *testing.T) {
 		t.Error("traffic still blocked after Detach")
 	}
 }
+
+// TestPrivilegedHostInterfaceLastAttachWins: when an interface vanished
+// without a Detach and the kernel gave its ifindex to a new pod's, events
+// at that ifindex name the new interface, also after the stale one is
+// detached.
+func TestPrivilegedHostInterfaceLastAttachWins(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach("lxc-gone", 4242)
+	d.fakeAttach("lxc-new", 4242)
+	if name, ok := d.HostInterface(4242); !ok || name != "lxc-new" {
+		t.Errorf("HostInterface(4242) = %q, %v after the ifindex was reused, want lxc-new", name, ok)
+	}
+	if err := d.Detach("lxc-gone"); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	if name, ok := d.HostInterface(4242); !ok || name != "lxc-new" {
+		t.Errorf("HostInterface(4242) = %q, %v after the stale interface was detached, want lxc-new", name, ok)
+	}
+	if err := d.Detach("lxc-new"); err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	if name, ok := d.HostInterface(4242); ok {
+		t.Errorf("HostInterface(4242) = %q after both were detached, want none", name)
+	}
+}

@@ -138,7 +138,7 @@ type outerWrite struct {
 // denies what no inner map denies, and later writes fill it in place.
 func (d *Datapath) writeRules(e *epEntry, ep *policy.EndpointPolicy, p, q int) ([]outerWrite, error) {
 	im := e.inner[q]
-	if e.src[q] == ep && (im == nil || !im.unnamed) {
+	if e.src[q] == ep && (im == nil || !im.unnamed || im.freedAt == d.rules.freedGen()) {
 		return nil, nil
 	}
 	if im == nil && len(ep.Rules) == 0 {
@@ -243,17 +243,22 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, orig
 	var vals []bpfmaps.PolicyValue
 	var del []bpfmaps.PolicyKey
 	kept := 0 // keys of im.rules that rules has
-	unnamed := false
+	// force rewrites the keys of a map written while ids were exhausted,
+	// once some were freed since: they may get one now. Until then the
+	// map stays unnamed (the keys left as they are may hold id 0).
+	freedAt := t.freedGen()
+	force := im.unnamed && im.freedAt != freedAt
+	unnamed := im.unnamed && !force
 	for k, ranges := range rules {
 		old, ok := im.rules[k]
 		var o *policy.RuleOrigin
 		if ok {
 			kept++
-			if !im.unnamed && sameSlice(old, ranges) {
+			if !force && sameSlice(old, ranges) {
 				continue
 			}
 			o = origins[k]
-			if !(im.unnamed && o != nil) && slices.Equal(old, ranges) && policy.SameOrigin(im.origins[k], o) {
+			if !(force && o != nil) && slices.Equal(old, ranges) && policy.SameOrigin(im.origins[k], o) {
 				continue
 			}
 		} else {
@@ -291,14 +296,14 @@ func updateInner(im *innerMap, rules map[policy.RuleKey][]policy.PortRange, orig
 	if err := putAll(im.m, keys, vals); err != nil {
 		return len(del) + len(keys), fmt.Errorf("write inner policy map: %w", err)
 	}
-	im.rules, im.origins, im.unnamed, im.known = rules, origins, unnamed, true
+	im.rules, im.origins, im.unnamed, im.freedAt, im.known = rules, origins, unnamed, freedAt, true
 	return len(del) + len(keys), nil
 }
 
 // sameSlice reports whether a and b are the very same ranges: the same
 // first element and length.
 func sameSlice(a, b []policy.PortRange) bool {
-	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
+	return len(a) > 0 && len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 func policyKey(k policy.RuleKey, chunk int) bpfmaps.PolicyKey {
@@ -402,6 +407,7 @@ func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange, origins
 	keys := make([]bpfmaps.PolicyKey, 0, len(rules))
 	vals := make([]bpfmaps.PolicyValue, 0, len(rules))
 	unnamed := false
+	freedAt := d.rules.freedGen()
 	for k, ranges := range rules {
 		id, short := d.rules.idOf(origins[k])
 		unnamed = unnamed || short
@@ -423,7 +429,7 @@ func (d *Datapath) newInner(rules map[policy.RuleKey][]policy.PortRange, origins
 		im.Close()
 		return nil, fmt.Errorf("fill inner policy map: %w", err)
 	}
-	return &innerMap{m: im, rules: rules, origins: origins, unnamed: unnamed, known: true, capacity: capacity}, nil
+	return &innerMap{m: im, rules: rules, origins: origins, unnamed: unnamed, freedAt: freedAt, known: true, capacity: capacity}, nil
 }
 
 // removeEndpoints deletes every map entry of es (after the flip). The

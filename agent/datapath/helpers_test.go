@@ -72,7 +72,7 @@ func (d *Datapath) fakeAttach(ifname string, ifindex int) {
 	d.mu.Lock()
 	d.attached[ifname] = ifindex
 	delete(d.ctGone, uint32(ifindex))
-	d.publishInterfaces()
+	d.publishInterface(ifname, ifindex, true)
 	d.mu.Unlock()
 }
 

@@ -222,13 +222,13 @@ func Load(opts Options) (*Datapath, error) {
 	d.svcStats = &d.stats
 	// No reader of this agent listens yet: a flag a previous agent (or a
 	// monitor) left set when it died would keep the programs emitting
-	// for no one. A monitor of the pins still running sees its stream
-	// go quiet, and opens it again.
+	// for no one. The agent's monitor streams set it again when the
+	// first subscriber comes.
 	if err := coll.Maps[bpfmaps.MonitorMap].Put(uint32(0), uint32(0)); err != nil {
 		opts.Logger.Warn("clear the verdict event flag; events may be emitted with no reader until a monitor comes and goes", "map", bpfmaps.MonitorMap, "err", err)
 	}
-	// The programs hold the maps Go never reads or writes: the monitor
-	// flag (`lockstep monitor` opens its pin), the flow cache, the
+	// The programs hold the maps Go does not keep open: the monitor flag
+	// (cleared above; the event hub opens its pin), the flow cache, the
 	// affinity entries and the refusals' scratch buffer.
 	for _, name := range []string{bpfmaps.MonitorMap, bpfmaps.CTCacheMap, bpfmaps.AffinityMap, rejectScratchMap} {
 		coll.Maps[name].Close()

@@ -116,7 +116,10 @@ type innerMap struct {
 	origins map[policy.RuleKey]*policy.RuleOrigin
 	// unnamed says some rule of m has an origin but id 0: the ids ran
 	// out when it was written, and the next Apply names it if it can.
-	unnamed  bool
+	unnamed bool
+	// freedAt is ruleTable.freedGen when m was written: an unnamed m is
+	// rewritten only once ids were freed since, not at every Apply.
+	freedAt  uint64
 	known    bool
 	capacity int // m's max_entries
 }

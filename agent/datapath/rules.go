@@ -36,9 +36,16 @@ type ruleTable struct {
 	names []policy.RuleOrigin // names[id-1]; the zero origin for a free id
 	free  []uint32            // reclaimed ids, handed out before new ones
 	max   int                 // ids handed out at most; 0: bpfmaps.MaxRuleIDs-1 (tests lower it)
-	// unnamed counts the rules written with id 0 because no id was left,
-	// since Load (lockstep_datapath_rule_ids_exhausted_total).
+	// unnamed counts the rules that went without an id (written with id
+	// 0) because none was left, since Load, each once until ids are freed
+	// again (lockstep_datapath_rule_ids_exhausted_total); without holds
+	// those rules.
 	unnamed uint64
+	without map[policy.RuleOrigin]struct{}
+	// freed counts the rounds of release: an inner map written with id 0
+	// is rewritten only once ids were freed after it was written
+	// (innerMap.freedAt), not at every Apply.
+	freed uint64
 }
 
 // id returns the id of o, allocating one the first time: a reclaimed one
@@ -59,9 +66,16 @@ func (t *ruleTable) id(o policy.RuleOrigin) uint32 {
 		t.names = append(t.names, o)
 		id = uint32(len(t.names))
 	default:
-		t.unnamed++
+		if _, ok := t.without[o]; !ok {
+			if t.without == nil {
+				t.without = make(map[policy.RuleOrigin]struct{})
+			}
+			t.without[o] = struct{}{}
+			t.unnamed++
+		}
 		return 0
 	}
+	delete(t.without, o)
 	if t.ids == nil {
 		t.ids = make(map[policy.RuleOrigin]uint32)
 	}
@@ -150,11 +164,23 @@ func (t *ruleTable) release(id uint32) {
 		delete(t.ids, o)
 		t.names[id-1] = policy.RuleOrigin{}
 		t.free = append(t.free, id)
+		if t.without != nil {
+			t.freed++
+			t.without = nil // counted again should they still find none
+		}
 	}
 }
 
-// exhausted returns how many rules were written with id 0 for lack of
-// ids since Load.
+// freedGen returns how many times ids were freed while some rule went
+// without one.
+func (t *ruleTable) freedGen() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.freed
+}
+
+// exhausted returns how many rules went without an id for lack of ids
+// since Load (each once until ids are freed again).
 func (t *ruleTable) exhausted() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -11,7 +11,8 @@ import (
 
 // TestRuleTableLimit checks that ids run from 1 to the limit, that a rule
 // seen before keeps its id once the ids are out, that a new one then gets
-// id 0 (counted) rather than a used id or an error, and that a released
+// id 0 (counted once, until ids are freed again) rather than a used id or
+// an error, and that a released
 // id goes to the next new rule and no longer names the old one.
 func TestRuleTableLimit(t *testing.T) {
 	t.Parallel()
@@ -30,10 +31,12 @@ func TestRuleTableLimit(t *testing.T) {
 		{o: b, want: 2},
 		{o: c, want: 0, unnamed: 1},
 		{o: a, want: 1, unnamed: 1},
-		{o: c, want: 0, unnamed: 2},
-		{o: c, release: 1, want: 1, unnamed: 2},
+		{o: c, want: 0, unnamed: 1},
+		{o: c, release: 1, want: 1, unnamed: 1},
+		{o: a, want: 0, unnamed: 2},
+		{o: a, want: 0, unnamed: 2},
+		{o: d, release: 2, want: 2, unnamed: 2},
 		{o: a, want: 0, unnamed: 3},
-		{o: d, release: 2, want: 2, unnamed: 3},
 	}
 	for i, s := range steps {
 		if s.release != 0 {
@@ -45,6 +48,9 @@ func TestRuleTableLimit(t *testing.T) {
 		if got := tab.exhausted(); got != s.unnamed {
 			t.Errorf("step %d: %d rules unnamed, want %d", i, got, s.unnamed)
 		}
+	}
+	if got := tab.freedGen(); got != 2 {
+		t.Errorf("freedGen %d after two releases while rules went without ids, want 2", got)
 	}
 	for id, want := range map[uint32]policy.RuleOrigin{1: c, 2: d} {
 		if o, ok := tab.name(id); !ok || o != want {

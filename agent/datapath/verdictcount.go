@@ -158,7 +158,8 @@ func (d *Datapath) foldDenied(e *epEntry, par int, remove bool) {
 // a local endpoint in the state applied last, per direction it does, in
 // the order namespace, name, direction. A policy that is deleted, or that
 // no longer selects a pod of this node, has none, and its sums are
-// dropped: should it select one again, its counts start anew. A map that
+// dropped: should it select one again, its series may restart from a
+// lower value (a counter reset to Prometheus). A map that
 // cannot be read leaves out what it holds (logged, and returned as the
 // error): the counts are those of the rest.
 func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {

@@ -177,6 +177,19 @@ func TestPrivilegedRuleIDsExhausted(t *testing.T) {
 	if !d.RuleIDsExhausted() || d.RuleIDsExhaustedTotal() == 0 {
 		t.Errorf("RuleIDsExhausted %v, total %d; want true and counted", d.RuleIDsExhausted(), d.RuleIDsExhaustedTotal())
 	}
+	// While nothing frees an id, the same state applied again writes no
+	// rule (the unnamed map is not rewritten at every Apply) and counts
+	// no more rules without an id.
+	total := d.RuleIDsExhaustedTotal()
+	for i := range 3 {
+		mustApply(t, d, withIsolators(more, nil, []string{"team/out", "team/web"}))
+		if i > 0 && d.stats.entries > 1 { // the generation only
+			t.Errorf("apply %d of the same state while ids are exhausted wrote %d entries, want the generation only", i, d.stats.entries)
+		}
+	}
+	if got := d.RuleIDsExhaustedTotal(); got != total {
+		t.Errorf("rules without an id %d after the same state again, want %d (each counted once)", got, total)
+	}
 	rd, err := d.Events()
 	if err != nil {
 		t.Fatalf("Events: %v", err)

@@ -200,6 +200,9 @@ func (h *Hub) loop(rd Reader, done chan struct{}) {
 			current := h.rd == rd
 			if current {
 				h.rd, h.done = nil, nil
+				// Closed under h.mu: a Stop that finds no reader
+				// must find emission off already.
+				rd.Close()
 			}
 			var subs []*Subscription
 			if current {
@@ -212,7 +215,6 @@ func (h *Hub) loop(rd Reader, done chan struct{}) {
 			if current {
 				// Not closed by the last subscriber: it broke.
 				h.log.Warn("read verdict events; monitors disconnected", "err", err)
-				rd.Close()
 				for _, s := range subs {
 					s.end()
 				}
