@@ -112,18 +112,27 @@ func (h *Hub) Stop() {
 		s.end()
 	}
 	clear(h.subs)
-	var done chan struct{}
-	if h.rd != nil {
-		if err := h.rd.Close(); err != nil {
-			h.log.Warn("close the verdict event reader", "err", err)
-		}
-		done = h.done
-		h.rd, h.done = nil, nil
-	}
+	done := h.closeReader()
 	h.mu.Unlock()
 	if done != nil {
 		<-done
 	}
+}
+
+// closeReader closes the reader, which turns emission off, and returns
+// the channel its loop closes when it ends (nil when none was open).
+// Called with h.mu held, so that a Subscribe cannot open the next reader
+// (emission on) before this one turned emission off.
+func (h *Hub) closeReader() chan struct{} {
+	if h.rd == nil {
+		return nil
+	}
+	if err := h.rd.Close(); err != nil {
+		h.log.Warn("close the verdict event reader", "err", err)
+	}
+	done := h.done
+	h.rd, h.done = nil, nil
+	return done
 }
 
 // Dropped returns how many events s missed because it fell behind.
@@ -145,14 +154,8 @@ func (s *Subscription) Close() {
 	delete(h.subs, s)
 	s.end()
 	var done chan struct{}
-	if len(h.subs) == 0 && h.rd != nil {
-		// Closed under h.mu, so that a Subscribe cannot open the next
-		// reader (emission on) before this one turned emission off.
-		if err := h.rd.Close(); err != nil {
-			h.log.Warn("close the verdict event reader", "err", err)
-		}
-		done = h.done
-		h.rd, h.done = nil, nil
+	if len(h.subs) == 0 {
+		done = h.closeReader()
 	}
 	h.mu.Unlock()
 	if done != nil {
