@@ -234,6 +234,13 @@ func (d *Datapath) adopt() error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read %s: %w", bpfmaps.CIDRsMap, err)
 	}
+	if len(m.trie) == 0 {
+		// No prefix: both parities' tables are known to be empty. An
+		// Apply that fails on a full trie can then have what it left
+		// removed by the next, also when it was the first (writeCIDRs
+		// removes leftovers only beside a live table it knows).
+		m.cidrSet = [2]cidrSet{newCIDRSet(map[netip.Prefix]uint32{}), newCIDRSet(map[netip.Prefix]uint32{})}
+	}
 
 	var ifindex uint32
 	var info bpfmaps.EndpointInfo
