@@ -4,6 +4,7 @@ package datapath
 
 import (
 	"maps"
+	"slices"
 	"testing"
 
 	"lockstep.dev/lockstep/agent/policy"
@@ -111,7 +112,17 @@ func TestPrivilegedPolicyVerdictCounts(t *testing.T) {
 
 	// team/out is deleted: the endpoint's egress is team/web's alone.
 	delete(origins, policy.RuleKey{Peer: class1, Dir: eg, Proto: tcp})
+	if got := d.Isolators(loIfindex, 1); !slices.Equal(got, []string{"team/out", "team/web"}) {
+		t.Errorf("Isolators of the egress before the delete: %q, want team/out and team/web", got)
+	}
 	mustApply(t, d, withIsolators(origins, []string{"team/web"}, []string{"team/web"}))
+	// Monitors name a default-deny drop by the isolators of the state
+	// applied last.
+	for dir, want := range [][]string{{"team/web"}, {"team/web"}} {
+		if got := d.Isolators(loIfindex, uint8(dir)); !slices.Equal(got, want) {
+			t.Errorf("Isolators(%d) after the delete: %q, want %q", dir, got, want)
+		}
+	}
 	denied.sport = 1004
 	if act := run(t, d.fromPod, denied); act != actShot {
 		t.Fatalf("SYN to 10.0.0.3:81 after the update: %s, want SHOT", actName(act))
