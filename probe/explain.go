@@ -2,8 +2,8 @@ package probe
 
 import (
 	"fmt"
+	"net/netip"
 
-	"lockstep.dev/lockstep/agent/endpointslice"
 	"lockstep.dev/lockstep/agent/explain"
 	"lockstep.dev/lockstep/agent/manifests"
 	"lockstep.dev/lockstep/agent/policy"
@@ -15,20 +15,19 @@ import (
 // probed at (the agent gave it; the manifests may not say), and the
 // EndpointSlices the agent computes for the Services from those pods.
 func SnapshotOf(objs *manifests.Objects, rep *Report) *policy.Snapshot {
-	ips := make(map[string]string, len(rep.Pods))
+	ips := make(map[string]netip.Addr, len(rep.Pods))
 	for _, p := range rep.Pods {
-		ips[p.Key()] = p.IP
-	}
-	snap := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Policies: objs.Policies, Services: objs.Services}
-	for _, p := range objs.Pods {
-		if ip, ok := ips[p.Namespace+"/"+p.Name]; ok {
-			c := *p
-			c.Status.PodIP, c.Status.PodIPs = ip, nil
-			p = &c
+		if a, err := netip.ParseAddr(p.IP); err == nil {
+			ips[p.Key()] = a
 		}
-		snap.Pods = append(snap.Pods, p)
 	}
-	snap.EndpointSlices = endpointslice.FromStatus(snap.Services, snap.Pods)
+	// The function never fails, nor then does ManifestSnapshot.
+	snap, _ := explain.ManifestSnapshot(objs, func(p *policyapi.Pod) ([]netip.Addr, error) {
+		if a, ok := ips[p.Namespace+"/"+p.Name]; ok {
+			return []netip.Addr{a}, nil
+		}
+		return nil, nil
+	})
 	return snap
 }
 

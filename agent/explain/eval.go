@@ -312,21 +312,10 @@ func declares(pod *policyapi.Pod, name string, proto policyapi.Protocol, port ui
 	return false
 }
 
-// podAddrs returns the pod's addresses: Status.PodIPs, or Status.PodIP.
-// Ones that do not parse are left out (the compiler refuses them).
+// podAddrs returns the pod's addresses (policyapi.PodAddrs). A pod whose
+// addresses do not parse, which validation refuses before it reaches a
+// snapshot, has none.
 func podAddrs(p *policyapi.Pod) []netip.Addr {
-	texts := []string{p.Status.PodIP}
-	if len(p.Status.PodIPs) > 0 {
-		texts = texts[:0]
-		for _, ip := range p.Status.PodIPs {
-			texts = append(texts, ip.IP)
-		}
-	}
-	var out []netip.Addr
-	for _, t := range texts {
-		if a, err := netip.ParseAddr(t); err == nil && !slices.Contains(out, a.Unmap()) {
-			out = append(out, a.Unmap())
-		}
-	}
-	return out
+	addrs, _ := policyapi.PodAddrs(p)
+	return addrs
 }

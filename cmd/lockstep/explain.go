@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,7 +13,6 @@ import (
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/endpoints"
-	"lockstep.dev/lockstep/agent/endpointslice"
 	"lockstep.dev/lockstep/agent/explain"
 	"lockstep.dev/lockstep/agent/manifests"
 	"lockstep.dev/lockstep/agent/policy"
@@ -115,33 +115,29 @@ whatever the verdict; it is 1 when the question cannot be answered.`,
 
 // manifestSnapshot loads dir as the standalone agent does; a pod without
 // an address in its status gets the ones its lockstep.dev/ip annotation
-// pins, which the agent would give it, and the Services get the
-// EndpointSlices the agent computes from those pods (a pod without an
-// address is no endpoint).
+// pins, which the agent would give it.
 func manifestSnapshot(dir string) (*policy.Snapshot, error) {
 	objs, err := manifests.Load(dir)
 	if err != nil {
 		return nil, err
 	}
-	snap := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Policies: objs.Policies, Services: objs.Services}
-	for _, p := range objs.Pods {
-		if text, ok := p.Annotations[endpoints.PinnedIPAnnotation]; ok && p.Status.PodIP == "" && len(p.Status.PodIPs) == 0 {
-			pins, err := endpoints.ParsePins(text)
-			if err != nil {
-				return nil, fmt.Errorf("pod %s/%s: annotation %s: %w", p.Namespace, p.Name, endpoints.PinnedIPAnnotation, err)
-			}
-			c := *p
-			for _, a := range pins {
-				if a.IsValid() {
-					c.Status.PodIPs = append(c.Status.PodIPs, policyapi.PodIP{IP: a.String()})
-				}
-			}
-			p = &c
+	return explain.ManifestSnapshot(objs, func(p *policyapi.Pod) ([]netip.Addr, error) {
+		text, ok := p.Annotations[endpoints.PinnedIPAnnotation]
+		if !ok || p.Status.PodIP != "" || len(p.Status.PodIPs) > 0 {
+			return nil, nil
 		}
-		snap.Pods = append(snap.Pods, p)
-	}
-	snap.EndpointSlices = endpointslice.FromStatus(snap.Services, snap.Pods)
-	return snap, nil
+		pins, err := endpoints.ParsePins(text)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: annotation %s: %w", p.Namespace, p.Name, endpoints.PinnedIPAnnotation, err)
+		}
+		var addrs []netip.Addr
+		for _, a := range pins {
+			if a.IsValid() {
+				addrs = append(addrs, a)
+			}
+		}
+		return addrs, nil
+	})
 }
 
 func writeExplanation(w io.Writer, res *explain.Result, output string) error {
