@@ -38,9 +38,6 @@ type Hub struct {
 	// which are skipped; warned says the first was logged.
 	skipped uint64
 	warned  bool
-	// observe, when set, sees every event (metrics), in the reading
-	// goroutine.
-	observe func(bpfmaps.Event)
 }
 
 // ErrStopped is returned by Subscribe after Stop.
@@ -50,10 +47,6 @@ var ErrStopped = errors.New("the agent is stopping: it reads no more verdict eve
 func NewHub(open func() (Reader, error), log *slog.Logger) *Hub {
 	return &Hub{open: open, log: log, subs: map[*Subscription]struct{}{}}
 }
-
-// Observe makes fn see every event read while a subscriber listens.
-// Call it before the first Subscribe.
-func (h *Hub) Observe(fn func(bpfmaps.Event)) { h.observe = fn }
 
 // Subscription is one subscriber's events.
 type Subscription struct {
@@ -223,9 +216,6 @@ func (h *Hub) loop(rd Reader, done chan struct{}) {
 				}
 			}
 			return
-		}
-		if h.observe != nil {
-			h.observe(ev)
 		}
 		h.mu.Lock()
 		for s := range h.subs {
