@@ -137,6 +137,34 @@ func compactWhenIdle(ctx context.Context, every time.Duration, c Compactor, hb *
 	}
 }
 
+// setUplinks attaches host routing to cfg's uplinks, or detaches it
+// everywhere when cfg turns it off. What fails is logged, not fatal: the
+// devices it could not use, or all, keep every packet on the node's stack.
+func setUplinks(dp *datapath.Datapath, cfg Config, log *slog.Logger) {
+	var names []string
+	if cfg.HostRouting {
+		names = cfg.Uplinks
+		if len(names) == 0 {
+			found, err := datapath.DefaultUplinks()
+			if err != nil {
+				log.Warn("eBPF dataplane: host routing off: find the node's uplinks", "err", err)
+			}
+			names = found
+		}
+	}
+	if err := dp.SetUplinks(names); err != nil {
+		log.Warn("eBPF dataplane: host routing not on every uplink; pods' packets through the others take the node's stack", "err", err)
+	}
+	switch {
+	case !cfg.HostRouting:
+		log.Info("eBPF dataplane: host routing off (--host-routing=false): pods' packets take the node's stack")
+	case len(names) == 0:
+		log.Info("eBPF dataplane: host routing has no uplink: pods' packets take the node's stack")
+	default:
+		log.Info("eBPF dataplane: host routing: pods' connections to other nodes' pods skip the node's stack", "uplinks", names)
+	}
+}
+
 // residue is what a backend the agent does not use can have left behind.
 type residue struct {
 	// leftovers counts lockstep's objects still in the backend.
@@ -155,6 +183,7 @@ func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, e
 		if cfg.LeaveServicesToKubeProxy {
 			log.Info("eBPF dataplane: Service translation off (--service-translation=false): kube-proxy translates pods' connections to ClusterIPs, and egress policy judges the ClusterIP")
 		}
+		setUplinks(dp, cfg, log)
 		return &backend{name: backendEBPF, dp: ebpfDataplane{dp}, servicesLeft: cfg.LeaveServicesToKubeProxy}, nil
 	case DataplaneIptables:
 		return openIptables(ctx, cfg, log)

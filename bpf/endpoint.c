@@ -15,6 +15,7 @@
 #include "lib/ct.h"
 #include "lib/nd.h"
 #include "lib/policy.h"
+#include "lib/route.h"
 #include "lib/service.h"
 #include "lib/verdict.h"
 
@@ -72,7 +73,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	struct pkt p = {};
 	struct ct_key k;
 	__u32 parity, o = 0, rule = 0;
-	__u8 flags, isolated, from_node, reason = REASON_ALLOWED_NEW;
+	__u8 flags, isolated, from_node, routed = 0, reason = REASON_ALLOWED_NEW;
 	__u64 now = 0;
 	__u16 n;
 	int res;
@@ -90,7 +91,10 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		o = ct_fill_key(&k, ifindex, &p);
 		if (ct_track(&k, o, dir, &p, now, &h)) {
 			if (h.flags & CT_SVC)
-				return svc_tracked(skb, &p, dir, o, &h, now);
+				return svc_tracked(skb, ifindex, &p, dir, o, &h, now);
+			/* A connection the pod opened to another pod. */
+			if (dir == DIR_EGRESS && (h.flags & CT_ROUTED) && (h.flags & ct_bit(DIR_EGRESS, o)))
+				return route_out(skb, &p);
 			return TC_ACT_OK;
 		}
 	}
@@ -171,9 +175,13 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if ((dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto)) && !addr_unspec(&p.saddr)) {
 		if (!ct_admit(ifindex, dir, 1, dir == DIR_INGRESS && skb->ingress_ifindex == 0, now))
 			return verdict(skb, dir, VERDICT_DROP, REASON_CT_SHARE, &p, r.identity);
-		ct_create(&k, o, dir, &p, now);
+		routed = dir == DIR_EGRESS && route_pod_addr(&p.daddr);
+		ct_create(&k, o, dir, &p, now, routed ? CT_ROUTED : 0);
 	}
-	return verdict_rule(skb, dir, VERDICT_ALLOW, reason, &p, r.identity, rule);
+	res = verdict_rule(skb, dir, VERDICT_ALLOW, reason, &p, r.identity, rule);
+	if (routed && res == TC_ACT_OK)
+		return route_out(skb, &p);
+	return res;
 }
 
 SEC("tc")
@@ -186,6 +194,54 @@ SEC("tc")
 int to_pod(struct __sk_buff *skb)
 {
 	return handle(skb, DIR_INGRESS);
+}
+
+/* from_uplink runs on tc ingress of the node's uplinks (lockstep_uplinks)
+ * and sends a packet for a local pod straight to the pod's host veth, past
+ * the node's stack, when it belongs to a connection the pod opened that
+ * from_pod routes itself (CT_ROUTED; lib/route.h), or is an ICMP error
+ * about one; to_pod then judges and translates it as any other. Anything
+ * else goes on into the stack untouched. It decides nothing and counts
+ * nothing: it only finds what to_pod will find.
+ */
+SEC("tc")
+int from_uplink(struct __sk_buff *skb)
+{
+	__u32 in_ifindex = skb->ifindex, pkt_type = skb->pkt_type, ifindex, o;
+	struct bpf_fib_lookup fib;
+	struct ct_hit h = {};
+	struct pkt p = {};
+	struct ct_key k;
+	__u64 now;
+	long rc;
+
+	if (pkt_type != 0 /* PACKET_HOST */ || parse_packet(skb, &p) != PARSE_OK)
+		return TC_ACT_OK;
+	if (!route_pod_addr(&p.daddr))
+		return TC_ACT_OK;
+	rc = route_fib(skb, &p, in_ifindex, &fib);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return TC_ACT_OK;
+	ifindex = fib.ifindex;
+	if (!bpf_map_lookup_elem(&lockstep_endpoints, &ifindex))
+		return TC_ACT_OK;
+	now = ct_now();
+	if (p.icmp_err) {
+		struct svc_scratch *s = svc_scratch();
+
+		/* The quoted packet is one the pod sent: end o of its key. */
+		if (!s || !ct_related(skb, &p, ifindex, DIR_INGRESS, now, &s->in, &o, &h) ||
+		    !(h.flags & ct_bit(DIR_EGRESS, o)))
+			return TC_ACT_OK;
+	} else {
+		o = ct_fill_key(&k, ifindex, &p);
+		/* The pod, end o ^ 1, opened it. */
+		if (!ct_track(&k, o, DIR_INGRESS, &p, now, &h) || !(h.flags & ct_bit(DIR_EGRESS, o ^ 1)))
+			return TC_ACT_OK;
+	}
+	if (!(h.flags & CT_ROUTED))
+		return TC_ACT_OK;
+	return route_send(skb, &fib, rc, p.is_v6);
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

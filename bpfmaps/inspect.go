@@ -176,6 +176,8 @@ func Dump(pinRoot, name string) ([]Entry, error) {
 		out, err = dumpCounters(m)
 	case PolicyMap:
 		out, err = dumpPolicy(m)
+	case UplinksMap:
+		out, err = dumpAll[uint32, uint32](m)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dump %s: %w", name, err)

@@ -30,6 +30,9 @@ const (
 	// LRUs evict (see CTEvictions).
 	CTInsertedMap  = "lockstep_ct_inserted"
 	CTEvictionsMap = "lockstep_ct_evictions"
+	// UplinksMap holds the ifindexes of the node's devices from_uplink is
+	// attached to: from_pod routes packets itself only out of those.
+	UplinksMap = "lockstep_uplinks"
 )
 
 // Names of the per-policy verdict counters, which are not pinned (the
@@ -52,7 +55,7 @@ func DeniedKey(ifindex uint32, dir uint8) uint32 { return ifindex<<1 | uint32(di
 
 // Names lists every pinned map, in the order `lockstep maps list` prints
 // them.
-var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, ServicesMap, BackendsMap, CTMap, SvcCTMap, AffinityMap, CTCacheMap, CTEpochMap, CTShareMap, CTReleasedMap, CTInsertedMap, CTEvictionsMap, CountersMap, EventsMap}
+var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, ServicesMap, BackendsMap, CTMap, SvcCTMap, AffinityMap, CTCacheMap, CTEpochMap, CTShareMap, CTReleasedMap, CTInsertedMap, CTEvictionsMap, CountersMap, EventsMap, UplinksMap}
 
 // Capacities of the Service maps (C: SVC_MAX_FRONTENDS, SVC_MAX_BACKENDS):
 // frontends and backends per parity. ServicesMap and BackendsMap hold both
@@ -268,6 +271,10 @@ const (
 	// and a pure SYN over it starts a new connection (C: CT_FIN, CT_RST).
 	CTFin uint32 = 1 << 11
 	CTRst uint32 = 1 << 12
+	// CTRouted, in CTEntry.Flags and SvcCTEntry.Flags: the pod opened the
+	// connection to a pod address, and the programs route its packets
+	// past the node's stack when they can (C: CT_ROUTED, lib/route.h).
+	CTRouted uint32 = 1 << 13
 )
 
 // CTShareKey is the key of CTShareMap and CTReleasedMap for the

@@ -93,9 +93,10 @@ const (
 // (nodeIf in the node, 10.98.0.1/24 and fd98::1/64; eth0 in remote,
 // remoteV4/24 and remoteV6/64), makes node forward both families, and
 // routes pod and remote through node (default routes via its addresses
-// on their links). remote's packets reach the pod forwarded by the node,
-// with the ifindex they arrived on, and are judged by the pod's ingress
-// policy; the node's own packets never are. It is deleted when tb ends.
+// on their links; a nil pod keeps the routes it has). remote's packets
+// reach the pod forwarded by the node, with the ifindex they arrived on,
+// and are judged by the pod's ingress policy; the node's own packets never
+// are. It is deleted when tb ends.
 func addRemote(tb testing.TB, node, pod ns.NetNS, nodeIf, podIfName string) ns.NetNS {
 	tb.Helper()
 	remote, err := nodesim.Create(nodesim.Name("lsdp"))
@@ -129,15 +130,17 @@ func addRemote(tb testing.TB, node, pod ns.NetNS, nodeIf, podIfName string) ns.N
 	if err != nil {
 		tb.Fatalf("set up the node's link to remote: %v", err)
 	}
-	for _, side := range []struct {
+	type side struct {
 		n        ns.NetNS
 		ifname   string
 		addrs    []string
 		gw4, gw6 string
-	}{
-		{remote, "eth0", []string{remoteV4 + "/24", remoteV6 + "/64"}, "10.98.0.1", "fd98::1"},
-		{pod, podIfName, nil, "10.99.0.1", "fd99::1"},
-	} {
+	}
+	sides := []side{{remote, "eth0", []string{remoteV4 + "/24", remoteV6 + "/64"}, "10.98.0.1", "fd98::1"}}
+	if pod != nil {
+		sides = append(sides, side{pod, podIfName, nil, "10.99.0.1", "fd99::1"})
+	}
+	for _, side := range sides {
 		err := side.n.Do(func(ns.NetNS) error {
 			if err := upWithAddr(side.ifname, side.addrs...); err != nil {
 				return err

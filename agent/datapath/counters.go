@@ -46,6 +46,7 @@ func (d *Datapath) Stats() (map[string]int, error) {
 		bpfmaps.BackendsMap:  d.backends,
 		bpfmaps.CTMap:        d.ct,
 		bpfmaps.SvcCTMap:     d.svcCT,
+		bpfmaps.UplinksMap:   d.uplinks,
 	} {
 		n, err := bpfmaps.Count(m)
 		if err != nil {

@@ -106,3 +106,12 @@ func (d *Datapath) RuleIDsExhausted() bool { return false }
 
 // RuleIDsExhaustedTotal returns 0: the eBPF dataplane is Linux-only.
 func (d *Datapath) RuleIDsExhaustedTotal() uint64 { return 0 }
+
+// SetUplinks fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) SetUplinks([]string) error { return errUnsupported("set uplinks") }
+
+// Uplinks fails with an error wrapping errors.ErrUnsupported.
+func (d *Datapath) Uplinks() ([]uint32, error) { return nil, errUnsupported("read uplinks") }
+
+// DefaultUplinks fails with an error wrapping errors.ErrUnsupported.
+func DefaultUplinks() ([]string, error) { return nil, errUnsupported("find uplinks") }

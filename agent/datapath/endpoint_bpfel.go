@@ -298,8 +298,9 @@ type endpointSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type endpointProgramSpecs struct {
-	FromPod *ebpf.ProgramSpec `ebpf:"from_pod"`
-	ToPod   *ebpf.ProgramSpec `ebpf:"to_pod"`
+	FromPod    *ebpf.ProgramSpec `ebpf:"from_pod"`
+	FromUplink *ebpf.ProgramSpec `ebpf:"from_uplink"`
+	ToPod      *ebpf.ProgramSpec `ebpf:"to_pod"`
 }
 
 // endpointMapSpecs contains maps before they are loaded into the kernel.
@@ -330,6 +331,7 @@ type endpointMapSpecs struct {
 	LockstepState         *ebpf.MapSpec `ebpf:"lockstep_state"`
 	LockstepSvcCt         *ebpf.MapSpec `ebpf:"lockstep_svc_ct"`
 	LockstepSvcScratch    *ebpf.MapSpec `ebpf:"lockstep_svc_scratch"`
+	LockstepUplinks       *ebpf.MapSpec `ebpf:"lockstep_uplinks"`
 	PolicyInnerBtf        *ebpf.MapSpec `ebpf:"policy_inner_btf"`
 }
 
@@ -383,6 +385,7 @@ type endpointMaps struct {
 	LockstepState         *ebpf.Map `ebpf:"lockstep_state"`
 	LockstepSvcCt         *ebpf.Map `ebpf:"lockstep_svc_ct"`
 	LockstepSvcScratch    *ebpf.Map `ebpf:"lockstep_svc_scratch"`
+	LockstepUplinks       *ebpf.Map `ebpf:"lockstep_uplinks"`
 	PolicyInnerBtf        *ebpf.Map `ebpf:"policy_inner_btf"`
 }
 
@@ -412,6 +415,7 @@ func (m *endpointMaps) Close() error {
 		m.LockstepState,
 		m.LockstepSvcCt,
 		m.LockstepSvcScratch,
+		m.LockstepUplinks,
 		m.PolicyInnerBtf,
 	)
 }
@@ -426,13 +430,15 @@ type endpointVariables struct {
 //
 // It can be passed to loadEndpointObjects or ebpf.CollectionSpec.LoadAndAssign.
 type endpointPrograms struct {
-	FromPod *ebpf.Program `ebpf:"from_pod"`
-	ToPod   *ebpf.Program `ebpf:"to_pod"`
+	FromPod    *ebpf.Program `ebpf:"from_pod"`
+	FromUplink *ebpf.Program `ebpf:"from_uplink"`
+	ToPod      *ebpf.Program `ebpf:"to_pod"`
 }
 
 func (p *endpointPrograms) Close() error {
 	return _EndpointClose(
 		p.FromPod,
+		p.FromUplink,
 		p.ToPod,
 	)
 }

@@ -71,25 +71,29 @@ type Datapath struct {
 	leaveServices bool
 
 	fromPod, toPod *ebpf.Program
-	state          *ebpf.Map
-	endpoints      *ebpf.Map
-	policy         *ebpf.Map
-	ipcache        *ebpf.Map
-	cidrs          *ebpf.Map
-	services       *ebpf.Map
-	backends       *ebpf.Map
-	ct             *ebpf.Map
-	svcCT          *ebpf.Map
-	ctEpoch        *ebpf.Map
-	ctShare        *ebpf.Map
-	ctReleased     *ebpf.Map
-	ctInserts      *ebpf.Map // with ctEvictions: the conntrack tables' evictions (ctevict.go)
-	ctEvictions    *ebpf.Map
-	counters       *ebpf.Map
-	ruleAllowed    *ebpf.Map // with denied: the per-policy verdict counts (verdictcount.go)
-	denied         *ebpf.Map
-	events         *ebpf.Map
-	innerSpec      *ebpf.MapSpec
+	fromUplink     *ebpf.Program
+	uplinks        *ebpf.Map
+	// uplinkMu serialises SetUplinks.
+	uplinkMu    sync.Mutex
+	state       *ebpf.Map
+	endpoints   *ebpf.Map
+	policy      *ebpf.Map
+	ipcache     *ebpf.Map
+	cidrs       *ebpf.Map
+	services    *ebpf.Map
+	backends    *ebpf.Map
+	ct          *ebpf.Map
+	svcCT       *ebpf.Map
+	ctEpoch     *ebpf.Map
+	ctShare     *ebpf.Map
+	ctReleased  *ebpf.Map
+	ctInserts   *ebpf.Map // with ctEvictions: the conntrack tables' evictions (ctevict.go)
+	ctEvictions *ebpf.Map
+	counters    *ebpf.Map
+	ruleAllowed *ebpf.Map // with denied: the per-policy verdict counts (verdictcount.go)
+	denied      *ebpf.Map
+	events      *ebpf.Map
+	innerSpec   *ebpf.MapSpec
 	// rules names the rule ids the policy map values carry.
 	rules ruleTable
 	// verdicts turns the counts of ruleAllowed and denied into counts by
@@ -198,6 +202,8 @@ func Load(opts Options) (*Datapath, error) {
 		leaveServices: opts.LeaveServicesToKubeProxy,
 		fromPod:       coll.Programs["from_pod"],
 		toPod:         coll.Programs["to_pod"],
+		fromUplink:    coll.Programs["from_uplink"],
+		uplinks:       coll.Maps[bpfmaps.UplinksMap],
 		state:         coll.Maps[bpfmaps.StateMap],
 		endpoints:     coll.Maps[bpfmaps.EndpointsMap],
 		policy:        coll.Maps[bpfmaps.PolicyMap],
@@ -329,7 +335,7 @@ func (d *Datapath) Close() error {
 }
 
 func (d *Datapath) closeObjects() {
-	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.ctShare, d.ctReleased, d.ctInserts, d.ctEvictions, d.counters, d.ruleAllowed, d.denied, d.events} {
+	for _, c := range []interface{ Close() error }{d.fromPod, d.toPod, d.fromUplink, d.uplinks, d.state, d.endpoints, d.policy, d.ipcache, d.cidrs, d.services, d.backends, d.ct, d.svcCT, d.ctEpoch, d.ctShare, d.ctReleased, d.ctInserts, d.ctEvictions, d.counters, d.ruleAllowed, d.denied, d.events} {
 		if c != nil {
 			c.Close()
 		}
@@ -339,11 +345,12 @@ func (d *Datapath) closeObjects() {
 // Unpin removes the pins of d's maps (see Remove).
 func (d *Datapath) Unpin() error { return Remove(d.pinRoot) }
 
-// Remove deletes every map pinned under pinRoot and the directory itself
-// if it is then empty. Filters still attached keep their programs and
+// Remove detaches from_uplink from the node's uplinks (its links are
+// pinned), deletes every map pinned under pinRoot and the directory
+// itself if it is then empty. Filters still attached keep their programs and
 // maps alive until they are detached: detach first for a full cleanup.
 func Remove(pinRoot string) error {
-	var errs []error
+	errs := []error{removeUplinks(pinRoot)}
 	for _, name := range bpfmaps.Names {
 		if err := os.Remove(filepath.Join(pinRoot, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("unpin %s: %w", name, err))

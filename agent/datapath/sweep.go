@@ -21,12 +21,15 @@ import (
 const programPrefix = "lockstep_"
 
 // Leftovers counts what the eBPF dataplane left in the current network
-// namespace and under pinRoot: lockstep filters on pod host links and
-// pinned bpfmaps. An agent that switched to another dataplane uses it to tell
+// namespace and under pinRoot: lockstep filters on pod host links,
+// from_uplink's pinned links and pinned bpfmaps. An agent that switched to another dataplane uses it to tell
 // whether a clean-up is owed.
 func Leftovers(pinRoot string) (int, error) {
 	filters, err := lockstepFilters()
 	n := len(filters)
+	uplinks, uerr := pinnedUplinks(filepath.Join(pinRoot, uplinkDir))
+	n += len(uplinks)
+	err = errors.Join(err, uerr)
 	for _, name := range bpfmaps.Names {
 		if _, serr := os.Stat(filepath.Join(pinRoot, name)); serr == nil {
 			n++

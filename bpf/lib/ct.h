@@ -471,7 +471,7 @@ static __always_inline void ct_put(void *map, __u32 table, const struct ct_key *
 }
 
 /* ct_create records that p, of orientation o in dir, was allowed as a new
- * connection, in an entry of its own bit only. It never merges with an
+ * connection, in an entry of its own bit and flags (CT_ROUTED) only. It never merges with an
  * entry ct_lookup saw: an LRU map may recycle that element for another key
  * at any time, and no bit of another connection may ever be copied into
  * this one. Nothing is lost in practice: at one endpoint, every packet of a
@@ -480,11 +480,11 @@ static __always_inline void ct_put(void *map, __u32 table, const struct ct_key *
  * replaced bit only sends its direction through policy again.
  */
 static __always_inline void ct_create(const struct ct_key *k, __u32 o, __u8 dir,
-				      const struct pkt *p, __u64 now)
+				      const struct pkt *p, __u64 now, __u32 flags)
 {
 	struct ct_entry n = {
 		.expires = now + ct_timeout(p),
-		.flags = ct_bit(dir, o),
+		.flags = ct_bit(dir, o) | flags,
 	};
 
 	ct_put(&lockstep_ct, CT_TABLE_CT, k, &n);

@@ -161,6 +161,12 @@ struct ct_entry {
 #define CT_RST (1U << 12) /* a RST was seen */
 #define CT_CLOSING (CT_FIN | CT_RST)
 
+/* Flag of entries of both tables: the pod opened the connection to a pod
+ * address (lockstep_ipcache), so its packets may be routed by the programs
+ * straight to an uplink and their replies straight back (lib/route.h).
+ */
+#define CT_ROUTED (1U << 13)
+
 /* A connection lockstep translated for a Service: the flags and lifetime
  * of a ct_entry, and the address and port the translation writes. Keyed
  * by a ct_key like lockstep_ct; one entry for the tuple the client sends
@@ -287,6 +293,19 @@ struct {
 	__type(value, struct endpoint_info);
 	__uint(pinning, PIN_BY_NAME);
 } lockstep_endpoints SEC(".maps");
+
+/* lockstep_uplinks: the node's devices from_uplink is attached to, by
+ * ifindex (the value is unused). from_pod routes a packet itself only out
+ * of one of them, so that the replies come in where from_uplink sees them
+ * (lib/route.h). Empty: the programs route nothing.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, PIN_BY_NAME);
+} lockstep_uplinks SEC(".maps");
 
 /* The template of every inner policy map. Go creates one per endpoint
  * whose rules changed, sized to its rules (hash maps of one outer map may

@@ -47,6 +47,7 @@
 #include "nat.h"
 #include "policy.h"
 #include "reject.h"
+#include "route.h"
 #include "scratch.h"
 #include "verdict.h"
 
@@ -191,15 +192,15 @@ static __always_inline void svc_close_twin(__u32 ifindex, const struct pkt *p, c
 }
 
 /* svc_tracked translates a packet of a connection ct_lookup found in
- * lockstep_svc_ct (h), sent by end o of its key in dir, and returns the tc
- * action.
+ * lockstep_svc_ct (h), sent by end o of its key in dir at the endpoint of
+ * ifindex, and returns the tc action.
+ *
+ * ifindex is the caller's, read once: clang may otherwise keep a pointer
+ * into the context across the calls below, which the verifier refuses.
  */
-static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *p, __u8 dir, __u32 o,
-				       const struct ct_hit *h, __u64 now)
+static __always_inline int svc_tracked(struct __sk_buff *skb, __u32 ifindex, const struct pkt *p, __u8 dir,
+				       __u32 o, const struct ct_hit *h, __u64 now)
 {
-	/* Read once, up front: clang may otherwise keep a pointer into the
-	 * context across the calls below, which the verifier refuses. */
-	__u32 ifindex = skb->ifindex;
 	__u32 fwd, rev;
 	struct pkt t;
 
@@ -220,8 +221,15 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, const struct pkt *
 		svc_affinity_touch(p, h, now);
 	if (fwd && !(h->flags & CT_SVC_HAIRPIN)) {
 		svc_close_twin(ifindex, p, h, 0, now);
-		return nat_one(skb, p, p->is_v6 ? IP6_DADDR_OFF : IP4_DADDR_OFF, p->l4_off + 2, &p->daddr,
-			       &h->nat_addr, p->dport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
+		if (nat_one(skb, p, p->is_v6 ? IP6_DADDR_OFF : IP4_DADDR_OFF, p->l4_off + 2, &p->daddr,
+			    &h->nat_addr, p->dport, h->nat_port))
+			return TC_ACT_SHOT;
+		if (!(h->flags & CT_ROUTED))
+			return TC_ACT_OK;
+		t = *p;
+		t.daddr = h->nat_addr;
+		t.dport = h->nat_port;
+		return route_out(skb, &t);
 	}
 	if (!(h->flags & CT_SVC_HAIRPIN))
 		return TC_ACT_OK; /* a client's packet matching its reply entry: not translated */
@@ -294,7 +302,7 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	struct remote r = {};
 	struct pkt *t;
 	__u16 slot;
-	__u32 o, hairpin, rule = 0, self_rule = 0;
+	__u32 o, hairpin, routed, rule = 0, self_rule = 0;
 
 	if (n == 0) {
 		verdict(skb, DIR_EGRESS, VERDICT_REJECT, REASON_SERVICE_NO_BACKEND, p, 0);
@@ -338,14 +346,17 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 
 	if (!ct_admit(ifindex, DIR_EGRESS, 2, 0, now))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_CT_SHARE, t, r.identity);
+	/* A backend on another node may be reached and answer past the
+	 * node's stack (lib/route.h). */
+	routed = !hairpin && route_pod_addr(&s->b.addr) ? CT_ROUTED : 0;
 	o = ct_fill_key(&s->k, ifindex, p);
-	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o), CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0),
+	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o), CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0) | routed,
 		      &s->b.addr, s->b.port, p, now, &s->n);
 	o = ct_fill_key(&s->k, ifindex, t);
 	/* Hairpin: the translated packet reaches the pod from the frontend's
 	 * address, as if it came in; its replies go out through from_pod. */
 	ct_create_svc(&s->k, hairpin ? ct_bit(DIR_INGRESS, o) : ct_bit(DIR_EGRESS, o),
-		      CT_SVC_REV | (hairpin ? CT_SVC_HAIRPIN : 0), &p->daddr, p->dport, p, now, &s->n);
+		      CT_SVC_REV | (hairpin ? CT_SVC_HAIRPIN : 0) | routed, &p->daddr, p->dport, p, now, &s->n);
 
 	if (nat_rewrite(skb, p, t))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_UNPARSEABLE, t, r.identity);
@@ -354,6 +365,8 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	count_rule(self_rule);
 	if (hairpin)
 		return svc_to_pod(skb);
+	if (routed)
+		return route_out(skb, t);
 	return TC_ACT_OK;
 }
 
