@@ -92,8 +92,8 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		if (ct_track(&k, o, dir, &p, now, &h)) {
 			if (h.flags & CT_SVC)
 				return svc_tracked(skb, ifindex, &p, dir, o, &h, now);
-			/* A connection the pod opened to another pod. */
-			if (dir == DIR_EGRESS && (h.flags & CT_ROUTED) && (h.flags & ct_bit(DIR_EGRESS, o)))
+			/* A connection with another node's pod. */
+			if (dir == DIR_EGRESS && (h.flags & CT_ROUTED))
 				return route_out(skb, &p);
 			return TC_ACT_OK;
 		}
@@ -175,11 +175,11 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if ((dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto)) && !addr_unspec(&p.saddr)) {
 		if (!ct_admit(ifindex, dir, 1, dir == DIR_INGRESS && skb->ingress_ifindex == 0, now))
 			return verdict(skb, dir, VERDICT_DROP, REASON_CT_SHARE, &p, r.identity);
-		routed = dir == DIR_EGRESS && route_pod_addr(&p.daddr);
+		routed = dir == DIR_EGRESS ? route_new(&p.daddr) : route_syn_taken(&k, &p);
 		ct_create(&k, o, dir, &p, now, routed ? CT_ROUTED : 0);
 	}
 	res = verdict_rule(skb, dir, VERDICT_ALLOW, reason, &p, r.identity, rule);
-	if (routed && res == TC_ACT_OK)
+	if (routed && dir == DIR_EGRESS && res == TC_ACT_OK)
 		return route_out(skb, &p);
 	return res;
 }
@@ -198,11 +198,11 @@ int to_pod(struct __sk_buff *skb)
 
 /* from_uplink runs on tc ingress of the node's uplinks (lockstep_uplinks)
  * and sends a packet for a local pod straight to the pod's host veth, past
- * the node's stack, when it belongs to a connection the pod opened that
- * from_pod routes itself (CT_ROUTED; lib/route.h), or is an ICMP error
- * about one; to_pod then judges and translates it as any other. Anything
- * else goes on into the stack untouched. It decides nothing and counts
- * nothing: it only finds what to_pod will find.
+ * the node's stack, when it belongs to a connection the programs route
+ * (CT_ROUTED; lib/route.h), is an ICMP error about one, or is a TCP SYN
+ * that opens a new one; to_pod then judges and translates it as any
+ * other. Anything else goes on into the stack untouched. It decides
+ * nothing and counts nothing: policy is to_pod's.
  */
 SEC("tc")
 int from_uplink(struct __sk_buff *skb)
@@ -229,15 +229,15 @@ int from_uplink(struct __sk_buff *skb)
 	if (p.icmp_err) {
 		struct svc_scratch *s = svc_scratch();
 
-		/* The quoted packet is one the pod sent: end o of its key. */
-		if (!s || !ct_related(skb, &p, ifindex, DIR_INGRESS, now, &s->in, &o, &h) ||
-		    !(h.flags & ct_bit(DIR_EGRESS, o)))
+		if (!s || !ct_related(skb, &p, ifindex, DIR_INGRESS, now, &s->in, &o, &h))
 			return TC_ACT_OK;
 	} else {
 		o = ct_fill_key(&k, ifindex, &p);
-		/* The pod, end o ^ 1, opened it. */
-		if (!ct_track(&k, o, DIR_INGRESS, &p, now, &h) || !(h.flags & ct_bit(DIR_EGRESS, o ^ 1)))
-			return TC_ACT_OK;
+		if (!ct_track(&k, o, DIR_INGRESS, &p, now, &h)) {
+			if (!route_pure_syn(&p))
+				return TC_ACT_OK;
+			return route_syn(skb, &k, &fib, rc, p.is_v6);
+		}
 	}
 	if (!(h.flags & CT_ROUTED))
 		return TC_ACT_OK;

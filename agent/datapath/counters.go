@@ -46,7 +46,6 @@ func (d *Datapath) Stats() (map[string]int, error) {
 		bpfmaps.BackendsMap:  d.backends,
 		bpfmaps.CTMap:        d.ct,
 		bpfmaps.SvcCTMap:     d.svcCT,
-		bpfmaps.UplinksMap:   d.uplinks,
 	} {
 		n, err := bpfmaps.Count(m)
 		if err != nil {
@@ -54,6 +53,12 @@ func (d *Datapath) Stats() (map[string]int, error) {
 		}
 		out[name] = n
 	}
+	// The devices, not key 0 (host routing on).
+	uplinks, err := d.Uplinks()
+	if err != nil {
+		return nil, err
+	}
+	out[bpfmaps.UplinksMap] = len(uplinks)
 	return out, nil
 }
 

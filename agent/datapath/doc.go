@@ -1,6 +1,6 @@
 // Package datapath is lockstep's eBPF NetworkPolicy dataplane: it loads
-// one verified BPF object for the node, attaches its two programs to each
-// pod's host-side veth, and applies a [policy.Desired] to the pinned maps
+// one verified BPF object for the node, attaches two of its programs to
+// each pod's host-side veth and the third to the node's uplinks, and applies a [policy.Desired] to the pinned maps
 // the programs read.
 //
 // # Programs and maps
@@ -110,9 +110,19 @@
 // the maps hold: pods' packets to a ClusterIP go on untranslated to
 // kube-proxy, and egress policy judges them on the ClusterIP.
 //
+// # Host routing
+//
+// [Datapath.SetUplinks] attaches from_uplink to the tc ingress of the
+// node's uplinks (tcx links pinned under the pin root's uplinks/, so they
+// outlive the agent like the filters) and lists them in lockstep_uplinks.
+// Then a connection a pod opens to a pod address is routed by the programs
+// both ways, past the node's netfilter and routing code, when its route
+// leaves through an uplink (see bpf/lib/route.h); everything else takes
+// the stack. An empty list, or [Remove], detaches it.
+//
 // # Kernel requirements
 //
-// Linux 5.11 or later with BTF-capable bpffs pinning: BPF ISA v3 (5.1),
+// Linux 5.12 or later (bpf_check_mtu) with BTF-capable bpffs pinning: BPF ISA v3 (5.1),
 // BPF ring buffers (5.8), bounded loops (5.3), hash-of-maps whose inner
 // maps differ in size (5.10), bpf_ktime_get_coarse_ns (5.11), global BPF
 // functions (5.6) and bpf_redirect_peer (5.10) for Services,
@@ -123,7 +133,10 @@
 // weak kfunc: older kernels load the object and use the helper). On 6.16
 // or later the translation of IPv6 addresses also keeps a
 // CHECKSUM_COMPLETE skb->csum right (bpf_l4_csum_replace's BPF_F_IPV6);
-// BPF_F_TEST_SKB_CHECKSUM_COMPLETE (tests) is from the same release. The agent needs
+// BPF_F_TEST_SKB_CHECKSUM_COMPLETE (tests) is from the same release. Host
+// routing attaches through tcx links, Linux 6.6 or later: on older kernels
+// SetUplinks fails, the agent says so, and every packet takes the stack.
+// The agent needs
 // CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN (for the bpffs mount), or root.
 // On other systems the package builds so the agent does, and Load fails
 // with an error wrapping errors.ErrUnsupported.

@@ -326,6 +326,7 @@ type endpointMapSpecs struct {
 	LockstepMonitor       *ebpf.MapSpec `ebpf:"lockstep_monitor"`
 	LockstepPolicy        *ebpf.MapSpec `ebpf:"lockstep_policy"`
 	LockstepRejectScratch *ebpf.MapSpec `ebpf:"lockstep_reject_scratch"`
+	LockstepRoutedSyn     *ebpf.MapSpec `ebpf:"lockstep_routed_syn"`
 	LockstepRuleAllowed   *ebpf.MapSpec `ebpf:"lockstep_rule_allowed"`
 	LockstepServices      *ebpf.MapSpec `ebpf:"lockstep_services"`
 	LockstepState         *ebpf.MapSpec `ebpf:"lockstep_state"`
@@ -380,6 +381,7 @@ type endpointMaps struct {
 	LockstepMonitor       *ebpf.Map `ebpf:"lockstep_monitor"`
 	LockstepPolicy        *ebpf.Map `ebpf:"lockstep_policy"`
 	LockstepRejectScratch *ebpf.Map `ebpf:"lockstep_reject_scratch"`
+	LockstepRoutedSyn     *ebpf.Map `ebpf:"lockstep_routed_syn"`
 	LockstepRuleAllowed   *ebpf.Map `ebpf:"lockstep_rule_allowed"`
 	LockstepServices      *ebpf.Map `ebpf:"lockstep_services"`
 	LockstepState         *ebpf.Map `ebpf:"lockstep_state"`
@@ -410,6 +412,7 @@ func (m *endpointMaps) Close() error {
 		m.LockstepMonitor,
 		m.LockstepPolicy,
 		m.LockstepRejectScratch,
+		m.LockstepRoutedSyn,
 		m.LockstepRuleAllowed,
 		m.LockstepServices,
 		m.LockstepState,

@@ -22,8 +22,8 @@ import (
 
 // The host routing scenario: pod C (trClient4, trClient6) on the node,
 // and a pod of another node at remoteV4/remoteV6 (identity 600), behind
-// the node's uplink lsup0 (addRemote). C's egress allows it on TCP 8080
-// and so does C's ingress. Frontend 10.96.0.20 / fd00:96::20, TCP 80 →
+// the node's uplink lsup0 (addRemote). C's egress allows it on TCP 8080,
+// C's ingress on TCP and UDP 8080. Frontend 10.96.0.20 / fd00:96::20, TCP 80 →
 // the remote pod's 8080.
 const (
 	rtUplink                 = "lsup0"
@@ -35,8 +35,9 @@ func rtState() *policy.Desired {
 	tcp := policyapi.ProtoTCP
 	c := &policy.EndpointPolicy{IPv4: addr(trClient4), IPv6: addr(trClient6), IngressIsolated: true, EgressIsolated: true,
 		Rules: map[policy.RuleKey][]policy.PortRange{
-			{Peer: idRemote, Dir: policyapi.Egress, Proto: tcp}:  ports(8080, 8080),
-			{Peer: idRemote, Dir: policyapi.Ingress, Proto: tcp}: ports(8080, 8080),
+			{Peer: idRemote, Dir: policyapi.Egress, Proto: tcp}:                 ports(8080, 8080),
+			{Peer: idRemote, Dir: policyapi.Ingress, Proto: tcp}:                ports(8080, 8080),
+			{Peer: idRemote, Dir: policyapi.Ingress, Proto: policyapi.ProtoUDP}: ports(8080, 8080),
 		}}
 	return &policy.Desired{
 		Addrs: map[netipAddr]policy.AddrEntry{
@@ -104,11 +105,13 @@ func snmpCounter(path, prefix, name string) (int, error) {
 	return 0, fmt.Errorf("no %s in %s", name, path)
 }
 
-// Host routing: C's connections to the other node's pod, by address and
-// through a ClusterIP, both families, work and never pass the node's
-// stack (its forwarding counters stand still, both ways); a connection the
-// other pod opens to C takes the stack, as does everything once the
-// uplinks are taken away, and the pinned links go with them.
+// Host routing: C's TCP connections to the other node's pod, by address
+// and through a ClusterIP, and that pod's TCP connections to C, both
+// families, work and never pass the node's stack (its forwarding counters
+// stand still, both ways); a UDP datagram the other pod sends C takes the
+// stack (only the node's conntrack could tell it from a reply it must
+// translate), as does everything once the uplinks are taken away, and the
+// pinned links go with them.
 func TestPrivilegedHostRouting(t *testing.T) {
 	testenv.Privileged(t)
 	n := newPodNode(t)
@@ -161,25 +164,32 @@ func TestPrivilegedHostRouting(t *testing.T) {
 			}
 		}
 	}
-	for _, dst := range []struct{ addr, client string }{
-		{hostPort(remoteV4, "8080"), trClient4},
-		{hostPort(remoteV6, "8080"), trClient6},
-		{hostPort(rtFrontend4, "80"), trClient4},
-		{hostPort(rtFrontend6, "80"), trClient6},
+	for _, conn := range []struct {
+		from      ns.NetNS
+		addr, who string
+	}{
+		{c.ns, hostPort(remoteV4, "8080"), trClient4},
+		{c.ns, hostPort(remoteV6, "8080"), trClient6},
+		{c.ns, hostPort(rtFrontend4, "80"), trClient4},
+		{c.ns, hostPort(rtFrontend6, "80"), trClient6},
+		{remote, hostPort(trClient4, "8080"), remoteV4},
+		{remote, hostPort(trClient6, "8080"), remoteV6},
 	} {
 		before := forwarded(t, n.node)
 		for range 3 {
-			ask(c.ns, dst.addr, dst.client)
+			ask(conn.from, conn.addr, conn.who)
 		}
 		if d := forwarded(t, n.node) - before; d != 0 {
-			t.Errorf("C to %s: the node's stack forwarded %d packets, want 0 (host routing both ways)", dst.addr, d)
+			t.Errorf("to %s: the node's stack forwarded %d packets, want 0 (host routing both ways)", conn.addr, d)
 		}
 	}
 
 	before := forwarded(t, n.node)
-	ask(remote, hostPort(trClient4, "8080"), remoteV4)
+	if got, err := askUDP(remote, hostPort(trClient4, "8080"), 2*time.Second); err != nil || !strings.HasPrefix(got, remoteV4) {
+		t.Fatalf("UDP from the remote pod to C: %q, %v", got, err)
+	}
 	if forwarded(t, n.node) == before {
-		t.Errorf("the remote pod's connection to C did not pass the node's stack: only connections C opens are routed")
+		t.Errorf("a UDP datagram from the remote pod to C did not pass the node's stack")
 	}
 
 	if err := n.node.Do(func(ns.NetNS) error { return n.d.SetUplinks(nil) }); err != nil {

@@ -52,8 +52,10 @@ func (d *Datapath) SetUplinks(ifnames []string) error {
 		want[uint32(l.Attrs().Index)] = name
 	}
 	dir := filepath.Join(d.pinRoot, uplinkDir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("set uplinks: %w", err)
+	if len(want) > 0 {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("set uplinks: %w", err)
+		}
 	}
 	pinned, err := pinnedUplinks(dir)
 	if err != nil {
@@ -64,6 +66,10 @@ func (d *Datapath) SetUplinks(ifnames []string) error {
 	for it := d.uplinks.Iterate(); it.Next(&idx, &one); {
 		listed = append(listed, idx)
 	}
+	// Key 0 (host routing on) goes first, and comes back below once an
+	// uplink is listed: no new connection is marked for routing while
+	// none may be.
+	slices.Sort(listed)
 	for _, idx := range listed {
 		if _, ok := want[idx]; !ok {
 			if err := d.uplinks.Delete(idx); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -80,6 +86,7 @@ func (d *Datapath) SetUplinks(ifnames []string) error {
 			errs = append(errs, fmt.Errorf("set uplinks: detach from ifindex %d: %w", idx, err))
 		}
 	}
+	on := false
 	for idx, name := range want {
 		if err := d.attachUplink(dir, idx, pinned[idx]); err != nil {
 			errs = append(errs, fmt.Errorf("set uplinks: attach to %s: %w", name, err))
@@ -87,6 +94,13 @@ func (d *Datapath) SetUplinks(ifnames []string) error {
 		}
 		if err := d.uplinks.Put(idx, uint32(1)); err != nil {
 			errs = append(errs, fmt.Errorf("set uplinks: list %s: %w", name, err))
+			continue
+		}
+		on = true
+	}
+	if on {
+		if err := d.uplinks.Put(uint32(0), uint32(1)); err != nil {
+			errs = append(errs, fmt.Errorf("set uplinks: turn host routing on: %w", err))
 		}
 	}
 	return errors.Join(errs...)
@@ -119,13 +133,16 @@ func (d *Datapath) attachUplink(dir string, ifindex uint32, path string) error {
 	return l.Pin(filepath.Join(dir, strconv.FormatUint(uint64(ifindex), 10)))
 }
 
-// Uplinks returns the ifindexes lockstep_uplinks lists, sorted.
+// Uplinks returns the ifindexes of the devices lockstep_uplinks lists,
+// sorted.
 func (d *Datapath) Uplinks() ([]uint32, error) {
 	var out []uint32
 	var idx, one uint32
 	it := d.uplinks.Iterate()
 	for it.Next(&idx, &one) {
-		out = append(out, idx)
+		if idx != 0 {
+			out = append(out, idx)
+		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", d.uplinks, err)

@@ -297,7 +297,8 @@ struct {
 /* lockstep_uplinks: the node's devices from_uplink is attached to, by
  * ifindex (the value is unused). from_pod routes a packet itself only out
  * of one of them, so that the replies come in where from_uplink sees them
- * (lib/route.h). Empty: the programs route nothing.
+ * (lib/route.h). Key 0 (no device's) is there while any device is: host
+ * routing is on. Empty: the programs route nothing.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -306,6 +307,19 @@ struct {
 	__type(value, __u32);
 	__uint(pinning, PIN_BY_NAME);
 } lockstep_uplinks SEC(".maps");
+
+/* lockstep_routed_syn: per CPU, the conntrack key of the TCP SYN
+ * from_uplink just sent to a pod's host veth past the node's stack. The
+ * redirect runs to_pod at once on the same CPU, which marks the entry it
+ * makes for that SYN CT_ROUTED and clears the slot (lib/route.h). Not
+ * pinned: it lives from one packet to the next.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ct_key);
+} lockstep_routed_syn SEC(".maps");
 
 /* The template of every inner policy map. Go creates one per endpoint
  * whose rules changed, sized to its rules (hash maps of one outer map may

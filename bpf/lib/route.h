@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Host routing: the packets of a connection a pod opened to another
- * node's pod skip the node's IP stack on this node, both ways.
+/* Host routing: the packets of a connection between a local pod and a pod
+ * of another node skip this node's IP stack, both ways.
  *
  * Out: from_pod, once policy (and Service translation) passed a packet of
  * such a connection, looks its destination up in the node's routing table
@@ -10,21 +10,26 @@
  * neighbour table (bpf_redirect_neigh when the next hop is not resolved
  * yet). In: from_uplink, on the uplinks' tc ingress, sends a packet for a
  * local pod straight to the pod's host veth (where to_pod judges it as
- * before) when it belongs to such a connection, and an ICMP error about
- * one. Neither passes the node's netfilter (conntrack, kube-proxy's
- * chains) or its routing code: kube-proxy has nothing to do for them,
- * lockstep tracks and judges them itself, and they cost the node less.
+ * before) when it belongs to such a connection, an ICMP error about one,
+ * or a TCP SYN that may start one. None passes the node's netfilter
+ * (conntrack, kube-proxy's chains) or its routing code: kube-proxy has
+ * nothing to do for them, lockstep tracks and judges them itself, and they
+ * cost the node less.
  *
- * Which connections: those whose entry says CT_ROUTED, set when the pod's
- * first packet was allowed and its destination (the backend, for a
- * Service) is a pod address (lockstep_ipcache): never a ClusterIP kube-
- * proxy is to translate, the node, or an address outside the cluster,
- * which may need the node's masquerading. Connections opened towards the
- * pod keep the node's stack both ways (its netfilter saw their first
- * packet). A packet leaves the stack only both ways or not at all for a
- * connection as far as the node's conntrack is concerned: a reply the
- * node's conntrack never saw the request of would be invalid to it, so
- * from_pod routes only out of devices from_uplink is attached to.
+ * Which connections: those whose entry says CT_ROUTED. from_pod sets it
+ * when it allows a pod's new connection to a pod address
+ * (lockstep_ipcache; for a Service, the backend's): never a ClusterIP
+ * kube-proxy is to translate, the node, or an address outside the
+ * cluster, which may need the node's masquerading. to_pod sets it when it
+ * allows a TCP SYN from_uplink brought (lockstep_routed_syn): a SYN to a
+ * pod's own address starts a connection no NAT of the node is part of.
+ * Other packets that start nothing lockstep knows (a UDP datagram, a
+ * reply to a connection kube-proxy translated) take the stack: only its
+ * conntrack could tell a new flow from a reply it must translate. A
+ * connection leaves the node's stack both ways or not at all, as far as
+ * the node's conntrack is concerned (a reply whose request it never saw is
+ * invalid to it): from_pod routes only out of the devices from_uplink is
+ * attached to.
  *
  * Anything the lookup cannot settle goes to the stack as before: no route,
  * a route not through an uplink, forwarding off, a packet larger than the
@@ -45,6 +50,7 @@
 
 #include "maps.h"
 #include "parse.h"
+#include "ct.h"
 
 #define ROUTE_AF_INET 2
 #define ROUTE_AF_INET6 10
@@ -57,6 +63,19 @@
 static __always_inline int route_pod_addr(const struct v6addr *a)
 {
 	return bpf_map_lookup_elem(&lockstep_ipcache, a) != NULL;
+}
+
+/* route_new reports whether a new connection a pod opens to a should be
+ * CT_ROUTED: host routing is on (lockstep_uplinks holds key 0, which no
+ * device has, while it lists any uplink) and a is a pod address. Checked
+ * once per connection, so that a node without host routing never pays
+ * the route lookup per packet.
+ */
+static __always_inline int route_new(const struct v6addr *a)
+{
+	__u32 on = 0;
+
+	return bpf_map_lookup_elem(&lockstep_uplinks, &on) && route_pod_addr(a);
 }
 
 /* route_fib looks up the route of p, arriving on ifindex, in the node's
@@ -132,8 +151,57 @@ static __always_inline int route_send(struct __sk_buff *skb, struct bpf_fib_look
 	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
 }
 
+/* route_syn sends the TCP SYN of key k, which opens no connection
+ * lockstep knows, to the host veth fib found (a route_fib result rc),
+ * leaving k in this CPU's lockstep_routed_syn slot for to_pod, which the
+ * redirect runs at once: it marks the entry it makes CT_ROUTED. The slot
+ * is cleared when the packet takes the stack after all.
+ */
+static __always_inline int route_syn(struct __sk_buff *skb, const struct ct_key *k,
+				     struct bpf_fib_lookup *fib, long rc, __u8 is_v6)
+{
+	struct ct_key *slot;
+	__u32 zero = 0;
+	int act;
+
+	slot = bpf_map_lookup_elem(&lockstep_routed_syn, &zero);
+	if (!slot)
+		return TC_ACT_OK;
+	*slot = *k;
+	act = route_send(skb, fib, rc, is_v6);
+	if (act != TC_ACT_REDIRECT)
+		slot->ifindex = 0;
+	return act;
+}
+
+/* route_pure_syn reports whether p is a TCP SYN that opens a connection:
+ * no ACK, RST or FIN. */
+static __always_inline int route_pure_syn(const struct pkt *p)
+{
+	return p->proto == IPPROTO_TCP &&
+	       (p->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK | TCP_FLAG_RST | TCP_FLAG_FIN)) == TCP_FLAG_SYN;
+}
+
+/* route_syn_taken reports, in to_pod, whether p of key k is the SYN
+ * from_uplink just routed (route_syn), and empties the slot. */
+static __always_inline int route_syn_taken(const struct ct_key *k, const struct pkt *p)
+{
+	struct ct_key *slot;
+	__u32 zero = 0;
+	int hit;
+
+	if (!route_pure_syn(p))
+		return 0;
+	slot = bpf_map_lookup_elem(&lockstep_routed_syn, &zero);
+	if (!slot || !slot->ifindex)
+		return 0;
+	hit = ct_key_eq(slot, k);
+	slot->ifindex = 0;
+	return hit;
+}
+
 /* route_out sends t, a packet from_pod passed (as translated, when it
- * was), of a CT_ROUTED connection the pod opened, out of the uplink its
+ * was), of a CT_ROUTED connection, out of the uplink its
  * route leaves through, and returns the tc action: TC_ACT_OK leaves it to
  * the node's stack. A global function: the verifier checks it once, and
  * its frame (the lookup's 64 bytes) is not from_pod's.
