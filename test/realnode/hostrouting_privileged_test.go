@@ -3,11 +3,13 @@
 package realnode_test
 
 import (
+	"context"
 	"net"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPrivilegedRealNodeHostRouting checks host routing on the eBPF
@@ -59,7 +61,10 @@ func TestPrivilegedRealNodeHostRouting(t *testing.T) {
 		del := append([]string{"iptables", "-w", "-t", "raw", "-D", "PREROUTING"}, match...)
 		del = append(del, "-m", "comment", "--comment", "lockstep-test-"+name)
 		t.Cleanup(func() {
-			if out, err := c.Exec(t.Context(), n1, del...); err != nil {
+			// t.Context is done by now.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if out, err := c.Exec(ctx, n1, del...); err != nil {
 				t.Errorf("remove counting rule: %v: %s", err, out)
 			}
 		})
