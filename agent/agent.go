@@ -75,14 +75,15 @@ type Config struct {
 	// the dataplane has judged them, so egress policy sees the ClusterIP,
 	// not the backend (--service-translation=false).
 	LeaveServicesToKubeProxy bool
-	// HostRouting lets the eBPF dataplane route the packets of
-	// connections pods open to other nodes' pods itself, past the node's
-	// netfilter and routing, both ways (bpf/lib/route.h), out of and in
-	// from Uplinks (--host-routing). False detaches it from every device.
+	// HostRouting lets the eBPF dataplane route the packets of TCP
+	// connections between local pods and other nodes' pods itself, past
+	// the node's netfilter and routing, both ways (bpf/lib/route.h), out
+	// of and in from Uplinks (--host-routing). False detaches it from
+	// every device.
 	HostRouting bool
-	// Uplinks names the devices host routing uses; empty: every device
-	// that is up, not loopback, not a pod's, with a global unicast
-	// address (datapath.DefaultUplinks), as found when the agent starts.
+	// Uplinks names the devices host routing uses; empty: every Ethernet
+	// device that is up, not a pod's, with a global unicast address
+	// (datapath.DefaultUplinks), as found when the agent starts.
 	Uplinks []string
 	// SkipSysctls leaves IP forwarding alone (for tests that run the agent
 	// in-process on the machine's own namespace).

@@ -153,15 +153,16 @@ func setUplinks(dp *datapath.Datapath, cfg Config, log *slog.Logger) {
 		}
 	}
 	if err := dp.SetUplinks(names); err != nil {
-		log.Warn("eBPF dataplane: host routing not on every uplink; pods' packets through the others take the node's stack", "err", err)
+		log.Warn("eBPF dataplane: host routing not on every uplink (tcx links need Linux 6.6); pods' packets through the others take the node's stack", "err", err)
 	}
+	listed, err := dp.Uplinks()
 	switch {
 	case !cfg.HostRouting:
 		log.Info("eBPF dataplane: host routing off (--host-routing=false): pods' packets take the node's stack")
-	case len(names) == 0:
-		log.Info("eBPF dataplane: host routing has no uplink: pods' packets take the node's stack")
+	case err != nil || len(listed) == 0:
+		log.Warn("eBPF dataplane: host routing has no uplink: pods' packets take the node's stack", "tried", names, "err", err)
 	default:
-		log.Info("eBPF dataplane: host routing: pods' connections to other nodes' pods skip the node's stack", "uplinks", names)
+		log.Info("eBPF dataplane: host routing: pods' TCP connections with other nodes' pods skip the node's stack", "uplinks", names, "listed", len(listed))
 	}
 }
 

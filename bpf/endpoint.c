@@ -97,6 +97,10 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 				return route_out(skb, &p);
 			return TC_ACT_OK;
 		}
+		/* Was this the SYN from_uplink routed? Asked before any
+		 * verdict, so no drop leaves the slot behind. */
+		if (dir == DIR_INGRESS)
+			routed = route_syn_taken(&k, &p);
 	}
 
 	st = bpf_map_lookup_elem(&lockstep_state, &zero);
@@ -175,7 +179,8 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if ((dir == DIR_EGRESS || addr_ok(ep, &p.daddr, p.is_v6, p.proto)) && !addr_unspec(&p.saddr)) {
 		if (!ct_admit(ifindex, dir, 1, dir == DIR_INGRESS && skb->ingress_ifindex == 0, now))
 			return verdict(skb, dir, VERDICT_DROP, REASON_CT_SHARE, &p, r.identity);
-		routed = dir == DIR_EGRESS ? route_new(&p.daddr) : route_syn_taken(&k, &p);
+		if (dir == DIR_EGRESS)
+			routed = route_new(&p, &p.daddr);
 		ct_create(&k, o, dir, &p, now, routed ? CT_ROUTED : 0);
 	}
 	res = verdict_rule(skb, dir, VERDICT_ALLOW, reason, &p, r.identity, rule);
@@ -196,52 +201,63 @@ int to_pod(struct __sk_buff *skb)
 	return handle(skb, DIR_INGRESS);
 }
 
-/* from_uplink runs on tc ingress of the node's uplinks (lockstep_uplinks)
+/* from_uplink runs on tcx ingress of the node's uplinks (lockstep_uplinks)
  * and sends a packet for a local pod straight to the pod's host veth, past
  * the node's stack, when it belongs to a connection the programs route
  * (CT_ROUTED; lib/route.h), is an ICMP error about one, or is a TCP SYN
  * that opens a new one; to_pod then judges and translates it as any
- * other. Anything else goes on into the stack untouched. It decides
- * nothing and counts nothing: policy is to_pod's.
+ * other. Anything else goes on (TCX_NEXT: to the next program on the hook,
+ * then the stack) untouched. It decides nothing and counts nothing:
+ * policy is to_pod's.
  */
 SEC("tc")
 int from_uplink(struct __sk_buff *skb)
 {
-	__u32 in_ifindex = skb->ifindex, pkt_type = skb->pkt_type, ifindex, o;
+	__u32 in_ifindex = skb->ifindex, pkt_type = skb->pkt_type, vlan = skb->vlan_present, ifindex, o;
+	struct endpoint_info *ep;
 	struct bpf_fib_lookup fib;
 	struct ct_hit h = {};
 	struct pkt p = {};
 	struct ct_key k;
 	__u64 now;
 	long rc;
+	int act;
 
-	if (pkt_type != 0 /* PACKET_HOST */ || parse_packet(skb, &p) != PARSE_OK)
-		return TC_ACT_OK;
+	/* A tag the device stripped would go with the packet to the pod. */
+	if (pkt_type != 0 /* PACKET_HOST */ || vlan || parse_packet(skb, &p) != PARSE_OK)
+		return ROUTE_TCX_NEXT;
 	if (!route_pod_addr(&p.daddr))
-		return TC_ACT_OK;
-	rc = route_fib(skb, &p, in_ifindex, &fib);
+		return ROUTE_TCX_NEXT;
+	rc = route_fib(skb, &p, 0, in_ifindex, &fib);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return TC_ACT_OK;
+		return ROUTE_TCX_NEXT;
 	ifindex = fib.ifindex;
-	if (!bpf_map_lookup_elem(&lockstep_endpoints, &ifindex))
-		return TC_ACT_OK;
+	ep = bpf_map_lookup_elem(&lockstep_endpoints, &ifindex);
+	if (!ep)
+		return ROUTE_TCX_NEXT;
 	now = ct_now();
 	if (p.icmp_err) {
 		struct svc_scratch *s = svc_scratch();
 
 		if (!s || !ct_related(skb, &p, ifindex, DIR_INGRESS, now, &s->in, &o, &h))
-			return TC_ACT_OK;
+			return ROUTE_TCX_NEXT;
 	} else {
 		o = ct_fill_key(&k, ifindex, &p);
 		if (!ct_track(&k, o, DIR_INGRESS, &p, now, &h)) {
-			if (!route_pure_syn(&p))
-				return TC_ACT_OK;
-			return route_syn(skb, &k, &fib, rc, p.is_v6);
+			if (!route_pure_syn(&p) || !route_syn_ok(ep))
+				return ROUTE_TCX_NEXT;
+			return route_syn(skb, &p, &k, &fib, rc);
 		}
+		/* A SYN-ACK cannot belong to a connection already closing: it
+		 * answers a new one with the same ports, which lockstep did not
+		 * route (one the node's netfilter translated). */
+		if ((p.tcp_flags & TCP_FLAG_SYN) && (h.flags & CT_CLOSING))
+			return ROUTE_TCX_NEXT;
 	}
 	if (!(h.flags & CT_ROUTED))
-		return TC_ACT_OK;
-	return route_send(skb, &fib, rc, p.is_v6);
+		return ROUTE_TCX_NEXT;
+	act = route_send(skb, &fib, rc, &p);
+	return act == TC_ACT_OK ? ROUTE_TCX_NEXT : act;
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

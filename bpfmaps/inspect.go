@@ -178,6 +178,8 @@ func Dump(pinRoot, name string) ([]Entry, error) {
 		out, err = dumpPolicy(m)
 	case UplinksMap:
 		out, err = dumpAll[uint32, uint32](m)
+	case RoutedSYNMap:
+		out, err = dumpAll[uint32, []CTKey](m)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("dump %s: %w", name, err)

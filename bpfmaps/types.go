@@ -33,6 +33,9 @@ const (
 	// UplinksMap holds the ifindexes of the node's devices from_uplink is
 	// attached to: from_pod routes packets itself only out of those.
 	UplinksMap = "lockstep_uplinks"
+	// RoutedSYNMap is the per-CPU slot from_uplink hands to_pod the SYN
+	// it routed in (a CTKey; ifindex 0: empty).
+	RoutedSYNMap = "lockstep_routed_syn"
 )
 
 // Names of the per-policy verdict counters, which are not pinned (the
@@ -55,7 +58,7 @@ func DeniedKey(ifindex uint32, dir uint8) uint32 { return ifindex<<1 | uint32(di
 
 // Names lists every pinned map, in the order `lockstep maps list` prints
 // them.
-var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, ServicesMap, BackendsMap, CTMap, SvcCTMap, AffinityMap, CTCacheMap, CTEpochMap, CTShareMap, CTReleasedMap, CTInsertedMap, CTEvictionsMap, CountersMap, EventsMap, UplinksMap}
+var Names = []string{StateMap, MonitorMap, EndpointsMap, PolicyMap, IPCacheMap, CIDRsMap, ServicesMap, BackendsMap, CTMap, SvcCTMap, AffinityMap, CTCacheMap, CTEpochMap, CTShareMap, CTReleasedMap, CTInsertedMap, CTEvictionsMap, CountersMap, EventsMap, UplinksMap, RoutedSYNMap}
 
 // Capacities of the Service maps (C: SVC_MAX_FRONTENDS, SVC_MAX_BACKENDS):
 // frontends and backends per parity. ServicesMap and BackendsMap hold both
@@ -93,6 +96,10 @@ const (
 	// lookup. A clear bit is always safe: it only costs the lookup.
 	IngressNoAny uint8 = 1 << 2
 	EgressNoAny  uint8 = 1 << 3
+	// RoutedSYN says that the endpoint's to_pod takes the SYNs from_uplink
+	// routes (bpf/lib/route.h): written by every agent that knows host
+	// routing, clear in what older agents wrote.
+	RoutedSYN uint8 = 1 << 4
 )
 
 // MaxPortRanges is the number of port ranges a PolicyValue holds (C:
@@ -271,9 +278,10 @@ const (
 	// and a pure SYN over it starts a new connection (C: CT_FIN, CT_RST).
 	CTFin uint32 = 1 << 11
 	CTRst uint32 = 1 << 12
-	// CTRouted, in CTEntry.Flags and SvcCTEntry.Flags: the pod opened the
-	// connection to a pod address, and the programs route its packets
-	// past the node's stack when they can (C: CT_ROUTED, lib/route.h).
+	// CTRouted, in CTEntry.Flags and SvcCTEntry.Flags: a TCP connection
+	// between the pod and another node's pod, whose packets the programs
+	// route past the node's stack when they can (C: CT_ROUTED,
+	// bpf/lib/route.h).
 	CTRouted uint32 = 1 << 13
 )
 

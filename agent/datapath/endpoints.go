@@ -101,7 +101,8 @@ func flagsOf(ep *policy.EndpointPolicy) uint8 {
 	if !hasAnyPeerRule(ep, policyapi.Egress) {
 		f |= bpfmaps.EgressNoAny
 	}
-	return f
+	// This agent's to_pod takes routed SYNs.
+	return f | bpfmaps.RoutedSYN
 }
 
 // hasAnyPeerRule reports whether ep has a rule of dir for every peer

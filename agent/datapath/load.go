@@ -41,13 +41,8 @@ var (
 var btfCarriers = []string{"policy_inner_btf", "event_btf"}
 
 // rejectScratchMap is the per-CPU buffer the programs build refusals in
-// (bpf/lib/reject.h), and routedSYNMap the per-CPU slot from_uplink hands
-// to_pod the SYN it routed in (bpf/lib/route.h): created with them, not
-// pinned.
-const (
-	rejectScratchMap = "lockstep_reject_scratch"
-	routedSYNMap     = "lockstep_routed_syn"
-)
+// (bpf/lib/reject.h): created with them, not pinned.
+const rejectScratchMap = "lockstep_reject_scratch"
 
 // Options configure Load.
 type Options struct {
@@ -241,7 +236,7 @@ func Load(opts Options) (*Datapath, error) {
 	// The programs hold the maps Go does not keep open: the monitor flag
 	// (cleared above; the event hub opens its pin), the flow cache, the
 	// affinity entries, the refusals' scratch buffer and the routed SYN.
-	for _, name := range []string{bpfmaps.MonitorMap, bpfmaps.CTCacheMap, bpfmaps.AffinityMap, rejectScratchMap, routedSYNMap} {
+	for _, name := range []string{bpfmaps.MonitorMap, bpfmaps.CTCacheMap, bpfmaps.AffinityMap, rejectScratchMap, bpfmaps.RoutedSYNMap} {
 		coll.Maps[name].Close()
 	}
 	if err := d.probeInnerCompat(); err != nil {

@@ -40,7 +40,7 @@ func Leftovers(pinRoot string) (int, error) {
 
 // Sweep removes everything the eBPF dataplane left behind: lockstep's
 // filters on every pod host link of the current network namespace, then
-// the maps pinned under pinRoot. It is idempotent and returns nil only when
+// from_uplink's links and the maps pinned under pinRoot. It is idempotent and returns nil only when
 // nothing is left. Use it when the node no longer runs the eBPF dataplane;
 // a running Datapath uses Detach and Unpin.
 func Sweep(pinRoot string) error {
@@ -57,7 +57,7 @@ func Sweep(pinRoot string) error {
 		return err
 	}
 	if left > 0 {
-		return fmt.Errorf("sweep eBPF dataplane: %d filters or pinned maps still present", left)
+		return fmt.Errorf("sweep eBPF dataplane: %d filters, uplink links or pinned maps still present", left)
 	}
 	return nil
 }

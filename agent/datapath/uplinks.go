@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"lockstep.dev/lockstep/agent/api"
+	"lockstep.dev/lockstep/bpfmaps"
 )
 
 // uplinkDir, under the pin root, holds from_uplink's tcx links, one per
@@ -63,8 +64,12 @@ func (d *Datapath) SetUplinks(ifnames []string) error {
 	}
 	var listed []uint32
 	var idx, one uint32
-	for it := d.uplinks.Iterate(); it.Next(&idx, &one); {
+	it := d.uplinks.Iterate()
+	for it.Next(&idx, &one) {
 		listed = append(listed, idx)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("set uplinks: read %s: %w", bpfmaps.UplinksMap, err)
 	}
 	// Key 0 (host routing on) goes first, and comes back below once an
 	// uplink is listed: no new connection is marked for routing while
@@ -145,7 +150,7 @@ func (d *Datapath) Uplinks() ([]uint32, error) {
 		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", d.uplinks, err)
+		return nil, fmt.Errorf("read %s: %w", bpfmaps.UplinksMap, err)
 	}
 	slices.Sort(out)
 	return out, nil
@@ -193,9 +198,11 @@ func removeUplinks(pinRoot string) error {
 }
 
 // DefaultUplinks names the devices of the current network namespace that
-// can carry the node's traffic to other nodes: up, not loopback, not a
-// pod's host veth, with a global unicast address. Host routing sends
-// pods' packets out of these only when the node's own route says so.
+// can carry the node's traffic to other nodes: Ethernet devices that are
+// up, not a pod's host veth, with a global unicast address. Host routing
+// sends pods' packets out of these only when the node's own route says
+// so. Layer-3 devices (WireGuard, tunnels) are not among them: the
+// programs read Ethernet frames.
 func DefaultUplinks() ([]string, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -204,7 +211,7 @@ func DefaultUplinks() ([]string, error) {
 	var out []string
 	for _, l := range links {
 		a := l.Attrs()
-		if a.Flags&net.FlagUp == 0 || a.Flags&net.FlagLoopback != 0 || api.IsHostIfName(a.Name) {
+		if a.Flags&net.FlagUp == 0 || a.EncapType != "ether" || api.IsHostIfName(a.Name) {
 			continue
 		}
 		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)

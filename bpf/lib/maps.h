@@ -27,6 +27,10 @@
  * clear bit (as in flags written before the bit existed) means "look". */
 #define EP_INGRESS_NO_ANY (1 << 2)
 #define EP_EGRESS_NO_ANY (1 << 3)
+/* The endpoint's to_pod takes the SYNs from_uplink routes
+ * (lockstep_routed_syn): its agent knows host routing. Agents that do not
+ * write it clear, and from_uplink then leaves their SYNs to the stack. */
+#define EP_ROUTED_SYN (1 << 4)
 
 #define PEER_ANY 0
 #define PEER_WORLD 2
@@ -161,9 +165,9 @@ struct ct_entry {
 #define CT_RST (1U << 12) /* a RST was seen */
 #define CT_CLOSING (CT_FIN | CT_RST)
 
-/* Flag of entries of both tables: the pod opened the connection to a pod
- * address (lockstep_ipcache), so its packets may be routed by the programs
- * straight to an uplink and their replies straight back (lib/route.h).
+/* Flag of entries of both tables: a TCP connection between the pod and a
+ * pod of another node, whose packets the programs route past the node's
+ * stack both ways when they can (lib/route.h).
  */
 #define CT_ROUTED (1U << 13)
 
@@ -311,14 +315,16 @@ struct {
 /* lockstep_routed_syn: per CPU, the conntrack key of the TCP SYN
  * from_uplink just sent to a pod's host veth past the node's stack. The
  * redirect runs to_pod at once on the same CPU, which marks the entry it
- * makes for that SYN CT_ROUTED and clears the slot (lib/route.h). Not
- * pinned: it lives from one packet to the next.
+ * makes for that SYN CT_ROUTED and clears the slot (lib/route.h). Pinned,
+ * so that the programs of a restarted agent and those its predecessor
+ * attached share it.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct ct_key);
+	__uint(pinning, PIN_BY_NAME);
 } lockstep_routed_syn SEC(".maps");
 
 /* The template of every inner policy map. Go creates one per endpoint

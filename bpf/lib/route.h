@@ -59,73 +59,113 @@
 #define IP4_CHECK_OFF (ETH_HLEN + offsetof(struct iphdr, check))
 #define IP6_HOPLIMIT_OFF (ETH_HLEN + offsetof(struct ipv6hdr, hop_limit))
 
+/* ROUTE_TCX_NEXT: a tcx program's "not mine, run the next" (TCX_NEXT,
+ * which uapi headers before Linux 6.6 lack). */
+#define ROUTE_TCX_NEXT (-1)
+
+/* route_pure_syn reports whether p is a TCP SYN that opens a connection:
+ * no ACK, RST or FIN. */
+static __always_inline int route_pure_syn(const struct pkt *p)
+{
+	return p->proto == IPPROTO_TCP &&
+	       (p->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK | TCP_FLAG_RST | TCP_FLAG_FIN)) == TCP_FLAG_SYN;
+}
+
 /* route_pod_addr reports whether a is a pod address of the cluster. */
 static __always_inline int route_pod_addr(const struct v6addr *a)
 {
 	return bpf_map_lookup_elem(&lockstep_ipcache, a) != NULL;
 }
 
-/* route_new reports whether a new connection a pod opens to a should be
- * CT_ROUTED: host routing is on (lockstep_uplinks holds key 0, which no
- * device has, while it lists any uplink) and a is a pod address. Checked
- * once per connection, so that a node without host routing never pays
- * the route lookup per packet.
- */
-static __always_inline int route_new(const struct v6addr *a)
+/* route_on reports whether host routing is on: lockstep_uplinks holds key
+ * 0, which no device has, while it lists any uplink. */
+static __always_inline int route_on(void)
 {
 	__u32 on = 0;
 
-	return bpf_map_lookup_elem(&lockstep_uplinks, &on) && route_pod_addr(a);
+	return bpf_map_lookup_elem(&lockstep_uplinks, &on) != NULL;
 }
 
-/* route_fib looks up the route of p, arriving on ifindex, in the node's
+/* route_new reports whether the new connection p a pod opens to dst (the
+ * backend, for a Service) is to be CT_ROUTED: host routing is on, p is
+ * the SYN of a TCP connection, and dst is a pod address. Only a SYN: a
+ * packet that makes an entry mid-connection (the entry expired or was
+ * evicted) may belong to a connection the node's netfilter translated
+ * (a hostPort, a NodePort), which must stay with it. Checked once per
+ * connection, so a node without host routing never pays the route lookup
+ * per packet.
+ */
+static __always_inline int route_new(const struct pkt *p, const struct v6addr *dst)
+{
+	return route_pure_syn(p) && route_on() && route_pod_addr(dst);
+}
+
+/* route_fib looks up the route of a packet from src to dst (p's protocol
+ * and ports, swapped when rev), arriving on ifindex, in the node's
  * routing table (its policy rules included) and returns the lookup's
  * BPF_FIB_LKUP_RET_* result. On success fib holds the output device and
  * both Ethernet addresses; on BPF_FIB_LKUP_RET_NO_NEIGH the device and
  * the next hop.
  */
-static __always_inline long route_fib(struct __sk_buff *skb, const struct pkt *p, __u32 ifindex,
+static __always_inline long route_fib(struct __sk_buff *skb, const struct pkt *p, int rev, __u32 ifindex,
 				      struct bpf_fib_lookup *fib)
 {
+	const struct v6addr *src = rev ? &p->daddr : &p->saddr, *dst = rev ? &p->saddr : &p->daddr;
+
 	__builtin_memset(fib, 0, sizeof(*fib));
 	fib->l4_protocol = p->proto;
-	fib->sport = bpf_htons(p->sport);
-	fib->dport = bpf_htons(p->dport);
+	fib->sport = bpf_htons(rev ? p->dport : p->sport);
+	fib->dport = bpf_htons(rev ? p->sport : p->dport);
 	fib->ifindex = ifindex;
 	if (p->is_v6) {
 		fib->family = ROUTE_AF_INET6;
-		__builtin_memcpy(fib->ipv6_src, p->saddr.addr, 16);
-		__builtin_memcpy(fib->ipv6_dst, p->daddr.addr, 16);
+		__builtin_memcpy(fib->ipv6_src, src->addr, 16);
+		__builtin_memcpy(fib->ipv6_dst, dst->addr, 16);
 	} else {
 		fib->family = ROUTE_AF_INET;
-		__builtin_memcpy(&fib->ipv4_src, &p->saddr.addr[12], 4);
-		__builtin_memcpy(&fib->ipv4_dst, &p->daddr.addr[12], 4);
+		__builtin_memcpy(&fib->ipv4_src, &src->addr[12], 4);
+		__builtin_memcpy(&fib->ipv4_dst, &dst->addr[12], 4);
 	}
-	/* tot_len 0: on success the kernel checks the packet (GSO
-	 * included) against the output device's MTU. */
+	/* tot_len 0: the MTU is route_send's to check (bpf_check_mtu, which
+	 * knows GSO packets). */
 	return bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
 }
 
-/* route_send forwards the packet as fib (a route_fib result rc) says and
- * returns the tc action: TC_ACT_OK (the stack forwards it) when it is too
- * large for the device or its TTL would run out, TC_ACT_SHOT when it
- * could not be rewritten.
+/* route_fragment reports whether the packet p is a fragment: those take
+ * the stack, whose conntrack reassembles them, all of a datagram alike. */
+static __always_inline int route_fragment(struct __sk_buff *skb, const struct pkt *p)
+{
+	__u16 frag_off;
+
+	if (p->is_v6)
+		return p->frag;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, frag_off), &frag_off, 2))
+		return 1;
+	return (frag_off & bpf_htons(0x3fff)) != 0; /* MF or an offset */
+}
+
+/* route_send forwards the packet p as fib (a route_fib result rc) says and
+ * returns the tc action: TC_ACT_OK (the stack forwards it) when it is a
+ * fragment, too large for the device (the stack answers with the ICMP
+ * error) or its TTL would run out, TC_ACT_SHOT when it could not be
+ * rewritten.
  */
-static __always_inline int route_send(struct __sk_buff *skb, struct bpf_fib_lookup *fib, long rc, __u8 is_v6)
+static __always_inline int route_send(struct __sk_buff *skb, struct bpf_fib_lookup *fib, long rc,
+				      const struct pkt *p)
 {
 	struct bpf_redir_neigh nh = {};
 	__u32 mtu = 0;
 	__u16 old, new;
 	__u8 hl;
 
-	/* route_fib checked the MTU only when the neighbour was known. */
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH && bpf_check_mtu(skb, fib->ifindex, &mtu, 0, 0))
+	if (route_fragment(skb, p) || bpf_check_mtu(skb, fib->ifindex, &mtu, 0, 0))
 		return TC_ACT_OK;
-	if (is_v6) {
+	if (p->is_v6) {
 		if (bpf_skb_load_bytes(skb, IP6_HOPLIMIT_OFF, &hl, 1) || hl <= 1)
 			return TC_ACT_OK;
 		hl--;
-		if (bpf_skb_store_bytes(skb, IP6_HOPLIMIT_OFF, &hl, 1, 0))
+		/* The hop limit is in no checksum but a CHECKSUM_COMPLETE sum. */
+		if (bpf_skb_store_bytes(skb, IP6_HOPLIMIT_OFF, &hl, 1, BPF_F_RECOMPUTE_CSUM))
 			return TC_ACT_SHOT;
 	} else {
 		/* TTL and protocol are one 16-bit word of the header checksum. */
@@ -143,68 +183,89 @@ static __always_inline int route_send(struct __sk_buff *skb, struct bpf_fib_look
 			return TC_ACT_SHOT;
 		return bpf_redirect(fib->ifindex, 0);
 	}
+	/* The next hop's family is the route's (an IPv4 route may have an
+	 * IPv6 gateway). */
 	nh.nh_family = fib->family;
-	if (is_v6)
+	if (fib->family == ROUTE_AF_INET6)
 		__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, 16);
 	else
 		nh.ipv4_nh = fib->ipv4_dst;
 	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
 }
 
-/* route_syn sends the TCP SYN of key k, which opens no connection
- * lockstep knows, to the host veth fib found (a route_fib result rc),
- * leaving k in this CPU's lockstep_routed_syn slot for to_pod, which the
- * redirect runs at once: it marks the entry it makes CT_ROUTED. The slot
- * is cleared when the packet takes the stack after all.
- */
-static __always_inline int route_syn(struct __sk_buff *skb, const struct ct_key *k,
-				     struct bpf_fib_lookup *fib, long rc, __u8 is_v6)
+/* route_syn_ok reports whether the endpoint ep takes routed SYNs
+ * (EP_ROUTED_SYN, in the live parity). */
+static __always_inline int route_syn_ok(const struct endpoint_info *ep)
 {
-	struct ct_key *slot;
+	struct state *st;
 	__u32 zero = 0;
-	int act;
 
-	slot = bpf_map_lookup_elem(&lockstep_routed_syn, &zero);
-	if (!slot)
-		return TC_ACT_OK;
-	*slot = *k;
-	act = route_send(skb, fib, rc, is_v6);
-	if (act != TC_ACT_REDIRECT)
-		slot->ifindex = 0;
-	return act;
+	st = bpf_map_lookup_elem(&lockstep_state, &zero);
+	return st && (ep->flags[READ_ONCE_GEN(st) & 1] & EP_ROUTED_SYN);
 }
 
-/* route_pure_syn reports whether p is a TCP SYN that opens a connection:
- * no ACK, RST or FIN. */
-static __always_inline int route_pure_syn(const struct pkt *p)
+/* route_syn sends the TCP SYN p of key k, which opens no connection
+ * lockstep knows, arriving on uplink in_ifindex, to the host veth fib
+ * found (a route_fib result rc), when host routing can take the whole
+ * connection: it is on, the pod's neighbour entry is known (a SYN queued
+ * for neighbour discovery would reach to_pod later, maybe on another CPU),
+ * and the pod's replies would leave through an uplink (which also keeps a
+ * SYN claiming to come from a local pod or the node to the stack and its
+ * source checks). It leaves k in this CPU's lockstep_routed_syn slot for
+ * to_pod, which the redirect runs at once: it marks the entry it makes
+ * CT_ROUTED. Returns the tc action, ROUTE_TCX_NEXT when the SYN takes the
+ * stack.
+ */
+static __always_inline int route_syn(struct __sk_buff *skb, const struct pkt *p, const struct ct_key *k,
+				     struct bpf_fib_lookup *fib, long rc)
 {
-	return p->proto == IPPROTO_TCP &&
-	       (p->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK | TCP_FLAG_RST | TCP_FLAG_FIN)) == TCP_FLAG_SYN;
+	struct bpf_fib_lookup back;
+	struct ct_key *slot;
+	__u32 zero = 0, out;
+	int act;
+
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS || !route_on())
+		return ROUTE_TCX_NEXT;
+	rc = route_fib(skb, p, 1, fib->ifindex, &back);
+	out = back.ifindex;
+	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) ||
+	    !bpf_map_lookup_elem(&lockstep_uplinks, &out))
+		return ROUTE_TCX_NEXT;
+	slot = bpf_map_lookup_elem(&lockstep_routed_syn, &zero);
+	if (!slot)
+		return ROUTE_TCX_NEXT;
+	*slot = *k;
+	act = route_send(skb, fib, BPF_FIB_LKUP_RET_SUCCESS, p);
+	if (act == TC_ACT_REDIRECT)
+		return act;
+	slot->ifindex = 0;
+	return act == TC_ACT_OK ? ROUTE_TCX_NEXT : act;
 }
 
 /* route_syn_taken reports, in to_pod, whether p of key k is the SYN
- * from_uplink just routed (route_syn), and empties the slot. */
+ * from_uplink just routed (route_syn), and empties the slot. It runs on
+ * every new packet to_pod judges, before any verdict, so that a SYN it
+ * drops leaves no slot behind for a later one of the same key.
+ */
 static __always_inline int route_syn_taken(const struct ct_key *k, const struct pkt *p)
 {
 	struct ct_key *slot;
 	__u32 zero = 0;
 	int hit;
 
-	if (!route_pure_syn(p))
-		return 0;
 	slot = bpf_map_lookup_elem(&lockstep_routed_syn, &zero);
 	if (!slot || !slot->ifindex)
 		return 0;
-	hit = ct_key_eq(slot, k);
+	hit = route_pure_syn(p) && ct_key_eq(slot, k);
 	slot->ifindex = 0;
 	return hit;
 }
 
 /* route_out sends t, a packet from_pod passed (as translated, when it
- * was), of a CT_ROUTED connection, out of the uplink its
- * route leaves through, and returns the tc action: TC_ACT_OK leaves it to
- * the node's stack. A global function: the verifier checks it once, and
- * its frame (the lookup's 64 bytes) is not from_pod's.
+ * was), of a CT_ROUTED connection, out of the uplink its route leaves
+ * through, and returns the tc action: TC_ACT_OK leaves it to the node's
+ * stack. A global function: the verifier checks it once, and its frame
+ * (the lookup's 64 bytes) is not from_pod's.
  */
 __attribute__((noinline)) int route_out(struct __sk_buff *skb, const struct pkt *t)
 {
@@ -214,13 +275,13 @@ __attribute__((noinline)) int route_out(struct __sk_buff *skb, const struct pkt 
 
 	if (!skb || !t)
 		return TC_ACT_OK;
-	rc = route_fib(skb, t, skb->ifindex, &fib);
+	rc = route_fib(skb, t, 0, skb->ifindex, &fib);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return TC_ACT_OK;
 	out = fib.ifindex;
 	if (!bpf_map_lookup_elem(&lockstep_uplinks, &out))
 		return TC_ACT_OK;
-	return route_send(skb, &fib, rc, t->is_v6);
+	return route_send(skb, &fib, rc, t);
 }
 
 #endif /* LOCKSTEP_ROUTE_H */

@@ -348,7 +348,7 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_CT_SHARE, t, r.identity);
 	/* A backend on another node may be reached and answer past the
 	 * node's stack (lib/route.h). */
-	routed = !hairpin && route_new(&s->b.addr) ? CT_ROUTED : 0;
+	routed = !hairpin && route_new(p, &s->b.addr) ? CT_ROUTED : 0;
 	o = ct_fill_key(&s->k, ifindex, p);
 	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o), CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0) | routed,
 		      &s->b.addr, s->b.port, p, now, &s->n);

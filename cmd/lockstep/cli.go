@@ -149,8 +149,8 @@ serves ADDs; until then, what it waits for) and Prometheus /metrics.`,
 	f.BoolVar(&cfg.Masquerade, "masquerade", true, "masquerade pod traffic to destinations outside the cluster's pod CIDRs with the node's address (iptables NAT, every Linux dataplane); false removes lockstep's masquerade rules")
 	f.StringSliceVar(&nonMasq, "non-masquerade-cidr", nil, "destination pods reach with their own address although outside the cluster (a network that routes pod CIDRs back); repeatable")
 	f.BoolVar(&translate, "service-translation", true, "translate pods' connections to Service ClusterIPs in the dataplane, before policy (eBPF; iptables only --standalone); false leaves them to kube-proxy, and egress policy then judges the ClusterIP, not the backend")
-	f.BoolVar(&cfg.HostRouting, "host-routing", true, "eBPF: route the packets of connections pods open to other nodes' pods in the dataplane, past the node's netfilter and routing, both ways, when the node's route leaves through an uplink; false sends every packet through the node's stack")
-	f.StringSliceVar(&cfg.Uplinks, "uplinks", nil, "devices host routing uses (default: every device that is up, not loopback, not a pod's, with a global unicast address, found at start); repeatable")
+	f.BoolVar(&cfg.HostRouting, "host-routing", true, "eBPF: route the packets of TCP connections between local pods and other nodes' pods in the dataplane, past the node's netfilter and routing, both ways, when the node's route leaves through an uplink; false sends every packet through the node's stack")
+	f.StringSliceVar(&cfg.Uplinks, "uplinks", nil, "devices host routing uses (default: every Ethernet device that is up, not a pod's, with a global unicast address, found at start); repeatable")
 	f.StringSliceVar(&cluster, "cluster-cidr", nil, "range to count as the cluster's pod CIDRs besides every node's pools (e.g. the IPPools' CIDRs); repeatable")
 	addLogFlags(cmd, &logLevel, &logFormat)
 	return cmd
