@@ -246,13 +246,16 @@ int from_uplink(struct __sk_buff *skb)
 		if (!ct_track(&k, o, DIR_INGRESS, &p, now, &h)) {
 			if (!route_pure_syn(&p) || !route_syn_ok(ep))
 				return ROUTE_TCX_NEXT;
-			return route_syn(skb, &p, &k, &fib, rc);
+			return route_syn(skb, in_ifindex, &p, &k, &fib, rc);
 		}
 		/* A SYN-ACK cannot belong to a connection already closing: it
 		 * answers a new one with the same ports, which lockstep did not
-		 * route (one the node's netfilter translated). */
-		if ((p.tcp_flags & TCP_FLAG_SYN) && (h.flags & CT_CLOSING))
+		 * route (one the node's netfilter translated): neither it nor
+		 * the packets after it are routed. */
+		if ((p.tcp_flags & TCP_FLAG_SYN) && (h.flags & CT_CLOSING)) {
+			route_forget(&k);
 			return ROUTE_TCX_NEXT;
+		}
 	}
 	if (!(h.flags & CT_ROUTED))
 		return ROUTE_TCX_NEXT;

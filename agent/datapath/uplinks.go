@@ -50,6 +50,11 @@ func (d *Datapath) SetUplinks(ifnames []string) error {
 			errs = append(errs, fmt.Errorf("set uplinks: find %s: %w", name, err))
 			continue
 		}
+		// The programs read and write Ethernet frames.
+		if encap := l.Attrs().EncapType; encap != "ether" {
+			errs = append(errs, fmt.Errorf("set uplinks: %s is a %s device, not Ethernet: host routing cannot use it", name, encap))
+			continue
+		}
 		want[uint32(l.Attrs().Index)] = name
 	}
 	dir := filepath.Join(d.pinRoot, uplinkDir)

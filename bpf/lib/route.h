@@ -209,15 +209,16 @@ static __always_inline int route_syn_ok(const struct endpoint_info *ep)
  * found (a route_fib result rc), when host routing can take the whole
  * connection: it is on, the pod's neighbour entry is known (a SYN queued
  * for neighbour discovery would reach to_pod later, maybe on another CPU),
- * and the pod's replies would leave through an uplink (which also keeps a
- * SYN claiming to come from a local pod or the node to the stack and its
+ * and the pod's replies would leave through the uplink the SYN came in on
+ * (strict reverse path: a SYN claiming to come from a local pod or the
+ * node, or from a network routed elsewhere, keeps to the stack and its
  * source checks). It leaves k in this CPU's lockstep_routed_syn slot for
  * to_pod, which the redirect runs at once: it marks the entry it makes
  * CT_ROUTED. Returns the tc action, ROUTE_TCX_NEXT when the SYN takes the
  * stack.
  */
-static __always_inline int route_syn(struct __sk_buff *skb, const struct pkt *p, const struct ct_key *k,
-				     struct bpf_fib_lookup *fib, long rc)
+static __always_inline int route_syn(struct __sk_buff *skb, __u32 in_ifindex, const struct pkt *p,
+				     const struct ct_key *k, struct bpf_fib_lookup *fib, long rc)
 {
 	struct bpf_fib_lookup back;
 	struct ct_key *slot;
@@ -228,7 +229,7 @@ static __always_inline int route_syn(struct __sk_buff *skb, const struct pkt *p,
 		return ROUTE_TCX_NEXT;
 	rc = route_fib(skb, p, 1, fib->ifindex, &back);
 	out = back.ifindex;
-	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) ||
+	if ((rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) || out != in_ifindex ||
 	    !bpf_map_lookup_elem(&lockstep_uplinks, &out))
 		return ROUTE_TCX_NEXT;
 	slot = bpf_map_lookup_elem(&lockstep_routed_syn, &zero);
@@ -240,6 +241,25 @@ static __always_inline int route_syn(struct __sk_buff *skb, const struct pkt *p,
 		return act;
 	slot->ifindex = 0;
 	return act == TC_ACT_OK ? ROUTE_TCX_NEXT : act;
+}
+
+/* route_forget takes CT_ROUTED off the entries of key k in both tables:
+ * a SYN-ACK found k's connection closing, so a new connection with the
+ * same ports has begun that lockstep did not route (the node's netfilter
+ * translated it), and its packets must reach the stack. The flow cache
+ * holds no closing entry, so none routes on from a copy.
+ */
+static __always_inline void route_forget(const struct ct_key *k)
+{
+	struct svc_ct_entry *s;
+	struct ct_entry *v;
+
+	v = bpf_map_lookup_elem(&lockstep_ct, k);
+	if (v)
+		__sync_fetch_and_and(&v->flags, ~CT_ROUTED);
+	s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
+	if (s)
+		__sync_fetch_and_and(&s->flags, ~CT_ROUTED);
 }
 
 /* route_syn_taken reports, in to_pod, whether p of key k is the SYN
