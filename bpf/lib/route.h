@@ -8,16 +8,16 @@
  * leaves through an uplink (lockstep_uplinks), sends it there itself: TTL
  * or hop limit lowered as a router does, Ethernet addresses from the
  * neighbour table (bpf_redirect_neigh when the next hop is not resolved
- * yet). In: from_uplink, on the uplinks' tc ingress, sends a packet for a
- * local pod straight to the pod's host veth (where to_pod judges it as
+ * yet). In: from_uplink, on the uplinks' tcx ingress, sends a packet for
+ * a local pod straight to the pod's host veth (where to_pod judges it as
  * before) when it belongs to such a connection, an ICMP error about one,
  * or a TCP SYN that may start one. None passes the node's netfilter
  * (conntrack, kube-proxy's chains) or its routing code: kube-proxy has
  * nothing to do for them, lockstep tracks and judges them itself, and they
  * cost the node less.
  *
- * Which connections: those whose entry says CT_ROUTED. from_pod sets it
- * when it allows a pod's new connection to a pod address
+ * Which connections: TCP ones whose entry says CT_ROUTED. from_pod sets
+ * it when it allows a pod's TCP SYN to a pod address
  * (lockstep_ipcache; for a Service, the backend's): never a ClusterIP
  * kube-proxy is to translate, the node, or an address outside the
  * cluster, which may need the node's masquerading. to_pod sets it when it
@@ -32,8 +32,8 @@
  * attached to.
  *
  * Anything the lookup cannot settle goes to the stack as before: no route,
- * a route not through an uplink, forwarding off, a packet larger than the
- * MTU (the stack answers with the ICMP error), a TTL that would expire.
+ * a route not through an uplink, forwarding off, a fragment, a packet over
+ * the MTU (the stack answers with the ICMP error), a TTL about to expire.
  * What the stack would have added for these connections and no longer
  * does: netfilter rules on the node's forward path, IPsec policies.
  */
