@@ -159,6 +159,8 @@ func setUplinks(dp *datapath.Datapath, cfg Config, log *slog.Logger) {
 	switch {
 	case !cfg.HostRouting:
 		log.Info("eBPF dataplane: host routing off (--host-routing=false): pods' packets take the node's stack")
+	case len(names) == 0:
+		log.Info("eBPF dataplane: host routing has no uplink (no Ethernet device with a global address): pods' packets take the node's stack")
 	case err != nil || len(listed) == 0:
 		log.Warn("eBPF dataplane: host routing has no uplink: pods' packets take the node's stack", "tried", names, "err", err)
 	default:

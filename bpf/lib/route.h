@@ -51,12 +51,12 @@
 #include "maps.h"
 #include "parse.h"
 #include "ct.h"
+#include "nat.h"
 
 #define ROUTE_AF_INET 2
 #define ROUTE_AF_INET6 10
 
 #define IP4_TTL_OFF (ETH_HLEN + offsetof(struct iphdr, ttl))
-#define IP4_CHECK_OFF (ETH_HLEN + offsetof(struct iphdr, check))
 #define IP6_HOPLIMIT_OFF (ETH_HLEN + offsetof(struct ipv6hdr, hop_limit))
 
 /* ROUTE_TCX_NEXT: a tcx program's "not mine, run the next" (TCX_NEXT,
@@ -173,7 +173,7 @@ static __always_inline int route_send(struct __sk_buff *skb, struct bpf_fib_look
 			return TC_ACT_OK;
 		new = old;
 		((__u8 *)&new)[0]--;
-		if (bpf_l3_csum_replace(skb, IP4_CHECK_OFF, old, new, 2) ||
+		if (bpf_l3_csum_replace(skb, IP4_CSUM_OFF, old, new, 2) ||
 		    bpf_skb_store_bytes(skb, IP4_TTL_OFF, &new, 2, 0))
 			return TC_ACT_SHOT;
 	}
