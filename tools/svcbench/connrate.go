@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -17,11 +18,45 @@ import (
 	"lockstep.dev/lockstep/test/realnode"
 )
 
-// Who translates the client's connections to the ClusterIP in a round.
+// Who translates the client's connections to the ClusterIP in a round,
+// and who forwards the pods' packets between the nodes.
 const (
-	modeLockstep  = "lockstep"   // the eBPF dataplane, before policy (service-translation: true)
-	modeKubeProxy = "kube-proxy" // iptables mode, in the node's netfilter (service-translation: false)
+	// modeLockstep: the eBPF dataplane translates, before policy, and
+	// routes (service-translation and host-routing true, the defaults).
+	modeLockstep = "lockstep"
+	// modeKubeProxy: kube-proxy's DNAT in the client node's netfilter
+	// translates (service-translation false); lockstep still routes what
+	// is addressed to a pod, so the backend node's side of every
+	// connection skips its stack as with modeLockstep.
+	modeKubeProxy = "kube-proxy"
+	// modeKernel: kube-proxy translates and both nodes' stacks forward
+	// every packet (host-routing false too): a node with kube-proxy whose
+	// pod network routes through the kernel.
+	modeKernel = "kube-proxy, kernel routing"
 )
+
+// modes are the modes measured, in the order they take turns.
+var modes = []string{modeLockstep, modeKubeProxy, modeKernel}
+
+// modeConfig is the lockstep-config of mode.
+func modeConfig(mode string) map[string]string {
+	return map[string]string{
+		"service-translation": strconv.FormatBool(mode == modeLockstep),
+		"host-routing":        strconv.FormatBool(mode != modeKernel),
+	}
+}
+
+// roundOrder is the order of the modes in round r (r ≥ 1): each round
+// starts in the mode the previous one ended in, so a round switches
+// twice and every mode goes first equally often.
+func roundOrder(r int) []string {
+	start := (len(modes) - (r-1)%len(modes)) % len(modes)
+	out := make([]string, 0, len(modes))
+	for i := range modes {
+		out = append(out, modes[(start+i)%len(modes)])
+	}
+	return out
+}
 
 // The nodes: the clients run on one, every backend on the other, so that
 // every connection crosses from node to node as most do.
@@ -60,14 +95,14 @@ const (
 // connections for the configured time.
 type connSample struct {
 	round    int
-	mode     string // modeLockstep or modeKubeProxy; "" for the pod IP
+	mode     string // one of modes; "" for the pod IP
 	backends int    // 0: the pod IP, no Service
 	rate     float64
 	conns    uint64
 	failures uint64
 	// kubeProxyNAT is how many new connections kube-proxy's rule for the
 	// ClusterIP translated meanwhile (its packet counter on the client's
-	// node): every one with modeKubeProxy, none with modeLockstep.
+	// node): every one with kube-proxy translating, none with modeLockstep.
 	kubeProxyNAT uint64
 	// connectP50 and connectP99 are connect's latency, in microseconds.
 	connectP50, connectP99 float64
@@ -97,6 +132,7 @@ type connBench struct {
 	cfg       config
 	c         *realnode.Cluster
 	client    realnode.Host
+	backend   realnode.Host
 	clusterIP map[int]string // backend count → the Service's ClusterIP
 	podIP     string         // the first backend's
 	pods      int            // client pods created so far
@@ -144,25 +180,24 @@ func benchConnRate(ctx context.Context, cfg config) (*connResult, error) {
 	if b.client, err = c.Node(clientNode); err != nil {
 		return nil, err
 	}
+	if b.backend, err = c.Node(backendNode); err != nil {
+		return nil, err
+	}
 	if err := b.deploy(ctx); err != nil {
 		return nil, err
 	}
 	res := &connResult{seconds: cfg.seconds, workers: cfg.workers, rounds: cfg.rounds}
 	// An unmeasured round first, in the mode the cluster starts in: the
 	// first connections of a node pay for warming its caches. Then the
-	// modes alternate, each first in every other round, so that each
-	// round switches once.
+	// modes take turns (roundOrder).
 	mode := modeLockstep
 	if err := b.setMode(ctx, mode); err != nil {
 		return nil, err
 	}
 	for r := 0; r <= cfg.rounds; r++ {
-		order := []string{modeKubeProxy, modeLockstep}
-		if r%2 == 0 {
-			order = []string{modeLockstep, modeKubeProxy}
-		}
-		if r == 0 {
-			order = []string{modeLockstep}
+		order := []string{modeLockstep}
+		if r > 0 {
+			order = roundOrder(r)
 		}
 		s, err := b.sample(ctx, r, "", 0)
 		if err != nil {
@@ -309,41 +344,73 @@ func (b *connBench) waitEndpoints(ctx context.Context, svc string, n int) error 
 	})
 }
 
-// setMode makes lockstep translate the Services (modeLockstep) or leave
-// them to kube-proxy, as a user does: the ConfigMap key
-// service-translation and a restart of the agents; then waits until the
-// client node's agent reports the mode and, translating, the frontends.
+// setMode configures mode as a user does: lockstep-config's keys
+// (modeConfig) and a restart of the agents; then waits until the client
+// node's agent reports the translation and, on both nodes, host routing
+// (its uplinks) as the mode has them.
 func (b *connBench) setMode(ctx context.Context, mode string) error {
-	logf("switching to %s translating the Services (service-translation: %t)", mode, mode == modeLockstep)
-	if err := b.c.SetConfig(ctx, map[string]string{"service-translation": strconv.FormatBool(mode == modeLockstep)}); err != nil {
+	cfg := modeConfig(mode)
+	logf("switching to %s (service-translation: %s, host-routing: %s)", mode, cfg["service-translation"], cfg["host-routing"])
+	if err := b.c.SetConfig(ctx, cfg); err != nil {
 		return err
 	}
-	return realnode.Poll(ctx, 2*time.Minute, time.Second, "the agent on "+clientNode+" to apply the mode", func() (bool, string, error) {
-		out, err := b.c.Exec(ctx, b.client, "/opt/cni/bin/lockstep", "status", "-o", "json")
+	for _, node := range []realnode.Host{b.client, b.backend} {
+		err := realnode.Poll(ctx, 2*time.Minute, time.Second, "the agent on "+node.Name+" to apply the mode", func() (bool, string, error) {
+			st, err := b.status(ctx, node)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			if routing := st.Counts[uplinksCount] > 0; routing != (mode != modeKernel) {
+				return false, fmt.Sprintf("%d uplinks", st.Counts[uplinksCount]), nil
+			}
+			if node.Name != clientNode {
+				return true, "", nil
+			}
+			s := st.Services
+			if s.LeftToKubeProxy != (mode != modeLockstep) || s.Frontends < len(backendCounts) {
+				return false, fmt.Sprintf("%d frontends, left to kube-proxy %t", s.Frontends, s.LeftToKubeProxy), nil
+			}
+			return true, "", nil
+		})
 		if err != nil {
-			return false, err.Error(), nil
+			return err
 		}
-		var st struct {
-			Dataplane *struct {
-				LastApply time.Time `json:"lastApply"`
-				Services  *struct {
-					Frontends       int  `json:"frontends"`
-					LeftToKubeProxy bool `json:"leftToKubeProxy"`
-				} `json:"services"`
-			} `json:"dataplane"`
-		}
-		if err := json.Unmarshal(out, &st); err != nil {
-			return false, fmt.Sprintf("lockstep status: %v", err), nil
-		}
-		if st.Dataplane == nil || st.Dataplane.Services == nil || st.Dataplane.LastApply.IsZero() {
-			return false, "no dataplane state applied yet", nil
-		}
-		s := st.Dataplane.Services
-		if s.LeftToKubeProxy != (mode == modeKubeProxy) || s.Frontends < len(backendCounts) {
-			return false, fmt.Sprintf("%d frontends, left to kube-proxy %t", s.Frontends, s.LeftToKubeProxy), nil
-		}
-		return true, "", nil
-	})
+	}
+	return nil
+}
+
+// uplinksCount is the dataplane count of the uplinks host routing is
+// attached to (bpfmaps.UplinksMap's entries).
+const uplinksCount = "lockstep_uplinks"
+
+// agentStatus is what setMode reads of `lockstep status -o json`: its
+// dataplane part.
+type agentStatus struct {
+	LastApply time.Time      `json:"lastApply"`
+	Counts    map[string]int `json:"counts"`
+	Services  *struct {
+		Frontends       int  `json:"frontends"`
+		LeftToKubeProxy bool `json:"leftToKubeProxy"`
+	} `json:"services"`
+}
+
+// status reads node's agent status; an agent that has applied nothing
+// yet is an error.
+func (b *connBench) status(ctx context.Context, node realnode.Host) (*agentStatus, error) {
+	out, err := b.c.Exec(ctx, node, "/opt/cni/bin/lockstep", "status", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	var st struct {
+		Dataplane *agentStatus `json:"dataplane"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return nil, fmt.Errorf("lockstep status: %w", err)
+	}
+	if d := st.Dataplane; d == nil || d.Services == nil || d.LastApply.IsZero() {
+		return nil, errors.New("no dataplane state applied yet")
+	}
+	return st.Dataplane, nil
 }
 
 // sample measures one mode and Service (backends 0: the pod IP) from a
@@ -405,10 +472,10 @@ func (b *connBench) sample(ctx context.Context, round int, mode string, backends
 
 // check fails a sample whose connections were not translated by the
 // mode it measured: kube-proxy's rule must have translated every one of
-// them with modeKubeProxy, none with modeLockstep.
+// them when kube-proxy translates, none with modeLockstep.
 func (s connSample) check() error {
 	switch {
-	case s.mode == modeKubeProxy && s.kubeProxyNAT < s.conns:
+	case s.mode != modeLockstep && s.kubeProxyNAT < s.conns:
 		return fmt.Errorf("%s round %d, %d backends: kube-proxy translated %d of %d connections; lockstep translated the others", s.mode, s.round, s.backends, s.kubeProxyNAT, s.conns)
 	case s.mode == modeLockstep && s.kubeProxyNAT > 0:
 		return fmt.Errorf("%s round %d, %d backends: kube-proxy translated %d of %d connections that lockstep should have", s.mode, s.round, s.backends, s.kubeProxyNAT, s.conns)

@@ -16,9 +16,11 @@
 //     (bpf/lib/nat.h), so the number depends on the kernel it ran on;
 //   - the connection rate from a pod to a ClusterIP of 1 and of 100
 //     backends on the real-node cluster (test/realnode), lockstep's
-//     eBPF translation against kube-proxy's (iptables mode) in
-//     interleaved rounds, switched with lockstep-config's
-//     service-translation key; the client and the backends run
+//     eBPF translation and host routing against kube-proxy's DNAT
+//     (iptables mode), with lockstep routing the pod-IP traffic and with
+//     the nodes' stacks routing everything, in interleaved rounds,
+//     switched with lockstep-config's service-translation and
+//     host-routing keys; the client and the backends run
 //     tools/svcbench/connrate.
 //
 // It runs as root and everything it creates (namespaces, a bpffs mount,

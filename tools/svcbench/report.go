@@ -49,9 +49,12 @@ func (c *connResult) values(mode string, backends int, f func(connSample) float6
 	return out
 }
 
-// roundRatios are lockstep's rate ÷ kube-proxy's of each round.
-func (c *connResult) roundRatios(backends int) []float64 {
-	ls, kp := c.rates(modeLockstep, backends), c.rates(modeKubeProxy, backends)
+// peers are the modes lockstep's rate is compared with, each a target.
+var peers = []string{modeKernel, modeKubeProxy}
+
+// roundRatios are lockstep's rate ÷ peer's of each round.
+func (c *connResult) roundRatios(backends int, peer string) []float64 {
+	ls, kp := c.rates(modeLockstep, backends), c.rates(peer, backends)
 	var out []float64
 	for i := range min(len(ls), len(kp)) {
 		out = append(out, ls[i]/kp[i])
@@ -68,21 +71,23 @@ func medianOf(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-// ratio is the median of lockstep's rates ÷ the median of kube-proxy's.
-func (c *connResult) ratio(backends int) float64 {
-	return medianOf(c.rates(modeLockstep, backends)) / medianOf(c.rates(modeKubeProxy, backends))
+// ratio is the median of lockstep's rates ÷ the median of peer's.
+func (c *connResult) ratio(backends int, peer string) float64 {
+	return medianOf(c.rates(modeLockstep, backends)) / medianOf(c.rates(peer, backends))
 }
 
 func (r *report) targets() []benchkit.Target {
 	var out []benchkit.Target
 	if c := r.conn; c != nil {
-		for _, n := range backendCounts {
-			ratio := c.ratio(n)
-			out = append(out, benchkit.Target{
-				Name:     fmt.Sprintf("connections/s to a ClusterIP of %s: lockstep ≥ %.1f× kube-proxy (medians)", plural(n, "backend"), targetConnRatio),
-				Measured: fmt.Sprintf("%.2f× (%.0f against %.0f/s)", ratio, medianOf(c.rates(modeLockstep, n)), medianOf(c.rates(modeKubeProxy, n))),
-				Pass:     ratio >= targetConnRatio,
-			})
+		for _, peer := range peers {
+			for _, n := range backendCounts {
+				ratio := c.ratio(n, peer)
+				out = append(out, benchkit.Target{
+					Name:     fmt.Sprintf("connections/s to a ClusterIP of %s: lockstep ≥ %.1f× %s (medians)", plural(n, "backend"), targetConnRatio, peer),
+					Measured: fmt.Sprintf("%.2f× (%.0f against %.0f/s)", ratio, medianOf(c.rates(modeLockstep, n)), medianOf(c.rates(peer, n))),
+					Pass:     ratio >= targetConnRatio,
+				})
+			}
 		}
 	}
 	if v := r.verdict; v != nil {
@@ -195,42 +200,73 @@ func (r *report) writeConnRate(w func(string, ...any)) {
 	w("Every measurement has a fresh client pod (lockstep's and netfilter's tracking")
 	w("entries of an earlier pod cannot serve it) and one unmeasured second first.")
 	w("")
-	w("*lockstep*: the eBPF dataplane translates (`service-translation: \"true\"`, the")
-	w("default): from_pod picks the backend before policy, and the packet reaches the node's")
-	w("netfilter already addressed to it. *kube-proxy*: `service-translation: \"false\"` in")
-	w("lockstep-config and the agents restarted (lockstep still judges policy, on the")
-	w("ClusterIP), kube-proxy's DNAT in the nat table translates. The two share everything")
-	w("else, cluster, pods and run. Each measurement checks who translated: the packet")
-	w("counter of kube-proxy's rule for the ClusterIP on %s must grow by every", clientNode)
-	w("connection under kube-proxy and by none under lockstep. *pod IP* is the reference")
-	w("without a Service: the same client to the first backend's address. %d rounds after", c.rounds)
-	w("an unmeasured one; each switches mode once (the modes take turns going first), and")
+	w("Three modes, set in lockstep-config with the agents restarted, as a user would:")
+	w("")
+	w("- *%s*: the eBPF dataplane translates (`service-translation: \"true\"`) and routes", modeLockstep)
+	w("  (`host-routing: \"true\"`), the defaults: from_pod picks the backend before policy,")
+	w("  and the connection's packets skip both nodes' stacks (README, Host routing).")
+	w("- *%s*: `service-translation: \"false\"`: kube-proxy's DNAT in the client", modeKubeProxy)
+	w("  node's netfilter translates (lockstep judges policy on the ClusterIP); lockstep")
+	w("  still routes what is addressed to a pod, so the backend node's side of each")
+	w("  connection skips its stack as in the first mode.")
+	w("- *%s*: `host-routing: \"false\"` as well: kube-proxy translates and both", modeKernel)
+	w("  nodes' stacks forward every packet, as on a node whose pod network routes")
+	w("  through the kernel.")
+	w("")
+	w("The modes share everything else, cluster, pods and run. Each measurement checks who")
+	w("translated: the packet counter of kube-proxy's rule for the ClusterIP on %s must", clientNode)
+	w("grow by every connection under kube-proxy and by none under lockstep. *pod IP* is the")
+	w("reference without a Service: the same client to the first backend's address, in the")
+	w("mode the round starts in. %d rounds after an unmeasured one; in each the modes take", c.rounds)
+	w("turns, starting with the previous round's last (each goes first equally often), and")
 	w("the Services take turns within a mode.")
 	w("")
-	w("| Service | lockstep: median | range | kube-proxy: median | range | lockstep ÷ kube-proxy (medians) | per round: median, range |")
-	w("|---|---:|---|---:|---|---:|---|")
+	w("Connections/s, the median of the rounds and their range:")
+	w("")
+	w("| Service | %s |", strings.Join(modes, " | "))
+	w("|---|%s", strings.Repeat("---:|", len(modes)))
 	for _, n := range backendCounts {
-		ls, kp, rr := c.rates(modeLockstep, n), c.rates(modeKubeProxy, n), c.roundRatios(n)
-		w("| ClusterIP, %s | **%s/s** | %s | **%s/s** | %s | **%.2f×** | %.2f×, %s |", plural(n, "backend"),
-			fmtRate(medianOf(ls)), fmtRange(ls, fmtRate), fmtRate(medianOf(kp)), fmtRange(kp, fmtRate), c.ratio(n),
-			medianOf(rr), fmtRange(rr, func(x float64) string { return fmt.Sprintf("%.2f×", x) }))
+		cells := []string{"ClusterIP, " + plural(n, "backend")}
+		for _, m := range modes {
+			v := c.rates(m, n)
+			cells = append(cells, fmt.Sprintf("**%s** (%s)", fmtRate(medianOf(v)), fmtRange(v, fmtRate)))
+		}
+		w("| %s |", strings.Join(cells, " | "))
 	}
 	pod := c.rates("", 0)
-	w("| pod IP (no Service) | %s/s | %s | | | | |", fmtRate(medianOf(pod)), fmtRange(pod, fmtRate))
+	w("| pod IP (no Service) | %s (%s) |%s", fmtRate(medianOf(pod)), fmtRange(pod, fmtRate), strings.Repeat(" |", len(modes)-1))
+	w("")
+	w("lockstep's rate ÷ each kube-proxy mode's: the ratio of the medians, then the median")
+	w("and range of the rounds' own ratios:")
+	w("")
+	w("| Service | lockstep ÷ peer | ratio of medians | per round: median | range |")
+	w("|---|---|---:|---:|---|")
+	times := func(x float64) string { return fmt.Sprintf("%.2f×", x) }
+	for _, peer := range peers {
+		for _, n := range backendCounts {
+			rr := c.roundRatios(n, peer)
+			w("| ClusterIP, %s | %s | **%.2f×** | %.2f× | %s |", plural(n, "backend"), peer, c.ratio(n, peer), medianOf(rr), fmtRange(rr, times))
+		}
+	}
 	w("")
 	w("How long one connect took (SYN out to SYN-ACK in, and the system call), the")
-	w("median over the rounds of each measurement's p50 and p99, in µs:")
+	w("median over the rounds of each measurement's p50 / p99, in µs:")
 	w("")
-	w("| Service | lockstep: p50 | p99 | kube-proxy: p50 | p99 |")
-	w("|---|---:|---:|---:|---:|")
+	w("| Service | %s |", strings.Join(modes, " | "))
+	w("|---|%s", strings.Repeat("---:|", len(modes)))
 	p50 := func(s connSample) float64 { return s.connectP50 }
 	p99 := func(s connSample) float64 { return s.connectP99 }
-	for _, n := range backendCounts {
-		w("| ClusterIP, %s | %.0f | %.0f | %.0f | %.0f |", plural(n, "backend"),
-			medianOf(c.values(modeLockstep, n, p50)), medianOf(c.values(modeLockstep, n, p99)),
-			medianOf(c.values(modeKubeProxy, n, p50)), medianOf(c.values(modeKubeProxy, n, p99)))
+	latency := func(m string, n int) string {
+		return fmt.Sprintf("%.0f / %.0f", medianOf(c.values(m, n, p50)), medianOf(c.values(m, n, p99)))
 	}
-	w("| pod IP (no Service) | %.0f | %.0f | | |", medianOf(c.values("", 0, p50)), medianOf(c.values("", 0, p99)))
+	for _, n := range backendCounts {
+		cells := []string{"ClusterIP, " + plural(n, "backend")}
+		for _, m := range modes {
+			cells = append(cells, latency(m, n))
+		}
+		w("| %s |", strings.Join(cells, " | "))
+	}
+	w("| pod IP (no Service) | %s |%s", latency("", 0), strings.Repeat(" |", len(modes)-1))
 	w("")
 	w("Every measurement, in the order taken (connections/s; failed connections; connect")
 	w("p50 and p99 in µs; the 1-minute load average as it started):")

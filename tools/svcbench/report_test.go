@@ -83,6 +83,8 @@ func TestSampleCheck(t *testing.T) {
 		{connSample{mode: modeLockstep, backends: 1, conns: 1000, kubeProxyNAT: 3}, false},
 		{connSample{mode: modeKubeProxy, backends: 1, conns: 1000, kubeProxyNAT: 1000}, true},
 		{connSample{mode: modeKubeProxy, backends: 1, conns: 1000, kubeProxyNAT: 990}, false},
+		{connSample{mode: modeKernel, backends: 1, conns: 1000, kubeProxyNAT: 1000}, true},
+		{connSample{mode: modeKernel, backends: 100, conns: 1000, kubeProxyNAT: 0}, false},
 	} {
 		if err := tc.s.check(); (err == nil) != tc.ok {
 			t.Errorf("%+v: check() = %v, want ok %v", tc.s, err, tc.ok)
@@ -101,6 +103,8 @@ func TestTargets(t *testing.T) {
 			connSample{round: r, mode: modeKubeProxy, backends: 1, rate: 9000},
 			connSample{round: r, mode: modeLockstep, backends: 100, rate: 10000},
 			connSample{round: r, mode: modeKubeProxy, backends: 100, rate: 7000},
+			connSample{round: r, mode: modeKernel, backends: 1, rate: 7500},
+			connSample{round: r, mode: modeKernel, backends: 100, rate: 8000},
 		)
 	}
 	verdict := &verdictResult{runs: 10, count: 3, values: map[verdictKey][]float64{}}
@@ -122,6 +126,8 @@ func TestTargets(t *testing.T) {
 		got = append(got, tg.Measured+" "+map[bool]string{true: "PASS", false: "FAIL"}[tg.Pass])
 	}
 	want := []string{
+		"1.33× (10002 against 7500/s) PASS",
+		"1.25× (10000 against 8000/s) FAIL",
 		"1.11× (10002 against 9000/s) FAIL",
 		"1.43× (10000 against 7000/s) PASS",
 		"25 ns PASS",
@@ -132,9 +138,41 @@ func TestTargets(t *testing.T) {
 		t.Errorf("targets:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	sec := r.section()
-	for _, s := range []string{"<!-- svcbench:begin -->", "<!-- svcbench:end -->", "### Targets (3/5 pass)", "| ClusterIP, 100 backends | **10000/s** |", "| pod IP (no Service) | 9000/s |"} {
+	for _, s := range []string{"<!-- svcbench:begin -->", "<!-- svcbench:end -->", "### Targets (4/7 pass)", "| ClusterIP, 100 backends | **10000** (10000-10000) | **7000** (7000-7000) | **8000** (8000-8000) |",
+		"| pod IP (no Service) | 9000 (9000-9000) | | |", "| ClusterIP, 1 backend | kube-proxy, kernel routing | **1.33×** | 1.33× | 1.33×-1.33× |"} {
 		if !strings.Contains(sec, s) {
 			t.Errorf("section lacks %q", s)
+		}
+	}
+}
+
+// Each round measures every mode once, starts in the mode the previous
+// round ended in (one switch fewer), and every mode goes first equally
+// often.
+func TestRoundOrder(t *testing.T) {
+	first := map[string]int{}
+	last := modeLockstep // the warm-up round's
+	for r := 1; r <= 3*len(modes); r++ {
+		order := roundOrder(r)
+		if len(order) != len(modes) {
+			t.Fatalf("round %d: %v, want each of %v once", r, order, modes)
+		}
+		seen := map[string]bool{}
+		for _, m := range order {
+			seen[m] = true
+		}
+		if len(seen) != len(modes) {
+			t.Fatalf("round %d: %v, want each of %v once", r, order, modes)
+		}
+		if order[0] != last {
+			t.Errorf("round %d starts in %s, the previous ended in %s", r, order[0], last)
+		}
+		first[order[0]]++
+		last = order[len(order)-1]
+	}
+	for _, m := range modes {
+		if first[m] != 3 {
+			t.Errorf("%s went first in %d of %d rounds, want 3", m, first[m], 3*len(modes))
 		}
 	}
 }
