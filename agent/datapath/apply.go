@@ -45,7 +45,7 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	if d.leaveServices && !sameMap(want.Services, noServices) {
 		// A copy: want is the compiler's, shared with the enforcer.
 		w := *want
-		w.Services = noServices
+		w.Services, w.ServicesBase, w.ServicesChanged = noServices, nil, nil
 		want = &w
 	}
 	if d.readBack {
@@ -67,9 +67,9 @@ func (d *Datapath) Apply(want *policy.Desired) error {
 	m := &d.mirror
 	p := int(m.gen & 1) // live parity
 	q := p ^ 1          // the parity being written
-	var svcs []svcWant
+	var svcs svcPlan
 	if !sameMap(m.svcsFrom[q], want.Services) {
-		if svcs, err = d.wantServices(want.Services); err != nil {
+		if svcs, err = d.wantServices(want, m.svcsFrom[q]); err != nil {
 			return err
 		}
 	}
@@ -143,6 +143,9 @@ type applyStats struct {
 	// svc is how many lockstep_services and lockstep_backends entries
 	// were written or deleted (also counted in entries).
 	svc int
+	// svcLooked is how many Service frontends Apply looked at to write
+	// them: all it translates, or those the compiler said changed.
+	svcLooked int
 }
 
 // resolve maps every endpoint of want to the ifindex Attach recorded.

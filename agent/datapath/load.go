@@ -117,10 +117,15 @@ type Datapath struct {
 	// svcStats counts the Service map writes: &stats, or the settler's
 	// own count while it settles.
 	svcStats *applyStats
-	// svcChecked is what the last Apply concluded about each Service
-	// frontend (see wantServices).
-	svcChecked map[policy.ServiceFrontend]svcCheck
-	settler    settler // brings the idle parity up to date after a flip
+	// svcChecked is what checkServices concluded about each Service
+	// frontend of svcCheckedFor, svcTotals the sums of those lockstep
+	// translates; svcDeltas are the last changes of Desired.Services
+	// the compiler described (Desired.ServicesBase), newest last.
+	svcChecked    map[policy.ServiceFrontend]svcCheck
+	svcCheckedFor map[policy.ServiceFrontend]*policy.ServiceEntry
+	svcTotals     svcTotals
+	svcDeltas     []svcDelta
+	settler       settler // brings the idle parity up to date after a flip
 	// readBack makes the next Apply read the maps back into the mirror
 	// first (Invalidate).
 	readBack bool

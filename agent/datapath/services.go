@@ -103,40 +103,185 @@ type svcCheck struct {
 	ok   bool // lockstep translates it
 }
 
-// wantServices returns the frontends of want lockstep translates, or an
-// error wrapping ErrServiceCapacity. It leaves out (and logs, once)
-// frontends of other protocols and SCTP frontends with a backend on
-// another port than the Service's (their CRC32c covers the ports:
-// kube-proxy translates them), and backends of the other family (no 4→6
+// svcTotals are the frontends lockstep translates and their backends.
+type svcTotals struct{ frontends, backends int }
+
+func (t *svcTotals) add(c svcCheck, sign int) {
+	if c.ok {
+		t.frontends += sign
+		t.backends += sign * len(c.want.backends)
+	}
+}
+
+// check returns an error wrapping ErrServiceCapacity when t does not fit
+// the maps.
+func (t svcTotals) check() error {
+	if t.frontends > bpfmaps.MaxFrontends {
+		return fmt.Errorf("apply services: %d frontends, at most %d per node: %w", t.frontends, bpfmaps.MaxFrontends, ErrServiceCapacity)
+	}
+	if t.backends > bpfmaps.MaxBackends {
+		return fmt.Errorf("apply services: %d backends, at most %d per node: %w", t.backends, bpfmaps.MaxBackends, ErrServiceCapacity)
+	}
+	return nil
+}
+
+// svcDelta is one change of Desired.Services as the compiler described
+// it: to is from with the frontends of changed changed.
+type svcDelta struct {
+	from, to map[policy.ServiceFrontend]*policy.ServiceEntry
+	changed  []policy.ServiceFrontend
+}
+
+// maxSvcDeltas is how many svcDeltas the datapath keeps: a parity is
+// normally one change behind (the settler caught it up) or two.
+const maxSvcDeltas = 4
+
+// svcPlan is what Apply writes of the Service maps into a parity: every
+// frontend lockstep translates (all), or, when the parity holds a state
+// that the recorded changes lead from to the desired one, only the
+// frontends they changed (changed, incremental).
+type svcPlan struct {
+	all         []svcWant
+	changed     []policy.ServiceFrontend
+	incremental bool
+}
+
+// wantServices checks want's Services (see checkServices) and plans the
+// writes of a parity that holds written's frontends (nil: unknown).
+func (d *Datapath) wantServices(want *policy.Desired, written map[policy.ServiceFrontend]*policy.ServiceEntry) (svcPlan, error) {
+	if err := d.checkServices(want); err != nil {
+		return svcPlan{}, err
+	}
+	if want.ServicesBase != nil {
+		if n := len(d.svcDeltas); n == 0 || !sameMap(d.svcDeltas[n-1].to, want.Services) {
+			if n == maxSvcDeltas {
+				d.svcDeltas = slices.Delete(d.svcDeltas, 0, 1)
+			}
+			d.svcDeltas = append(d.svcDeltas, svcDelta{from: want.ServicesBase, to: want.Services, changed: want.ServicesChanged})
+		}
+	}
+	if fes, ok := d.servicesSince(written, want.Services); ok {
+		return svcPlan{changed: fes, incremental: true}, nil
+	}
+	all := make([]svcWant, 0, d.svcTotals.frontends)
+	for _, c := range d.svcChecked {
+		if c.ok {
+			all = append(all, c.want)
+		}
+	}
+	return svcPlan{all: all}, nil
+}
+
+// servicesSince returns the frontends that may differ between from and
+// to, when the recorded changes lead from one to the other.
+func (d *Datapath) servicesSince(from, to map[policy.ServiceFrontend]*policy.ServiceEntry) ([]policy.ServiceFrontend, bool) {
+	if from == nil || to == nil {
+		return nil, false
+	}
+	var fes []policy.ServiceFrontend
+	cur := to
+	for i := len(d.svcDeltas) - 1; i >= 0 && !sameMap(cur, from); i-- {
+		dl := d.svcDeltas[i]
+		if !sameMap(dl.to, cur) {
+			return nil, false
+		}
+		fes = append(fes, dl.changed...)
+		cur = dl.from
+	}
+	return fes, sameMap(cur, from)
+}
+
+// checkServices brings svcChecked to want.Services: which frontends
+// lockstep translates and how. It leaves out (and logs, once) frontends
+// of other protocols and SCTP frontends with a backend on another port
+// than the Service's (their CRC32c covers the ports: kube-proxy
+// translates them), and backends of the other family (no 4→6
 // translation). A frontend whose entry it saw before is not looked at
-// again.
-func (d *Datapath) wantServices(want map[policy.ServiceFrontend]*policy.ServiceEntry) ([]svcWant, error) {
-	checked := make(map[policy.ServiceFrontend]svcCheck, len(want))
-	out := make([]svcWant, 0, len(want))
-	total := 0
-	for fe, se := range want {
+// again; when want.Services is a change of the map last checked
+// (Desired.ServicesBase), only the changed frontends are. A state that
+// does not fit the maps is an error wrapping ErrServiceCapacity and
+// leaves svcChecked as it was.
+func (d *Datapath) checkServices(want *policy.Desired) error {
+	if want.Services != nil && sameMap(d.svcCheckedFor, want.Services) {
+		return nil
+	}
+	if want.ServicesBase != nil && sameMap(d.svcCheckedFor, want.ServicesBase) {
+		return d.checkChangedServices(want)
+	}
+	checked := make(map[policy.ServiceFrontend]svcCheck, len(want.Services))
+	var tot svcTotals
+	for fe, se := range want.Services {
 		c, ok := d.svcChecked[fe]
 		if !ok || c.src != se || se == nil {
 			c = d.checkService(fe, se)
 		}
+		if err := tooManyBackends(fe, c); err != nil {
+			return err
+		}
 		checked[fe] = c
-		if !c.ok {
-			continue
+		tot.add(c, 1)
+	}
+	if err := tot.check(); err != nil {
+		return err
+	}
+	d.svcChecked, d.svcTotals, d.svcCheckedFor = checked, tot, want.Services
+	return nil
+}
+
+// checkChangedServices is checkServices for want.ServicesChanged alone.
+func (d *Datapath) checkChangedServices(want *policy.Desired) error {
+	type undo struct {
+		fe  policy.ServiceFrontend
+		c   svcCheck
+		had bool
+	}
+	undos := make([]undo, 0, len(want.ServicesChanged))
+	tot := d.svcTotals
+	err := func() error {
+		for _, fe := range want.ServicesChanged {
+			old, had := d.svcChecked[fe]
+			undos = append(undos, undo{fe, old, had})
+			if had {
+				tot.add(old, -1)
+			}
+			se, ok := want.Services[fe]
+			if !ok {
+				delete(d.svcChecked, fe)
+				continue
+			}
+			c := old
+			if !had || c.src != se || se == nil {
+				c = d.checkService(fe, se)
+			}
+			d.svcChecked[fe] = c
+			tot.add(c, 1)
+			if err := tooManyBackends(fe, c); err != nil {
+				return err
+			}
 		}
-		if len(c.want.backends) > maxBackendsPerFrontend {
-			return nil, fmt.Errorf("apply services: %s %v has %d backends, at most %d: %w", serviceName(se), fe, len(c.want.backends), maxBackendsPerFrontend, ErrServiceCapacity)
+		return tot.check()
+	}()
+	if err != nil {
+		for i := len(undos) - 1; i >= 0; i-- {
+			if u := undos[i]; u.had {
+				d.svcChecked[u.fe] = u.c
+			} else {
+				delete(d.svcChecked, u.fe)
+			}
 		}
-		total += len(c.want.backends)
-		out = append(out, c.want)
+		return err
 	}
-	if len(out) > bpfmaps.MaxFrontends {
-		return nil, fmt.Errorf("apply services: %d frontends, at most %d per node: %w", len(out), bpfmaps.MaxFrontends, ErrServiceCapacity)
+	d.svcTotals, d.svcCheckedFor = tot, want.Services
+	return nil
+}
+
+// tooManyBackends returns an error wrapping ErrServiceCapacity when c
+// has more backends than a frontend's entry counts.
+func tooManyBackends(fe policy.ServiceFrontend, c svcCheck) error {
+	if c.ok && len(c.want.backends) > maxBackendsPerFrontend {
+		return fmt.Errorf("apply services: %s %v has %d backends, at most %d: %w", serviceName(c.src), fe, len(c.want.backends), maxBackendsPerFrontend, ErrServiceCapacity)
 	}
-	if total > bpfmaps.MaxBackends {
-		return nil, fmt.Errorf("apply services: %d backends, at most %d per node: %w", total, bpfmaps.MaxBackends, ErrServiceCapacity)
-	}
-	d.svcChecked = checked
-	return out, nil
+	return nil
 }
 
 // checkService says whether and how lockstep translates fe with entry se
@@ -195,48 +340,38 @@ func affinitySeconds(t time.Duration) uint32 {
 // for svcs, the frontends of from, and makes every other frontend absent
 // from parity q. When parity q was written from from itself, it holds
 // exactly that already: nothing to look at.
-func (d *Datapath) writeServices(from map[policy.ServiceFrontend]*policy.ServiceEntry, svcs []svcWant, p, q int) error {
+func (d *Datapath) writeServices(from map[policy.ServiceFrontend]*policy.ServiceEntry, plan svcPlan, p, q int) error {
 	m := &d.mirror
 	if sameMap(m.svcsFrom[q], from) {
 		return nil
 	}
 	m.svcsFrom[q] = nil
-	if err := d.writeServiceEntries(svcs, p, q); err != nil {
+	write := d.writeServiceEntries
+	d.stats.svcLooked = len(plan.all)
+	if plan.incremental {
+		write = d.writeChangedServices
+		d.stats.svcLooked = len(plan.changed)
+	}
+	if err := write(plan, p, q); err != nil {
 		return err
 	}
 	m.svcsFrom[q] = from
 	return nil
 }
 
-func (d *Datapath) writeServiceEntries(svcs []svcWant, p, q int) error {
+// writeServiceEntries writes every frontend of plan.all into parity q and
+// retires the frontends it does not have.
+func (d *Datapath) writeServiceEntries(plan svcPlan, p, q int) error {
 	m := &d.mirror
 	if err := d.deleteOrphanBackends(); err != nil {
 		return err
 	}
-	for _, w := range svcs {
-		e := m.svcs[w.key]
-		if e == nil {
-			m.nextSvcID++
-			e = &svcEntry{key: w.key, v: bpfmaps.SvcValue{ID: m.nextSvcID, Count: [2]uint16{bpfmaps.SvcAbsent, bpfmaps.SvcAbsent}}}
-			e.vKnown[p] = true // absent: no entry, which packets read as absent
-			m.svcs[w.key] = e
-		}
-		e.mark = m.mark
-		if e.src[q] == w.src && e.src[q] != nil && e.vKnown[q] {
-			continue
-		}
-		layout := planSlots(e.slots[p], w.backends)
-		if err := d.writeSlots(e, q, layout); err != nil {
+	for _, w := range plan.all {
+		if err := d.writeService(w, p, q); err != nil {
 			return err
 		}
-		v := e.v
-		v.Count[q], v.Affinity[q] = uint16(len(layout)), w.affinity
-		if err := d.putService(e, v, q); err != nil {
-			return err
-		}
-		e.src[q] = w.src
 	}
-	if len(m.svcs) == len(svcs) {
+	if len(m.svcs) == len(plan.all) {
 		return nil
 	}
 	for _, e := range m.svcs {
@@ -247,6 +382,62 @@ func (d *Datapath) writeServiceEntries(svcs []svcWant, p, q int) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// writeChangedServices writes the frontends of plan.changed into parity
+// q, whose other frontends already are as they should be: those
+// lockstep translates get their entries, the others are retired.
+func (d *Datapath) writeChangedServices(plan svcPlan, p, q int) error {
+	m := &d.mirror
+	if err := d.deleteOrphanBackends(); err != nil {
+		return err
+	}
+	for _, fe := range plan.changed {
+		if c, ok := d.svcChecked[fe]; ok && c.ok {
+			if err := d.writeService(c.want, p, q); err != nil {
+				return err
+			}
+			continue
+		}
+		key, ok := svcKey(fe)
+		if !ok {
+			continue
+		}
+		if e := m.svcs[key]; e != nil {
+			if err := d.retireService(e, p, q); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writeService writes w into parity q, unless that parity already holds
+// it; a frontend new to the maps gets an ID.
+func (d *Datapath) writeService(w svcWant, p, q int) error {
+	m := &d.mirror
+	e := m.svcs[w.key]
+	if e == nil {
+		m.nextSvcID++
+		e = &svcEntry{key: w.key, v: bpfmaps.SvcValue{ID: m.nextSvcID, Count: [2]uint16{bpfmaps.SvcAbsent, bpfmaps.SvcAbsent}}}
+		e.vKnown[p] = true // absent: no entry, which packets read as absent
+		m.svcs[w.key] = e
+	}
+	e.mark = m.mark
+	if e.src[q] == w.src && e.src[q] != nil && e.vKnown[q] {
+		return nil
+	}
+	layout := planSlots(e.slots[p], w.backends)
+	if err := d.writeSlots(e, q, layout); err != nil {
+		return err
+	}
+	v := e.v
+	v.Count[q], v.Affinity[q] = uint16(len(layout)), w.affinity
+	if err := d.putService(e, v, q); err != nil {
+		return err
+	}
+	e.src[q] = w.src
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -199,6 +200,115 @@ func TestPrivilegedServiceApplyIncremental(t *testing.T) {
 	}
 	if st[bpfmaps.ServicesMap] != 0 || st[bpfmaps.BackendsMap] != 0 {
 		t.Errorf("no Service left, yet the maps hold %d frontends and %d backend slots", st[bpfmaps.ServicesMap], st[bpfmaps.BackendsMap])
+	}
+}
+
+// Results that say which frontends changed (Desired.ServicesBase, as
+// policy.Incremental gives them) are applied by looking at those alone,
+// and leave the maps as a full write would: random changes, with and
+// without the settler in between, results the datapath never saw (it
+// then writes every frontend), results without a base, and a change the
+// maps cannot hold, refused whole and undone.
+func TestPrivilegedServiceApplyChanges(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	frontend := func(i int) policy.ServiceFrontend {
+		return policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, 0, byte(i)}), Port: 80, Proto: policyapi.ProtoTCP}
+	}
+	entry := func(i, backends int) *policy.ServiceEntry {
+		se := &policy.ServiceEntry{Service: fmt.Sprintf("ns/svc%d", i)}
+		for range backends {
+			se.Backends = append(se.Backends, policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i), byte(rng.IntN(8))}), Port: 8080})
+		}
+		slices.SortFunc(se.Backends, func(a, b policy.ServiceBackend) int { return a.Addr.Compare(b.Addr) })
+		se.Backends = slices.Compact(se.Backends)
+		return se
+	}
+	cur := map[policy.ServiceFrontend]*policy.ServiceEntry{}
+	for i := range 50 {
+		cur[frontend(i)] = entry(i, 2)
+	}
+	mustApply(t, d, &policy.Desired{Services: cur})
+	steps, looked, incremental := 400, 0, 0
+	refused := false
+	for step := range steps {
+		next := cloneServices(cur)
+		var changed []policy.ServiceFrontend
+		for range 1 + rng.IntN(4) {
+			i := rng.IntN(60)
+			fe := frontend(i)
+			if slices.Contains(changed, fe) {
+				continue
+			}
+			if _, ok := next[fe]; ok && rng.IntN(3) == 0 {
+				delete(next, fe)
+			} else {
+				next[fe] = entry(i, rng.IntN(5))
+			}
+			changed = append(changed, fe)
+		}
+		want := &policy.Desired{Services: next, ServicesBase: cur, ServicesChanged: changed}
+		if rng.IntN(12) == 0 {
+			want.ServicesBase, want.ServicesChanged = nil, nil
+		}
+		cur = next
+		if rng.IntN(12) == 0 {
+			continue // a result the datapath never sees
+		}
+		mustApply(t, d, want)
+		if d.stats.svcLooked < len(cur)/2 {
+			incremental++
+			looked += d.stats.svcLooked
+		}
+		checkLive(t, d, fmt.Sprintf("step %d", step), cur)
+		if !refused && step >= steps/2 && want.ServicesBase != nil {
+			refused = true
+			// One frontend over its capacity: refused, nothing written
+			// and nothing remembered of it: the next result is another
+			// change of the last state applied.
+			bad := cloneServices(cur)
+			fe := frontend(rng.IntN(50))
+			huge := &policy.ServiceEntry{Backends: make([]policy.ServiceBackend, maxBackendsPerFrontend+1)}
+			for k := range huge.Backends {
+				huge.Backends[k] = policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 2, byte(k >> 8), byte(k)}), Port: 8080}
+			}
+			bad[fe] = huge
+			gen := d.Generation()
+			if err := d.Apply(&policy.Desired{Services: bad, ServicesBase: cur, ServicesChanged: []policy.ServiceFrontend{fe}}); !errors.Is(err, ErrServiceCapacity) {
+				t.Fatalf("step %d: a frontend over its capacity: %v, want ErrServiceCapacity", step, err)
+			}
+			if d.Generation() != gen {
+				t.Fatalf("step %d: a refused state moved the generation", step)
+			}
+			// The periodic resync's read-back comes first, so the next
+			// Apply writes every frontend from what it concluded.
+			d.Invalidate()
+			other := frontend(50 + rng.IntN(10))
+			next := cloneServices(cur)
+			next[other] = entry(50, 1)
+			mustApply(t, d, &policy.Desired{Services: next, ServicesBase: cur, ServicesChanged: []policy.ServiceFrontend{other}})
+			cur = next
+			checkLive(t, d, "after a refused state", cur)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		if rng.IntN(2) == 0 {
+			d.waitSettled(t)
+			for parity := range 2 {
+				if got, w := sortedView(readServices(t, d, parity)), wantServiceView(cur); !reflect.DeepEqual(got, w) {
+					t.Fatalf("step %d: settled parity %d differs: %s", step, parity, viewDiff(got, w))
+				}
+			}
+		}
+	}
+	t.Logf("%d of %d results applied by looking at the changed frontends alone (%d in all)", incremental, steps, looked)
+	if !refused {
+		t.Error("no state over its capacity was tried")
+	}
+	if incremental < steps/2 {
+		t.Errorf("only %d of %d results were applied from their changes", incremental, steps)
 	}
 }
 

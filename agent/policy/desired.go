@@ -133,6 +133,15 @@ type Desired struct {
 	// pointer in successive results of one [Incremental]. Nil means no
 	// Service.
 	Services map[ServiceFrontend]*ServiceEntry
+	// ServicesBase and ServicesChanged describe Services as a change:
+	// when ServicesBase is not nil, Services is ServicesBase with the
+	// frontends of ServicesChanged added, replaced or removed, and every
+	// other frontend's entry the very pointer ServicesBase holds. A
+	// dataplane that applied ServicesBase may then look at those
+	// frontends only. [Incremental] fills them in when Services is a new
+	// map made from the previous result's; otherwise they are nil.
+	ServicesBase    map[ServiceFrontend]*ServiceEntry
+	ServicesChanged []ServiceFrontend
 	// FailedPolicies maps each policy (namespace/name) that could not be
 	// compiled, or whose namespace is over its budget (see [Limits]), to
 	// the reason; the endpoints it selects fail closed. It is for

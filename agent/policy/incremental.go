@@ -463,7 +463,8 @@ func (st *state) update(in *inputs) (*Desired, error) {
 // publish assembles the result, sharing what did not change with the last
 // one (or, after a rebuild, with the result of the state it replaced).
 func (st *state) publish() *Desired {
-	d := &Desired{CIDRs: st.classes.lpm, Services: st.publishServices(st.out == nil)}
+	d := &Desired{CIDRs: st.classes.lpm}
+	d.Services, d.ServicesBase, d.ServicesChanged = st.publishServices(st.out == nil)
 	if st.out != nil {
 		d.Addrs, d.Endpoints, d.FailedPolicies = st.out.Addrs, st.out.Endpoints, st.out.FailedPolicies
 	}

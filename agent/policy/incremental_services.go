@@ -196,11 +196,12 @@ func (st *state) updateServices(in *serviceInputs) error {
 // publishServices returns the Services of the result: the last map when
 // no frontend changed, else a copy with the changes (nil when empty). A
 // frontend two Services claim goes to the first by namespace/name, as in
-// Compile.
-func (st *state) publishServices(first bool) map[ServiceFrontend]*ServiceEntry {
+// Compile. A new map made from the last one comes with that one as its
+// base and the frontends that changed (Desired.ServicesBase).
+func (st *state) publishServices(first bool) (out, base map[ServiceFrontend]*ServiceEntry, changed []ServiceFrontend) {
 	ss := &st.svc
 	if !first && len(ss.dirty) == 0 {
-		return ss.out
+		return ss.out, nil, nil
 	}
 	type change struct {
 		fe  ServiceFrontend
@@ -220,6 +221,11 @@ func (st *state) publishServices(first bool) map[ServiceFrontend]*ServiceEntry {
 	}
 	reset(&ss.dirty)
 	if len(changes) > 0 {
+		base = ss.out
+		changed = make([]ServiceFrontend, len(changes))
+		for i, c := range changes {
+			changed[i] = c.fe
+		}
 		m := maps.Clone(ss.out)
 		if m == nil {
 			m = make(map[ServiceFrontend]*ServiceEntry, len(changes))
@@ -238,6 +244,10 @@ func (st *state) publishServices(first bool) map[ServiceFrontend]*ServiceEntry {
 	}
 	if first && st.prev != nil && maps.Equal(ss.out, st.prev.Services) {
 		ss.out = st.prev.Services
+		base, changed = nil, nil
 	}
-	return ss.out
+	if ss.out == nil || base == nil {
+		base, changed = nil, nil
+	}
+	return ss.out, base, changed
 }

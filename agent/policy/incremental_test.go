@@ -24,6 +24,7 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 	var compiled, failed, rules, reused, ruleHits, ruleMisses int
 	var frontends, backends, svcReused int
 	var keptRanges, movedOrigins int
+	var deltas, deltasFromPrev int
 	for seed := range seeds {
 		w := newWorld(uint64(seed) + 1)
 		var prev, prevCopy *Desired
@@ -95,8 +96,21 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 					t.Fatalf("seed %d step %d: frontend %+v's entry is equal to the last one but a new object", seed, step, fe)
 				}
 			}
+			if got.ServicesBase != nil {
+				deltas++
+				if msg := checkServicesDelta(got); msg != "" {
+					t.Fatalf("seed %d step %d: %s", seed, step, msg)
+				}
+			}
+			if prev != nil && sameMap(got.ServicesBase, prev.Services) {
+				deltasFromPrev++
+			}
 			prev, prevCopy = got, deepCopy(got)
 		}
+	}
+	t.Logf("%d results came as a change of an earlier one's Services, %d of the one before", deltas, deltasFromPrev)
+	if deltasFromPrev == 0 {
+		t.Error("no result's Services came as a change of the one before (Desired.ServicesBase)")
 	}
 	t.Logf("%d compilations, %d failed as the full compiler did, %d rules compared, %d endpoint policies reused; full recomputes took %d rules from their caches and resolved %d",
 		compiled, failed, rules, reused, ruleHits, ruleMisses)
@@ -219,4 +233,32 @@ func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
 		return false
 	}
 	return fmt.Sprintf("%p", a) == fmt.Sprintf("%p", b)
+}
+
+// checkServicesDelta checks that d.Services is d.ServicesBase with exactly
+// the frontends of d.ServicesChanged changed, every other entry the very
+// pointer of the base; it describes the first difference.
+func checkServicesDelta(d *Desired) string {
+	changed := map[ServiceFrontend]bool{}
+	for _, fe := range d.ServicesChanged {
+		changed[fe] = true
+	}
+	for _, m := range []map[ServiceFrontend]*ServiceEntry{d.Services, d.ServicesBase} {
+		for fe := range m {
+			now, inNow := d.Services[fe]
+			was, inBase := d.ServicesBase[fe]
+			same := inNow == inBase && now == was
+			if same == changed[fe] {
+				return fmt.Sprintf("frontend %+v: listed as changed %v, but the entry went from %p (present %v) to %p (present %v)", fe, changed[fe], was, inBase, now, inNow)
+			}
+		}
+	}
+	for fe := range changed {
+		_, inNow := d.Services[fe]
+		_, inBase := d.ServicesBase[fe]
+		if !inNow && !inBase {
+			return fmt.Sprintf("frontend %+v listed as changed is in neither map", fe)
+		}
+	}
+	return ""
 }
