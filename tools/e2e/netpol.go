@@ -56,6 +56,9 @@ func netpol(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The source tree as the images are built from it: describing it at
+	// the end would name what was edited meanwhile.
+	tree := benchkit.GatherMachine("tools/e2e", os.Args[1:], filepath.Join(repo, "bin"), "").Tree
 	if *out == "" {
 		*out = filepath.Join(repo, "E2E.md")
 	} else if *out == "-" {
@@ -101,7 +104,7 @@ func netpol(ctx context.Context, args []string) error {
 		logf("netpol: skipping the SCTP specs: this kernel has no SCTP (%v)", sctpErr)
 	}
 
-	run := netpolRun{c: c, suite: suite, repo: repo, reports: *reports, out: *out, focus: sel, skips: skips}
+	run := netpolRun{c: c, suite: suite, repo: repo, tree: tree, reports: *reports, out: *out, focus: sel, skips: skips}
 	failed := 0
 	for _, dp := range dps {
 		n, err := run.dataplane(ctx, dp)
@@ -120,6 +123,7 @@ func netpol(ctx context.Context, args []string) error {
 type netpolRun struct {
 	c            *realnode.Cluster
 	suite, repo  string
+	tree         string // git describe of the source tree at the start
 	reports, out string // out empty prints the sections
 	focus        []string
 	skips        []kubee2e.Skip
@@ -129,7 +133,8 @@ type netpolRun struct {
 // section of the summary and returns how many specs failed.
 func (n netpolRun) dataplane(ctx context.Context, dp string) (int, error) {
 	t0 := time.Now()
-	load := benchkit.LoadAverage()
+	machine := benchkit.GatherMachine("tools/e2e", os.Args[1:], filepath.Join(n.repo, "bin"), benchkit.LoadAverage())
+	machine.Tree = n.tree
 	logf("netpol: switching lockstep to the %s dataplane", dp)
 	if err := n.c.SetDataplane(ctx, dp); err != nil {
 		return 0, err
@@ -151,7 +156,7 @@ func (n netpolRun) dataplane(ctx context.Context, dp string) (int, error) {
 		dataplane: dp,
 		report:    rep,
 		wall:      time.Since(t0),
-		machine:   benchkit.GatherMachine("tools/e2e", os.Args[1:], filepath.Join(n.repo, "bin"), load),
+		machine:   machine,
 		kube:      serverVersion(ctx, n.c),
 		focus:     n.focus,
 		skips:     n.skips,
