@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/benchkit"
 	"lockstep.dev/lockstep/test/kubetest"
 	"lockstep.dev/lockstep/test/realnode"
@@ -379,9 +380,9 @@ func (b *connBench) setMode(ctx context.Context, mode string) error {
 	return nil
 }
 
-// uplinksCount is the dataplane count of the uplinks host routing is
-// attached to (bpfmaps.UplinksMap's entries).
-const uplinksCount = "lockstep_uplinks"
+// uplinksCount is the dataplane count, in `lockstep status`, of the
+// uplinks host routing is attached to: bpfmaps.UplinksMap's entries.
+const uplinksCount = "map " + bpfmaps.UplinksMap
 
 // agentStatus is what setMode reads of `lockstep status -o json`: its
 // dataplane part.
