@@ -94,7 +94,7 @@ func svcKey(fe policy.ServiceFrontend) (bpfmaps.SvcKey, bool) {
 	return bpfmaps.SvcKey{Addr: bpfmaps.AddrFrom(fe.Addr.Unmap()), Port: fe.Port, Proto: fe.Proto}, true
 }
 
-// svcCheck is what wantServices concluded about one frontend and the
+// svcCheck is what checkServices concluded about one frontend and the
 // *policy.ServiceEntry it had: ServiceEntry values are immutable, so the
 // conclusion holds as long as the pointer does.
 type svcCheck struct {
@@ -202,7 +202,7 @@ func (d *Datapath) servicesSince(from, to map[policy.ServiceFrontend]*policy.Ser
 // does not fit the maps is an error wrapping ErrServiceCapacity and
 // leaves svcChecked as it was.
 func (d *Datapath) checkServices(want *policy.Desired) error {
-	if want.Services != nil && sameMap(d.svcCheckedFor, want.Services) {
+	if sameMap(d.svcCheckedFor, want.Services) {
 		return nil
 	}
 	if want.ServicesBase != nil && sameMap(d.svcCheckedFor, want.ServicesBase) {
@@ -285,7 +285,7 @@ func tooManyBackends(fe policy.ServiceFrontend, c svcCheck) error {
 }
 
 // checkService says whether and how lockstep translates fe with entry se
-// (see wantServices).
+// (see checkServices).
 func (d *Datapath) checkService(fe policy.ServiceFrontend, se *policy.ServiceEntry) svcCheck {
 	key, ok := svcKey(fe)
 	if !ok || se == nil {
@@ -337,9 +337,9 @@ func affinitySeconds(t time.Duration) uint32 {
 }
 
 // writeServices writes parity q of lockstep_services and lockstep_backends
-// for svcs, the frontends of from, and makes every other frontend absent
-// from parity q. When parity q was written from from itself, it holds
-// exactly that already: nothing to look at.
+// as plan says, for the frontends of from, and makes every other frontend
+// absent from parity q. When parity q was written from from itself, it
+// holds exactly that already: nothing to look at.
 func (d *Datapath) writeServices(from map[policy.ServiceFrontend]*policy.ServiceEntry, plan svcPlan, p, q int) error {
 	m := &d.mirror
 	if sameMap(m.svcsFrom[q], from) {

@@ -205,37 +205,99 @@ func TestPrivilegedServiceApplyIncremental(t *testing.T) {
 
 // Results that say which frontends changed (Desired.ServicesBase, as
 // policy.Incremental gives them) are applied by looking at those alone,
-// and leave the maps as a full write would: random changes, with and
+// and leave the maps as a full write would: random changes to TCP, SCTP
+// (translated, or left to kube-proxy when a backend's port differs) and
+// IPv6 frontends (some with IPv4 backends, which are ignored), with and
 // without the settler in between, results the datapath never saw (it
 // then writes every frontend), results without a base, and a change the
-// maps cannot hold, refused whole and undone.
+// maps cannot hold, refused whole and undone. Settled, the maps hold no
+// entry of a frontend that went.
 func TestPrivilegedServiceApplyChanges(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
 	rng := rand.New(rand.NewPCG(1, 2))
+	// Frontend i: SCTP for every tenth, IPv6 for every seventh, else TCP.
 	frontend := func(i int) policy.ServiceFrontend {
-		return policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, 0, byte(i)}), Port: 80, Proto: policyapi.ProtoTCP}
+		fe := policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, 0, byte(i)}), Port: 80, Proto: policyapi.ProtoTCP}
+		switch {
+		case i%10 == 0:
+			fe.Proto = policyapi.ProtoSCTP
+		case i%7 == 0:
+			fe.Addr = netip.AddrFrom16([16]byte{0xfd, 0, 0x97, 15: byte(i)})
+		}
+		return fe
 	}
 	entry := func(i, backends int) *policy.ServiceEntry {
+		fe := frontend(i)
 		se := &policy.ServiceEntry{Service: fmt.Sprintf("ns/svc%d", i)}
 		for range backends {
-			se.Backends = append(se.Backends, policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i), byte(rng.IntN(8))}), Port: 8080})
+			b := policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i), byte(rng.IntN(8))}), Port: 8080}
+			if fe.Addr.Is6() && rng.IntN(4) > 0 {
+				b.Addr = netip.AddrFrom16([16]byte{0xfd, 1, byte(i), 15: byte(rng.IntN(8))})
+			}
+			if fe.Proto == policyapi.ProtoSCTP && rng.IntN(3) > 0 {
+				b.Port = fe.Port
+			}
+			se.Backends = append(se.Backends, b)
 		}
-		slices.SortFunc(se.Backends, func(a, b policy.ServiceBackend) int { return a.Addr.Compare(b.Addr) })
+		slices.SortFunc(se.Backends, func(a, b policy.ServiceBackend) int {
+			return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
+		})
 		se.Backends = slices.Compact(se.Backends)
 		return se
 	}
-	cur := map[policy.ServiceFrontend]*policy.ServiceEntry{}
-	for i := range 50 {
-		cur[frontend(i)] = entry(i, 2)
+	// translated is what the maps hold of svcs: SCTP frontends with a
+	// backend on another port are kube-proxy's, and only backends of the
+	// frontend's family count.
+	translated := func(svcs map[policy.ServiceFrontend]*policy.ServiceEntry) map[policy.ServiceFrontend]*policy.ServiceEntry {
+		out := map[policy.ServiceFrontend]*policy.ServiceEntry{}
+		for fe, se := range svcs {
+			var bs []policy.ServiceBackend
+			left := false
+			for _, b := range se.Backends {
+				left = left || (fe.Proto == policyapi.ProtoSCTP && b.Port != fe.Port)
+				if b.Addr.Is4() == fe.Addr.Is4() {
+					bs = append(bs, b)
+				}
+			}
+			if !left {
+				out[fe] = &policy.ServiceEntry{Service: se.Service, Backends: bs}
+			}
+		}
+		return out
 	}
-	mustApply(t, d, &policy.Desired{Services: cur})
-	steps, looked, incremental := 400, 0, 0
-	refused := false
-	for step := range steps {
-		next := cloneServices(cur)
+	check := func(what string, svcs map[policy.ServiceFrontend]*policy.ServiceEntry, settled bool) {
+		t.Helper()
+		want := translated(svcs)
+		checkLive(t, d, what, want)
+		if !settled {
+			return
+		}
+		d.waitSettled(t)
+		backends := 0
+		for _, se := range want {
+			backends += len(se.Backends)
+		}
+		for parity := range 2 {
+			if got, w := sortedView(readServices(t, d, parity)), wantServiceView(want); !reflect.DeepEqual(got, w) {
+				t.Errorf("%s: settled parity %d differs: %s", what, parity, viewDiff(got, w))
+			}
+		}
+		st, err := d.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st[bpfmaps.ServicesMap] != len(want) || st[bpfmaps.BackendsMap] != 2*backends {
+			t.Errorf("%s: settled maps hold %d frontends and %d backend slots, want %d and %d (both parities)",
+				what, st[bpfmaps.ServicesMap], st[bpfmaps.BackendsMap], len(want), 2*backends)
+		}
+	}
+	// change returns base with n random frontends added, replaced or
+	// removed, and the frontends it changed.
+	change := func(base map[policy.ServiceFrontend]*policy.ServiceEntry, n int) (map[policy.ServiceFrontend]*policy.ServiceEntry, []policy.ServiceFrontend) {
+		next := cloneServices(base)
 		var changed []policy.ServiceFrontend
-		for range 1 + rng.IntN(4) {
+		for range n {
 			i := rng.IntN(60)
 			fe := frontend(i)
 			if slices.Contains(changed, fe) {
@@ -248,6 +310,18 @@ func TestPrivilegedServiceApplyChanges(t *testing.T) {
 			}
 			changed = append(changed, fe)
 		}
+		return next, changed
+	}
+
+	cur := map[policy.ServiceFrontend]*policy.ServiceEntry{}
+	for i := range 50 {
+		cur[frontend(i)] = entry(i, 2)
+	}
+	mustApply(t, d, &policy.Desired{Services: cur})
+	steps, looked, incremental := 400, 0, 0
+	refused := false
+	for step := range steps {
+		next, changed := change(cur, 1+rng.IntN(4))
 		want := &policy.Desired{Services: next, ServicesBase: cur, ServicesChanged: changed}
 		if rng.IntN(12) == 0 {
 			want.ServicesBase, want.ServicesChanged = nil, nil
@@ -261,14 +335,18 @@ func TestPrivilegedServiceApplyChanges(t *testing.T) {
 			incremental++
 			looked += d.stats.svcLooked
 		}
-		checkLive(t, d, fmt.Sprintf("step %d", step), cur)
+		what := fmt.Sprintf("step %d", step)
+		check(what, cur, rng.IntN(2) == 0)
 		if !refused && step >= steps/2 && want.ServicesBase != nil {
 			refused = true
 			// One frontend over its capacity: refused, nothing written
-			// and nothing remembered of it: the next result is another
-			// change of the last state applied.
+			// and nothing remembered of it. The next result is another
+			// change of the last state applied, written from its
+			// changes; the one after it is written whole, after the
+			// periodic resync's read-back, from what the datapath
+			// concluded about every frontend.
 			bad := cloneServices(cur)
-			fe := frontend(rng.IntN(50))
+			fe := frontend(1 + rng.IntN(6))
 			huge := &policy.ServiceEntry{Backends: make([]policy.ServiceBackend, maxBackendsPerFrontend+1)}
 			for k := range huge.Backends {
 				huge.Backends[k] = policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 2, byte(k >> 8), byte(k)}), Port: 8080}
@@ -276,31 +354,26 @@ func TestPrivilegedServiceApplyChanges(t *testing.T) {
 			bad[fe] = huge
 			gen := d.Generation()
 			if err := d.Apply(&policy.Desired{Services: bad, ServicesBase: cur, ServicesChanged: []policy.ServiceFrontend{fe}}); !errors.Is(err, ErrServiceCapacity) {
-				t.Fatalf("step %d: a frontend over its capacity: %v, want ErrServiceCapacity", step, err)
+				t.Fatalf("%s: a frontend over its capacity: %v, want ErrServiceCapacity", what, err)
 			}
 			if d.Generation() != gen {
-				t.Fatalf("step %d: a refused state moved the generation", step)
+				t.Fatalf("%s: a refused state moved the generation", what)
 			}
-			// The periodic resync's read-back comes first, so the next
-			// Apply writes every frontend from what it concluded.
-			d.Invalidate()
-			other := frontend(50 + rng.IntN(10))
-			next := cloneServices(cur)
-			next[other] = entry(50, 1)
-			mustApply(t, d, &policy.Desired{Services: next, ServicesBase: cur, ServicesChanged: []policy.ServiceFrontend{other}})
-			cur = next
-			checkLive(t, d, "after a refused state", cur)
+			for _, readBack := range []bool{false, true} {
+				if readBack {
+					d.Invalidate()
+				}
+				next, changed := change(cur, 1)
+				mustApply(t, d, &policy.Desired{Services: next, ServicesBase: cur, ServicesChanged: changed})
+				if !readBack && d.stats.svcLooked > 2*len(changed) {
+					t.Errorf("%s: the change after a refused one looked at %d frontends, want its own %d (and the last one's)", what, d.stats.svcLooked, len(changed))
+				}
+				cur = next
+				check(fmt.Sprintf("%s, after a refused state (read back %v)", what, readBack), cur, true)
+			}
 		}
 		if t.Failed() {
 			t.FailNow()
-		}
-		if rng.IntN(2) == 0 {
-			d.waitSettled(t)
-			for parity := range 2 {
-				if got, w := sortedView(readServices(t, d, parity)), wantServiceView(cur); !reflect.DeepEqual(got, w) {
-					t.Fatalf("step %d: settled parity %d differs: %s", step, parity, viewDiff(got, w))
-				}
-			}
 		}
 	}
 	t.Logf("%d of %d results applied by looking at the changed frontends alone (%d in all)", incremental, steps, looked)
