@@ -49,12 +49,23 @@ func GatherMachine(tool string, args []string, binDir, loadAtStart string) Machi
 	if out, err := exec.Command(filepath.Join(binDir, "lockstep"), "version").Output(); err == nil {
 		m.Lockstep = strings.TrimSpace(string(out))
 	}
-	if root != "" {
-		if out, err := exec.Command("git", "-C", root, "describe", "--tags", "--always", "--dirty").Output(); err == nil {
-			m.Tree = strings.TrimSpace(string(out))
-		}
+	if tree := SourceTree(root); tree != "" {
+		m.Tree = tree
 	}
 	return m
+}
+
+// SourceTree is `git describe` of the repository at root (dirty marked),
+// or "" when it cannot tell.
+func SourceTree(root string) string {
+	if root == "" {
+		return ""
+	}
+	out, err := exec.Command("git", "-C", root, "describe", "--tags", "--always", "--dirty").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // Rows are m as the rows of a two-column markdown table, extra rows

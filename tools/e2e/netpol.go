@@ -56,9 +56,14 @@ func netpol(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The source tree as the images are built from it: describing it at
-	// the end would name what was edited meanwhile.
-	tree := benchkit.GatherMachine("tools/e2e", os.Args[1:], filepath.Join(repo, "bin"), "").Tree
+	// The source tree as the run starts, which a run that brings its
+	// cluster up builds the images from (describing it at the end would
+	// name what was edited meanwhile); with a cluster already running,
+	// the lockstep row, read from the nodes, says what they run.
+	tree := benchkit.SourceTree(repo)
+	if tree == "" {
+		tree = "unknown"
+	}
 	if *out == "" {
 		*out = filepath.Join(repo, "E2E.md")
 	} else if *out == "-" {

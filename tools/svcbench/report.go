@@ -218,8 +218,8 @@ func (r *report) writeConnRate(w func(string, ...any)) {
 	w("grow by every connection under kube-proxy and by none under lockstep. *pod IP* is the")
 	w("reference without a Service: the same client to the first backend's address, in the")
 	w("mode the round starts in. %d rounds after an unmeasured one; in each the modes take", c.rounds)
-	w("turns, starting with the previous round's last (each goes first equally often), and")
-	w("the Services take turns within a mode.")
+	w("turns, starting with the previous round's last (%s), and the Services take turns", firstCounts(c.rounds))
+	w("within a mode.")
 	w("")
 	w("Connections/s, the median of the rounds and their range:")
 	w("")
@@ -281,6 +281,19 @@ func (r *report) writeConnRate(w func(string, ...any)) {
 		w("| %d | %s | %.0f | %d | %d | %.0f | %.0f | %d | %s |", s.round, what, s.rate, s.conns, s.failures, s.connectP50, s.connectP99, s.kubeProxyNAT, s.load)
 	}
 	w("")
+}
+
+// firstCounts says how often each mode went first in rounds rounds.
+func firstCounts(rounds int) string {
+	n := map[string]int{}
+	for r := 1; r <= rounds; r++ {
+		n[roundOrder(r)[0]]++
+	}
+	var out []string
+	for _, m := range modes {
+		out = append(out, fmt.Sprintf("%s first in %d", m, n[m]))
+	}
+	return strings.Join(out, ", ")
 }
 
 func fmtRate(x float64) string { return fmt.Sprintf("%.0f", x) }

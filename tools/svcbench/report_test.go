@@ -85,6 +85,7 @@ func TestSampleCheck(t *testing.T) {
 		{connSample{mode: modeKubeProxy, backends: 1, conns: 1000, kubeProxyNAT: 990}, false},
 		{connSample{mode: modeKernel, backends: 1, conns: 1000, kubeProxyNAT: 1000}, true},
 		{connSample{mode: modeKernel, backends: 100, conns: 1000, kubeProxyNAT: 0}, false},
+		{connSample{mode: "", backends: 0, conns: 1000, kubeProxyNAT: 0}, true},
 	} {
 		if err := tc.s.check(); (err == nil) != tc.ok {
 			t.Errorf("%+v: check() = %v, want ok %v", tc.s, err, tc.ok)
@@ -139,7 +140,8 @@ func TestTargets(t *testing.T) {
 	}
 	sec := r.section()
 	for _, s := range []string{"<!-- svcbench:begin -->", "<!-- svcbench:end -->", "### Targets (4/7 pass)", "| ClusterIP, 100 backends | **10000** (10000-10000) | **7000** (7000-7000) | **8000** (8000-8000) |",
-		"| pod IP (no Service) | 9000 (9000-9000) | | |", "| ClusterIP, 1 backend | kube-proxy, kernel routing | **1.33×** | 1.33× | 1.33×-1.33× |"} {
+		"| pod IP (no Service) | 9000 (9000-9000) | | |",
+		"(lockstep first in 1, kube-proxy first in 1, kube-proxy, kernel routing first in 1)", "| ClusterIP, 1 backend | kube-proxy, kernel routing | **1.33×** | 1.33× | 1.33×-1.33× |"} {
 		if !strings.Contains(sec, s) {
 			t.Errorf("section lacks %q", s)
 		}
