@@ -223,18 +223,14 @@ func (r *report) writeConnRate(w func(string, ...any)) {
 	w("")
 	w("Connections/s, the median of the rounds and their range:")
 	w("")
-	w("| Service | %s |", strings.Join(modes, " | "))
-	w("|---|%s", strings.Repeat("---:|", len(modes)))
-	for _, n := range backendCounts {
-		cells := []string{"ClusterIP, " + plural(n, "backend")}
-		for _, m := range modes {
-			v := c.rates(m, n)
-			cells = append(cells, fmt.Sprintf("**%s** (%s)", fmtRate(medianOf(v)), fmtRange(v, fmtRate)))
+	writeModeTable(w, func(m string, n int) string {
+		v := c.rates(m, n)
+		median := fmtRate(medianOf(v))
+		if n > 0 {
+			median = "**" + median + "**"
 		}
-		w("| %s |", strings.Join(cells, " | "))
-	}
-	pod := c.rates("", 0)
-	w("| pod IP (no Service) | %s (%s) |%s", fmtRate(medianOf(pod)), fmtRange(pod, fmtRate), strings.Repeat(" |", len(modes)-1))
+		return median + " (" + fmtRange(v, fmtRate) + ")"
+	})
 	w("")
 	w("lockstep's rate ÷ each kube-proxy mode's: the ratio of the medians, then the median")
 	w("and range of the rounds' own ratios:")
@@ -252,21 +248,11 @@ func (r *report) writeConnRate(w func(string, ...any)) {
 	w("How long one connect took (SYN out to SYN-ACK in, and the system call), the")
 	w("median over the rounds of each measurement's p50 / p99, in µs:")
 	w("")
-	w("| Service | %s |", strings.Join(modes, " | "))
-	w("|---|%s", strings.Repeat("---:|", len(modes)))
 	p50 := func(s connSample) float64 { return s.connectP50 }
 	p99 := func(s connSample) float64 { return s.connectP99 }
-	latency := func(m string, n int) string {
+	writeModeTable(w, func(m string, n int) string {
 		return fmt.Sprintf("%.0f / %.0f", medianOf(c.values(m, n, p50)), medianOf(c.values(m, n, p99)))
-	}
-	for _, n := range backendCounts {
-		cells := []string{"ClusterIP, " + plural(n, "backend")}
-		for _, m := range modes {
-			cells = append(cells, latency(m, n))
-		}
-		w("| %s |", strings.Join(cells, " | "))
-	}
-	w("| pod IP (no Service) | %s |%s", latency("", 0), strings.Repeat(" |", len(modes)-1))
+	})
 	w("")
 	w("Every measurement, in the order taken (connections/s; failed connections; connect")
 	w("p50 and p99 in µs; the 1-minute load average as it started):")
@@ -281,6 +267,21 @@ func (r *report) writeConnRate(w func(string, ...any)) {
 		w("| %d | %s | %.0f | %d | %d | %.0f | %.0f | %d | %s |", s.round, what, s.rate, s.conns, s.failures, s.connectP50, s.connectP99, s.kubeProxyNAT, s.load)
 	}
 	w("")
+}
+
+// writeModeTable writes a table with cell's text for each Service and
+// mode; the pod IP's row has it in the first mode's column.
+func writeModeTable(w func(string, ...any), cell func(mode string, backends int) string) {
+	w("| Service | %s |", strings.Join(modes, " | "))
+	w("|---|%s", strings.Repeat("---:|", len(modes)))
+	for _, n := range backendCounts {
+		cells := []string{"ClusterIP, " + plural(n, "backend")}
+		for _, m := range modes {
+			cells = append(cells, cell(m, n))
+		}
+		w("| %s |", strings.Join(cells, " | "))
+	}
+	w("| pod IP (no Service) | %s |%s", cell("", 0), strings.Repeat(" |", len(modes)-1))
 }
 
 // firstCounts says how often each mode went first in rounds rounds.
