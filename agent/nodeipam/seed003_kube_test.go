@@ -72,13 +72,16 @@ func TestKubeSeed003NodeReplacedUnderSameName(t *testing.T) {
 			if !used[string(stale.UID)] {
 				t.Fatal("setup: the agent never used the first NodeIPAM")
 			}
-			clear(used)
 			mu.Unlock()
 
 			// The node is replaced. Its pod goes with it (pod GC), without
 			// a CNI DEL; its NodeIPAM stays.
 			if tc.restart {
+				// The new incarnation must never use the stale object.
 				a.stop()
+				mu.Lock()
+				clear(used)
+				mu.Unlock()
 			}
 			c.deleteNode(t, nodeName)
 			c.deletePod(t, gone)
@@ -101,6 +104,15 @@ func TestKubeSeed003NodeReplacedUnderSameName(t *testing.T) {
 			}
 			if !strings.Contains(why, string(stale.UID)) || !strings.Contains(why, string(newUID)) {
 				t.Errorf("the wait does not name the objects: %s", why)
+			}
+			if !tc.restart {
+				// From here on the agent has seen the replacement: no pass
+				// may get past verification with the stale object. (Until
+				// it saw the deletion, a pass of the old Node's, such as
+				// the one its own status write triggers, may still use it.)
+				mu.Lock()
+				clear(used)
+				mu.Unlock()
 			}
 			// While only the stale object exists nothing is allocated.
 			late := c.createPod(t, nodeName+"-web-1", nodeName)
