@@ -228,48 +228,44 @@ func (d *Datapath) checkServices(want *policy.Desired) error {
 	return nil
 }
 
-// checkChangedServices is checkServices for want.ServicesChanged alone.
+// checkChangedServices is checkServices for want.ServicesChanged alone:
+// it checks them aside and changes svcChecked only once the whole state
+// fits.
 func (d *Datapath) checkChangedServices(want *policy.Desired) error {
-	type undo struct {
-		fe  policy.ServiceFrontend
-		c   svcCheck
-		had bool
-	}
-	undos := make([]undo, 0, len(want.ServicesChanged))
+	next := make(map[policy.ServiceFrontend]*svcCheck, len(want.ServicesChanged)) // nil: gone
 	tot := d.svcTotals
-	err := func() error {
-		for _, fe := range want.ServicesChanged {
-			old, had := d.svcChecked[fe]
-			undos = append(undos, undo{fe, old, had})
-			if had {
-				tot.add(old, -1)
-			}
-			se, ok := want.Services[fe]
-			if !ok {
-				delete(d.svcChecked, fe)
-				continue
-			}
-			c := old
-			if !had || c.src != se || se == nil {
-				c = d.checkService(fe, se)
-			}
-			d.svcChecked[fe] = c
-			tot.add(c, 1)
-			if err := tooManyBackends(fe, c); err != nil {
-				return err
-			}
+	for _, fe := range want.ServicesChanged {
+		if _, seen := next[fe]; seen {
+			continue
 		}
-		return tot.check()
-	}()
-	if err != nil {
-		for i := len(undos) - 1; i >= 0; i-- {
-			if u := undos[i]; u.had {
-				d.svcChecked[u.fe] = u.c
-			} else {
-				delete(d.svcChecked, u.fe)
-			}
+		old, had := d.svcChecked[fe]
+		if had {
+			tot.add(old, -1)
 		}
+		se, ok := want.Services[fe]
+		if !ok {
+			next[fe] = nil
+			continue
+		}
+		c := old
+		if !had || c.src != se || se == nil {
+			c = d.checkService(fe, se)
+		}
+		if err := tooManyBackends(fe, c); err != nil {
+			return err
+		}
+		tot.add(c, 1)
+		next[fe] = &c
+	}
+	if err := tot.check(); err != nil {
 		return err
+	}
+	for fe, c := range next {
+		if c == nil {
+			delete(d.svcChecked, fe)
+		} else {
+			d.svcChecked[fe] = *c
+		}
 	}
 	d.svcTotals, d.svcCheckedFor = tot, want.Services
 	return nil
