@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"lockstep.dev/lockstep/agent/api"
 )
 
 // RepoRoot walks up from the working directory to the lockstep repository
@@ -114,6 +116,20 @@ func (c *Cluster) Dataplane(ctx context.Context) (string, error) {
 	return "ebpf", nil
 }
 
+// AgentStatus is what `lockstep status -o json` says on node h, run as an
+// operator would, with the binary install-cni put there.
+func (c *Cluster) AgentStatus(ctx context.Context, h Host) (*api.StatusResponse, error) {
+	out, err := c.Exec(ctx, h, "/opt/cni/bin/lockstep", "status", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	var st api.StatusResponse
+	if err := json.Unmarshal(out, &st); err != nil {
+		return nil, fmt.Errorf("decode lockstep status of %s: %w\n%s", h.Name, err, out)
+	}
+	return &st, nil
+}
+
 // WaitAgentsDataplane waits until the agent of every node says (`lockstep
 // status`) that it runs dataplane ("iptables" also matches the
 // iptables-nft and iptables-legacy it reports) with no clean-up of another
@@ -122,18 +138,12 @@ func (c *Cluster) Dataplane(ctx context.Context) (string, error) {
 func (c *Cluster) WaitAgentsDataplane(ctx context.Context, dataplane string, timeout time.Duration) error {
 	for _, h := range c.Nodes {
 		err := Poll(ctx, timeout, time.Second, "the agent of "+h.Name+" to run the "+dataplane+" dataplane", func() (bool, string, error) {
-			out, err := c.Exec(ctx, h, "/opt/cni/bin/lockstep", "status", "-o", "json")
+			st, err := c.AgentStatus(ctx, h)
 			if err != nil {
 				return false, err.Error(), nil
 			}
-			var st struct {
-				Dataplane struct {
-					Name            string `json:"name"`
-					PendingCleanups []any  `json:"pendingCleanups"`
-				} `json:"dataplane"`
-			}
-			if err := json.Unmarshal(out, &st); err != nil {
-				return false, fmt.Sprintf("decode lockstep status: %v", err), nil
+			if st.Dataplane == nil {
+				return false, "no dataplane yet", nil
 			}
 			if !strings.HasPrefix(st.Dataplane.Name, dataplane) {
 				return false, "it runs " + st.Dataplane.Name, nil

@@ -4,12 +4,12 @@ package realnode_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/test/realnode"
 )
 
@@ -34,6 +34,9 @@ func TestPrivilegedRealNodeIptablesDataplane(t *testing.T) {
 	for _, h := range c.Nodes {
 		err := realnode.Poll(t.Context(), 2*time.Minute, time.Second, "the agent of "+h.Name+" to run iptables with nothing of eBPF left", func() (bool, string, error) {
 			st := agentStatus(t, c, h)
+			if st.Dataplane == nil {
+				return false, "no dataplane yet", nil
+			}
 			if !strings.HasPrefix(st.Dataplane.Name, "iptables") {
 				return false, "dataplane " + st.Dataplane.Name, nil
 			}
@@ -57,28 +60,12 @@ func TestPrivilegedRealNodeIptablesDataplane(t *testing.T) {
 	t.Run("probes pass a default deny", func(t *testing.T) { checkProbesPass(t, c, "ipt-probes") })
 }
 
-// status is what the tests read of `lockstep status -o json`.
-type status struct {
-	Pools []struct {
-		Used int `json:"used"`
-	} `json:"pools"`
-	Dataplane struct {
-		Name            string `json:"name"`
-		PendingCleanups []any  `json:"pendingCleanups"`
-	} `json:"dataplane"`
-}
-
-// agentStatus runs `lockstep status -o json` on a node, as an operator
-// would, with the binary install-cni put there.
-func agentStatus(tb testing.TB, c *realnode.Cluster, h realnode.Host) status {
+// agentStatus is c.AgentStatus, failing tb when the agent does not answer.
+func agentStatus(tb testing.TB, c *realnode.Cluster, h realnode.Host) *api.StatusResponse {
 	tb.Helper()
-	out, err := c.Exec(tb.Context(), h, "/opt/cni/bin/lockstep", "status", "-o", "json")
+	st, err := c.AgentStatus(tb.Context(), h)
 	if err != nil {
 		tb.Fatal(err)
-	}
-	var st status
-	if err := json.Unmarshal(out, &st); err != nil {
-		tb.Fatalf("decode lockstep status: %v\n%s", err, out)
 	}
 	return st
 }

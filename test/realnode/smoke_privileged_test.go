@@ -338,7 +338,7 @@ func poolsUsed(tb testing.TB, c *realnode.Cluster, h realnode.Host) int {
 	tb.Helper()
 	n := 0
 	for _, p := range agentStatus(tb, c, h).Pools {
-		n += p.Used
+		n += int(p.Used)
 	}
 	return n
 }

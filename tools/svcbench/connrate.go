@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/bpfmaps"
 	"lockstep.dev/lockstep/test/benchkit"
 	"lockstep.dev/lockstep/test/kubetest"
@@ -358,7 +359,7 @@ func (b *connBench) setMode(ctx context.Context, mode string) error {
 	}
 	for _, node := range []realnode.Host{b.client, b.backend} {
 		err := realnode.Poll(ctx, 2*time.Minute, time.Second, "the agent on "+node.Name+" to apply the mode", func() (bool, string, error) {
-			st, err := b.status(ctx, node)
+			st, err := b.dataplaneStatus(ctx, node)
 			if err != nil {
 				return false, err.Error(), nil
 			}
@@ -385,29 +386,12 @@ func (b *connBench) setMode(ctx context.Context, mode string) error {
 // uplinks host routing is attached to: bpfmaps.UplinksMap's entries.
 const uplinksCount = "map " + bpfmaps.UplinksMap
 
-// agentStatus is what setMode reads of `lockstep status -o json`: its
-// dataplane part.
-type agentStatus struct {
-	LastApply time.Time      `json:"lastApply"`
-	Counts    map[string]int `json:"counts"`
-	Services  *struct {
-		Frontends       int  `json:"frontends"`
-		LeftToKubeProxy bool `json:"leftToKubeProxy"`
-	} `json:"services"`
-}
-
-// status reads node's agent status; an agent that has applied nothing
-// yet is an error.
-func (b *connBench) status(ctx context.Context, node realnode.Host) (*agentStatus, error) {
-	out, err := b.c.Exec(ctx, node, "/opt/cni/bin/lockstep", "status", "-o", "json")
+// dataplaneStatus is the dataplane part of node's `lockstep status`; an
+// agent that has applied nothing yet is an error.
+func (b *connBench) dataplaneStatus(ctx context.Context, node realnode.Host) (*api.DataplaneStatus, error) {
+	st, err := b.c.AgentStatus(ctx, node)
 	if err != nil {
 		return nil, err
-	}
-	var st struct {
-		Dataplane *agentStatus `json:"dataplane"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		return nil, fmt.Errorf("lockstep status: %w", err)
 	}
 	if d := st.Dataplane; d == nil || d.Services == nil || d.LastApply.IsZero() {
 		return nil, errors.New("no dataplane state applied yet")
