@@ -31,4 +31,13 @@
 // policy is in force before the runtime starts the pod's containers. An
 // apply serves every ADD confirmed before it began, so a burst of ADDs
 // shares applies instead of queueing for the apply lock one apply each.
+//
+// Run applies every other change as soon as it is committed, but holds
+// back one that only releases endpoints (a CNI DEL, a GC, an orphan
+// clean-up) for up to [DefaultReleaseDelay], so that it rides with the
+// next change: an eBPF apply writes the idle copy only once an RCU grace
+// period has passed since the previous flip, and an ADD right after a
+// DEL would otherwise wait out the DEL's. What a release takes away is
+// used by no pod any more; its addresses are handed out again only by an
+// ADD, whose apply carries the release.
 package enforcer

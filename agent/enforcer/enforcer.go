@@ -90,7 +90,20 @@ type Enforcer struct {
 	observePhases func(Phases)
 	// heartbeat is beaten by every turn of Run.
 	heartbeat *watchdog.Loop
+
+	// releaseDelay is how long Run holds back a change that only
+	// releases endpoints (see holdReleases); releasesHeld is when it
+	// first held back the changes not yet applied, zero when it holds
+	// none, and heldRev the latest revision it holds back. Under mu.
+	releaseDelay time.Duration
+	releasesHeld time.Time
+	heldRev      uint64
 }
+
+// DefaultReleaseDelay is how long Run holds back a change that only
+// releases endpoints, for another change to ride with it (see
+// SetReleaseDelay).
+const DefaultReleaseDelay = 100 * time.Millisecond
 
 // Phases is how long the parts of one apply took.
 type Phases struct {
@@ -111,9 +124,28 @@ func New(st *store.Store, dp Dataplane, log *slog.Logger) *Enforcer {
 	if log == nil {
 		log = slog.Default()
 	}
-	e := &Enforcer{store: st, dp: dp, log: log, attached: map[string]bool{}}
+	e := &Enforcer{store: st, dp: dp, log: log, attached: map[string]bool{}, releaseDelay: DefaultReleaseDelay}
 	e.feed.limits = policy.DefaultLimits
 	return e
+}
+
+// SetReleaseDelay sets how long Run holds back a change that only
+// releases endpoints (a CNI DEL, a GC, an orphan clean-up) before it
+// applies it on its own; 0 applies every change at once. Call it before
+// Run.
+//
+// Such a change only takes away what no pod uses any more: the released
+// endpoint's entries, its addresses, and the rules that matched only
+// them. Applying it with the next change instead of at once saves that
+// change a wait: an eBPF Apply writes the idle copy only once an RCU
+// grace period (up to about 20 ms here) has passed since the last flip,
+// and the ADD that follows a DEL would otherwise find the DEL's flip
+// a few milliseconds old. An address a release frees is handed out again
+// only by an ADD, whose own apply (EnforceEndpoint) carries the release.
+func (e *Enforcer) SetReleaseDelay(d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.releaseDelay = max(d, 0)
 }
 
 // SetLimits replaces the limits on each namespace's policies
@@ -187,6 +219,7 @@ func (e *Enforcer) syncLocked(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
+	e.releasesHeld = time.Time{}
 	err := e.apply(txn)
 	e.lastErr = err
 	if err != nil {
@@ -278,6 +311,12 @@ func (e *Enforcer) Run(ctx context.Context, resync time.Duration) {
 		if err == nil {
 			ws.Add(ch)
 		}
+		if hold := e.holdReleases(txn); hold > 0 {
+			if !e.waitHeld(ctx, ws, hold) {
+				return
+			}
+			continue
+		}
 		if err := e.Sync(ctx); err != nil && ctx.Err() == nil {
 			wait := retry.Next(time.Now())
 			e.log.Error("apply dataplane state; retrying", "err", err, "in", wait)
@@ -298,6 +337,43 @@ func (e *Enforcer) Run(ctx context.Context, resync time.Duration) {
 			}
 		}
 	}
+}
+
+// waitHeld waits while Run holds back releases: for hold, a newer change
+// or a heartbeat tick, whichever comes first. It returns false when ctx
+// ended.
+func (e *Enforcer) waitHeld(ctx context.Context, ws memdb.WatchSet, hold time.Duration) bool {
+	wctx, cancel := context.WithTimeout(ctx, hold)
+	defer cancel()
+	select {
+	case <-ws.WatchCh(wctx): // a newer change, or hold is over
+	case <-e.heartbeat.Tick():
+	}
+	return ctx.Err() == nil
+}
+
+// holdReleases returns how much longer Run should hold back the changes
+// txn reads that are not applied yet: the rest of the release delay when
+// they only release endpoints, zero when they should be applied now.
+func (e *Enforcer) holdReleases(txn *store.Txn) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rev := store.Revision(txn, "")
+	if e.releaseDelay == 0 || e.lastErr != nil || e.force || e.applied == 0 || rev == e.applied {
+		e.releasesHeld = time.Time{}
+		return 0
+	}
+	changes, err := store.ChangesSince(txn, e.applied)
+	if err != nil || !onlyReleases(changes) {
+		e.releasesHeld = time.Time{}
+		return 0
+	}
+	now := time.Now()
+	if e.releasesHeld.IsZero() {
+		e.releasesHeld = now
+	}
+	e.heldRev = rev
+	return e.releasesHeld.Add(e.releaseDelay).Sub(now)
 }
 
 // apply compiles the state txn reads and applies it: new endpoints are

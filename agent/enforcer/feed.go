@@ -123,6 +123,53 @@ func (f *feeder) feedChange(c store.Change) {
 	}
 }
 
+// compilerInputs are the tables the compiler is fed from: feed reads the
+// Ready endpoints whole when an endpoint changed, feedChange the others
+// object by object. The rest of the store (pools, allocations, blocks,
+// clean-ups) is not policy input.
+var compilerInputs = map[string]bool{
+	store.TableEndpoints:      true,
+	store.TableNamespaces:     true,
+	store.TablePods:           true,
+	store.TablePolicies:       true,
+	store.TableIdentities:     true,
+	store.TableServices:       true,
+	store.TableEndpointSlices: true,
+}
+
+// onlyReleases reports whether changes, at least one, only take Ready
+// endpoints away (released, or no longer Ready), apart from changes the
+// compiler does not see: other tables, and endpoints that are not Ready
+// before or after (an ADD's reservation). What they do to the compiled
+// state is take away pods' entries, addresses and the rules that matched
+// only them.
+func onlyReleases(changes []store.Change) bool {
+	released := false
+	for _, c := range changes {
+		if !compilerInputs[c.Table] {
+			continue
+		}
+		if c.Table != store.TableEndpoints {
+			return false
+		}
+		before, after := readyEndpoint(c.Before), readyEndpoint(c.After)
+		switch {
+		case after:
+			return false
+		case before:
+			released = true
+		}
+	}
+	return released
+}
+
+// readyEndpoint reports whether obj, a TableEndpoints object or nil, is a
+// Ready endpoint: one the compiler sees.
+func readyEndpoint(obj any) bool {
+	e, ok := obj.(*store.Endpoint)
+	return ok && e.State == store.EndpointReady
+}
+
 // setPod hands the compiler p, with its CNI addresses if it is local.
 func (f *feeder) setPod(p *policyapi.Pod) {
 	if addrs, ok := f.localAddrs[podRef{p.Namespace, p.Name}]; ok {
