@@ -50,6 +50,10 @@ type backend struct {
 	dp   enforcer.Dataplane
 	// servicesLeft: the backend translates no Service, kube-proxy does.
 	servicesLeft bool
+	// releaseDelay is the enforcer's (enforcer.SetReleaseDelay): the eBPF
+	// dataplane makes an apply right after another wait for a grace
+	// period; the others gain nothing from holding a release back.
+	releaseDelay time.Duration
 }
 
 // Counter is implemented by dataplanes that report their sizes (map
@@ -187,7 +191,7 @@ func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, e
 			log.Info("eBPF dataplane: Service translation off (--service-translation=false): kube-proxy translates pods' connections to ClusterIPs, and egress policy judges the ClusterIP")
 		}
 		setUplinks(dp, cfg, log)
-		return &backend{name: backendEBPF, dp: ebpfDataplane{dp}, servicesLeft: cfg.LeaveServicesToKubeProxy}, nil
+		return &backend{name: backendEBPF, dp: ebpfDataplane{dp}, servicesLeft: cfg.LeaveServicesToKubeProxy, releaseDelay: enforcer.DefaultReleaseDelay}, nil
 	case DataplaneIptables:
 		return openIptables(ctx, cfg, log)
 	case DataplaneHNS:

@@ -179,6 +179,7 @@ func (n *node) openDataplane(ctx context.Context) error {
 // the endpoints of the state file, and applies them.
 func (n *node) restore(ctx context.Context) error {
 	n.enf = enforcer.New(n.st, n.be.dp, n.log)
+	n.enf.SetReleaseDelay(n.be.releaseDelay)
 	c := endpoints.Config{Pools: n.cfg.Pools, Logger: n.log, Enforce: n.enforce}
 	n.mode.configureEndpoints(&c, n)
 	svc, err := endpoints.New(n.st, n.db, c)

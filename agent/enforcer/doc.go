@@ -32,12 +32,18 @@
 // apply serves every ADD confirmed before it began, so a burst of ADDs
 // shares applies instead of queueing for the apply lock one apply each.
 //
-// Run applies every other change as soon as it is committed, but holds
-// back one that only releases endpoints (a CNI DEL, a GC, an orphan
-// clean-up) for up to [DefaultReleaseDelay], so that it rides with the
-// next change: an eBPF apply writes the idle copy only once an RCU grace
-// period has passed since the previous flip, and an ADD right after a
-// DEL would otherwise wait out the DEL's. What a release takes away is
-// used by no pod any more; its addresses are handed out again only by an
-// ADD, whose apply carries the release.
+// Run applies a change as soon as it is committed. With a release delay
+// (SetReleaseDelay; the agent sets [DefaultReleaseDelay] for the eBPF
+// dataplane), it holds back one that only releases endpoints (a CNI DEL,
+// a GC, an orphan clean-up) for up to that long, so that it rides with
+// the next change: an eBPF apply writes the idle copy only once an RCU
+// grace period has passed since the previous flip, and an ADD right after
+// a DEL would otherwise wait out the DEL's. What a release takes away
+// belongs to pods gone from the node; an address it frees is handed out
+// again on this node only by an ADD, whose apply carries the release.
+//
+// Endpoints are attached by host interface, and an endpoint another ADD
+// of its attachment wired anew (a new link under the same name) is
+// attached again: the enforcer remembers which ADD (the endpoint's OpID)
+// each attach was for.
 package enforcer

@@ -62,9 +62,13 @@ type Enforcer struct {
 	dp    Dataplane
 	log   *slog.Logger
 
-	mu       sync.Mutex // serialises applies: one snapshot at a time
-	applied  uint64     // store revision last applied
-	attached map[string]bool
+	mu      sync.Mutex // serialises applies: one snapshot at a time
+	applied uint64     // store revision last applied
+	// attached maps each attached host interface to the OpID of the
+	// endpoint it was attached for: another ADD of the same attachment
+	// makes the host link anew under the same name, and its endpoint
+	// must be attached again (see apply).
+	attached map[string]uint64
 	lastErr  error
 	// feed keeps the incremental compiler in step with the store.
 	feed feeder
@@ -100,9 +104,8 @@ type Enforcer struct {
 	heldRev      uint64
 }
 
-// DefaultReleaseDelay is how long Run holds back a change that only
-// releases endpoints, for another change to ride with it (see
-// SetReleaseDelay).
+// DefaultReleaseDelay is the release delay the agent gives the eBPF
+// dataplane (see SetReleaseDelay).
 const DefaultReleaseDelay = 100 * time.Millisecond
 
 // Phases is how long the parts of one apply took.
@@ -124,24 +127,25 @@ func New(st *store.Store, dp Dataplane, log *slog.Logger) *Enforcer {
 	if log == nil {
 		log = slog.Default()
 	}
-	e := &Enforcer{store: st, dp: dp, log: log, attached: map[string]bool{}, releaseDelay: DefaultReleaseDelay}
+	e := &Enforcer{store: st, dp: dp, log: log, attached: map[string]uint64{}}
 	e.feed.limits = policy.DefaultLimits
 	return e
 }
 
 // SetReleaseDelay sets how long Run holds back a change that only
-// releases endpoints (a CNI DEL, a GC, an orphan clean-up) before it
-// applies it on its own; 0 applies every change at once. Call it before
-// Run.
+// releases endpoints (a CNI DEL, a GC, an orphan clean-up: Ready endpoints
+// deleted) before it applies it on its own; 0, the default, applies every
+// change at once. Call it before Run.
 //
-// Such a change only takes away what no pod uses any more: the released
-// endpoint's entries, its addresses, and the rules that matched only
-// them. Applying it with the next change instead of at once saves that
-// change a wait: an eBPF Apply writes the idle copy only once an RCU
-// grace period (up to about 20 ms here) has passed since the last flip,
-// and the ADD that follows a DEL would otherwise find the DEL's flip
-// a few milliseconds old. An address a release frees is handed out again
-// only by an ADD, whose own apply (EnforceEndpoint) carries the release.
+// Such a change only takes away pods that are gone from the node: their
+// entries, their CNI addresses, and the rules that matched only them.
+// Applying it with the next change instead saves that change a wait when
+// the dataplane makes a change follow the previous one by a delay: an
+// eBPF Apply writes the idle copy only once an RCU grace period (about 10
+// ms here, at times over 20) has passed since the last flip, and the ADD
+// that follows a DEL would find the DEL's flip a few milliseconds old.
+// On this node, an address a release frees is handed out again only by an
+// ADD, whose own apply (EnforceEndpoint) carries the release.
 func (e *Enforcer) SetReleaseDelay(d time.Duration) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -165,8 +169,9 @@ func (e *Enforcer) OnApply(fn func(time.Duration)) { e.observe = fn }
 func (e *Enforcer) OnPhases(fn func(Phases)) { e.observePhases = fn }
 
 // SetHeartbeat makes Run beat hb on every turn, and turn on hb's Tick when
-// idle; call it before Run. A turn goes through Sync, so an apply that
-// hangs, or anyone holding the apply lock, silences hb.
+// idle; call it before Run. Every turn takes the apply lock, to apply or
+// to decide to hold a release back, so an apply that hangs, or anyone
+// holding the apply lock, silences hb.
 func (e *Enforcer) SetHeartbeat(hb *watchdog.Loop) { e.heartbeat = hb }
 
 // Sync applies the latest committed state, unless it is already applied,
@@ -194,7 +199,7 @@ func (e *Enforcer) EnforceEndpoint(ctx context.Context, hostIf string, rev uint6
 		}
 		applied = true
 	}
-	if !e.attached[hostIf] && !applied {
+	if _, ok := e.attached[hostIf]; !ok && !applied {
 		// The apply that covered rev could not attach hostIf (an attach
 		// that fails leaves its endpoint out of the apply): try again
 		// with the latest state, as Sync would.
@@ -202,7 +207,7 @@ func (e *Enforcer) EnforceEndpoint(ctx context.Context, hostIf string, rev uint6
 			return err
 		}
 	}
-	if !e.attached[hostIf] {
+	if _, ok := e.attached[hostIf]; !ok {
 		return fmt.Errorf("%s: %w", hostIf, ErrNotEnforced)
 	}
 	return nil
@@ -283,7 +288,8 @@ func (e *Enforcer) Reattached() uint64 { return e.reattached.Load() }
 func (e *Enforcer) Enforced(hostIf string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.attached[hostIf]
+	_, ok := e.attached[hostIf]
+	return ok
 }
 
 // LastError is the error of the last apply, nil when it succeeded.
@@ -294,7 +300,9 @@ func (e *Enforcer) LastError() error {
 }
 
 // Run applies every committed change until ctx ends, retrying a failed
-// apply with backoff, and resyncs every resync interval (0 disables).
+// apply with backoff, and resyncs every resync interval (0 disables). A
+// change that only releases endpoints waits up to the release delay for
+// the next change (SetReleaseDelay).
 func (e *Enforcer) Run(ctx context.Context, resync time.Duration) {
 	retry := backoff.Backoff{First: 100 * time.Millisecond, Max: 5 * time.Second}
 	var tick <-chan time.Time
@@ -352,6 +360,20 @@ func (e *Enforcer) waitHeld(ctx context.Context, ws memdb.WatchSet, hold time.Du
 	return ctx.Err() == nil
 }
 
+// readyOpIDs returns the OpID of every Ready endpoint, by host interface:
+// which ADD wired it last.
+func readyOpIDs(txn *store.Txn) (map[string]uint64, error) {
+	eps, err := store.EndpointsByState(txn, nil, store.EndpointReady)
+	if err != nil {
+		return nil, fmt.Errorf("read ready endpoints: %w", err)
+	}
+	out := make(map[string]uint64, len(eps))
+	for _, ep := range eps {
+		out[ep.HostIfName] = ep.OpID
+	}
+	return out, nil
+}
+
 // holdReleases returns how much longer Run should hold back the changes
 // txn reads that are not applied yet: the rest of the release delay when
 // they only release endpoints, zero when they should be applied now.
@@ -401,11 +423,22 @@ func (e *Enforcer) apply(txn *store.Txn) error {
 			e.observePhases(ph)
 		}
 	}()
+	ops, err := readyOpIDs(txn)
+	if err != nil {
+		return err
+	}
 	endpoints := desired.Endpoints
+	rewired := false
 	for hostIf := range desired.Endpoints {
-		if e.attached[hostIf] {
+		op := ops[hostIf]
+		was, ok := e.attached[hostIf]
+		if ok && was == op {
 			continue
 		}
+		// A new endpoint, or one another ADD of its attachment wired
+		// anew since it was attached: its host link is a new one, under
+		// the same name, without the filters.
+		rewired = rewired || ok
 		if err := e.dp.Attach(hostIf); err != nil {
 			// The link may be gone already (a DEL is on its way); do not let
 			// one pod block every other pod's policy. desired is shared
@@ -417,14 +450,16 @@ func (e *Enforcer) apply(txn *store.Txn) error {
 			delete(endpoints, hostIf)
 			continue
 		}
-		e.attached[hostIf] = true
+		e.attached[hostIf] = op
 	}
 	if !sameMap(endpoints, desired.Endpoints) {
 		d := *desired
 		d.Endpoints = endpoints
 		desired = &d
 	}
-	ph.Skipped = !e.force && sameDesired(desired, e.last)
+	// A re-attached endpoint has a new ifindex: the dataplane must write
+	// its state there even if the compiled state is the last one.
+	ph.Skipped = !e.force && !rewired && sameDesired(desired, e.last)
 	if !ph.Skipped {
 		if err := e.dp.Apply(desired); err != nil {
 			e.last = nil

@@ -123,41 +123,41 @@ func (f *feeder) feedChange(c store.Change) {
 	}
 }
 
-// compilerInputs are the tables the compiler is fed from: feed reads the
-// Ready endpoints whole when an endpoint changed, feedChange the others
-// object by object. The rest of the store (pools, allocations, blocks,
-// clean-ups) is not policy input.
-var compilerInputs = map[string]bool{
-	store.TableEndpoints:      true,
-	store.TableNamespaces:     true,
-	store.TablePods:           true,
-	store.TablePolicies:       true,
-	store.TableIdentities:     true,
-	store.TableServices:       true,
-	store.TableEndpointSlices: true,
+// notCompilerInput are the store tables the compiler never reads: what a
+// change to them does to the node's policy state is nothing. The
+// compiler reads the Ready endpoints (feed, whole, when one changed) and
+// the namespaces, pods, policies, identities, Services and EndpointSlices
+// (feedChange); onlyReleases takes any table not listed here for policy
+// input.
+var notCompilerInput = map[string]bool{
+	store.TablePools:       true,
+	store.TableAllocations: true,
+	store.TableBlocks:      true,
+	store.TableCleanups:    true,
+	store.TableSelectors:   true,
+	store.TableRevisions:   true, // never in the change log
+	store.TableChanges:     true, // the change log itself
 }
 
-// onlyReleases reports whether changes, at least one, only take Ready
-// endpoints away (released, or no longer Ready), apart from changes the
-// compiler does not see: other tables, and endpoints that are not Ready
-// before or after (an ADD's reservation). What they do to the compiled
-// state is take away pods' entries, addresses and the rules that matched
-// only them.
+// onlyReleases reports whether changes, at least one, only delete Ready
+// endpoints (a DEL, a GC, an orphan clean-up), apart from changes the
+// compiler does not see: the tables of notCompilerInput, and endpoints
+// that are not Ready before or after (an ADD's reservation, a rolled
+// back ADD). What they do to the compiled state is take away pods that
+// are gone from the node: their entries, their CNI addresses and the
+// rules that matched only them. A Ready endpoint that stays, or becomes
+// Pending again (a repeated ADD re-wiring it), is not a release.
 func onlyReleases(changes []store.Change) bool {
 	released := false
 	for _, c := range changes {
-		if !compilerInputs[c.Table] {
-			continue
-		}
-		if c.Table != store.TableEndpoints {
-			return false
-		}
-		before, after := readyEndpoint(c.Before), readyEndpoint(c.After)
 		switch {
-		case after:
+		case notCompilerInput[c.Table]:
+		case c.Table != store.TableEndpoints:
 			return false
-		case before:
+		case readyEndpoint(c.Before) && c.After == nil:
 			released = true
+		case readyEndpoint(c.Before) || readyEndpoint(c.After):
+			return false
 		}
 	}
 	return released

@@ -16,6 +16,9 @@ func TestOnlyReleases(t *testing.T) {
 	pending := seedtest.Endpoint("c", netip.MustParseAddr("10.244.0.12"))
 	pending.State = store.EndpointPending
 	confirmed := seedtest.Endpoint("c", netip.MustParseAddr("10.244.0.12"))
+	rewired := seedtest.Endpoint("a", netip.MustParseAddr("10.244.0.10"))
+	rewired.State = store.EndpointPending
+	moved := seedtest.Endpoint("a", netip.MustParseAddr("10.244.0.99"))
 	release := store.Change{Table: store.TableEndpoints, Before: ready}
 	reserve := store.Change{Table: store.TableEndpoints, After: pending}
 	alloc := store.Change{Table: store.TableAllocations, Before: &store.Allocation{}}
@@ -26,15 +29,22 @@ func TestOnlyReleases(t *testing.T) {
 	}{
 		{"nothing", nil, false},
 		{"a release and its allocation", []store.Change{alloc, release}, true},
+		{"a release, blocks, clean-ups and selectors", []store.Change{release, {Table: store.TableBlocks}, {Table: store.TableCleanups}, {Table: store.TableSelectors}}, true},
 		{"a reservation alone", []store.Change{reserve}, false},
 		{"an allocation alone", []store.Change{alloc}, false},
+		{"an ADD rolled back", []store.Change{{Table: store.TableEndpoints, Before: pending}}, false},
 		{"a release, then an ADD's reservation", []store.Change{release, reserve}, true},
-		{"a Ready endpoint no longer Ready", []store.Change{{Table: store.TableEndpoints, Before: ready, After: pending}}, true},
+		{"a Ready endpoint re-wired by a repeated ADD", []store.Change{{Table: store.TableEndpoints, Before: ready, After: rewired}}, false},
+		{"a Ready endpoint with new addresses", []store.Change{{Table: store.TableEndpoints, Before: ready, After: moved}}, false},
 		{"a release and a confirm", []store.Change{release, {Table: store.TableEndpoints, Before: pending, After: confirmed}}, false},
 		{"a release and a new Ready endpoint", []store.Change{release, {Table: store.TableEndpoints, After: confirmed}}, false},
 		{"a release and a pod", []store.Change{release, {Table: store.TablePods, Before: &store.Pod{Object: seedtest.Pod("a", nil)}}}, false},
+		{"a release and a namespace", []store.Change{release, {Table: store.TableNamespaces, Before: &policyapi.Namespace{}}}, false},
 		{"a release and a policy", []store.Change{release, {Table: store.TablePolicies, After: &policyapi.NetworkPolicy{}}}, false},
+		{"a release and an identity", []store.Change{release, {Table: store.TableIdentities, Before: &store.Identity{}}}, false},
 		{"a release and a Service", []store.Change{release, {Table: store.TableServices, After: &store.Service{}}}, false},
+		{"a release and an EndpointSlice", []store.Change{release, {Table: store.TableEndpointSlices, Before: &store.EndpointSlice{}}}, false},
+		{"a release and a table nobody classified", []store.Change{release, {Table: "new-table"}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,6 +52,25 @@ func TestOnlyReleases(t *testing.T) {
 				t.Errorf("onlyReleases = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestEveryTableClassified: a table added to the store is either policy
+// input (and ends a held release) or listed in notCompilerInput, by a
+// decision, not by default.
+func TestEveryTableClassified(t *testing.T) {
+	// What feed and feedChange read.
+	inputs := map[string]bool{
+		store.TableEndpoints: true, store.TableNamespaces: true, store.TablePods: true, store.TablePolicies: true,
+		store.TableIdentities: true, store.TableServices: true, store.TableEndpointSlices: true,
+	}
+	for _, table := range store.TableNames() {
+		switch {
+		case inputs[table] && notCompilerInput[table]:
+			t.Errorf("table %s is both policy input and in notCompilerInput", table)
+		case !inputs[table] && !notCompilerInput[table]:
+			t.Errorf("table %s is new: add it to notCompilerInput if the compiler never reads it, or to this test's inputs", table)
+		}
 	}
 }
 
@@ -160,9 +189,14 @@ func TestReleaseRidesWithTheNextADD(t *testing.T) {
 // once whatever the delay.
 func TestReleaseDelay(t *testing.T) {
 	t.Run("a release after the delay", func(t *testing.T) {
-		rt := newReleaseTest(t, 20*time.Millisecond)
+		const delay = 50 * time.Millisecond
+		rt := newReleaseTest(t, delay)
+		committed := time.Now()
 		rt.release("a")
 		rt.waitApplies(2)
+		if held := time.Since(committed); held < delay {
+			t.Errorf("the release was applied %v after its commit, before the delay of %v", held, delay)
+		}
 		if got, want := rt.last(), map[string]bool{"ls-b": true}; !equalSets(got, want) {
 			t.Errorf("applied endpoints %v, want %v", got, want)
 		}
@@ -196,4 +230,88 @@ func equalSets(a, b map[string]bool) bool {
 		}
 	}
 	return true
+}
+
+// attachingDataplane is historyDataplane that counts the attaches of each
+// host interface.
+type attachingDataplane struct {
+	historyDataplane
+	attaches map[string]int
+}
+
+func (d *attachingDataplane) Attach(hostIf string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.attaches[hostIf]++
+	return nil
+}
+
+func (d *attachingDataplane) attachesOf(hostIf string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.attaches[hostIf]
+}
+
+// TestRewiredEndpointIsAttachedAgain: another ADD of an attachment makes
+// its host link anew under the same name, without filters. Whether its
+// pod was DELed first (the release held back, as Run does) or the ADD
+// repeated over a Ready endpoint, the apply that confirms it attaches the
+// link again and calls the dataplane, although the compiled state is the
+// one applied last: the new link's ifindex must get the endpoint's state.
+func TestRewiredEndpointIsAttachedAgain(t *testing.T) {
+	tests := []struct {
+		name string
+		del  bool
+	}{
+		{"DEL and ADD again", true},
+		{"a repeated ADD", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := seedtest.Store(t)
+			dp := &attachingDataplane{attaches: map[string]int{}}
+			e := New(st, dp, nil)
+			e.SetReleaseDelay(time.Hour)
+			ctx := context.Background()
+			if err := e.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := dp.attachesOf("ls-a"); n != 1 {
+				t.Fatalf("ls-a attached %d times at the start, want 1", n)
+			}
+			applies := len(dp.states())
+			write := func(fn func(*store.Txn) error) uint64 {
+				t.Helper()
+				txn := st.WriteTxn()
+				defer txn.Abort()
+				if err := fn(txn); err != nil {
+					t.Fatal(err)
+				}
+				rev := txn.Revision()
+				if err := txn.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				return rev
+			}
+			att := store.Attachment{ContainerID: "c-a", IfName: "eth0"}
+			if tt.del {
+				write(func(txn *store.Txn) error { _, err := store.ReleaseEndpoint(txn, att); return err })
+			}
+			again := seedtest.Endpoint("a", netip.MustParseAddr("10.244.0.10"))
+			again.State, again.OpID = store.EndpointPending, 42
+			write(func(txn *store.Txn) error { return store.UpsertEndpoint(txn, again) })
+			ready := *again
+			ready.State = store.EndpointReady
+			rev := write(func(txn *store.Txn) error { return store.UpsertEndpoint(txn, &ready) })
+			if err := e.EnforceEndpoint(ctx, "ls-a", rev); err != nil {
+				t.Fatal(err)
+			}
+			if n := dp.attachesOf("ls-a"); n != 2 {
+				t.Errorf("ls-a attached %d times, want 2: the re-wired link was not attached again", n)
+			}
+			if n := len(dp.states()); n != applies+1 {
+				t.Errorf("%d applies after the re-wiring, want %d: the dataplane was not called", n-applies, 1)
+			}
+		})
+	}
 }

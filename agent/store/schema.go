@@ -2,7 +2,9 @@ package store
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 
 	"github.com/hashicorp/go-memdb"
 )
@@ -40,6 +42,11 @@ const (
 // storeRevisionKey is the TableRevisions row holding the whole store's
 // revision.
 const storeRevisionKey = ""
+
+// TableNames returns the name of every table of the store, sorted.
+func TableNames() []string {
+	return slices.Sorted(maps.Keys(schema().Tables))
+}
 
 func schema() *memdb.DBSchema {
 	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{

@@ -308,3 +308,68 @@ func TestPrivilegedPortmapChaining(t *testing.T) {
 		t.Fatalf("DEL: %v", err)
 	}
 }
+
+// hostFilters names the BPF filters on the host link hostIf, ingress and
+// egress, in the node namespace.
+func hostFilters(t *testing.T, node ns.NetNS, hostIf string) []string {
+	t.Helper()
+	var names []string
+	err := node.Do(func(ns.NetNS) error {
+		link, err := netlink.LinkByName(hostIf)
+		if err != nil {
+			return err
+		}
+		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+			filters, err := netlink.FilterList(link, parent)
+			if err != nil {
+				return err
+			}
+			for _, f := range filters {
+				if bf, ok := f.(*netlink.BpfFilter); ok {
+					names = append(names, bf.Name)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestPrivilegedCNIAddAgainIsEnforced: another ADD of the same attachment,
+// right after its DEL or over it, makes the host link anew under the same
+// name; the ADD answers only once the new link carries lockstep's
+// programs (the agent's release of the DEL is still held back then).
+func TestPrivilegedCNIAddAgainIsEnforced(t *testing.T) {
+	node := newNode(t, nodesim.NodeOptions{Pools: []string{"10.244.0.0/24"}})
+	ctx := ctxT(t)
+	pod := newPod(t)
+	rt := podRuntime("ctr-again", pod)
+	hostIf := api.HostIfName("ctr-again", "eth0")
+	want := []string{"lockstep_from_pod", "lockstep_to_pod"}
+	steps := []struct {
+		name string
+		del  bool
+	}{
+		{"first ADD", false},
+		{"ADD again over it", false},
+		{"DEL and ADD again", true},
+		{"DEL and ADD again, twice", true},
+	}
+	for _, step := range steps {
+		if step.del {
+			if err := node.Del(ctx, rt); err != nil {
+				t.Fatalf("%s: DEL: %v", step.name, err)
+			}
+		}
+		if _, err := node.Add(ctx, rt); err != nil {
+			t.Fatalf("%s: ADD: %v", step.name, err)
+		}
+		if got := hostFilters(t, node.NS, hostIf); !slices.Equal(got, want) {
+			t.Errorf("%s: filters on %s: %q, want %q", step.name, hostIf, got, want)
+		}
+	}
+}
