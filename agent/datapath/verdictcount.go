@@ -175,32 +175,17 @@ func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {
 		}
 	}
 
-	var errs []error
-	var key uint32
-	var perCPU []uint64
-	var slots []uint32
-	it := d.denied.Iterate()
-	for it.Next(&key, &perCPU) {
-		slots = append(slots, key)
-	}
-	if err := it.Err(); err != nil {
-		errs = append(errs, fmt.Errorf("walk %s: %w", bpfmaps.DeniedMap, err))
-	}
-	for idx := range uniqueIfindexes(slots) {
-		if is, ok := iso[idx]; ok {
-			errs = append(errs, d.verdicts.fold(d.denied, idx, is, false))
-		}
-	}
+	slots, deniedErr := readDenied(d.denied)
+	d.verdicts.foldRead(slots, iso)
 
 	allowed := make(map[policyDir]uint64)
 	ids, origins := d.rules.named()
+	counts, allowedErr := d.ruleAllowedCounts(ids)
 	for i, id := range ids {
-		if err := d.ruleAllowed.Lookup(id, &perCPU); err != nil {
-			errs = append(errs, fmt.Errorf("read %s[%d]: %w", bpfmaps.RuleAllowedMap, id, err))
-			continue
+		if n, ok := counts[id]; ok {
+			o := origins[i]
+			allowed[policyDir{o.Namespace + "/" + o.Name, o.Dir}] += n
 		}
-		o := origins[i]
-		allowed[policyDir{o.Namespace + "/" + o.Name, o.Dir}] += sum(perCPU)
 	}
 
 	present := make(map[policyDir]struct{})
@@ -223,11 +208,73 @@ func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {
 	slices.SortFunc(out, func(a, b PolicyVerdict) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Dir, b.Dir))
 	})
-	err := errors.Join(errs...)
+	err := errors.Join(deniedErr, allowedErr)
 	if err != nil {
 		d.log.Warn("read per-policy verdict counts; the counts of the rest are reported", "err", err)
 	}
 	return out, err
+}
+
+// ruleAllowedCounts returns the new connections each rule id of ids
+// allowed, summed over CPUs. It reads lockstep_rule_allowed up to the
+// highest id in batches, not one lookup per id: a scrape holds d.mu, and
+// a node's thousands of named rules cost as many syscalls otherwise. An
+// id it could not read is missing from the result (the error says why).
+func (d *Datapath) ruleAllowedCounts(ids []uint32) (map[uint32]uint64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", bpfmaps.RuleAllowedMap, err)
+	}
+	n := int(slices.Max(ids)) + 1
+	keys := make([]uint32, n)
+	vals := make([]uint64, n*cpus)
+	var cursor ebpf.MapBatchCursor
+	got := 0
+	for got < n {
+		k, err := d.ruleAllowed.BatchLookup(&cursor, keys[got:], vals[got*cpus:], nil)
+		got += k
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break // the end of the array
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return d.ruleAllowedOneByOne(ids)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", bpfmaps.RuleAllowedMap, err)
+		}
+		if k == 0 {
+			return nil, fmt.Errorf("read %s: the batch read stopped at index %d of %d", bpfmaps.RuleAllowedMap, got, n)
+		}
+	}
+	out := make(map[uint32]uint64, len(ids))
+	for i := range got {
+		out[keys[i]] = sum(vals[i*cpus : (i+1)*cpus])
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; !ok {
+			return out, fmt.Errorf("read %s: id %d missing from the batch read", bpfmaps.RuleAllowedMap, id)
+		}
+	}
+	return out, nil
+}
+
+// ruleAllowedOneByOne is ruleAllowedCounts for a kernel without batch
+// operations: one lookup per id.
+func (d *Datapath) ruleAllowedOneByOne(ids []uint32) (map[uint32]uint64, error) {
+	out := make(map[uint32]uint64, len(ids))
+	var errs []error
+	var perCPU []uint64
+	for _, id := range ids {
+		if err := d.ruleAllowed.Lookup(id, &perCPU); err != nil {
+			errs = append(errs, fmt.Errorf("read %s[%d]: %w", bpfmaps.RuleAllowedMap, id, err))
+			continue
+		}
+		out[id] = sum(perCPU)
+	}
+	return out, errors.Join(errs...)
 }
 
 // sameIsolators reports whether a and b are isolated by the same policies.
@@ -235,11 +282,43 @@ func sameIsolators(a, b *policy.EndpointPolicy) bool {
 	return slices.Equal(a.Isolators[0], b.Isolators[0]) && slices.Equal(a.Isolators[1], b.Isolators[1])
 }
 
-// uniqueIfindexes returns the endpoints of lockstep_denied slot keys.
-func uniqueIfindexes(keys []uint32) map[uint32]struct{} {
-	out := make(map[uint32]struct{}, len(keys))
-	for _, k := range keys {
-		out[k>>1] = struct{}{}
+// deniedBatch is how many lockstep_denied slots one batch read asks for.
+const deniedBatch = 256
+
+// readDenied returns the count of every lockstep_denied slot, summed over
+// CPUs, read in batches rather than two syscalls per slot.
+func readDenied(m *ebpf.Map) (map[uint32]uint64, error) {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", bpfmaps.DeniedMap, err)
 	}
-	return out
+	out := make(map[uint32]uint64)
+	keys := make([]uint32, deniedBatch)
+	vals := make([]uint64, deniedBatch*cpus)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i, k := range keys[:n] {
+			out[k] = sum(vals[i*cpus : (i+1)*cpus])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil // the end of the table
+		}
+		if err != nil {
+			return out, fmt.Errorf("read %s: %w", bpfmaps.DeniedMap, err)
+		}
+	}
+}
+
+// foldRead is fold, for every endpoint iso names, of the slot counts
+// readDenied returned: a slot missing from counts has counted nothing.
+func (v *verdictTotals) foldRead(counts map[uint32]uint64, iso map[uint32][2][]string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for key, n := range counts {
+		if is, ok := iso[key>>1]; ok {
+			dir := key & 1
+			v.add(key, n, is[dir], policyapi.Direction(dir))
+		}
+	}
 }
