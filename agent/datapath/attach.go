@@ -66,6 +66,11 @@ func (d *Datapath) Attach(ifname string) error {
 		}
 	}
 	d.mu.Lock()
+	if old, ok := d.attached[ifname]; ok && old != idx {
+		// Another ADD made the link anew under the same name, without a
+		// Detach in between: the old ifindex names nothing now.
+		d.publishInterface(ifname, old, false)
+	}
 	d.attached[ifname] = idx
 	delete(d.ctGone, uint32(idx))
 	d.publishInterface(ifname, idx, true)

@@ -348,3 +348,65 @@ func TestPrivilegedHostInterfaceLastAttachWins(t *testing.T) {
 		t.Errorf("HostInterface(4242) = %q after both were detached, want none", name)
 	}
 }
+
+// TestPrivilegedAttachRewiredLink: another ADD of an attachment deletes the
+// host link and makes a new one under the same name, and the enforcer
+// attaches it again without a Detach in between. The new link gets the
+// filters, and events name the new ifindex, never the old one.
+func TestPrivilegedAttachRewiredLink(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	node, _ := newVethPair(t, "lsdp-h1", "lsdp-p1")
+	attach := func() uint32 {
+		t.Helper()
+		var idx uint32
+		err := node.Do(func(ns.NetNS) error {
+			if err := d.Attach("lsdp-h1"); err != nil {
+				return err
+			}
+			link, err := netlink.LinkByName("lsdp-h1")
+			if err != nil {
+				return err
+			}
+			idx = uint32(link.Attrs().Index)
+			for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+				fs, err := netlink.FilterList(link, parent)
+				if err != nil {
+					return err
+				}
+				if len(fs) != 1 {
+					return fmt.Errorf("%d filters on parent %x of ifindex %d, want 1", len(fs), parent, idx)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("Attach: %v", err)
+		}
+		return idx
+	}
+	old := attach()
+	err := node.Do(func(ns.NetNS) error {
+		link, err := netlink.LinkByName("lsdp-h1")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkDel(link); err != nil {
+			return err
+		}
+		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "lsdp-h1"}, PeerName: "lsdp-q1"})
+	})
+	if err != nil {
+		t.Fatalf("make the link anew: %v", err)
+	}
+	renewed := attach()
+	if renewed == old {
+		t.Fatalf("the new link has the old ifindex %d", old)
+	}
+	if name, ok := d.HostInterface(renewed); !ok || name != "lsdp-h1" {
+		t.Errorf("HostInterface(%d) = %q, %v for the new link, want lsdp-h1", renewed, name, ok)
+	}
+	if name, ok := d.HostInterface(old); ok {
+		t.Errorf("HostInterface(%d) = %q for the deleted link, want none", old, name)
+	}
+}

@@ -215,48 +215,48 @@ func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {
 	return out, err
 }
 
+// ruleAllowedBatch is how many lockstep_rule_allowed ids one batch read
+// asks for.
+const ruleAllowedBatch = 1024
+
 // ruleAllowedCounts returns the new connections each rule id of ids
 // allowed, summed over CPUs. It reads lockstep_rule_allowed up to the
 // highest id in batches, not one lookup per id: a scrape holds d.mu, and
-// a node's thousands of named rules cost as many syscalls otherwise. An
-// id it could not read is missing from the result (the error says why).
+// a node's thousands of named rules cost as many syscalls otherwise. A
+// batch read that fails falls back to one lookup per id, whose failures
+// leave out only the ids that failed (the error says which).
 func (d *Datapath) ruleAllowedCounts(ids []uint32) (map[uint32]uint64, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", bpfmaps.RuleAllowedMap, err)
+		return d.ruleAllowedOneByOne(ids)
 	}
-	n := int(slices.Max(ids)) + 1
-	keys := make([]uint32, n)
-	vals := make([]uint64, n*cpus)
+	highest := slices.Max(ids)
+	all := make(map[uint32]uint64, highest+1)
+	keys := make([]uint32, ruleAllowedBatch)
+	vals := make([]uint64, ruleAllowedBatch*cpus)
 	var cursor ebpf.MapBatchCursor
-	got := 0
-	for got < n {
-		k, err := d.ruleAllowed.BatchLookup(&cursor, keys[got:], vals[got*cpus:], nil)
-		got += k
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break // the end of the array
+	for {
+		n, err := d.ruleAllowed.BatchLookup(&cursor, keys, vals, nil)
+		for i, k := range keys[:n] {
+			all[k] = sum(vals[i*cpus : (i+1)*cpus])
 		}
-		if errors.Is(err, ebpf.ErrNotSupported) {
+		if errors.Is(err, ebpf.ErrKeyNotExist) || (err == nil && n > 0 && keys[n-1] >= highest) {
+			break // the end of the array, or past the highest id
+		}
+		if err != nil || n == 0 {
 			return d.ruleAllowedOneByOne(ids)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", bpfmaps.RuleAllowedMap, err)
-		}
-		if k == 0 {
-			return nil, fmt.Errorf("read %s: the batch read stopped at index %d of %d", bpfmaps.RuleAllowedMap, got, n)
 		}
 	}
 	out := make(map[uint32]uint64, len(ids))
-	for i := range got {
-		out[keys[i]] = sum(vals[i*cpus : (i+1)*cpus])
-	}
 	for _, id := range ids {
-		if _, ok := out[id]; !ok {
-			return out, fmt.Errorf("read %s: id %d missing from the batch read", bpfmaps.RuleAllowedMap, id)
+		n, ok := all[id]
+		if !ok {
+			return d.ruleAllowedOneByOne(ids)
 		}
+		out[id] = n
 	}
 	return out, nil
 }
@@ -306,6 +306,9 @@ func readDenied(m *ebpf.Map) (map[uint32]uint64, error) {
 		}
 		if err != nil {
 			return out, fmt.Errorf("read %s: %w", bpfmaps.DeniedMap, err)
+		}
+		if n == 0 {
+			return out, fmt.Errorf("read %s: a batch read returned nothing before the end of the table", bpfmaps.DeniedMap)
 		}
 	}
 }

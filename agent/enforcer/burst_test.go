@@ -123,27 +123,33 @@ func (d *flakyAttachDataplane) Attach(hostIf string) error {
 // TestEnforceEndpointRetriesAFailedAttach: an ADD whose endpoint another
 // ADD's apply already covered, but could not attach, is not answered
 // "not enforced" on that apply's word: it applies the latest state again,
-// which attaches it.
+// which attaches it, whether or not the store changed since.
 func TestEnforceEndpointRetriesAFailedAttach(t *testing.T) {
-	st := seedtest.Store(t)
-	dp := &flakyAttachDataplane{setDataplane: newSetDataplane(), flaky: "ls-x"}
-	e := New(st, dp, nil)
-	ctx := context.Background()
-	txn := st.WriteTxn()
-	if err := store.AttachEndpoint(txn, seedtest.Endpoint("x", netip.MustParseAddr("10.244.0.99"))); err != nil {
-		txn.Abort()
-		t.Fatal(err)
-	}
-	rev := txn.Revision()
-	txn.Commit()
-	if err := e.Sync(ctx); err != nil { // another ADD's apply
-		t.Fatal(err)
-	}
-	if !dp.failed || e.Enforced("ls-x") {
-		t.Fatalf("the first apply attached ls-x (failed attach: %v)", dp.failed)
-	}
-	seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes", "moved": "on"})
-	if err := e.EnforceEndpoint(ctx, "ls-x", rev); err != nil {
-		t.Fatalf("EnforceEndpoint after a failed attach: %v", err)
+	for _, later := range []bool{true, false} {
+		t.Run(fmt.Sprintf("a later commit %v", later), func(t *testing.T) {
+			st := seedtest.Store(t)
+			dp := &flakyAttachDataplane{setDataplane: newSetDataplane(), flaky: "ls-x"}
+			e := New(st, dp, nil)
+			ctx := context.Background()
+			txn := st.WriteTxn()
+			if err := store.AttachEndpoint(txn, seedtest.Endpoint("x", netip.MustParseAddr("10.244.0.99"))); err != nil {
+				txn.Abort()
+				t.Fatal(err)
+			}
+			rev := txn.Revision()
+			txn.Commit()
+			if err := e.Sync(ctx); err != nil { // another ADD's apply
+				t.Fatal(err)
+			}
+			if !dp.failed || e.Enforced("ls-x") {
+				t.Fatalf("the first apply attached ls-x (failed attach: %v)", dp.failed)
+			}
+			if later {
+				seedtest.SetPodLabels(t, st, "b", map[string]string{"pod2": "yes", "moved": "on"})
+			}
+			if err := e.EnforceEndpoint(ctx, "ls-x", rev); err != nil {
+				t.Fatalf("EnforceEndpoint after a failed attach: %v", err)
+			}
+		})
 	}
 }

@@ -202,7 +202,8 @@ func (e *Enforcer) EnforceEndpoint(ctx context.Context, hostIf string, rev uint6
 	if _, ok := e.attached[hostIf]; !ok && !applied {
 		// The apply that covered rev could not attach hostIf (an attach
 		// that fails leaves its endpoint out of the apply): try again
-		// with the latest state, as Sync would.
+		// with the latest state, even if nothing was committed since.
+		e.applied = 0
 		if err := e.syncLocked(ctx); err != nil {
 			return err
 		}
