@@ -97,14 +97,21 @@ func newReleaseTest(t *testing.T, delay time.Duration) *releaseTest {
 
 func (rt *releaseTest) write(fn func(*store.Txn) error) uint64 {
 	rt.t.Helper()
-	txn := rt.st.WriteTxn()
+	return commit(rt.t, rt.st, fn)
+}
+
+// commit runs fn in a write transaction of st, commits it and returns its
+// revision.
+func commit(t *testing.T, st *store.Store, fn func(*store.Txn) error) uint64 {
+	t.Helper()
+	txn := st.WriteTxn()
 	defer txn.Abort()
 	if err := fn(txn); err != nil {
-		rt.t.Fatal(err)
+		t.Fatal(err)
 	}
 	rev := txn.Revision()
 	if err := txn.Commit(); err != nil {
-		rt.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return rev
 }
@@ -254,10 +261,11 @@ func (d *attachingDataplane) attachesOf(hostIf string) int {
 
 // TestRewiredEndpointIsAttachedAgain: another ADD of an attachment makes
 // its host link anew under the same name, without filters. Whether its
-// pod was DELed first (the release held back, as Run does) or the ADD
-// repeated over a Ready endpoint, the apply that confirms it attaches the
-// link again and calls the dataplane, although the compiled state is the
-// one applied last: the new link's ifindex must get the endpoint's state.
+// pod was DELed first or the ADD repeated over a Ready endpoint, and no
+// apply came in between (a release held back, or Run busy), the apply
+// that confirms it attaches the link again and calls the dataplane,
+// although the compiled state is the one applied last: the new link's
+// ifindex must get the endpoint's state.
 func TestRewiredEndpointIsAttachedAgain(t *testing.T) {
 	tests := []struct {
 		name string
@@ -271,7 +279,6 @@ func TestRewiredEndpointIsAttachedAgain(t *testing.T) {
 			st := seedtest.Store(t)
 			dp := &attachingDataplane{attaches: map[string]int{}}
 			e := New(st, dp, nil)
-			e.SetReleaseDelay(time.Hour)
 			ctx := context.Background()
 			if err := e.Sync(ctx); err != nil {
 				t.Fatal(err)
@@ -280,19 +287,7 @@ func TestRewiredEndpointIsAttachedAgain(t *testing.T) {
 				t.Fatalf("ls-a attached %d times at the start, want 1", n)
 			}
 			applies := len(dp.states())
-			write := func(fn func(*store.Txn) error) uint64 {
-				t.Helper()
-				txn := st.WriteTxn()
-				defer txn.Abort()
-				if err := fn(txn); err != nil {
-					t.Fatal(err)
-				}
-				rev := txn.Revision()
-				if err := txn.Commit(); err != nil {
-					t.Fatal(err)
-				}
-				return rev
-			}
+			write := func(fn func(*store.Txn) error) uint64 { t.Helper(); return commit(t, st, fn) }
 			att := store.Attachment{ContainerID: "c-a", IfName: "eth0"}
 			if tt.del {
 				write(func(txn *store.Txn) error { _, err := store.ReleaseEndpoint(txn, att); return err })
