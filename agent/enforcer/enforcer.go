@@ -253,21 +253,33 @@ func (e *Enforcer) Resync(ctx context.Context) error {
 	if inv, ok := e.dp.(Invalidator); ok {
 		inv.Invalidate()
 	}
-	e.recheckAttached()
+	e.recheckAttached(e.store.ReadTxn())
 	e.mu.Unlock()
 	return e.Sync(ctx)
 }
 
 // recheckAttached forgets the attached endpoints whose hooks the dataplane
-// no longer has, so that the apply that follows attaches them again. An
-// endpoint it cannot check (its link may be on its way out) stays as it
-// is. Called with e.mu held.
-func (e *Enforcer) recheckAttached() {
+// no longer has, so that the apply that follows attaches them again. It
+// checks those still Ready in txn as the ADD that was attached wired
+// them; an endpoint it cannot check (its link may be on its way out)
+// stays as it is. Called with e.mu held.
+func (e *Enforcer) recheckAttached(txn *store.Txn) {
 	c, ok := e.dp.(AttachChecker)
 	if !ok {
 		return
 	}
-	for hostIf := range e.attached {
+	ops, err := readyOpIDs(txn)
+	if err != nil {
+		e.log.Warn("check the hooks of the endpoints; leaving them as they are", "err", err)
+		return
+	}
+	for hostIf, op := range e.attached {
+		if now, ok := ops[hostIf]; !ok || now != op {
+			// Released or wired anew since it was attached (a release
+			// held back, an ADD in progress): its link may be gone or a
+			// new one. The apply that follows detaches or attaches it.
+			continue
+		}
 		ok, err := c.Attached(hostIf)
 		if err != nil {
 			e.log.Warn("check the hooks of an endpoint; leaving it as it is", "if", hostIf, "err", err)

@@ -86,3 +86,30 @@ func TestResyncAttachesMissingHooks(t *testing.T) {
 		t.Error("ls-a not enforced after the resync")
 	}
 }
+
+// A resync while a release is held back does not take the released
+// endpoint, whose link is gone, for one whose hooks were removed behind
+// lockstep's back: the apply that carries the release detaches it.
+func TestResyncLeavesReleasedEndpoints(t *testing.T) {
+	st := seedtest.Store(t)
+	dp := &hookDataplane{setDataplane: newSetDataplane(), hooked: map[string]bool{}, attachs: map[string]int{}}
+	e := New(st, dp, nil)
+	ctx := context.Background()
+	if err := e.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, st, func(txn *store.Txn) error {
+		_, err := store.ReleaseEndpoint(txn, store.Attachment{ContainerID: "c-b", IfName: "eth0"})
+		return err
+	})
+	delete(dp.hooked, "ls-b") // its link went with the DEL
+	if err := e.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Reattached(); got != 0 {
+		t.Errorf("Reattached() = %d after a resync with a release held back, want 0", got)
+	}
+	if dp.attachs["ls-b"] != 1 || e.Enforced("ls-b") {
+		t.Errorf("ls-b attached %d times, enforced %v: want once, and detached by the resync's apply", dp.attachs["ls-b"], e.Enforced("ls-b"))
+	}
+}
