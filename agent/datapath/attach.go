@@ -66,6 +66,14 @@ func (d *Datapath) Attach(ifname string) error {
 		}
 	}
 	d.mu.Lock()
+	d.recordAttach(ifname, idx)
+	d.mu.Unlock()
+	return nil
+}
+
+// recordAttach records that ifname is attached at ifindex idx. Called
+// with d.mu held.
+func (d *Datapath) recordAttach(ifname string, idx int) {
 	if old, ok := d.attached[ifname]; ok && old != idx {
 		// Another ADD made the link anew under the same name, without a
 		// Detach in between: the old ifindex names nothing now.
@@ -74,8 +82,6 @@ func (d *Datapath) Attach(ifname string) error {
 	d.attached[ifname] = idx
 	delete(d.ctGone, uint32(idx))
 	d.publishInterface(ifname, idx, true)
-	d.mu.Unlock()
-	return nil
 }
 
 // publishInterface records that ifname was attached at ifindex idx (up)

@@ -70,9 +70,7 @@ func newTestDatapath(tb testing.TB) *Datapath {
 // interface, so Apply accepts it.
 func (d *Datapath) fakeAttach(ifname string, ifindex int) {
 	d.mu.Lock()
-	d.attached[ifname] = ifindex
-	delete(d.ctGone, uint32(ifindex))
-	d.publishInterface(ifname, ifindex, true)
+	d.recordAttach(ifname, ifindex)
 	d.mu.Unlock()
 }
 

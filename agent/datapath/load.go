@@ -99,6 +99,9 @@ type Datapath struct {
 	// verdicts turns the counts of ruleAllowed and denied into counts by
 	// policy (verdictcount.go).
 	verdicts verdictTotals
+	// verdictBatchFallbacks counts the scrapes that read the rule ids
+	// one at a time because a batch read failed (under mu).
+	verdictBatchFallbacks int
 	// unnamedLogged: the ids ran out once and it was logged; unnamedLive:
 	// some rule in force has id 0 for lack of ids (RuleIDsExhausted).
 	unnamedLogged bool

@@ -216,53 +216,76 @@ func (d *Datapath) PolicyVerdicts() ([]PolicyVerdict, error) {
 }
 
 // ruleAllowedBatch is how many lockstep_rule_allowed ids one batch read
-// asks for.
+// asks for at most.
 const ruleAllowedBatch = 1024
 
 // ruleAllowedCounts returns the new connections each rule id of ids
 // allowed, summed over CPUs. It reads lockstep_rule_allowed up to the
 // highest id in batches, not one lookup per id: a scrape holds d.mu, and
-// a node's thousands of named rules cost as many syscalls otherwise. A
-// batch read that fails falls back to one lookup per id, whose failures
-// leave out only the ids that failed (the error says which).
+// a node's thousands of named rules cost as many syscalls otherwise. When
+// a batch read fails, or returns less than the ids, it falls back to one
+// lookup per id (logged once, counted in verdictBatchFallbacks), whose
+// failures leave out only the ids that failed (the error says which).
+// Called with d.mu held.
 func (d *Datapath) ruleAllowedCounts(ids []uint32) (map[uint32]uint64, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	cpus, err := ebpf.PossibleCPU()
-	if err != nil {
-		return d.ruleAllowedOneByOne(ids)
+	counts, err := d.ruleAllowedBatched(ids)
+	if err == nil {
+		return counts, nil
 	}
-	highest := slices.Max(ids)
-	all := make(map[uint32]uint64, highest+1)
-	keys := make([]uint32, ruleAllowedBatch)
-	vals := make([]uint64, ruleAllowedBatch*cpus)
-	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := d.ruleAllowed.BatchLookup(&cursor, keys, vals, nil)
-		for i, k := range keys[:n] {
-			all[k] = sum(vals[i*cpus : (i+1)*cpus])
-		}
-		if errors.Is(err, ebpf.ErrKeyNotExist) || (err == nil && n > 0 && keys[n-1] >= highest) {
-			break // the end of the array, or past the highest id
-		}
-		if err != nil || n == 0 {
-			return d.ruleAllowedOneByOne(ids)
-		}
+	d.verdictBatchFallbacks++
+	if d.verdictBatchFallbacks == 1 {
+		d.log.Warn("read per-policy verdict counts in batches; reading them one id at a time", "err", err)
 	}
-	out := make(map[uint32]uint64, len(ids))
-	for _, id := range ids {
-		n, ok := all[id]
-		if !ok {
-			return d.ruleAllowedOneByOne(ids)
-		}
-		out[id] = n
-	}
-	return out, nil
+	return d.ruleAllowedOneByOne(ids)
 }
 
-// ruleAllowedOneByOne is ruleAllowedCounts for a kernel without batch
-// operations: one lookup per id.
+// ruleAllowedBatched is ruleAllowedCounts in batches; any problem is an
+// error.
+func (d *Datapath) ruleAllowedBatched(ids []uint32) (map[uint32]uint64, error) {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	highest := slices.Max(ids)
+	batch := min(ruleAllowedBatch, int(highest)+1)
+	all := make([]uint64, highest+1)
+	seen := make([]bool, highest+1)
+	keys := make([]uint32, batch)
+	vals := make([]uint64, batch*cpus)
+	var cursor ebpf.MapBatchCursor
+	// An array's batches move forward from the last key they returned:
+	// a read past bpfmaps.MaxRuleIDs means the cursor did not.
+	for range bpfmaps.MaxRuleIDs/batch + 2 {
+		n, err := d.ruleAllowed.BatchLookup(&cursor, keys, vals, nil)
+		for i, k := range keys[:n] {
+			if k <= highest {
+				all[k], seen[k] = sum(vals[i*cpus:(i+1)*cpus]), true
+			}
+		}
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist), err == nil && n > 0 && keys[n-1] >= highest:
+			// The end of the array, or past the highest id.
+			out := make(map[uint32]uint64, len(ids))
+			for _, id := range ids {
+				if !seen[id] {
+					return nil, fmt.Errorf("read %s: id %d missing from the batches", bpfmaps.RuleAllowedMap, id)
+				}
+				out[id] = all[id]
+			}
+			return out, nil
+		case err != nil:
+			return nil, fmt.Errorf("read %s: %w", bpfmaps.RuleAllowedMap, err)
+		case n == 0:
+			return nil, fmt.Errorf("read %s: a batch returned nothing before the end", bpfmaps.RuleAllowedMap)
+		}
+	}
+	return nil, fmt.Errorf("read %s: the batches did not reach id %d", bpfmaps.RuleAllowedMap, highest)
+}
+
+// ruleAllowedOneByOne is ruleAllowedCounts one lookup per id.
 func (d *Datapath) ruleAllowedOneByOne(ids []uint32) (map[uint32]uint64, error) {
 	out := make(map[uint32]uint64, len(ids))
 	var errs []error
@@ -296,7 +319,9 @@ func readDenied(m *ebpf.Map) (map[uint32]uint64, error) {
 	keys := make([]uint32, deniedBatch)
 	vals := make([]uint64, deniedBatch*cpus)
 	var cursor ebpf.MapBatchCursor
-	for {
+	// A hash table's batches move forward bucket by bucket: more reads
+	// than its slots mean the cursor did not.
+	for range bpfmaps.CTShareSlots/deniedBatch + 2 {
 		n, err := m.BatchLookup(&cursor, keys, vals, nil)
 		for i, k := range keys[:n] {
 			out[k] = sum(vals[i*cpus : (i+1)*cpus])
@@ -311,6 +336,7 @@ func readDenied(m *ebpf.Map) (map[uint32]uint64, error) {
 			return out, fmt.Errorf("read %s: a batch read returned nothing before the end of the table", bpfmaps.DeniedMap)
 		}
 	}
+	return out, fmt.Errorf("read %s: the batches did not reach the end of the table", bpfmaps.DeniedMap)
 }
 
 // foldRead is fold, for every endpoint iso names, of the slot counts

@@ -348,3 +348,58 @@ func BenchmarkPrivilegedPolicyVerdicts(b *testing.B) {
 		}
 	}
 }
+
+// TestPrivilegedRuleAllowedBatches reads the allowed counts of ids on both
+// sides of the batch boundaries, with the highest id in the first batch,
+// at its last slot, one past it and further on, and checks each count and
+// that no read fell back to one lookup per id.
+func TestPrivilegedRuleAllowedBatches(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	cpus := ebpf.MustPossibleCPU()
+	ids := []uint32{1, 2, 1022, 1023, 1024, 1025, 2047, 2048, 3000, bpfmaps.MaxRuleIDs - 1}
+	for _, id := range ids {
+		perCPU := make([]uint64, cpus)
+		for c := range perCPU {
+			perCPU[c] = uint64(id)*10 + uint64(c)
+		}
+		if err := d.ruleAllowed.Put(id, perCPU); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(id uint32) uint64 {
+		var n uint64
+		for c := range cpus {
+			n += uint64(id)*10 + uint64(c)
+		}
+		return n
+	}
+	for _, highest := range []uint32{2, 1023, 1024, 1025, 3000, bpfmaps.MaxRuleIDs - 1} {
+		t.Run(fmt.Sprint("up to ", highest), func(t *testing.T) {
+			var asked []uint32
+			for _, id := range ids {
+				if id <= highest {
+					asked = append(asked, id)
+				}
+			}
+			d.mu.Lock()
+			got, err := d.ruleAllowedCounts(asked)
+			fallbacks := d.verdictBatchFallbacks
+			d.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fallbacks != 0 {
+				t.Errorf("%d reads fell back to one lookup per id", fallbacks)
+			}
+			if len(got) != len(asked) {
+				t.Errorf("%d counts, want %d", len(got), len(asked))
+			}
+			for _, id := range asked {
+				if got[id] != want(id) {
+					t.Errorf("id %d: %d, want %d", id, got[id], want(id))
+				}
+			}
+		})
+	}
+}

@@ -150,6 +150,12 @@ func TestEnforceEndpointRetriesAFailedAttach(t *testing.T) {
 			if err := e.EnforceEndpoint(ctx, "ls-x", rev); err != nil {
 				t.Fatalf("EnforceEndpoint after a failed attach: %v", err)
 			}
+			dp.mu.Lock()
+			_, applied := dp.rules["ls-x"]
+			dp.mu.Unlock()
+			if !applied {
+				t.Error("ls-x enforced, but the dataplane was not given its state")
+			}
 		})
 	}
 }

@@ -23,8 +23,9 @@
 // that concerns no local endpoint), the dataplane is not called.
 //
 // A resync also asks a dataplane that is an [AttachChecker] whether every
-// attached endpoint still has its hooks (someone may have removed the eBPF
-// filters from a host veth), and attaches again those that lost them.
+// attached endpoint, still Ready as the ADD it was attached for wired it,
+// still has its hooks (someone may have removed the eBPF filters from a
+// host veth), and attaches again those that lost them.
 //
 // The CNI ADD path calls [Enforcer.EnforceEndpoint] with the revision its
 // confirm committed as, and replies only once it returns: the pod's

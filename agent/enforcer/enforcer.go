@@ -46,8 +46,10 @@ type Invalidator interface {
 // AttachChecker is implemented by dataplanes whose hooks on an endpoint's
 // interface someone else can remove (the eBPF filters: `tc filter del`
 // needs only CAP_NET_ADMIN on the node): Attached reports whether hostIf
-// still has them. The resync asks for every attached endpoint and attaches
-// again what is missing: until then the endpoint is not enforced.
+// still has them. The resync asks for every attached endpoint still Ready
+// as the ADD it was attached for wired it, and attaches again what is
+// missing: until then the endpoint is not enforced. (The apply after the
+// resync detaches a released endpoint and attaches a re-wired one.)
 type AttachChecker interface {
 	Attached(hostIf string) (bool, error)
 }

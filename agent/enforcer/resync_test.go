@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 
 	"lockstep.dev/lockstep/agent/store"
@@ -87,10 +88,12 @@ func TestResyncAttachesMissingHooks(t *testing.T) {
 	}
 }
 
-// A resync while a release is held back does not take the released
-// endpoint, whose link is gone, for one whose hooks were removed behind
-// lockstep's back: the apply that carries the release detaches it.
-func TestResyncLeavesReleasedEndpoints(t *testing.T) {
+// A resync while a release is held back, or while another ADD wires an
+// endpoint anew, does not take the released endpoint (its link gone) or
+// the re-wired one (a new link, not attached yet) for one whose hooks
+// were removed behind lockstep's back: the apply that follows detaches
+// the first and attaches the second.
+func TestResyncLeavesReleasedAndRewiredEndpoints(t *testing.T) {
 	st := seedtest.Store(t)
 	dp := &hookDataplane{setDataplane: newSetDataplane(), hooked: map[string]bool{}, attachs: map[string]int{}}
 	e := New(st, dp, nil)
@@ -103,13 +106,23 @@ func TestResyncLeavesReleasedEndpoints(t *testing.T) {
 		return err
 	})
 	delete(dp.hooked, "ls-b") // its link went with the DEL
+	rewired := seedtest.Endpoint("a", netip.MustParseAddr("10.244.0.10"))
+	rewired.OpID = 42
+	commit(t, st, func(txn *store.Txn) error { return store.UpsertEndpoint(txn, rewired) })
+	delete(dp.hooked, "ls-a") // a new link, without the filters
 	if err := e.Resync(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.Reattached(); got != 0 {
-		t.Errorf("Reattached() = %d after a resync with a release held back, want 0", got)
+		t.Errorf("Reattached() = %d after a resync with a release and a re-wiring, want 0", got)
 	}
-	if dp.attachs["ls-b"] != 1 || e.Enforced("ls-b") {
-		t.Errorf("ls-b attached %d times, enforced %v: want once, and detached by the resync's apply", dp.attachs["ls-b"], e.Enforced("ls-b"))
+	if dp.attachs["ls-a"] != 2 || !dp.hooked["ls-a"] || !e.Enforced("ls-a") {
+		t.Errorf("ls-a attached %d times, hooked %v, enforced %v: want twice, hooked and enforced", dp.attachs["ls-a"], dp.hooked["ls-a"], e.Enforced("ls-a"))
+	}
+	dp.mu.Lock()
+	_, applied := dp.rules["ls-b"]
+	dp.mu.Unlock()
+	if dp.attachs["ls-b"] != 1 || e.Enforced("ls-b") || applied {
+		t.Errorf("ls-b attached %d times, enforced %v, in the dataplane %v: want once, and detached by the resync's apply", dp.attachs["ls-b"], e.Enforced("ls-b"), applied)
 	}
 }
