@@ -46,5 +46,7 @@
 // Endpoints are attached by host interface, and an endpoint another ADD
 // of its attachment wired anew (a new link under the same name) is
 // attached again: the enforcer remembers which ADD (the endpoint's OpID)
-// each attach was for.
+// each attach was for. While that ADD runs (the endpoint Pending), the
+// old link is not detached: with no state of its own in the dataplane it
+// fails closed until the ADD deletes it.
 package enforcer

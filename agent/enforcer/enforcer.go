@@ -389,6 +389,13 @@ func readyOpIDs(txn *store.Txn) (map[string]uint64, error) {
 	return out, nil
 }
 
+// pendingOn reports whether an endpoint on host interface hostIf is
+// Pending in txn: an ADD is wiring it.
+func pendingOn(txn *store.Txn, hostIf string) bool {
+	ep, err := store.EndpointByHostIf(txn, nil, hostIf)
+	return err == nil && ep != nil && ep.State == store.EndpointPending
+}
+
 // holdReleases returns how much longer Run should hold back the changes
 // txn reads that are not applied yet: the rest of the release delay when
 // they only release endpoints, zero when they should be applied now.
@@ -486,6 +493,15 @@ func (e *Enforcer) apply(txn *store.Txn) error {
 	e.noteFailures(desired)
 	for hostIf := range e.attached {
 		if _, ok := desired.Endpoints[hostIf]; ok {
+			continue
+		}
+		if pendingOn(txn, hostIf) {
+			// Another ADD is wiring the endpoint anew: the old link, still
+			// up until that ADD deletes it, keeps the filters and, with
+			// no state of its own any more, fails closed rather than
+			// passing everything. The ADD's confirm attaches the new
+			// link (another OpID); an ADD rolled back deletes the
+			// endpoint, and the next apply detaches it.
 			continue
 		}
 		if err := e.dp.Detach(hostIf); err != nil {

@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -155,8 +156,11 @@ func (rt *releaseTest) waitHolding(rev uint64) {
 }
 
 // last returns the endpoints of the state applied last.
-func (rt *releaseTest) last() map[string]bool {
-	states := rt.dp.states()
+func (rt *releaseTest) last() map[string]bool { return lastEndpoints(rt.dp) }
+
+// lastEndpoints returns the endpoints of the state dp applied last.
+func lastEndpoints(dp *historyDataplane) map[string]bool {
+	states := dp.states()
 	got := map[string]bool{}
 	for hostIf := range states[len(states)-1].Endpoints {
 		got[hostIf] = true
@@ -239,11 +243,27 @@ func equalSets(a, b map[string]bool) bool {
 	return true
 }
 
-// attachingDataplane is historyDataplane that counts the attaches of each
-// host interface.
+// attachingDataplane is historyDataplane that counts the attaches and
+// detaches of each host interface.
 type attachingDataplane struct {
 	historyDataplane
-	attaches map[string]int
+	attaches, detaches map[string]int
+}
+
+func (d *attachingDataplane) Detach(hostIf string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.detaches == nil {
+		d.detaches = map[string]int{}
+	}
+	d.detaches[hostIf]++
+	return nil
+}
+
+func (d *attachingDataplane) detachesOf(hostIf string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.detaches[hostIf]
 }
 
 func (d *attachingDataplane) Attach(hostIf string) error {
@@ -306,6 +326,60 @@ func TestRewiredEndpointIsAttachedAgain(t *testing.T) {
 			}
 			if n := len(dp.states()); n != applies+1 {
 				t.Errorf("%d applies after the re-wiring, want %d: the dataplane was not called", n-applies, 1)
+			}
+		})
+	}
+}
+
+// TestRewiringKeepsTheOldLinkClosed: a repeated ADD over a Ready endpoint
+// makes it Pending; the apply of that leaves the endpoint's state out but
+// keeps its old link attached (it fails closed until the ADD deletes it)
+// instead of detaching it (which would let everything through). The
+// confirm attaches the new link; an ADD rolled back instead gets its
+// endpoint detached.
+func TestRewiringKeepsTheOldLinkClosed(t *testing.T) {
+	for _, confirmed := range []bool{true, false} {
+		t.Run(fmt.Sprintf("confirmed %v", confirmed), func(t *testing.T) {
+			st := seedtest.Store(t)
+			dp := &attachingDataplane{attaches: map[string]int{}}
+			e := New(st, dp, nil)
+			ctx := context.Background()
+			if err := e.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			again := seedtest.Endpoint("a", netip.MustParseAddr("10.244.0.10"))
+			again.State, again.OpID = store.EndpointPending, 42
+			commit(t, st, func(txn *store.Txn) error { return store.UpsertEndpoint(txn, again) })
+			if err := e.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := lastEndpoints(&dp.historyDataplane); got["ls-a"] || !got["ls-b"] {
+				t.Errorf("applied endpoints %v while ls-a is Pending, want ls-b alone", got)
+			}
+			if n := dp.detachesOf("ls-a"); n != 0 {
+				t.Errorf("ls-a detached %d times while an ADD wires it anew, want 0", n)
+			}
+			if confirmed {
+				ready := *again
+				ready.State = store.EndpointReady
+				rev := commit(t, st, func(txn *store.Txn) error { return store.UpsertEndpoint(txn, &ready) })
+				if err := e.EnforceEndpoint(ctx, "ls-a", rev); err != nil {
+					t.Fatal(err)
+				}
+				if n := dp.attachesOf("ls-a"); n != 2 {
+					t.Errorf("ls-a attached %d times, want 2", n)
+				}
+				return
+			}
+			commit(t, st, func(txn *store.Txn) error {
+				_, err := store.ReleaseEndpoint(txn, store.Attachment{ContainerID: "c-a", IfName: "eth0"})
+				return err
+			})
+			if err := e.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := dp.detachesOf("ls-a"); n != 1 || e.Enforced("ls-a") {
+				t.Errorf("ls-a detached %d times, enforced %v after its ADD was rolled back, want once and not enforced", n, e.Enforced("ls-a"))
 			}
 		})
 	}
