@@ -47,6 +47,7 @@
 // of its attachment wired anew (a new link under the same name) is
 // attached again: the enforcer remembers which ADD (the endpoint's OpID)
 // each attach was for. While that ADD runs (the endpoint Pending), the
-// old link is not detached: with no state of its own in the dataplane it
-// fails closed until the ADD deletes it.
+// old link is not detached: with no state of its own in the eBPF
+// dataplane, its new connections are dropped until the ADD deletes it
+// (established ones pass until their conntrack entries are flushed).
 package enforcer

@@ -498,8 +498,8 @@ func (e *Enforcer) apply(txn *store.Txn) error {
 		if pendingOn(txn, hostIf) {
 			// Another ADD is wiring the endpoint anew: the old link, still
 			// up until that ADD deletes it, keeps the filters and, with
-			// no state of its own any more, fails closed rather than
-			// passing everything. The ADD's confirm attaches the new
+			// no state of its own any more, drops new connections rather
+			// than passing everything. The ADD's confirm attaches the new
 			// link (another OpID); an ADD rolled back deletes the
 			// endpoint, and the next apply detaches it.
 			continue
