@@ -445,10 +445,7 @@ func (e *Enforcer) apply(txn *store.Txn) error {
 			e.observePhases(ph)
 		}
 	}()
-	ops, err := readyOpIDs(txn)
-	if err != nil {
-		return err
-	}
+	ops := e.feed.localOps // read by feed from txn
 	endpoints := desired.Endpoints
 	rewired := false
 	for hostIf := range desired.Endpoints {
@@ -580,7 +577,7 @@ func Snapshot(txn *store.Txn) (*policy.Snapshot, error) {
 	if snap.Policies, err = store.Policies(txn, nil); err != nil {
 		return nil, err
 	}
-	local, localAddrs, err := localEndpoints(txn)
+	local, localAddrs, _, err := localEndpoints(txn)
 	if err != nil {
 		return nil, err
 	}

@@ -22,8 +22,11 @@ type feeder struct {
 	comp *policy.Incremental
 	// rev is the store revision comp has seen; 0 with comp nil.
 	rev uint64
-	// localAddrs are the CNI addresses of the local pods as comp has them.
+	// localAddrs are the CNI addresses of the local pods as comp has them,
+	// and localOps the OpID of each Ready endpoint by host interface (which
+	// ADD wired it last), read with them.
 	localAddrs map[podRef][]netip.Addr
+	localOps   map[string]uint64
 	// limits bound each namespace's policies (see policy.Limits); they
 	// outlive a reset.
 	limits policy.Limits
@@ -181,13 +184,13 @@ func (f *feeder) setPod(p *policyapi.Pod) {
 // feedLocal reads the Ready endpoints, hands them to the compiler, and
 // hands it again every stored pod whose CNI addresses changed.
 func (f *feeder) feedLocal(txn *store.Txn) error {
-	local, addrs, err := localEndpoints(txn)
+	local, addrs, ops, err := localEndpoints(txn)
 	if err != nil {
 		return err
 	}
 	f.comp.SetLocal(local)
 	old := f.localAddrs
-	f.localAddrs = addrs
+	f.localAddrs, f.localOps = addrs, ops
 	for ref, a := range addrs {
 		if b, ok := old[ref]; !ok || !slices.Equal(a, b) {
 			if err := f.refeedPod(txn, ref); err != nil {
@@ -241,12 +244,12 @@ func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
 	for _, np := range nps {
 		f.comp.SetPolicy(np)
 	}
-	local, addrs, err := localEndpoints(txn)
+	local, addrs, ops, err := localEndpoints(txn)
 	if err != nil {
 		return err
 	}
 	f.comp.SetLocal(local)
-	f.localAddrs = addrs
+	f.localAddrs, f.localOps = addrs, ops
 	pods, err := store.Pods(txn, nil)
 	if err != nil {
 		return err
@@ -273,15 +276,18 @@ func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
 }
 
 // localEndpoints returns the Ready endpoints as the compiler's local
-// endpoints, and the CNI addresses of each pod they name.
-func localEndpoints(txn *store.Txn) ([]policy.LocalEndpoint, map[podRef][]netip.Addr, error) {
+// endpoints, the CNI addresses of each pod they name, and the OpID of each
+// by host interface.
+func localEndpoints(txn *store.Txn) ([]policy.LocalEndpoint, map[podRef][]netip.Addr, map[string]uint64, error) {
 	eps, err := store.EndpointsByState(txn, nil, store.EndpointReady)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read ready endpoints: %w", err)
+		return nil, nil, nil, fmt.Errorf("read ready endpoints: %w", err)
 	}
 	local := make([]policy.LocalEndpoint, 0, len(eps))
 	addrs := map[podRef][]netip.Addr{}
+	ops := make(map[string]uint64, len(eps))
 	for _, ep := range eps {
+		ops[ep.HostIfName] = ep.OpID
 		le := policy.LocalEndpoint{HostIfName: ep.HostIfName, Namespace: ep.Pod.Namespace, PodName: ep.Pod.Name}
 		for _, a := range ep.Addresses {
 			if a.Addr.Is4() {
@@ -296,7 +302,7 @@ func localEndpoints(txn *store.Txn) ([]policy.LocalEndpoint, map[podRef][]netip.
 		}
 		local = append(local, le)
 	}
-	return local, addrs, nil
+	return local, addrs, ops, nil
 }
 
 // withAddrs returns a copy of p whose status lists addrs, the addresses CNI
