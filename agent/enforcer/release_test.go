@@ -250,33 +250,25 @@ type attachingDataplane struct {
 	attaches, detaches map[string]int
 }
 
-func (d *attachingDataplane) Detach(hostIf string) error {
+func (d *attachingDataplane) Attach(hostIf string) error   { return d.count(&d.attaches, hostIf) }
+func (d *attachingDataplane) Detach(hostIf string) error   { return d.count(&d.detaches, hostIf) }
+func (d *attachingDataplane) attachesOf(hostIf string) int { return d.countOf(d.attaches, hostIf) }
+func (d *attachingDataplane) detachesOf(hostIf string) int { return d.countOf(d.detaches, hostIf) }
+
+func (d *attachingDataplane) count(m *map[string]int, hostIf string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.detaches == nil {
-		d.detaches = map[string]int{}
+	if *m == nil {
+		*m = map[string]int{}
 	}
-	d.detaches[hostIf]++
+	(*m)[hostIf]++
 	return nil
 }
 
-func (d *attachingDataplane) detachesOf(hostIf string) int {
+func (d *attachingDataplane) countOf(m map[string]int, hostIf string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.detaches[hostIf]
-}
-
-func (d *attachingDataplane) Attach(hostIf string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.attaches[hostIf]++
-	return nil
-}
-
-func (d *attachingDataplane) attachesOf(hostIf string) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.attaches[hostIf]
+	return m[hostIf]
 }
 
 // TestRewiredEndpointIsAttachedAgain: another ADD of an attachment makes

@@ -57,16 +57,23 @@ func (d *hookDataplane) Attach(hostIf string) error {
 
 func (d *hookDataplane) Attached(hostIf string) (bool, error) { return d.hooked[hostIf], nil }
 
-// A resync attaches again an endpoint whose hooks were removed behind
-// lockstep's back, and only that one; a Sync does not look.
-func TestResyncAttachesMissingHooks(t *testing.T) {
+// newHookTest applies the seed's store to a hookDataplane once.
+func newHookTest(t *testing.T) (*store.Store, *hookDataplane, *Enforcer) {
+	t.Helper()
 	st := seedtest.Store(t)
 	dp := &hookDataplane{setDataplane: newSetDataplane(), hooked: map[string]bool{}, attachs: map[string]int{}}
 	e := New(st, dp, nil)
-	ctx := context.Background()
-	if err := e.Sync(ctx); err != nil {
+	if err := e.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return st, dp, e
+}
+
+// A resync attaches again an endpoint whose hooks were removed behind
+// lockstep's back, and only that one; a Sync does not look.
+func TestResyncAttachesMissingHooks(t *testing.T) {
+	_, dp, e := newHookTest(t)
+	ctx := context.Background()
 	if !dp.hooked["ls-a"] || !dp.hooked["ls-b"] {
 		t.Fatalf("after the first apply, hooks on %v; want ls-a and ls-b", dp.hooked)
 	}
@@ -94,13 +101,8 @@ func TestResyncAttachesMissingHooks(t *testing.T) {
 // were removed behind lockstep's back: the apply that follows detaches
 // the first and attaches the second.
 func TestResyncLeavesReleasedAndRewiredEndpoints(t *testing.T) {
-	st := seedtest.Store(t)
-	dp := &hookDataplane{setDataplane: newSetDataplane(), hooked: map[string]bool{}, attachs: map[string]int{}}
-	e := New(st, dp, nil)
+	st, dp, e := newHookTest(t)
 	ctx := context.Background()
-	if err := e.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
 	commit(t, st, func(txn *store.Txn) error {
 		_, err := store.ReleaseEndpoint(txn, store.Attachment{ContainerID: "c-b", IfName: "eth0"})
 		return err
