@@ -27,5 +27,5 @@
 // the cluster named by LOCKSTEP_E2E_NAME) goes at the end, also on
 // failure or Ctrl-C.
 //
-//	sudo go run ./tools/svcbench [-out BENCHMARKS.md] [-rounds 5] [-seconds 3] [-only change|verdict|connrate]
+//	sudo go run ./tools/svcbench [-out BENCHMARKS.md] [-rounds 12] [-seconds 3] [-only change|verdict|connrate]
 package main

@@ -64,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	fs.StringVar(&c.out, "out", "", "markdown file whose svcbench section is (re)written; empty prints it to stdout")
 	fs.StringVar(&c.binDir, "bin", "bin", "directory holding the lockstep binary whose version is recorded")
-	fs.IntVar(&c.rounds, "rounds", 6, "connection-rate rounds, each measuring every mode (lockstep, kube-proxy, kube-proxy with kernel routing) in turn")
+	fs.IntVar(&c.rounds, "rounds", 12, "connection-rate rounds, each measuring every mode (lockstep, kube-proxy, kube-proxy with kernel routing) in turn")
 	fs.IntVar(&c.seconds, "seconds", 3, "length of each connection-rate measurement (shorter when its 7000 source ports are used up first)")
 	fs.IntVar(&c.workers, "workers", 8, "connections the client opens at a time")
 	fs.IntVar(&c.changes, "changes", 200, "timed Service changes, spaced and back to back each")
