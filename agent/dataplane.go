@@ -288,8 +288,10 @@ type agentAPI struct {
 	*endpoints.Service
 	*podnet.Handler
 	dataplane func() *api.DataplaneStatus
-	// st is read by Explain.
-	st *store.Store
+	// st is read by Explain, which translates Services for the pods of
+	// node (policy.Snapshot.Node).
+	st   *store.Store
+	node string
 }
 
 // Status answers the CNI STATUS verb and `lockstep status`.

@@ -22,6 +22,7 @@ func (a *agentAPI) Explain(_ context.Context, r api.ExplainRequest) (any, error)
 	if err != nil {
 		return nil, api.Errorf(api.CodeInternal, "read the committed state: %v", err)
 	}
+	snap.Node = a.node
 	res, err := explain.Explain(snap, q)
 	switch {
 	case errors.Is(err, explain.ErrUnknownPod), errors.Is(err, explain.ErrBadQuery),

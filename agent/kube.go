@@ -67,6 +67,10 @@ type kubeMode struct {
 
 func (*kubeMode) name() string { return "kubernetes" }
 
+// serviceNode is the agent's Node: the EndpointSlice controller names each
+// pod endpoint's node.
+func (*kubeMode) serviceNode(n *node) string { return n.cfg.NodeName }
+
 // start serves the API socket early, starts the Kubernetes source and the
 // routes manager, which run until the node's runCtx ends, and waits for
 // the source's first complete lists. The masquerade rules hear of the

@@ -81,6 +81,9 @@ type mode interface {
 	// awaitPools returns once the node's pools are known: at once when
 	// they are configured.
 	awaitPools(ctx context.Context, n *node) error
+	// serviceNode is the Node whose endpoints are this node's when a
+	// Service's internalTrafficPolicy is Local (policy.Snapshot.Node).
+	serviceNode(n *node) string
 }
 
 // newNode applies cfg's defaults and refuses a bad configuration before
@@ -180,6 +183,7 @@ func (n *node) openDataplane(ctx context.Context) error {
 func (n *node) restore(ctx context.Context) error {
 	n.enf = enforcer.New(n.st, n.be.dp, n.log)
 	n.enf.SetReleaseDelay(n.be.releaseDelay)
+	n.enf.SetNode(n.mode.serviceNode(n))
 	c := endpoints.Config{Pools: n.cfg.Pools, Logger: n.log, Enforce: n.enforce}
 	n.mode.configureEndpoints(&c, n)
 	svc, err := endpoints.New(n.st, n.db, c)
@@ -242,7 +246,7 @@ func (n *node) awaitPools(ctx context.Context) error {
 // serve opens the gate to the endpoint service, serves the API socket if
 // it does not yet, enables forwarding and says the agent is ready.
 func (n *node) serve(context.Context) error {
-	n.gate.open(&agentAPI{Service: n.svc, Handler: podnet.New(n.svc), st: n.st, dataplane: func() *api.DataplaneStatus {
+	n.gate.open(&agentAPI{Service: n.svc, Handler: podnet.New(n.svc), st: n.st, node: n.mode.serviceNode(n), dataplane: func() *api.DataplaneStatus {
 		return dataplaneStatus(n.be, n.enf, n.cleanups, n.lastApply.Load())
 	}})
 	if err := n.serveAPI(); err != nil {

@@ -19,6 +19,10 @@ type standaloneMode struct {
 
 func (*standaloneMode) name() string { return "standalone" }
 
+// serviceNode is empty: the slices standalone computes name no nodes, and
+// every endpoint it knows counts as this node's.
+func (*standaloneMode) serviceNode(*node) string { return "" }
+
 // start reads the policy source before the API serves: pinned addresses
 // and the first pods' policies must be known to the first ADD.
 func (s *standaloneMode) start(_ context.Context, n *node) error {

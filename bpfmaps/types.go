@@ -84,8 +84,13 @@ const (
 )
 
 // SvcAbsent in SvcValue.Count says that the parity has no such frontend
-// (C: SVC_ABSENT).
-const SvcAbsent uint16 = 0xffff
+// (C: SVC_ABSENT); SvcNoLocal that the frontend has no backend for this
+// node's pods while other nodes have some (internalTrafficPolicy Local):
+// its new connections are dropped (C: SVC_NO_LOCAL).
+const (
+	SvcAbsent  uint16 = 0xffff
+	SvcNoLocal uint16 = 0xfffe
+)
 
 // Endpoint flag bits of EndpointInfo.Flags (C: EP_*).
 const (
@@ -383,7 +388,8 @@ func (k SvcKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // SvcValue mirrors struct svc_value: a frontend's ID (which names its
 // backends and affinity entries) and, per parity, its backend count (or
-// SvcAbsent) and sessionAffinity ClientIP timeout in seconds (0: none).
+// SvcAbsent, SvcNoLocal) and sessionAffinity ClientIP timeout in seconds
+// (0: none).
 type SvcValue struct {
 	ID       uint32    `json:"id"`
 	Count    [2]uint16 `json:"count"`
@@ -494,7 +500,9 @@ const (
 	ReasonAllowedNode Reason = 6
 	// ReasonServiceNoBackend counts the packets of new connections to a
 	// Service frontend without a ready backend, which the dataplane
-	// refuses (VerdictReject).
+	// refuses (VerdictReject), or without one for this node's pods while
+	// other nodes have some (internalTrafficPolicy Local), which it drops
+	// (VerdictDrop), as kube-proxy does each.
 	ReasonServiceNoBackend Reason = 7
 	// ReasonCTShare counts the packets of new connections dropped
 	// because their endpoint holds its whole conntrack share

@@ -276,8 +276,9 @@ type ServicesStatus struct {
 	Frontends int `json:"frontends"`
 	// Backends are the endpoints they translate to, summed over frontends.
 	Backends int `json:"backends"`
-	// WithoutBackends are the frontends with no ready endpoint, whose
-	// connections are refused.
+	// WithoutBackends are the frontends with no ready endpoint for this
+	// node's pods, whose connections are refused (dropped under
+	// internalTrafficPolicy Local when other nodes have one).
 	WithoutBackends int `json:"withoutBackends"`
 	// LeftToKubeProxy: the dataplane translates none of them, kube-proxy
 	// does (the agent's --service-translation=false, or the iptables

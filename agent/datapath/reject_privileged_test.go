@@ -5,6 +5,7 @@ package datapath
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -282,6 +283,61 @@ func TestPrivilegedServiceICMPErrorsTranslated(t *testing.T) {
 					t.Errorf("the quoted IPv4 header's checksum is wrong")
 				}
 			})
+		}
+	}
+}
+
+// A frontend whose Service has backends, none for this node's pods
+// (internalTrafficPolicy Local: policy.ServiceEntry.NoLocalBackend), drops
+// new connections without an answer, as kube-proxy does, and counts them
+// as service-no-backend; once the node gets a backend the same frontend
+// translates, and dropping again after that is one apply away. Both
+// families, TCP and UDP.
+func TestPrivilegedServiceNoLocalBackend(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	const noLocal4, noLocal6 = "10.96.0.16", "fd00:96::16"
+	fams := []struct{ name, pod, svc, backend string }{{"v4", podV4, noLocal4, "10.0.0.2"}, {"v6", podV6, noLocal6, "fd00::2"}}
+	state := func(local bool) *policy.Desired {
+		s := svcScenario()
+		for _, fam := range fams {
+			for proto, pp := range webPorts {
+				if proto == policyapi.ProtoSCTP {
+					continue
+				}
+				e := &policy.ServiceEntry{Service: "ns/local", NoLocalBackend: true}
+				if local {
+					e = &policy.ServiceEntry{Service: "ns/local", Backends: backends(pp[1], fam.backend)}
+				}
+				s.Services[frontend(fam.svc, proto, pp[0])] = e
+			}
+		}
+		return s
+	}
+	for i, local := range []bool{false, true, false} {
+		mustApply(t, d, state(local))
+		for _, fam := range fams {
+			for _, proto := range []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP} {
+				t.Run(fmt.Sprintf("%d/%s/%s", i, fam.name, protoName(proto)), func(t *testing.T) {
+					d.flushCT(t)
+					fport, bport := webPorts[proto][0], webPorts[proto][1]
+					req := packet{src: fam.pod, dst: fam.svc, proto: proto, sport: 41000, dport: fport, tcpFlags: tcpSYN, seq: 1000}
+					before := counter(t, d, bpfmaps.ReasonServiceNoBackend)
+					ret, out := runOut(t, d.fromPod, csumFrame(req))
+					grew := counter(t, d, bpfmaps.ReasonServiceNoBackend) - before
+					if local {
+						w := mustWire(t, "translated request", out)
+						if ret != actOK || w.dst != addr(fam.backend) || w.dport != bport || grew != 0 {
+							t.Errorf("with a local backend: %s to %s:%d, service-no-backend +%d; want OK to %s:%d, +0", actName(ret), w.dst, w.dport, grew, fam.backend, bport)
+						}
+						return
+					}
+					if ret != actShot || grew != 1 {
+						t.Errorf("without a local backend: %s, service-no-backend +%d; want SHOT (no answer), +1", actName(ret), grew)
+					}
+				})
+			}
 		}
 	}
 }

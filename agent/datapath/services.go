@@ -66,12 +66,12 @@ const (
 
 // ErrServiceCapacity: the state has more Service frontends or backends
 // than the maps hold (maps.MaxFrontends and maps.MaxBackends per node, at
-// most 65534 backends per frontend). Apply refuses it whole.
+// most 65533 backends per frontend). Apply refuses it whole.
 var ErrServiceCapacity = errors.New("too many Service frontends or backends")
 
 // maxBackendsPerFrontend is the largest count a svc_value holds below
-// SvcAbsent.
-const maxBackendsPerFrontend = int(bpfmaps.SvcAbsent) - 1
+// its markers, SvcNoLocal and SvcAbsent.
+const maxBackendsPerFrontend = int(bpfmaps.SvcNoLocal) - 1
 
 // svcWant is one frontend of the desired state as the maps store it.
 type svcWant struct {
@@ -79,6 +79,7 @@ type svcWant struct {
 	src      *policy.ServiceEntry
 	backends []policy.ServiceBackend // of the frontend's family, sorted
 	affinity uint32                  // seconds
+	noLocal  bool                    // policy.ServiceEntry.NoLocalBackend
 }
 
 // svcKey returns the map key of fe, and whether lockstep translates it.
@@ -288,7 +289,7 @@ func (d *Datapath) checkService(fe policy.ServiceFrontend, se *policy.ServiceEnt
 		d.log.Warn("not translating a Service frontend lockstep cannot translate", "frontend", fe, "service", serviceName(se))
 		return svcCheck{src: se}
 	}
-	w := svcWant{key: key, src: se, backends: se.Backends, affinity: affinitySeconds(se.AffinityTimeout)}
+	w := svcWant{key: key, src: se, backends: se.Backends, affinity: affinitySeconds(se.AffinityTimeout), noLocal: se.NoLocalBackend && len(se.Backends) == 0}
 	is4 := fe.Addr.Unmap().Is4()
 	mixed := false
 	for _, b := range se.Backends {
@@ -430,6 +431,9 @@ func (d *Datapath) writeService(w svcWant, p, q int) error {
 	}
 	v := e.v
 	v.Count[q], v.Affinity[q] = uint16(len(layout)), w.affinity
+	if w.noLocal {
+		v.Count[q] = bpfmaps.SvcNoLocal
+	}
 	if err := d.putService(e, v, q); err != nil {
 		return err
 	}

@@ -164,6 +164,18 @@ func (e *Enforcer) SetLimits(l policy.Limits) {
 	e.applied = 0
 }
 
+// SetNode names the Node the agent runs on: a Service of
+// internalTrafficPolicy Local translates this node's pods' connections to
+// that Node's endpoints only (policy.Snapshot.Node). Empty, the default,
+// takes every endpoint as this node's, as the standalone agent does.
+func (e *Enforcer) SetNode(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.feed.node = name
+	e.feed.reset()
+	e.applied = 0
+}
+
 // OnApply registers fn to observe how long each apply took.
 func (e *Enforcer) OnApply(fn func(time.Duration)) { e.observe = fn }
 
@@ -516,8 +528,9 @@ type ServiceCounts struct {
 	// Backends are the endpoints of all of them; a backend of two
 	// frontends counts twice.
 	Backends int
-	// NoBackends are the frontends without a ready endpoint, whose new
-	// connections are refused.
+	// NoBackends are the frontends without a ready endpoint for this
+	// node's pods, whose new connections are refused (dropped when the
+	// Service's internalTrafficPolicy is Local and other nodes have one).
 	NoBackends int
 }
 

@@ -27,13 +27,14 @@ type feeder struct {
 	// ADD wired it last), read with them.
 	localAddrs map[podRef][]netip.Addr
 	localOps   map[string]uint64
-	// limits bound each namespace's policies (see policy.Limits); they
-	// outlive a reset.
+	// limits bound each namespace's policies (see policy.Limits), and
+	// node names this node (policy.Snapshot.Node); both outlive a reset.
 	limits policy.Limits
+	node   string
 }
 
 // reset makes the next feed start over from the whole store.
-func (f *feeder) reset() { *f = feeder{limits: f.limits} }
+func (f *feeder) reset() { *f = feeder{limits: f.limits, node: f.node} }
 
 // feed brings the compiler to the revision txn reads. On error the
 // compiler's inputs are in an unknown state, and the feeder resets.
@@ -223,6 +224,7 @@ func (f *feeder) refeedPod(txn *store.Txn, ref podRef) error {
 func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
 	f.comp = policy.NewIncremental()
 	f.comp.SetLimits(f.limits)
+	f.comp.SetNode(f.node)
 	nss, err := store.Namespaces(txn, nil)
 	if err != nil {
 		return err

@@ -48,7 +48,10 @@
 //     address of the ClusterIP's family; the Service's verdict is allow
 //     (every backend allows), deny (none does), partial (some do) or
 //     refused (no ready backend: the dataplanes refuse the connection
-//     before any policy). A snapshot of manifests has no slices of its
+//     before any policy); deny, without backends, when the Service's
+//     internalTrafficPolicy is Local and only other nodes than the
+//     snapshot's Node have endpoints (the dataplanes drop the connection).
+//     A snapshot of manifests has no slices of its
 //     own: its caller computes them as the standalone agent does
 //     (endpointslice.FromStatus).
 //

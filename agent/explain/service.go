@@ -27,7 +27,7 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: %w: %w", q.To, ErrBadQuery, err)
 	}
-	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices)
+	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, ix.s.Node)
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: translate the Services: %w", q.To, err)
 	}
@@ -52,6 +52,12 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 		res.Backends = append(res.Backends, *ix.judgeConn(&f, to, family, b.Port, proto))
 	}
 	res.Verdict, res.Reason = summarise(res.Backends)
+	if entry.NoLocalBackend {
+		res.Verdict = Deny
+		res.Reason = fmt.Sprintf("no local backend: %s has internalTrafficPolicy Local and no ready endpoint on this node for %d/%s over IPv%d (other nodes have some), so the connection is dropped before any policy judges it",
+			name, q.Port, proto, family)
+		return res, nil
+	}
 	if len(res.Backends) == 0 {
 		res.Reason = fmt.Sprintf("no ready backend: %s has no ready endpoint for %d/%s over IPv%d, so the connection is refused before any policy judges it%s",
 			name, q.Port, proto, family, ix.addressless(svc, family))

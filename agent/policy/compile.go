@@ -46,6 +46,11 @@ type Snapshot struct {
 	// that cannot be used (an address that does not parse) is left out.
 	Services       []*policyapi.Service
 	EndpointSlices []*policyapi.EndpointSlice
+	// Node is the name of this node's Node, whose pods' connections the
+	// Services are translated for: a Service of internalTrafficPolicy
+	// Local translates to the endpoints whose nodeName it is. Empty (the
+	// standalone agent) takes every endpoint as this node's.
+	Node string
 	// Limits bound what each namespace's policies may ask of the node; a
 	// namespace over them has its policies failed closed (see
 	// compileOrFail). The zero Limits bounds nothing.
@@ -143,7 +148,7 @@ func Compile(s *Snapshot) (*Desired, error) {
 		}
 		d.Endpoints[le.HostIfName] = c.endpoint(le)
 	}
-	svcs, err := compileServices(s.Services, s.EndpointSlices)
+	svcs, err := compileServices(s.Services, s.EndpointSlices, s.Node)
 	if err != nil {
 		return nil, err
 	}

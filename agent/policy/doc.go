@@ -59,7 +59,9 @@
 // port of a Service is a frontend, whose backends are the endpoints its
 // EndpointSlices list for that port (matched by the Service port's name and
 // protocol), the ready ones or, when none is, the serving and terminating
-// ones, as kube-proxy chooses them. api.Service and api.EndpointSlice keep only
+// ones, as kube-proxy chooses them; under internalTrafficPolicy Local, those
+// of this node ([Snapshot.Node]) alone. A Service labelled for another
+// proxy is not translated. api.Service and api.EndpointSlice keep only
 // what that needs. Where the slices come from is the sources' business: the
 // API server's endpoint-slice controller in Kubernetes mode, the agent's
 // own (agent/endpointslice) in standalone mode.

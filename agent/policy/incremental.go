@@ -93,6 +93,16 @@ func (c *Incremental) SetLimits(l Limits) {
 	c.st = nil // every policy's budget may change: rebuild
 }
 
+// SetNode names this node's Node (Snapshot.Node); a change recomputes
+// every Service.
+func (c *Incremental) SetNode(name string) {
+	if c.in.svc.node == name {
+		return
+	}
+	c.in.svc.node = name
+	c.in.svc.markAllDirty()
+}
+
 // SetNamespace adds ns, or replaces the namespace of its name.
 func (c *Incremental) SetNamespace(ns *policyapi.Namespace) {
 	if c.in.namespaces[ns.Name] == ns {

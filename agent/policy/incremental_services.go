@@ -22,6 +22,8 @@ type serviceInputs struct {
 	bySvc map[objKey]map[objKey]*policyapi.EndpointSlice
 	// dirty are the Services whose frontends must be recomputed.
 	dirty map[objKey]struct{}
+	// node is Snapshot.Node.
+	node string
 }
 
 func newServiceInputs() serviceInputs {
@@ -152,7 +154,7 @@ func (st *state) updateServices(in *serviceInputs) error {
 			if err != nil {
 				return err
 			}
-			next = serviceEntries(cs, slices.Collect(maps.Values(in.bySvc[k])))
+			next = serviceEntries(cs, slices.Collect(maps.Values(in.bySvc[k])), in.node)
 		}
 		old := ss.entries[k]
 		for fe, e := range next {

@@ -10,31 +10,53 @@ import (
 )
 
 // serviceEntries returns what each frontend of the Service translates to, given
-// the EndpointSlices that name it. Each ClusterIP and port is a frontend;
-// its backends are the endpoints of the ClusterIP's family that the
-// slices list for the port's name and protocol: the ready ones (a nil
-// ready condition counts as ready) or, when none is ready, those serving
-// and terminating, as kube-proxy falls back to them. An endpoint's first
-// address is its address; one that does not parse or is of the other
-// family is left out, as is a slice port without a number.
-func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice) map[ServiceFrontend]*ServiceEntry {
-	if len(cs.Addrs) == 0 || len(cs.Ports) == 0 {
+// the EndpointSlices that name it, for the pods of node (see endpointLocal).
+// Each ClusterIP and port is a frontend; its backends are the endpoints of
+// the ClusterIP's family that the slices list for the port's name and
+// protocol: the ready ones (a nil ready condition counts as ready) or,
+// when none is ready, those serving and terminating, as kube-proxy falls
+// back to them. With internalTrafficPolicy Local, kube-proxy's rule for
+// the cluster's own traffic: only the endpoints on node, chosen the same
+// way among them; when node has none but other nodes have some, the entry
+// says NoLocalBackend. An endpoint's first address is its address; one that
+// does not parse or is of the other family is left out, as is a slice
+// port without a number. A Service labelled for another proxy
+// (ParsedService.ProxyName) has no frontends.
+func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, node string) map[ServiceFrontend]*ServiceEntry {
+	if len(cs.Addrs) == 0 || len(cs.Ports) == 0 || cs.ProxyName != "" {
 		return nil
 	}
 	out := make(map[ServiceFrontend]*ServiceEntry, len(cs.Addrs)*len(cs.Ports))
 	for _, a := range cs.Addrs {
 		for _, sp := range cs.Ports {
 			fe := ServiceFrontend{Addr: a, Port: sp.Port, Proto: sp.Proto}
-			out[fe] = &ServiceEntry{Service: cs.Name, Backends: backends(sl, a.Is4(), sp), AffinityTimeout: cs.Affinity}
+			e := &ServiceEntry{Service: cs.Name, AffinityTimeout: cs.Affinity}
+			if !cs.InternalLocal {
+				e.Backends, _ = backends(sl, a.Is4(), sp, nil)
+			} else {
+				var elsewhere bool
+				e.Backends, elsewhere = backends(sl, a.Is4(), sp, func(ep policyapi.SliceEndpoint) bool { return endpointLocal(ep, node) })
+				e.NoLocalBackend = len(e.Backends) == 0 && elsewhere
+			}
+			out[fe] = e
 		}
 	}
 	return out
 }
 
+// endpointLocal reports whether ep runs on node: its nodeName is node, as
+// kube-proxy decides. Without a node (the standalone agent, which has no
+// Node object and is the only node it knows) every endpoint is local.
+func endpointLocal(ep policyapi.SliceEndpoint, node string) bool {
+	return node == "" || (ep.NodeName != nil && *ep.NodeName == node)
+}
+
 // backends returns the backends the slices give the Service port sp in
 // one family, sorted by address then port, each once; nil when there are
-// none.
-func backends(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedServicePort) []ServiceBackend {
+// none. With keep, only endpoints it keeps count, and others reports
+// whether an endpoint it left out would have served (ready, or serving and
+// terminating).
+func backends(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedServicePort, keep func(policyapi.SliceEndpoint) bool) (_ []ServiceBackend, others bool) {
 	want := policyapi.AddressTypeIPv6
 	if v4 {
 		want = policyapi.AddressTypeIPv4
@@ -58,12 +80,20 @@ func backends(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedService
 				}
 				b := ServiceBackend{Addr: a.Unmap(), Port: uint16(*p.Port)}
 				c := ep.Conditions
+				var to *[]ServiceBackend
 				switch {
 				case c.Ready == nil || *c.Ready:
-					ready = append(ready, b)
+					to = &ready
 				case (c.Serving == nil || *c.Serving) && c.Terminating != nil && *c.Terminating:
-					fallback = append(fallback, b)
+					to = &fallback
+				default:
+					continue
 				}
+				if keep != nil && !keep(ep) {
+					others = true
+					continue
+				}
+				*to = append(*to, b)
 			}
 		}
 	}
@@ -71,10 +101,10 @@ func backends(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedService
 		ready = fallback
 	}
 	if len(ready) == 0 {
-		return nil
+		return nil, others
 	}
 	slices.SortFunc(ready, compareBackend)
-	return slices.Clip(slices.Compact(ready))
+	return slices.Clip(slices.Compact(ready)), others
 }
 
 // slicePortMatches reports whether the slice port p carries the endpoints
@@ -107,7 +137,8 @@ func compareBackend(a, b ServiceBackend) int {
 
 // sameEntry reports whether two entries translate alike.
 func sameEntry(a, b *ServiceEntry) bool {
-	return a.Service == b.Service && a.AffinityTimeout == b.AffinityTimeout && slices.Equal(a.Backends, b.Backends)
+	return a.Service == b.Service && a.AffinityTimeout == b.AffinityTimeout && a.NoLocalBackend == b.NoLocalBackend &&
+		slices.Equal(a.Backends, b.Backends)
 }
 
 // compileServices computes Desired.Services of a snapshot: each Service's
@@ -115,7 +146,8 @@ func sameEntry(a, b *ServiceEntry) bool {
 // ServiceNameLabel names it). Two Services claiming one frontend (the
 // same ClusterIP, port and protocol, which an API server never allocates)
 // give it to the first by namespace/name. Nil when there is no frontend.
-func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice) (map[ServiceFrontend]*ServiceEntry, error) {
+// node is the Node whose pods' connections are translated (Snapshot.Node).
+func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, node string) (map[ServiceFrontend]*ServiceEntry, error) {
 	bySvc := make(map[objKey][]*policyapi.EndpointSlice)
 	seen := make(map[objKey]bool, len(sl))
 	for _, s := range sl {
@@ -142,7 +174,7 @@ func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice) (
 		if err != nil {
 			return nil, err
 		}
-		for fe, e := range serviceEntries(cs, bySvc[k]) {
+		for fe, e := range serviceEntries(cs, bySvc[k], node) {
 			if o, taken := owner[fe]; taken && compareObjKey(o, k) < 0 {
 				continue
 			}

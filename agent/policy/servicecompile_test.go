@@ -98,7 +98,7 @@ func be(s ...string) []ServiceBackend {
 func describeServices(m map[ServiceFrontend]*ServiceEntry) string {
 	var lines []string
 	for fe, e := range m {
-		lines = append(lines, fmt.Sprintf("%s:%d/%d -> %s %v affinity %v", fe.Addr, fe.Port, fe.Proto, e.Service, e.Backends, e.AffinityTimeout))
+		lines = append(lines, fmt.Sprintf("%s:%d/%d -> %s %v affinity %v no-local %t", fe.Addr, fe.Port, fe.Proto, e.Service, e.Backends, e.AffinityTimeout, e.NoLocalBackend))
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
@@ -281,6 +281,145 @@ func TestCompileServices(t *testing.T) {
 	}
 }
 
+// on sets the endpoint's nodeName.
+func on(e policyapi.SliceEndpoint, node string) policyapi.SliceEndpoint {
+	e.NodeName = &node
+	return e
+}
+
+// TestCompileServicesInternalTrafficPolicy: with internalTrafficPolicy
+// Local, a node's pods reach only the endpoints on that node, as kube-proxy
+// picks them for the cluster's own traffic (ready ones, else serving and
+// terminating ones, of this node); with none there but some elsewhere the
+// frontend says so (the dataplane drops), with none anywhere it has no
+// backend (refused). Compile and the incremental compiler agree.
+func TestCompileServicesInternalTrafficPolicy(t *testing.T) {
+	v4 := []string{"10.96.0.10"}
+	policy := func(p policyapi.ServiceInternalTrafficPolicy, s *policyapi.Service) *policyapi.Service {
+		s.Spec.InternalTrafficPolicy = &p
+		return s
+	}
+	local := func() *policyapi.Service {
+		return policy(policyapi.ServiceInternalTrafficPolicyLocal, mkService("prod", "web", v4, ":80"))
+	}
+	slice := func(eps ...policyapi.SliceEndpoint) []*policyapi.EndpointSlice {
+		return []*policyapi.EndpointSlice{mkSlice("prod", "web-1", "web", policyapi.AddressTypeIPv4, []string{":8080"}, eps...)}
+	}
+	frontend := fe("10.96.0.10", 80, policyapi.ProtoTCP)
+	tests := []struct {
+		name   string
+		node   string
+		svcs   []*policyapi.Service
+		slices []*policyapi.EndpointSlice
+		want   map[ServiceFrontend]*ServiceEntry
+	}{
+		{
+			name:   "Local: only this node's ready endpoints",
+			node:   "n1",
+			svcs:   []*policyapi.Service{local()},
+			slices: slice(on(ep("10.0.0.1"), "n1"), on(ep("10.0.0.2"), "n2"), on(ep("10.0.0.3"), "n1"), ep("10.0.0.4")),
+			want:   map[ServiceFrontend]*ServiceEntry{frontend: {Service: "prod/web", Backends: be("10.0.0.1:8080", "10.0.0.3:8080")}},
+		},
+		{
+			name: "Local: this node's serving terminating ones when it has no ready one, though others have",
+			node: "n1",
+			svcs: []*policyapi.Service{local()},
+			slices: slice(on(cond(ep("10.0.0.1"), "f", "t", "t"), "n1"), on(ep("10.0.0.2"), "n2"),
+				on(cond(ep("10.0.0.3"), "f", "f", "t"), "n1"), on(cond(ep("10.0.0.5"), "f", "t", "f"), "n1")),
+			want: map[ServiceFrontend]*ServiceEntry{frontend: {Service: "prod/web", Backends: be("10.0.0.1:8080")}},
+		},
+		{
+			name:   "Local: none on this node, ready ones elsewhere (or on no node): dropped",
+			node:   "n1",
+			svcs:   []*policyapi.Service{local()},
+			slices: slice(on(ep("10.0.0.2"), "n2"), ep("10.0.0.4"), on(cond(ep("10.0.0.1"), "f", "t", "f"), "n1")),
+			want:   map[ServiceFrontend]*ServiceEntry{frontend: {Service: "prod/web", NoLocalBackend: true}},
+		},
+		{
+			name:   "Local: none on this node, a serving terminating one elsewhere: dropped",
+			node:   "n1",
+			svcs:   []*policyapi.Service{local()},
+			slices: slice(on(cond(ep("10.0.0.2"), "f", "t", "t"), "n2")),
+			want:   map[ServiceFrontend]*ServiceEntry{frontend: {Service: "prod/web", NoLocalBackend: true}},
+		},
+		{
+			name:   "Local: no endpoint that would serve anywhere: refused, as without the policy",
+			node:   "n1",
+			svcs:   []*policyapi.Service{local()},
+			slices: slice(on(cond(ep("10.0.0.2"), "f", "t", "f"), "n2"), on(cond(ep("10.0.0.3"), "f", "f", "t"), "n1")),
+			want:   map[ServiceFrontend]*ServiceEntry{frontend: {Service: "prod/web"}},
+		},
+		{
+			name:   "Cluster: every node's",
+			node:   "n1",
+			svcs:   []*policyapi.Service{policy(policyapi.ServiceInternalTrafficPolicyCluster, mkService("prod", "web", v4, ":80"))},
+			slices: slice(on(ep("10.0.0.1"), "n1"), on(ep("10.0.0.2"), "n2"), ep("10.0.0.4")),
+			want:   map[ServiceFrontend]*ServiceEntry{frontend: {Service: "prod/web", Backends: be("10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.4:8080")}},
+		},
+		{
+			name:   "Local without a node (standalone): every endpoint is this node's",
+			svcs:   []*policyapi.Service{local()},
+			slices: slice(on(ep("10.0.0.2"), "n2"), ep("10.0.0.4")),
+			want:   map[ServiceFrontend]*ServiceEntry{frontend: {Service: "prod/web", Backends: be("10.0.0.2:8080", "10.0.0.4:8080")}},
+		},
+		{
+			name: "Local, dual stack: each family on its own",
+			node: "n1",
+			svcs: []*policyapi.Service{policy(policyapi.ServiceInternalTrafficPolicyLocal, mkService("prod", "web", []string{"10.96.0.10", "fd00:96::10"}, ":80"))},
+			slices: []*policyapi.EndpointSlice{
+				mkSlice("prod", "web-4", "web", policyapi.AddressTypeIPv4, []string{":80"}, on(ep("10.0.0.1"), "n1")),
+				mkSlice("prod", "web-6", "web", policyapi.AddressTypeIPv6, []string{":80"}, on(ep("fd00::2"), "n2")),
+			},
+			want: map[ServiceFrontend]*ServiceEntry{
+				frontend: {Service: "prod/web", Backends: be("10.0.0.1:80")},
+				fe("fd00:96::10", 80, policyapi.ProtoTCP): {Service: "prod/web", NoLocalBackend: true},
+			},
+		},
+		{
+			name: "a Service labelled for another proxy is not translated",
+			node: "n1",
+			svcs: []*policyapi.Service{func() *policyapi.Service {
+				s := mkService("prod", "web", v4, ":80")
+				s.Labels = map[string]string{policyapi.ServiceProxyNameLabel: "other-proxy"}
+				return s
+			}()},
+			slices: slice(on(ep("10.0.0.1"), "n1")),
+			want:   nil,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Compile(&Snapshot{Services: tc.svcs, EndpointSlices: tc.slices, Node: tc.node})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(d.Services, tc.want) {
+				t.Errorf("Compile: got\n%s\nwant\n%s", describeServices(d.Services), describeServices(tc.want))
+			}
+			// The incremental compiler, told the node after the objects
+			// (a change of node recomputes every Service).
+			inc := NewIncremental()
+			for _, s := range tc.svcs {
+				inc.SetService(s)
+			}
+			for _, s := range tc.slices {
+				inc.SetEndpointSlice(s)
+			}
+			if _, err := inc.Compile(); err != nil {
+				t.Fatal(err)
+			}
+			inc.SetNode(tc.node)
+			got, err := inc.Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Services, tc.want) {
+				t.Errorf("Incremental: got\n%s\nwant\n%s", describeServices(got.Services), describeServices(tc.want))
+			}
+		})
+	}
+}
+
 // TestServicePortNamesAreDNSLabels: a Service port's name is a DNS label,
 // longer than the 15 characters a container port's name may have; the
 // upstream e2e tests name theirs "service-port-tcp-80".
@@ -322,6 +461,11 @@ func TestCompileServiceErrors(t *testing.T) {
 			s.Spec.Type = "Internal"
 			return s
 		}(), "unknown type"},
+		{"bad internal traffic policy", func() *policyapi.Service {
+			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
+			s.Spec.InternalTrafficPolicy = ptr[policyapi.ServiceInternalTrafficPolicy]("Node")
+			return s
+		}(), "spec.internalTrafficPolicy: unknown policy"},
 		{"bad affinity", func() *policyapi.Service {
 			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
 			s.Spec.SessionAffinity = "Cookie"
@@ -374,6 +518,7 @@ func TestServiceDefaultMatchesCompile(t *testing.T) {
 		},
 		SessionAffinity:       policyapi.ServiceAffinityClientIP,
 		SessionAffinityConfig: &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{TimeoutSeconds: ptr[int32](10800)}},
+		InternalTrafficPolicy: ptr(policyapi.ServiceInternalTrafficPolicyCluster),
 	}
 	if !reflect.DeepEqual(defaulted.Spec, want) {
 		t.Fatalf("defaulted spec\n%+v\nwant\n%+v", defaulted.Spec, want)

@@ -33,8 +33,14 @@ type ServiceEntry struct {
 	// Backends are the ready endpoints, sorted by address then port, each
 	// once. Empty means the Service has no ready endpoint: new connections
 	// are refused as kube-proxy refuses them (TCP reset or ICMP port
-	// unreachable), never dropped in silence.
+	// unreachable), never dropped in silence; but see NoLocalBackend.
 	Backends []ServiceBackend
+	// NoLocalBackend: Backends is empty because the Service's
+	// internalTrafficPolicy is Local and no endpoint is on this node, while
+	// other nodes have some. New connections are dropped, as kube-proxy
+	// drops them ("has no local endpoints"): the Service exists, this
+	// node's pods may not use it.
+	NoLocalBackend bool
 	// AffinityTimeout is sessionAffinity ClientIP's timeout: a client's new
 	// connections go to the backend its last one went to, for this long
 	// after that one's last packet. Zero means no affinity.

@@ -226,7 +226,7 @@ func TestBatchServices(t *testing.T) {
 
 	// Noise the dataplane does not read writes nothing.
 	noisy := slice("10.244.1.7")
-	noisy.ResourceVersion, noisy.Endpoints[0].NodeName = "77", ptr("node-b")
+	noisy.ResourceVersion, noisy.Endpoints[0].Zone = "77", ptr("zone-b")
 	c[kindEndpointSlice]["prod/server-x1"] = noisy
 	if changed, _, _ := commit(t, st, c, keys(nil, nil, []string{"prod/server-x1"})); changed {
 		t.Error("a slice change the dataplane does not read wrote the store")

@@ -215,13 +215,15 @@ func copyMap(m map[string]string) map[string]string {
 
 // ConvertService returns the policy form of svc: what a dataplane needs to
 // translate it (type, ClusterIPs, ports with their target ports, session
-// affinity) and the selector, defaulted and validated as the compiler will
-// read it. An error means the compiler would refuse the Service; the
+// affinity, internal traffic policy, the ServiceProxyNameLabel label alone
+// of its labels) and the selector, defaulted and validated as the
+// compiler will read it. An error means the compiler would refuse the Service; the
 // caller leaves it out.
 func ConvertService(svc *corev1.Service) (*policyapi.Service, error) {
 	out := &policyapi.Service{
-		TypeMeta:   policyapi.TypeMeta{APIVersion: "v1", Kind: "Service"},
-		ObjectMeta: policyapi.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: string(svc.UID)},
+		TypeMeta: policyapi.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: policyapi.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: string(svc.UID),
+			Labels: oneLabel(svc.Labels, policyapi.ServiceProxyNameLabel)},
 		Spec: policyapi.ServiceSpec{
 			Type:            policyapi.ServiceType(svc.Spec.Type),
 			ClusterIP:       svc.Spec.ClusterIP,
@@ -232,6 +234,10 @@ func ConvertService(svc *corev1.Service) (*policyapi.Service, error) {
 	}
 	if len(out.Spec.ClusterIPs) == 0 {
 		out.Spec.ClusterIPs = nil
+	}
+	if p := svc.Spec.InternalTrafficPolicy; p != nil {
+		v := policyapi.ServiceInternalTrafficPolicy(*p)
+		out.Spec.InternalTrafficPolicy = &v
 	}
 	for _, p := range svc.Spec.Ports {
 		sp := policyapi.ServicePort{Name: p.Name, Protocol: policyapi.Protocol(p.Protocol), Port: p.Port}
@@ -260,12 +266,12 @@ func ConvertService(svc *corev1.Service) (*policyapi.Service, error) {
 // ConvertEndpointSlice returns the policy form of s: its Service (the
 // kubernetes.io/service-name label, the only label kept), address type,
 // endpoints with their addresses and ready, serving and terminating
-// conditions, and ports. Node names, zones, hints and target references
-// are dropped: the dataplane translates to every endpoint of the cluster.
+// conditions and node names, and ports. Zones, hints and target
+// references are dropped: lockstep does not route by topology.
 func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*policyapi.EndpointSlice, error) {
 	out := &policyapi.EndpointSlice{
 		TypeMeta:    policyapi.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
-		ObjectMeta:  policyapi.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: string(s.UID), Labels: serviceNameLabel(s.Labels)},
+		ObjectMeta:  policyapi.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: string(s.UID), Labels: oneLabel(s.Labels, policyapi.ServiceNameLabel)},
 		AddressType: policyapi.AddressType(s.AddressType),
 	}
 	for _, e := range s.Endpoints {
@@ -274,6 +280,7 @@ func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*policyapi.EndpointSlic
 			Conditions: policyapi.EndpointConditions{
 				Ready: copyPtr(e.Conditions.Ready), Serving: copyPtr(e.Conditions.Serving), Terminating: copyPtr(e.Conditions.Terminating),
 			},
+			NodeName: copyPtr(e.NodeName),
 		})
 	}
 	for _, p := range s.Ports {
@@ -290,14 +297,13 @@ func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*policyapi.EndpointSlic
 	return out, nil
 }
 
-// serviceNameLabel returns the kubernetes.io/service-name label of labels
-// alone, or nil.
-func serviceNameLabel(labels map[string]string) map[string]string {
-	name, ok := labels[policyapi.ServiceNameLabel]
+// oneLabel returns the label key of labels alone, or nil.
+func oneLabel(labels map[string]string, key string) map[string]string {
+	v, ok := labels[key]
 	if !ok {
 		return nil
 	}
-	return map[string]string{policyapi.ServiceNameLabel: name}
+	return map[string]string{key: v}
 }
 
 // copyPtr returns a pointer to a copy of *p, or nil.

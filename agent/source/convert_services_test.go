@@ -14,6 +14,7 @@ import (
 )
 
 func TestConvertService(t *testing.T) {
+	cluster, local := policyapi.ServiceInternalTrafficPolicyCluster, policyapi.ServiceInternalTrafficPolicyLocal
 	meta := metav1.ObjectMeta{Name: "web", Namespace: "prod", UID: "svc-uid", ResourceVersion: "9",
 		Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"}}
 	tests := []struct {
@@ -34,7 +35,7 @@ func TestConvertService(t *testing.T) {
 			},
 			want: policyapi.ServiceSpec{
 				Type: policyapi.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
-				Selector: map[string]string{"app": "web"}, SessionAffinity: policyapi.ServiceAffinityNone,
+				Selector: map[string]string{"app": "web"}, SessionAffinity: policyapi.ServiceAffinityNone, InternalTrafficPolicy: &cluster,
 				Ports: []policyapi.ServicePort{
 					{Name: "http", Protocol: policyapi.TCP, Port: 80, TargetPort: policyapi.FromString("http")},
 					{Name: "dns", Protocol: policyapi.UDP, Port: 53, TargetPort: policyapi.FromInt(5353)},
@@ -54,6 +55,7 @@ func TestConvertService(t *testing.T) {
 				SessionAffinity:       policyapi.ServiceAffinityClientIP,
 				SessionAffinityConfig: &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{TimeoutSeconds: ptr[int32](60)}},
 				Ports:                 []policyapi.ServicePort{{Protocol: policyapi.SCTP, Port: 9000, TargetPort: policyapi.FromInt(9000)}},
+				InternalTrafficPolicy: &cluster,
 			},
 		},
 		{
@@ -64,13 +66,21 @@ func TestConvertService(t *testing.T) {
 				SessionAffinity:       policyapi.ServiceAffinityClientIP,
 				SessionAffinityConfig: &policyapi.SessionAffinityConfig{ClientIP: &policyapi.ClientIPConfig{TimeoutSeconds: ptr[int32](10800)}},
 				Ports:                 []policyapi.ServicePort{{Protocol: policyapi.TCP, Port: 80, TargetPort: policyapi.FromInt(80)}},
+				InternalTrafficPolicy: &cluster,
 			},
 		},
 		{
 			name: "headless keeps None",
 			spec: corev1.ServiceSpec{ClusterIP: "None", ClusterIPs: []string{"None"}, Selector: map[string]string{"app": "db"}},
 			want: policyapi.ServiceSpec{Type: policyapi.ServiceTypeClusterIP, ClusterIP: "None", ClusterIPs: []string{"None"},
-				Selector: map[string]string{"app": "db"}, SessionAffinity: policyapi.ServiceAffinityNone},
+				Selector: map[string]string{"app": "db"}, SessionAffinity: policyapi.ServiceAffinityNone, InternalTrafficPolicy: &cluster},
+		},
+		{
+			name: "internalTrafficPolicy Local",
+			spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyLocal), Ports: []corev1.ServicePort{{Port: 80}}},
+			want: policyapi.ServiceSpec{Type: policyapi.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+				SessionAffinity: policyapi.ServiceAffinityNone, InternalTrafficPolicy: &local,
+				Ports: []policyapi.ServicePort{{Protocol: policyapi.TCP, Port: 80, TargetPort: policyapi.FromInt(80)}}},
 		},
 		{
 			name: "ExternalName",
@@ -104,6 +114,19 @@ func TestConvertService(t *testing.T) {
 			}
 		})
 	}
+	// Of the labels, the one that hands the Service to another proxy is
+	// kept, as listed and as cached.
+	other := &corev1.Service{ObjectMeta: *meta.DeepCopy(), Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 80}}}}
+	other.Labels[policyapi.ServiceProxyNameLabel] = "other-proxy"
+	for name, in := range map[string]*corev1.Service{"as listed": other, "as cached": trim(other.DeepCopy()).(*corev1.Service)} {
+		got, err := ConvertService(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]string{policyapi.ServiceProxyNameLabel: "other-proxy"}; !reflect.DeepEqual(got.Labels, want) {
+			t.Errorf("%s: labels %v, want %v", name, got.Labels, want)
+		}
+	}
 	bad := &corev1.Service{ObjectMeta: meta, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10",
 		Ports: []corev1.ServicePort{{Port: 80}, {Port: 81}}}}
 	if _, err := ConvertService(bad); err == nil || !strings.Contains(err.Error(), "name: required") {
@@ -134,7 +157,7 @@ func TestConvertEndpointSlice(t *testing.T) {
 		ObjectMeta:  policyapi.ObjectMeta{Name: "web-abcde", Namespace: "prod", UID: "slice-uid", Labels: map[string]string{policyapi.ServiceNameLabel: "web"}},
 		AddressType: policyapi.AddressTypeIPv4,
 		Endpoints: []policyapi.SliceEndpoint{
-			{Addresses: []string{"10.244.1.5"}, Conditions: policyapi.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}},
+			{Addresses: []string{"10.244.1.5"}, Conditions: policyapi.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}, NodeName: &node},
 			{Addresses: []string{"10.244.2.7"}, Conditions: policyapi.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
 			{Addresses: []string{"10.244.3.9"}},
 		},
@@ -153,7 +176,7 @@ func TestConvertEndpointSlice(t *testing.T) {
 		t.Error("ConvertEndpointSlice modified its input")
 	}
 	cached := trim(before.DeepCopy()).(*discoveryv1.EndpointSlice)
-	if cached.Endpoints[0].NodeName != nil || cached.Endpoints[0].TargetRef != nil || len(cached.Labels) != 1 {
+	if cached.Endpoints[0].Zone != nil || cached.Endpoints[0].TargetRef != nil || len(cached.Labels) != 1 {
 		t.Errorf("trim kept what nothing reads: %s", show(cached))
 	}
 	bad := before.DeepCopy()

@@ -6,6 +6,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
 )
@@ -24,9 +25,10 @@ func trim(obj client.Object) client.Object {
 	case *networkingv1.NetworkPolicy:
 		return &networkingv1.NetworkPolicy{ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil), Spec: o.Spec}
 	case *corev1.Service:
-		return &corev1.Service{ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil), Spec: corev1.ServiceSpec{
+		return &corev1.Service{ObjectMeta: trimMeta(&o.ObjectMeta, oneLabel(o.Labels, policyapi.ServiceProxyNameLabel), nil), Spec: corev1.ServiceSpec{
 			Type: o.Spec.Type, ClusterIP: o.Spec.ClusterIP, ClusterIPs: o.Spec.ClusterIPs, Ports: o.Spec.Ports,
 			Selector: o.Spec.Selector, SessionAffinity: o.Spec.SessionAffinity, SessionAffinityConfig: o.Spec.SessionAffinityConfig,
+			InternalTrafficPolicy: o.Spec.InternalTrafficPolicy,
 		}}
 	case *discoveryv1.EndpointSlice:
 		return trimEndpointSlice(o)
@@ -58,16 +60,16 @@ func trimMeta(m *metav1.ObjectMeta, labels, annotations map[string]string) metav
 }
 
 // trimEndpointSlice keeps the Service a slice belongs to, its address
-// type, ports and each endpoint's addresses and conditions.
+// type, ports and each endpoint's addresses, conditions and node.
 func trimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	out := &discoveryv1.EndpointSlice{
-		ObjectMeta:  trimMeta(&s.ObjectMeta, serviceNameLabel(s.Labels), nil),
+		ObjectMeta:  trimMeta(&s.ObjectMeta, oneLabel(s.Labels, policyapi.ServiceNameLabel), nil),
 		AddressType: s.AddressType,
 		Ports:       s.Ports,
 		Endpoints:   make([]discoveryv1.Endpoint, len(s.Endpoints)),
 	}
 	for i, e := range s.Endpoints {
-		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions}
+		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions, NodeName: e.NodeName}
 	}
 	return out
 }

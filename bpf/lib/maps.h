@@ -50,7 +50,7 @@ enum reason {
 	REASON_NO_ENDPOINT = 4,
 	REASON_UNPARSEABLE = 5,
 	REASON_ALLOWED_NODE = 6,  /* allowed, new: the node's own packet to its pod */
-	REASON_SERVICE_NO_BACKEND = 7, /* to a Service frontend without a ready backend: refused */
+	REASON_SERVICE_NO_BACKEND = 7, /* to a Service frontend without a ready backend: refused; without a local one (SVC_NO_LOCAL): dropped */
 	REASON_CT_SHARE = 8, /* a new connection beyond its endpoint's conntrack share: dropped */
 	REASON_MAX = 9,
 };
@@ -202,9 +202,12 @@ struct ct_cache_slot {
 
 /* Service frontends (lockstep_services): a ClusterIP, port and protocol.
  * count says, per parity, how many backends the frontend has in
- * lockstep_backends; SVC_ABSENT that the parity has no such frontend.
+ * lockstep_backends; SVC_ABSENT that the parity has no such frontend;
+ * SVC_NO_LOCAL that it has none for this node's pods while other nodes
+ * have some (internalTrafficPolicy Local): new connections are dropped.
  */
 #define SVC_ABSENT 0xffff
+#define SVC_NO_LOCAL 0xfffe
 
 struct svc_key {
 	struct v6addr addr;
@@ -215,7 +218,7 @@ struct svc_key {
 
 struct svc_value {
 	__u32 id;          /* names the frontend's backends and affinity entries */
-	__u16 count[2];    /* per parity: backends in slots 0..count-1, or SVC_ABSENT */
+	__u16 count[2];    /* per parity: backends in slots 0..count-1, SVC_ABSENT or SVC_NO_LOCAL */
 	__u32 affinity[2]; /* per parity: sessionAffinity ClientIP timeout, seconds; 0: none */
 };
 

@@ -155,13 +155,13 @@ static __always_inline void svc_affinity_touch(const struct pkt *p, const struct
 
 /* svc_to_pod hands a packet from_pod rewrote back to the pod it came from
  * (hairpin, refusals): Ethernet addresses swapped, into the ingress of the
- * veth's peer.
+ * peer of the veth ifindex (the caller's, read once: see svc_tracked).
  */
-static __always_inline int svc_to_pod(struct __sk_buff *skb)
+static __always_inline int svc_to_pod(struct __sk_buff *skb, __u32 ifindex)
 {
 	if (swap_macs(skb))
 		return TC_ACT_SHOT;
-	return bpf_redirect_peer(skb->ifindex, 0);
+	return bpf_redirect_peer(ifindex, 0);
 }
 
 /* svc_close_twin marks closing, on a FIN or RST p of a translated
@@ -252,7 +252,7 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, __u32 ifindex, con
 	}
 	if (nat_rewrite(skb, p, &t))
 		return TC_ACT_SHOT;
-	return svc_to_pod(skb);
+	return svc_to_pod(skb, ifindex);
 }
 
 /* svc_related translates an ICMP error p in dir about a connection
@@ -308,8 +308,12 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 		verdict(skb, DIR_EGRESS, VERDICT_REJECT, REASON_SERVICE_NO_BACKEND, p, 0);
 		if (reject(skb, p))
 			return TC_ACT_SHOT;
-		return svc_to_pod(skb);
+		return svc_to_pod(skb, ifindex);
 	}
+	/* kube-proxy drops these without an answer ("has no local
+	 * endpoints"): the Service has backends, none for this node. */
+	if (n == SVC_NO_LOCAL)
+		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_SERVICE_NO_BACKEND, p, 0);
 	s = svc_scratch();
 	if (!s)
 		return SVC_PASS;
@@ -364,7 +368,7 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	/* The pod's own ingress rule allowed the hairpin connection too. */
 	count_rule(self_rule);
 	if (hairpin)
-		return svc_to_pod(skb);
+		return svc_to_pod(skb, ifindex);
 	if (routed)
 		return route_out(skb, t);
 	return TC_ACT_OK;

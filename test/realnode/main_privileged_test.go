@@ -242,6 +242,24 @@ func connect(tb testing.TB, c *realnode.Cluster, ns, from, addr, proto string) b
 	return err == nil
 }
 
+// connectOutcome is connect's answer in agnhost's words: "" when the
+// connection succeeded, else the first word agnhost printed (TIMEOUT,
+// REFUSED, OTHER, DNS), or kubectl's error.
+func connectOutcome(tb testing.TB, c *realnode.Cluster, ns, from, addr, proto string) string {
+	tb.Helper()
+	_, err := c.Kubectl(tb.Context(), "exec", "-n", ns, from, "--", "/agnhost", "connect", addr,
+		"--timeout=3s", "--protocol="+proto)
+	if err == nil {
+		return ""
+	}
+	for _, word := range []string{"TIMEOUT", "REFUSED", "OTHER", "DNS"} {
+		if strings.Contains(err.Error(), word) {
+			return word
+		}
+	}
+	return err.Error()
+}
+
 // agnhostPod renders a Pod running agnhost netexec (HTTP and UDP on 8080,
 // SCTP off) on a node, with labels.
 func agnhostPod(ns, name, node string, labels map[string]string) string {

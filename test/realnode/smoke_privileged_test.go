@@ -23,9 +23,10 @@ const (
 // TestPrivilegedRealNodePodNetwork checks what every pod needs on a real
 // node with lockstep installed from deploy/: an address from its node's
 // block in each family, pod to pod on one node and across nodes, a
-// ClusterIP Service (kube-proxy's DNAT), the endpoints of a headless
-// Service, both by name through the cluster DNS, and the world outside the
-// cluster (masqueraded to the node's address).
+// ClusterIP Service (kube-proxy's DNAT), one of internalTrafficPolicy Local
+// (only its node's pods reach it), the endpoints of a headless Service,
+// both by name through the cluster DNS, and the world outside the cluster
+// (masqueraded to the node's address).
 func TestPrivilegedRealNodePodNetwork(t *testing.T) {
 	checkPodNetwork(t, cluster(t), "smoke-net")
 }
@@ -38,10 +39,12 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		agnhostPod(ns, "a1", node1, map[string]string{"app": "server"}),
 		agnhostPod(ns, "a2", node1, map[string]string{"app": "client"}),
 		agnhostPod(ns, "b1", node2, map[string]string{"app": "server"}),
+		agnhostPod(ns, "b2", node2, map[string]string{"app": "local-only"}),
 		service(ns, "server", false),
 		service(ns, "server-headless", true),
+		localService(ns, "server-local", "local-only"),
 	}, "\n---\n"))
-	pods := waitReady(t, c, ns, "a1", "a2", "b1")
+	pods := waitReady(t, c, ns, "a1", "a2", "b1", "b2")
 
 	for name, p := range pods {
 		for _, fam := range []string{"4", "6"} {
@@ -89,6 +92,33 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 				if !connect(t, c, ns, from, addr, "tcp") {
 					t.Errorf("%s cannot reach Service server at %s", from, addr)
 				}
+			}
+		}
+	})
+
+	t.Run("internalTrafficPolicy Local", func(t *testing.T) {
+		// server-local's one endpoint, b2, runs on node 2: b1, beside it,
+		// reaches it; a2 on node 1 is dropped without an answer, as
+		// kube-proxy drops what a node without a local endpoint sends.
+		var svc struct {
+			Spec struct {
+				ClusterIPs []string `json:"clusterIPs"`
+			} `json:"spec"`
+		}
+		if err := c.GetJSON(t.Context(), &svc, "service", "-n", ns, "server-local"); err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range svc.Spec.ClusterIPs {
+			addr := net.JoinHostPort(ip, "80")
+			err := realnode.Poll(t.Context(), time.Minute, time.Second, "b1 to reach server-local at "+addr, func() (bool, string, error) {
+				return connect(t, c, ns, "b1", addr, "tcp"), "no connection", nil
+			})
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			if got := connectOutcome(t, c, ns, "a2", addr, "tcp"); got != "TIMEOUT" {
+				t.Errorf("a2 (on %s) to server-local at %s: %s, want TIMEOUT (dropped: no endpoint on its node)", node1, addr, got)
 			}
 		}
 	})
@@ -267,6 +297,20 @@ func service(ns, name string, headless bool) string {
 	}
 	b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Service",
 		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec})
+	return string(b)
+}
+
+// localService renders a dual-stack Service of internalTrafficPolicy Local
+// selecting app=app, port 80 to the pods' named port http.
+func localService(ns, name, app string) string {
+	b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"selector":              map[string]string{"app": app},
+			"ipFamilyPolicy":        "RequireDualStack",
+			"internalTrafficPolicy": "Local",
+			"ports":                 []any{map[string]any{"name": "http", "port": 80, "targetPort": "http"}},
+		}})
 	return string(b)
 }
 

@@ -14,8 +14,9 @@ const DefaultAffinityTimeout = 10800 * time.Second
 
 // Default fills in what the API server defaults in a Service: the type
 // (ClusterIP), ClusterIPs from ClusterIP, port protocols (TCP), target
-// ports (the port itself), the session affinity (None) and ClientIP's
-// timeout (DefaultAffinityTimeout). The compiler applies the same
+// ports (the port itself), the session affinity (None), ClientIP's
+// timeout (DefaultAffinityTimeout) and, but for ExternalName, the
+// internal traffic policy (Cluster). The compiler applies the same
 // defaults without calling Default.
 func (s *Service) Default() {
 	spec := &s.Spec
@@ -36,6 +37,10 @@ func (s *Service) Default() {
 	}
 	if spec.SessionAffinity == "" {
 		spec.SessionAffinity = ServiceAffinityNone
+	}
+	if spec.InternalTrafficPolicy == nil && spec.Type != ServiceTypeExternalName {
+		p := ServiceInternalTrafficPolicyCluster
+		spec.InternalTrafficPolicy = &p
 	}
 	if spec.SessionAffinity == ServiceAffinityClientIP {
 		if spec.SessionAffinityConfig == nil {
@@ -107,6 +112,12 @@ type ParsedService struct {
 	Addrs    []netip.Addr
 	Ports    []ParsedServicePort
 	Affinity time.Duration
+	// InternalLocal: internalTrafficPolicy Local, pods' connections go
+	// only to endpoints on their own node.
+	InternalLocal bool
+	// ProxyName is the ServiceProxyNameLabel's value: when set, the
+	// Service belongs to that proxy and lockstep translates none of it.
+	ProxyName string
 }
 
 // ParsedServicePort is one port of a Service, protocol numbered.
@@ -221,5 +232,15 @@ func ParseService(s *Service) (*ParsedService, error) {
 	default:
 		return fail("spec.sessionAffinity", fmt.Errorf("unknown session affinity %q (want None or ClientIP)", spec.SessionAffinity))
 	}
+	if p := spec.InternalTrafficPolicy; p != nil {
+		switch *p {
+		case ServiceInternalTrafficPolicyCluster:
+		case ServiceInternalTrafficPolicyLocal:
+			cs.InternalLocal = true
+		default:
+			return fail("spec.internalTrafficPolicy", fmt.Errorf("unknown policy %q (want Cluster or Local)", *p))
+		}
+	}
+	cs.ProxyName = s.Labels[ServiceProxyNameLabel]
 	return cs, nil
 }

@@ -1,8 +1,9 @@
 package api
 
 // Service is the part of a Kubernetes v1 Service that a dataplane needs to
-// translate it for pods: its ClusterIPs, ports, type, session affinity and
-// selector. Like the other object types it mirrors the API's field names,
+// translate it for pods: its ClusterIPs, ports, type, session affinity,
+// internal traffic policy and selector, and the labels (of which it reads
+// ServiceProxyNameLabel). Like the other object types it mirrors the API's field names,
 // so a manifest written for Kubernetes parses unchanged; other fields are
 // ignored.
 type Service struct {
@@ -52,7 +53,25 @@ type ServiceSpec struct {
 	Selector              map[string]string      `json:"selector,omitempty"`
 	SessionAffinity       ServiceAffinity        `json:"sessionAffinity,omitempty"`
 	SessionAffinityConfig *SessionAffinityConfig `json:"sessionAffinityConfig,omitempty"`
+	// InternalTrafficPolicy is Cluster when nil: pods' connections to a
+	// ClusterIP go to any endpoint. Local keeps them on their node: only
+	// endpoints on the client's node, and none when it has none.
+	InternalTrafficPolicy *ServiceInternalTrafficPolicy `json:"internalTrafficPolicy,omitempty"`
 }
+
+// ServiceInternalTrafficPolicy says which endpoints serve the traffic of
+// the cluster's own pods and nodes to a Service.
+type ServiceInternalTrafficPolicy string
+
+// Internal traffic policies.
+const (
+	ServiceInternalTrafficPolicyCluster ServiceInternalTrafficPolicy = "Cluster"
+	ServiceInternalTrafficPolicyLocal   ServiceInternalTrafficPolicy = "Local"
+)
+
+// ServiceProxyNameLabel on a Service hands it to the Service proxy it
+// names: kube-proxy leaves such a Service alone, and so does lockstep.
+const ServiceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
 
 // ServicePort is one port of a Service.
 type ServicePort struct {
@@ -113,6 +132,10 @@ type EndpointSlice struct {
 type SliceEndpoint struct {
 	Addresses  []string           `json:"addresses"`
 	Conditions EndpointConditions `json:"conditions,omitzero"`
+	// NodeName is the Node the endpoint runs on, when it is a pod; a
+	// Service of InternalTrafficPolicy Local translates only to those of
+	// the client's node.
+	NodeName *string `json:"nodeName,omitempty"`
 }
 
 // EndpointConditions are an endpoint's conditions. Nil Ready and Serving
