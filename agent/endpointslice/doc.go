@@ -20,7 +20,9 @@
 // Services and Services without a selector get no slices (none has a
 // ClusterIP to translate, or its endpoints are someone else's), a slice is
 // never split at 100 endpoints, and endpoints carry no node, zone or
-// target reference, which the dataplane does not read.
+// target reference. Without a node, every endpoint counts as this node's
+// for a Service of internalTrafficPolicy Local (policy.Snapshot.Node is
+// empty standalone).
 //
 // [SyncTxn] makes the store's slices those of its Services and pods inside
 // a write transaction: the manifests source calls it in the transaction

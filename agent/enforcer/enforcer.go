@@ -570,7 +570,8 @@ func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
 // transaction, with the default limits: local endpoints are the Ready ones; a local pod's addresses
 // come from its endpoint, remote pods' from their status. The enforcer
 // itself feeds an incremental compiler the same objects (see feeder);
-// [policy.Compile] of a Snapshot is the reference its result must equal.
+// [policy.Compile] of a Snapshot, with the Node SetNode gave, is the
+// reference its result must equal.
 func Snapshot(txn *store.Txn) (*policy.Snapshot, error) {
 	snap := &policy.Snapshot{Namespaces: map[string]*policyapi.Namespace{}, Identities: map[string]policyapi.Peer{}, Limits: policy.DefaultLimits}
 	nss, err := store.Namespaces(txn, nil)

@@ -3,6 +3,7 @@ package enforcer
 import (
 	"context"
 	"net/netip"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -141,5 +142,72 @@ func TestBackendAndPolicyInOneApply(t *testing.T) {
 	}
 	if c := e.Services(); c.Frontends != 1 || c.Backends != 1 || c.NoBackends != 0 {
 		t.Errorf("Services() = %+v, want one frontend with one backend", c)
+	}
+}
+
+// TestSetNodeKeepsLocalServicesLocal: the node SetNode names decides which
+// endpoints a Service of internalTrafficPolicy Local translates to, in the
+// compiles after SetNode, after a reset (SetLimits) and after a change of
+// node, and the full compile of Snapshot with that Node agrees.
+func TestSetNodeKeepsLocalServicesLocal(t *testing.T) {
+	st, err := store.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes, name, proto, port := true, "", policyapi.TCP, int32(8080)
+	local := policyapi.ServiceInternalTrafficPolicyLocal
+	nodeB := "node-b"
+	if err := st.Update(func(txn *store.Txn) error {
+		if err := store.UpsertService(txn, &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "server"},
+			Spec: policyapi.ServiceSpec{ClusterIP: "10.96.0.20", InternalTrafficPolicy: &local, Ports: []policyapi.ServicePort{{Port: 80}}}}); err != nil {
+			return err
+		}
+		return store.UpsertEndpointSlice(txn, &policyapi.EndpointSlice{
+			ObjectMeta:  policyapi.ObjectMeta{Namespace: "prod", Name: "server-abc", Labels: map[string]string{policyapi.ServiceNameLabel: "server"}},
+			AddressType: policyapi.AddressTypeIPv4,
+			Endpoints:   []policyapi.SliceEndpoint{{Addresses: []string{"10.244.1.7"}, Conditions: policyapi.EndpointConditions{Ready: &yes}, NodeName: &nodeB}},
+			Ports:       []policyapi.EndpointSlicePort{{Name: &name, Protocol: &proto, Port: &port}},
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	frontend := policy.ServiceFrontend{Addr: netip.MustParseAddr("10.96.0.20"), Port: 80, Proto: policyapi.ProtoTCP}
+	dp := &historyDataplane{}
+	e := New(st, dp, nil)
+	for _, step := range []struct {
+		name, node string
+		reset      bool
+		noLocal    bool
+	}{
+		{"on node-a", "node-a", false, true},
+		{"on node-a, after a reset", "node-a", true, true},
+		{"on node-b", "node-b", false, false},
+		{"on node-b, after a reset", "node-b", true, false},
+		{"on node-a again", "node-a", false, true},
+	} {
+		e.SetNode(step.node)
+		if step.reset {
+			e.SetLimits(policy.DefaultLimits)
+		}
+		if err := e.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		states := dp.states()
+		got := states[len(states)-1].Services[frontend]
+		if got == nil || got.NoLocalBackend != step.noLocal || (len(got.Backends) == 1) == step.noLocal {
+			t.Errorf("%s: entry %+v, want no local backend %v", step.name, got, step.noLocal)
+		}
+		snap, err := Snapshot(st.ReadTxn())
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap.Node = step.node
+		want, err := policy.Compile(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := want.Services[frontend]; w == nil || !reflect.DeepEqual(*w, *got) {
+			t.Errorf("%s: the enforcer applied %+v, the full compile gives %+v", step.name, got, w)
+		}
 	}
 }

@@ -23,11 +23,22 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 		return nil, fmt.Errorf("explain --to %s: %w", q.To, err)
 	}
 	name := policyapi.NamespaceOrDefault(svc.Namespace) + "/" + svc.Name
+	if proxy, ok := svc.Labels[policyapi.ServiceProxyNameLabel]; ok {
+		return nil, fmt.Errorf("explain --to %s: %w: service %s is labelled %s=%q: that proxy translates it, not lockstep nor kube-proxy, so the dataplanes judge a pod's egress on the ClusterIP itself; name the backend pod to judge its ingress",
+			q.To, ErrServiceAddress, name, policyapi.ServiceProxyNameLabel, proxy)
+	}
 	num, err := proto.Number()
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: %w: %w", q.To, ErrBadQuery, err)
 	}
-	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, ix.s.Node)
+	// internalTrafficPolicy Local is decided on the client's node, as
+	// kube-proxy decides it there: the pod's own node in Kubernetes mode
+	// (a snapshot with a Node), this node for anyone else.
+	node := ix.s.Node
+	if node != "" && from.isPod() && from.pod.Spec.NodeName != "" {
+		node = from.pod.Spec.NodeName
+	}
+	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, node)
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: translate the Services: %w", q.To, err)
 	}
@@ -54,8 +65,8 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 	res.Verdict, res.Reason = summarise(res.Backends)
 	if entry.NoLocalBackend {
 		res.Verdict = Deny
-		res.Reason = fmt.Sprintf("no local backend: %s has internalTrafficPolicy Local and no ready endpoint on this node for %d/%s over IPv%d (other nodes have some), so the connection is dropped before any policy judges it",
-			name, q.Port, proto, family)
+		res.Reason = fmt.Sprintf("no local backend: %s has internalTrafficPolicy Local and no ready endpoint on node %s for %d/%s over IPv%d (other nodes have some), so the connection is dropped before any policy judges it",
+			name, node, q.Port, proto, family)
 		return res, nil
 	}
 	if len(res.Backends) == 0 {

@@ -215,10 +215,58 @@ func TestExplainServiceReadiness(t *testing.T) {
 	}
 }
 
+// TestExplainServiceInternalLocal: under internalTrafficPolicy Local the
+// backends are those on the client pod's node (in Kubernetes mode, a
+// snapshot with a Node), and without any there the connection is denied
+// as dropped; standalone (no Node) every endpoint is local.
+func TestExplainServiceInternalLocal(t *testing.T) {
+	yes, port, name, tcp := true, int32(80), "", policyapi.TCP
+	local := policyapi.ServiceInternalTrafficPolicyLocal
+	for _, tc := range []struct {
+		name, snapNode, clientNode string
+		verdict, reason            string
+		backends                   int
+	}{
+		{"client on the endpoint's node", "n1", "n2", Allow, "", 1},
+		{"client on another node: dropped", "n1", "n1", Deny, "no local backend: x/gate has internalTrafficPolicy Local and no ready endpoint on node n1", 0},
+		{"the agent's node for a client without one", "n2", "", Allow, "", 1},
+		{"standalone: every endpoint is local", "", "n1", Allow, "", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := serviceFixture()
+			s.Node = tc.snapNode
+			for _, svc := range s.Services {
+				if svc.Name == "gate" {
+					svc.Spec.InternalTrafficPolicy = &local
+				}
+			}
+			for _, p := range s.Pods {
+				if p.Name == "client" {
+					p.Spec.NodeName = tc.clientNode
+				}
+			}
+			s.EndpointSlices = []*policyapi.EndpointSlice{{
+				ObjectMeta:  policyapi.ObjectMeta{Namespace: "x", Name: "gate-1", Labels: map[string]string{policyapi.ServiceNameLabel: "gate"}},
+				AddressType: policyapi.AddressTypeIPv4, Ports: []policyapi.EndpointSlicePort{{Name: &name, Protocol: &tcp, Port: &port}},
+				Endpoints: []policyapi.SliceEndpoint{{Addresses: []string{"10.0.1.11"}, Conditions: policyapi.EndpointConditions{Ready: &yes}, NodeName: ptr("n2")}},
+			}}
+			res, err := Explain(s, query(t, "x/client", "svc/x/gate", "80"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Verdict != tc.verdict || len(res.Backends) != tc.backends || !strings.Contains(res.Reason, tc.reason) {
+				t.Errorf("%s with %d backends (%s), want %s with %d mentioning %q", res.Verdict, len(res.Backends), res.Reason, tc.verdict, tc.backends, tc.reason)
+			}
+		})
+	}
+}
+
 func TestExplainServiceErrors(t *testing.T) {
 	snap := serviceFixture()
 	headless := service("x", "headless", []string{policyapi.ClusterIPNone}, map[string]string{"app": "web"}, svcPort("", "", 80, nil))
-	snap.Services = append(snap.Services, headless)
+	other := service("x", "other", []string{"10.96.0.60"}, map[string]string{"app": "web"}, svcPort("", "", 80, nil))
+	other.Labels = map[string]string{policyapi.ServiceProxyNameLabel: "mesh"}
+	snap.Services = append(snap.Services, headless, other)
 	for _, tc := range []struct {
 		from, to, port string
 		family         int
@@ -227,7 +275,8 @@ func TestExplainServiceErrors(t *testing.T) {
 	}{
 		{"x/client", "svc/x/web", "8080", 0, ErrServiceAddress, "service x/web has no port 8080/TCP (its ports: 80/TCP); --port is a Service port"},
 		{"x/client", "10.96.0.10", "53/sctp", 0, ErrServiceAddress, "its ports: 53/UDP, 53/TCP"},
-		{"x/client", "svc/x/nothing", "80", 0, ErrUnknownService, "the Services of namespace x are dns, gate, headless, nobody, unready, web"},
+		{"x/client", "svc/x/nothing", "80", 0, ErrUnknownService, "the Services of namespace x are dns, gate, headless, nobody, other, unready, web"},
+		{"x/client", "10.96.0.60", "80", 0, ErrServiceAddress, `service x/other is labelled service.kubernetes.io/service-proxy-name="mesh": that proxy translates it`},
 		{"x/client", "svc/y/web", "80", 0, ErrUnknownService, "the Services of namespace y are none"},
 		{"x/client", "svc/x/headless", "80", 0, ErrServiceAddress, "headless or ExternalName"},
 		{"x/client", "svc/x/gate", "80", 6, ErrServiceAddress, "no IPv6 ClusterIP"},

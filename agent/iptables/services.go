@@ -44,7 +44,11 @@ func isNATDispatch(chain string) bool {
 }
 
 // noepSetName is the hash:ip,port set of the frontends of family f that
-// have no backend (kube-proxy's "has no endpoints").
+// have no backend (kube-proxy's "has no endpoints"). A frontend without a
+// local backend (policy.ServiceEntry.NoLocalBackend, which kube-proxy
+// drops instead) would be refused here too, but never comes: only a
+// compile with a Node gives one, the Kubernetes mode, where this dataplane
+// leaves every Service to kube-proxy.
 func noepSetName(m Mode, f Family) string { return setPrefix(m, f) + noepTag }
 
 // svcChainName is the nat chain that translates fr: LOCKSTEP-SVC- and 12

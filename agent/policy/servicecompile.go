@@ -21,9 +21,9 @@ import (
 // says NoLocalBackend. An endpoint's first address is its address; one that
 // does not parse or is of the other family is left out, as is a slice
 // port without a number. A Service labelled for another proxy
-// (ParsedService.ProxyName) has no frontends.
+// (ParsedService.OtherProxy) has no frontends.
 func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, node string) map[ServiceFrontend]*ServiceEntry {
-	if len(cs.Addrs) == 0 || len(cs.Ports) == 0 || cs.ProxyName != "" {
+	if len(cs.Addrs) == 0 || len(cs.Ports) == 0 || cs.OtherProxy {
 		return nil
 	}
 	out := make(map[ServiceFrontend]*ServiceEntry, len(cs.Addrs)*len(cs.Ports))

@@ -376,11 +376,15 @@ func TestCompileServicesInternalTrafficPolicy(t *testing.T) {
 			},
 		},
 		{
-			name: "a Service labelled for another proxy is not translated",
+			name: "a Service labelled for another proxy, whatever the value, is not translated",
 			node: "n1",
 			svcs: []*policyapi.Service{func() *policyapi.Service {
 				s := mkService("prod", "web", v4, ":80")
 				s.Labels = map[string]string{policyapi.ServiceProxyNameLabel: "other-proxy"}
+				return s
+			}(), func() *policyapi.Service {
+				s := mkService("prod", "empty-label", []string{"10.96.0.11"}, ":80")
+				s.Labels = map[string]string{policyapi.ServiceProxyNameLabel: ""}
 				return s
 			}()},
 			slices: slice(on(ep("10.0.0.1"), "n1")),

@@ -99,7 +99,8 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 	t.Run("internalTrafficPolicy Local", func(t *testing.T) {
 		// server-local's one endpoint, b2, runs on node 2: b1, beside it,
 		// reaches it; a2 on node 1 is dropped without an answer, as
-		// kube-proxy drops what a node without a local endpoint sends.
+		// kube-proxy drops what a node without a local endpoint sends
+		// (REFUSED only while node 1 has not yet seen b2's endpoint).
 		var svc struct {
 			Spec struct {
 				ClusterIPs []string `json:"clusterIPs"`
@@ -108,6 +109,16 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		if err := c.GetJSON(t.Context(), &svc, "service", "-n", ns, "server-local"); err != nil {
 			t.Fatal(err)
 		}
+		if len(svc.Spec.ClusterIPs) != 2 {
+			t.Fatalf("Service server-local has ClusterIPs %v, want one per family", svc.Spec.ClusterIPs)
+		}
+		agent1 := agentPod(t, c, node1)
+		h1, err := c.Node(node1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := agentStatus(t, c, h1).Dataplane
+		ebpfTranslates := st != nil && st.Name == "ebpf" && st.Services != nil && !st.Services.LeftToKubeProxy
 		for _, ip := range svc.Spec.ClusterIPs {
 			addr := net.JoinHostPort(ip, "80")
 			err := realnode.Poll(t.Context(), time.Minute, time.Second, "b1 to reach server-local at "+addr, func() (bool, string, error) {
@@ -117,8 +128,34 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 				t.Error(err)
 				continue
 			}
+			err = realnode.Poll(t.Context(), time.Minute, time.Second, "a2 (on "+node1+") to be dropped by server-local at "+addr, func() (bool, string, error) {
+				switch got := connectOutcome(t, c, ns, "a2", addr, "tcp"); got {
+				case "TIMEOUT":
+					return true, "", nil
+				case "":
+					return false, "", fmt.Errorf("a2 on %s connected to server-local at %s, whose only endpoint is on %s", node1, addr, node2)
+				default:
+					return false, got, nil
+				}
+			})
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			// lockstep's own answer, whichever dataplane: from its store.
+			if r := explainInAgent(t, c, agent1, ns+"/a2", ip, "80"); r.Verdict != "deny" || !strings.Contains(r.Reason, "no local backend") {
+				t.Errorf("explain a2 to %s: %s: %s; want deny, no local backend", addr, r.Verdict, r.Reason)
+			}
+			if !ebpfTranslates {
+				continue // kube-proxy dropped it (the iptables dataplane)
+			}
+			// The eBPF dataplane dropped it, before kube-proxy saw it.
+			before := datapathPackets(t, c, agent1, "service-no-backend")
 			if got := connectOutcome(t, c, ns, "a2", addr, "tcp"); got != "TIMEOUT" {
-				t.Errorf("a2 (on %s) to server-local at %s: %s, want TIMEOUT (dropped: no endpoint on its node)", node1, addr, got)
+				t.Errorf("a2 to %s again: %q, want TIMEOUT", addr, got)
+			}
+			if after := datapathPackets(t, c, agent1, "service-no-backend"); after <= before {
+				t.Errorf("lockstep_datapath_packets_total{reason=\"service-no-backend\"} on %s stayed at %v: the eBPF programs did not drop a2's connection", node1, after)
 			}
 		}
 	})

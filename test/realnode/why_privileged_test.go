@@ -333,6 +333,28 @@ func openPTY() (term, tty *os.File, err error) {
 	return term, tty, nil
 }
 
+// datapathPackets reads lockstep_datapath_packets_total{reason=reason}
+// from an agent's /metrics, as policyVerdicts does; 0 when the series is
+// not there.
+func datapathPackets(tb testing.TB, c *realnode.Cluster, agent, reason string) float64 {
+	tb.Helper()
+	out, err := c.Kubectl(tb.Context(), "get", "--raw", "/api/v1/namespaces/kube-system/pods/"+agent+":9962/proxy/metrics")
+	if err != nil {
+		tb.Fatalf("read the metrics of %s: %v", agent, err)
+	}
+	prefix := `lockstep_datapath_packets_total{reason="` + reason + `"} `
+	for line := range strings.Lines(string(out)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatalf("parse %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
 // policySeries names one series of lockstep_policy_verdicts_total.
 type policySeries struct{ namespace, policy, direction, verdict string }
 

@@ -115,9 +115,10 @@ type ParsedService struct {
 	// InternalLocal: internalTrafficPolicy Local, pods' connections go
 	// only to endpoints on their own node.
 	InternalLocal bool
-	// ProxyName is the ServiceProxyNameLabel's value: when set, the
-	// Service belongs to that proxy and lockstep translates none of it.
-	ProxyName string
+	// OtherProxy: the Service carries ServiceProxyNameLabel (whatever its
+	// value), so it belongs to that proxy and lockstep translates none of
+	// it, as kube-proxy leaves it alone.
+	OtherProxy bool
 }
 
 // ParsedServicePort is one port of a Service, protocol numbered.
@@ -241,6 +242,6 @@ func ParseService(s *Service) (*ParsedService, error) {
 			return fail("spec.internalTrafficPolicy", fmt.Errorf("unknown policy %q (want Cluster or Local)", *p))
 		}
 	}
-	cs.ProxyName = s.Labels[ServiceProxyNameLabel]
+	_, cs.OtherProxy = s.Labels[ServiceProxyNameLabel]
 	return cs, nil
 }
