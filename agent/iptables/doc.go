@@ -135,7 +135,9 @@
 // egress is isolated would have the connection dropped in silence. So
 // lockstep refuses it itself: each family with a frontend has a
 // hash:ip,port set of the frontends without backends
-// (lockstep-nft4-noep: "10.96.0.20,tcp:80"), and every endpoint's egress
+// (lockstep-nft4-noep: "10.96.0.20,tcp:80"; not those whose backends are
+// all on other nodes under internalTrafficPolicy Local, which kube-proxy
+// drops, and lockstep with it), and every endpoint's egress
 // chain, right after anti-spoofing and before any policy, sends a packet to
 // one of them to LOCKSTEP-REJECT (a TCP reset; for UDP and SCTP an ICMP
 // port unreachable). Like kube-proxy's REJECT, this needs the node to

@@ -44,11 +44,12 @@ func isNATDispatch(chain string) bool {
 }
 
 // noepSetName is the hash:ip,port set of the frontends of family f that
-// have no backend (kube-proxy's "has no endpoints"). A frontend without a
-// local backend (policy.ServiceEntry.NoLocalBackend, which kube-proxy
-// drops instead) would be refused here too, but never comes: only a
-// compile with a Node gives one, the Kubernetes mode, where this dataplane
-// leaves every Service to kube-proxy.
+// have no backend (kube-proxy's "has no endpoints"), which the endpoints'
+// egress chains refuse. A frontend without a backend on this node only
+// (policy.ServiceEntry.NoLocalBackend, internalTrafficPolicy Local) is not
+// in it: kube-proxy drops its connections ("has no local endpoints"),
+// and whatever lockstep's chains decide on the ClusterIP, a connection
+// they let through meets that DROP.
 func noepSetName(m Mode, f Family) string { return setPrefix(m, f) + noepTag }
 
 // svcChainName is the nat chain that translates fr: LOCKSTEP-SVC- and 12
@@ -181,7 +182,7 @@ func (r *renderer) services(want *policy.Desired, names []string) (svcPlan, erro
 		if sp.noep[f.index()] == nil {
 			sp.noep[f.index()] = newFrontendSet(f)
 		}
-		if len(e.Backends) == 0 {
+		if len(e.Backends) == 0 && !e.NoLocalBackend {
 			sp.noep[f.index()].frontends[unmapFrontend(fr)] = struct{}{}
 		}
 		sr := r.svcs[fr]
@@ -290,7 +291,8 @@ func unmapFrontend(fr policy.ServiceFrontend) policy.ServiceFrontend {
 
 // sameEntry reports whether a and b translate the same way.
 func sameEntry(a, b *policy.ServiceEntry) bool {
-	return a.Service == b.Service && a.AffinityTimeout == b.AffinityTimeout && slices.Equal(a.Backends, b.Backends)
+	return a.Service == b.Service && a.AffinityTimeout == b.AffinityTimeout && a.NoLocalBackend == b.NoLocalBackend &&
+		slices.Equal(a.Backends, b.Backends)
 }
 
 // svcJump is a frontend's rule in LOCKSTEP-SVC-ALL, with the Service's

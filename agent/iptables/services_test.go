@@ -57,7 +57,10 @@ func withService(d *policy.Desired, fr policy.ServiceFrontend, e *policy.Service
 }
 
 func TestRenderServices(t *testing.T) {
-	want := svcState()
+	// A frontend without a backend on this node (internalTrafficPolicy
+	// Local) is no refused frontend: kube-proxy drops its connections.
+	noLocal := policy.ServiceFrontend{Addr: addr("10.96.0.21"), Port: 80, Proto: policyapi.ProtoTCP}
+	want := withService(svcState(), noLocal, &policy.ServiceEntry{Service: "default/local", NoLocalBackend: true})
 	web, dns, web6 := svcChainName(feWeb), svcChainName(feDNS), svcChainName(feWeb6)
 	for _, c := range []string{web, dns, web6, svcChainName(feEmpty)} {
 		if len(c) != len(svcPrefix)+unionHashLen || c != strings.ToUpper(c) {
