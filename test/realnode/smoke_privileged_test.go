@@ -75,18 +75,7 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 	})
 
 	t.Run("ClusterIP Service", func(t *testing.T) {
-		var svc struct {
-			Spec struct {
-				ClusterIPs []string `json:"clusterIPs"`
-			} `json:"spec"`
-		}
-		if err := c.GetJSON(t.Context(), &svc, "service", "-n", ns, "server"); err != nil {
-			t.Fatal(err)
-		}
-		if len(svc.Spec.ClusterIPs) != 2 {
-			t.Fatalf("Service server has ClusterIPs %v, want one per family", svc.Spec.ClusterIPs)
-		}
-		for _, ip := range svc.Spec.ClusterIPs {
+		for _, ip := range dualStackClusterIPs(t, c, ns, "server") {
 			for _, from := range []string{"a2", "b1"} {
 				addr := net.JoinHostPort(ip, "80")
 				if !connect(t, c, ns, from, addr, "tcp") {
@@ -101,17 +90,7 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		// reaches it; a2 on node 1 is dropped without an answer, as
 		// kube-proxy drops what a node without a local endpoint sends
 		// (REFUSED only while node 1 has not yet seen b2's endpoint).
-		var svc struct {
-			Spec struct {
-				ClusterIPs []string `json:"clusterIPs"`
-			} `json:"spec"`
-		}
-		if err := c.GetJSON(t.Context(), &svc, "service", "-n", ns, "server-local"); err != nil {
-			t.Fatal(err)
-		}
-		if len(svc.Spec.ClusterIPs) != 2 {
-			t.Fatalf("Service server-local has ClusterIPs %v, want one per family", svc.Spec.ClusterIPs)
-		}
+		ips := dualStackClusterIPs(t, c, ns, "server-local")
 		agent1 := agentPod(t, c, node1)
 		h1, err := c.Node(node1)
 		if err != nil {
@@ -119,7 +98,7 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		}
 		st := agentStatus(t, c, h1).Dataplane
 		ebpfTranslates := st != nil && st.Name == "ebpf" && st.Services != nil && !st.Services.LeftToKubeProxy
-		for _, ip := range svc.Spec.ClusterIPs {
+		for _, ip := range ips {
 			addr := net.JoinHostPort(ip, "80")
 			err := realnode.Poll(t.Context(), time.Minute, time.Second, "b1 to reach server-local at "+addr, func() (bool, string, error) {
 				return connect(t, c, ns, "b1", addr, "tcp"), "no connection", nil
@@ -335,6 +314,24 @@ func service(ns, name string, headless bool) string {
 	b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Service",
 		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec})
 	return string(b)
+}
+
+// dualStackClusterIPs returns Service ns/name's ClusterIPs, failing tb
+// unless it has one per family.
+func dualStackClusterIPs(tb testing.TB, c *realnode.Cluster, ns, name string) []string {
+	tb.Helper()
+	var svc struct {
+		Spec struct {
+			ClusterIPs []string `json:"clusterIPs"`
+		} `json:"spec"`
+	}
+	if err := c.GetJSON(tb.Context(), &svc, "service", "-n", ns, name); err != nil {
+		tb.Fatal(err)
+	}
+	if len(svc.Spec.ClusterIPs) != 2 {
+		tb.Fatalf("Service %s has ClusterIPs %v, want one per family", name, svc.Spec.ClusterIPs)
+	}
+	return svc.Spec.ClusterIPs
 }
 
 // localService renders a dual-stack Service of internalTrafficPolicy Local
