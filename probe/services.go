@@ -50,7 +50,9 @@ func (s Service) Key() string { return s.Namespace + "/" + s.Name }
 
 // FromPolicyServices converts manifest Services to the Services a probe
 // connects through. Headless and ExternalName Services have no ClusterIP
-// to connect to; they are left out and named in skipped.
+// to connect to, and one labelled for another proxy
+// (service.kubernetes.io/service-proxy-name) is neither lockstep's nor
+// kube-proxy's to translate; they are left out and named in skipped.
 func FromPolicyServices(in []policyapi.Service) (svcs []Service, skipped []string, err error) {
 	for _, ks := range in {
 		s := Service{Namespace: policyapi.NamespaceOrDefault(ks.Namespace), Name: ks.Name, Affinity: ks.Spec.SessionAffinity == policyapi.ServiceAffinityClientIP}
@@ -58,7 +60,8 @@ func FromPolicyServices(in []policyapi.Service) (svcs []Service, skipped []strin
 		if len(ips) == 0 && ks.Spec.ClusterIP != "" {
 			ips = []string{ks.Spec.ClusterIP}
 		}
-		if ks.Spec.Type == policyapi.ServiceTypeExternalName || len(ips) == 0 || ips[0] == policyapi.ClusterIPNone {
+		_, otherProxy := ks.Labels[policyapi.ServiceProxyNameLabel]
+		if ks.Spec.Type == policyapi.ServiceTypeExternalName || len(ips) == 0 || ips[0] == policyapi.ClusterIPNone || otherProxy {
 			skipped = append(skipped, s.Key())
 			continue
 		}

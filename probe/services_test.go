@@ -61,12 +61,14 @@ func TestFromPolicyServices(t *testing.T) {
 	headless := ksvc("x", "headless", []string{policyapi.ClusterIPNone}, policyapi.ServicePort{Port: 80})
 	external := ksvc("x", "ext", nil)
 	external.Spec.Type = policyapi.ServiceTypeExternalName
-	svcs, skipped, err := FromPolicyServices([]policyapi.Service{dual, v6first, headless, external})
+	other := ksvc("x", "mesh", []string{"10.96.0.3"}, policyapi.ServicePort{Port: 80})
+	other.Labels = map[string]string{policyapi.ServiceProxyNameLabel: ""}
+	svcs, skipped, err := FromPolicyServices([]policyapi.Service{dual, v6first, headless, external, other})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(skipped, []string{"x/headless", "x/ext"}) {
-		t.Errorf("skipped %v, want [x/headless x/ext]", skipped)
+	if !slices.Equal(skipped, []string{"x/headless", "x/ext", "x/mesh"}) {
+		t.Errorf("skipped %v, want [x/headless x/ext x/mesh]", skipped)
 	}
 	if len(svcs) != 2 {
 		t.Fatalf("%d services, want 2", len(svcs))

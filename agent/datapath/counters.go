@@ -15,7 +15,8 @@ import (
 // "allowed-new", the connections policy allowed, "allowed-node", the
 // packets the node itself sent to pods whose ingress is isolated, and
 // "service-no-backend", the connections to a Service without a ready
-// backend, refused.
+// backend, refused, or without one on this node under
+// internalTrafficPolicy Local, dropped.
 func (d *Datapath) Counters() (map[string]bpfmaps.Counter, error) {
 	out := make(map[string]bpfmaps.Counter)
 	for _, r := range bpfmaps.Reasons() {

@@ -50,7 +50,8 @@
 //     refused (no ready backend: the dataplanes refuse the connection
 //     before any policy); deny, without backends, when the Service's
 //     internalTrafficPolicy is Local and only other nodes than the
-//     snapshot's Node have endpoints (the dataplanes drop the connection).
+//     client's have endpoints (the client pod's node in a snapshot with a
+//     Node, else the snapshot's Node; the dataplanes drop the connection).
 //     A snapshot of manifests has no slices of its
 //     own: its caller computes them as the standalone agent does
 //     (endpointslice.FromStatus).

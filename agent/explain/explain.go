@@ -32,8 +32,10 @@ var (
 // Service's frontend is judged on each of its ready backends: Allow when
 // every backend allows it, Deny when none does, Partial when some do, and
 // Refused when there is no ready backend (the dataplanes refuse the
-// connection before any policy is asked). They are the probe's Service
-// cells '.', 'X', '~' and 'R'.
+// connection before any policy is asked); Deny without backends too when
+// internalTrafficPolicy Local leaves the client's node none (the
+// connection is dropped). They are the probe's Service cells '.', 'X', '~'
+// and 'R'.
 const (
 	Allow   = "allow"
 	Deny    = "deny"
@@ -160,7 +162,8 @@ type Result struct {
 	// Backends are, for a Service, the connection as the dataplanes
 	// translate it to each ready backend (a pod, at the port the Service
 	// port targets on it), each judged as a connection to that pod; empty
-	// when the Service has no ready backend (Verdict refused).
+	// when the Service has no ready backend (Verdict refused) or none for
+	// the client's node under internalTrafficPolicy Local (Verdict deny).
 	Backends []Result `json:"backends,omitempty"`
 	// Verdict is allow when both sides allow; for a Service, allow, deny,
 	// partial or refused (see Allow).

@@ -65,7 +65,7 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 	res.Verdict, res.Reason = summarise(res.Backends)
 	if entry.NoLocalBackend {
 		res.Verdict = Deny
-		res.Reason = fmt.Sprintf("no local backend: %s has internalTrafficPolicy Local and no ready endpoint on node %s for %d/%s over IPv%d (other nodes have some), so the connection is dropped before any policy judges it",
+		res.Reason = fmt.Sprintf("no local backend: %s has internalTrafficPolicy Local and no ready endpoint on node %s for %d/%s over IPv%d (other nodes have some), so the connection is dropped, as kube-proxy drops it",
 			name, node, q.Port, proto, family)
 		return res, nil
 	}

@@ -126,6 +126,9 @@ func ruleOfReason(ev bpfmaps.Event) string {
 	case bpfmaps.ReasonUnparseable:
 		return "unparseable"
 	case bpfmaps.ReasonServiceNoBackend:
+		if ev.Verdict == bpfmaps.VerdictDrop {
+			return "service without local backend"
+		}
 		return "service without backend"
 	case bpfmaps.ReasonCTShare:
 		return "conntrack share"

@@ -7,7 +7,8 @@
  * A new connection to a frontend (lockstep_services, in the packet's
  * parity, like the policy it is judged by):
  *   - without backends, is refused (lib/reject.h) and counted as
- *     service-no-backend;
+ *     service-no-backend; without one for this node's pods (SVC_NO_LOCAL:
+ *     internalTrafficPolicy Local), dropped and counted the same;
  *   - else gets a backend: the client's affinity backend while its entry
  *     (lockstep_affinity) is younger than the frontend's timeout, else one
  *     at random, which becomes the client's affinity backend even when

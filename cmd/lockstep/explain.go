@@ -53,7 +53,9 @@ resolved to on that pod) and judges the connection to each backend. The
 verdict is ALLOW (every backend allows), DENY (none does), PARTIAL (some
 do: a new connection's fate depends on the backend it lands on) or
 REFUSED (no ready backend: refused before any policy), as lockstep probe
---via service shows '.', 'X', '~' and 'R'.
+--via service shows '.', 'X', '~' and 'R'; DENY without backends when the
+Service's internalTrafficPolicy is Local and the client's node has no
+endpoint while others do (dropped, as kube-proxy drops it).
 
 On a node it asks the agent on --socket, which judges one read of its
 store. With --manifests DIR it judges that directory as the standalone

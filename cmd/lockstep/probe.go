@@ -107,7 +107,7 @@ everything the probe creates is removed when it ends, also on Ctrl-C.`,
 				return err
 			}
 			if len(skipped) > 0 && cfg.Via != probe.ViaPodIP {
-				fmt.Fprintf(cmd.ErrOrStderr(), "skipping Services %s: headless or ExternalName, no ClusterIP to connect to\n", strings.Join(skipped, ", "))
+				fmt.Fprintf(cmd.ErrOrStderr(), "skipping Services %s: headless or ExternalName (no ClusterIP to connect to), or labelled for another proxy\n", strings.Join(skipped, ", "))
 			}
 			cfg.Binary, cfg.Manifests, cfg.Pods, cfg.Services = self, manifests, pods, svcs
 			cfg.Progress = cmd.ErrOrStderr()
