@@ -50,6 +50,9 @@ func TestDescribe(t *testing.T) {
 		{"no endpoint", bpfmaps.Event{Ifindex: 9, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonNoEndpoint}, "ifindex 9", "-", "no endpoint", ""},
 		{"unknown identity", bpfmaps.Event{Ifindex: 7, Peer: 301, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonPolicyEgress},
 			"shop/web", "identity 301", "default deny", ""},
+		{"Service refused", bpfmaps.Event{Ifindex: 7, Verdict: bpfmaps.VerdictReject, Reason: bpfmaps.ReasonServiceNoBackend}, "shop/web", "-", "service without backend", ""},
+		{"Service dropped (internalTrafficPolicy Local)", bpfmaps.Event{Ifindex: 7, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonServiceNoBackend},
+			"shop/web", "-", "service without local backend", ""},
 	} {
 		v := Describe(tc.ev, fakeNamer{}, time.Unix(0, 0))
 		if v.Endpoint != tc.endpoint || v.Peer != tc.peer || v.Rule != tc.rule || v.Policy != tc.policy || v.Count != 1 {
