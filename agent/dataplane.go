@@ -317,7 +317,7 @@ func dataplaneStatus(be *backend, enf *enforcer.Enforcer, cleanups *cleanup.Mana
 	out.Counts = be.counts()
 	svcs := enf.Services()
 	out.Services = &api.ServicesStatus{Frontends: svcs.Frontends, Backends: svcs.Backends, WithoutBackends: svcs.NoBackends,
-		LeftToKubeProxy: be.servicesLeft}
+		WithoutLocalBackends: svcs.NoLocalBackends, LeftToKubeProxy: be.servicesLeft}
 	f := enf.Failures()
 	for _, name := range slices.Sorted(maps.Keys(f.Policies)) {
 		out.FailedPolicies = append(out.FailedPolicies, api.PolicyFailure{Policy: name, Reason: f.Policies[name]})

@@ -63,7 +63,8 @@ func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store, e
 			{"lockstep_endpoint_slices", "EndpointSlices in the committed state.", len(slices)},
 			{"lockstep_service_frontends", "Service frontends (ClusterIP, port, protocol) the dataplane translates, as of the last apply.", applied.Frontends},
 			{"lockstep_service_backends", "Backends of the Service frontends, summed over frontends, as of the last apply.", applied.Backends},
-			{"lockstep_service_frontends_without_backends", "Service frontends with no ready endpoint for this node's pods (connections refused, or dropped under internalTrafficPolicy Local), as of the last apply.", applied.NoBackends},
+			{"lockstep_service_frontends_without_backends", "Service frontends with no ready endpoint (connections refused), as of the last apply.", applied.NoBackends},
+			{"lockstep_service_frontends_without_local_backends", "Service frontends of internalTrafficPolicy Local whose ready endpoints are all on other nodes (this node's pods' connections dropped), as of the last apply.", applied.NoLocalBackends},
 		} {
 			promtext.WriteHeader(w, g.name, g.help, "gauge")
 			promtext.WriteSample(w, g.name, float64(g.n))

@@ -276,10 +276,13 @@ type ServicesStatus struct {
 	Frontends int `json:"frontends"`
 	// Backends are the endpoints they translate to, summed over frontends.
 	Backends int `json:"backends"`
-	// WithoutBackends are the frontends with no ready endpoint for this
-	// node's pods, whose connections are refused (dropped under
-	// internalTrafficPolicy Local when other nodes have one).
+	// WithoutBackends are the frontends with no ready endpoint, whose
+	// connections are refused.
 	WithoutBackends int `json:"withoutBackends"`
+	// WithoutLocalBackends are the frontends whose ready endpoints are all
+	// on other nodes under internalTrafficPolicy Local, whose connections
+	// from this node's pods are dropped.
+	WithoutLocalBackends int `json:"withoutLocalBackends,omitempty"`
 	// LeftToKubeProxy: the dataplane translates none of them, kube-proxy
 	// does (the agent's --service-translation=false, or the iptables
 	// dataplane in Kubernetes mode); the counts are what it was given.

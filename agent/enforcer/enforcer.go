@@ -528,10 +528,13 @@ type ServiceCounts struct {
 	// Backends are the endpoints of all of them; a backend of two
 	// frontends counts twice.
 	Backends int
-	// NoBackends are the frontends without a ready endpoint for this
-	// node's pods, whose new connections are refused (dropped when the
-	// Service's internalTrafficPolicy is Local and other nodes have one).
+	// NoBackends are the frontends without a ready endpoint, whose new
+	// connections are refused.
 	NoBackends int
+	// NoLocalBackends are the frontends whose ready endpoints are all on
+	// other nodes under internalTrafficPolicy Local, whose new
+	// connections from this node's pods are dropped.
+	NoLocalBackends int
 }
 
 // Services reports the Service translation of the state last applied; zero
@@ -547,7 +550,10 @@ func countServices(d *policy.Desired) *ServiceCounts {
 	c := &ServiceCounts{Frontends: len(d.Services)}
 	for _, ent := range d.Services {
 		c.Backends += len(ent.Backends)
-		if len(ent.Backends) == 0 {
+		switch {
+		case ent.NoLocalBackend:
+			c.NoLocalBackends++
+		case len(ent.Backends) == 0:
 			c.NoBackends++
 		}
 	}

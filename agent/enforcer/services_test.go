@@ -209,5 +209,12 @@ func TestSetNodeKeepsLocalServicesLocal(t *testing.T) {
 		if w := want.Services[frontend]; w == nil || !reflect.DeepEqual(*w, *got) {
 			t.Errorf("%s: the enforcer applied %+v, the full compile gives %+v", step.name, got, w)
 		}
+		wantCounts := ServiceCounts{Frontends: 1, Backends: 1}
+		if step.noLocal {
+			wantCounts = ServiceCounts{Frontends: 1, NoLocalBackends: 1}
+		}
+		if c := e.Services(); c != wantCounts {
+			t.Errorf("%s: Services() = %+v, want %+v", step.name, c, wantCounts)
+		}
 	}
 }

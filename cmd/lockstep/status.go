@@ -63,7 +63,10 @@ func writeStatus(out io.Writer, st *api.StatusResponse, now time.Time) error {
 		if s := dp.Services; s != nil {
 			fmt.Fprintf(w, "Services:\t%d frontends, %d backends", s.Frontends, s.Backends)
 			if s.WithoutBackends > 0 {
-				fmt.Fprintf(w, ", %d without a ready endpoint for this node's pods", s.WithoutBackends)
+				fmt.Fprintf(w, ", %d without a ready endpoint", s.WithoutBackends)
+			}
+			if s.WithoutLocalBackends > 0 {
+				fmt.Fprintf(w, ", %d without one on this node (internalTrafficPolicy Local: dropped)", s.WithoutLocalBackends)
 			}
 			if s.LeftToKubeProxy {
 				fmt.Fprintf(w, " (translated by kube-proxy, not lockstep)")

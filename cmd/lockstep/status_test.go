@@ -29,6 +29,14 @@ func TestWriteStatus(t *testing.T) {
 				"Pending clean-ups:  1", "iptables-legacy:", "3 attempts", "last error: exit status 4"},
 		},
 		{
+			name: "Services without a backend on this node",
+			st: api.StatusResponse{Dataplane: &api.DataplaneStatus{
+				Name: "ebpf", LastApply: now.Add(-time.Second),
+				Services: &api.ServicesStatus{Frontends: 3, Backends: 2, WithoutBackends: 1, WithoutLocalBackends: 1},
+			}},
+			want: []string{"3 frontends, 2 backends, 1 without a ready endpoint, 1 without one on this node (internalTrafficPolicy Local: dropped)"},
+		},
+		{
 			name: "Services left to kube-proxy",
 			st: api.StatusResponse{Dataplane: &api.DataplaneStatus{
 				Name: "ebpf", LastApply: now.Add(-time.Second),

@@ -125,6 +125,9 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 			if r := explainInAgent(t, c, agent1, ns+"/a2", ip, "80"); r.Verdict != "deny" || !strings.Contains(r.Reason, "no local backend") {
 				t.Errorf("explain a2 to %s: %s: %s; want deny, no local backend", addr, r.Verdict, r.Reason)
 			}
+			if s := agentStatus(t, c, h1).Dataplane; s == nil || s.Services == nil || s.Services.WithoutLocalBackends < 1 {
+				t.Errorf("lockstep status on %s does not count server-local's frontends as without a local backend: %+v", node1, s)
+			}
 			if !ebpfTranslates {
 				continue // kube-proxy dropped it (the iptables dataplane)
 			}
