@@ -6,6 +6,7 @@ import (
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/endpointslice"
 	"lockstep.dev/lockstep/agent/manifests"
+	"lockstep.dev/lockstep/agent/store"
 )
 
 // standaloneMode is the agent's half without a Kubernetes API server: the
@@ -37,10 +38,18 @@ func (s *standaloneMode) start(_ context.Context, n *node) error {
 	return nil
 }
 
-// configureEndpoints leaves the configuration as it is: the pools are
-// Config.Pools, and an ADD's endpoint is enforced with whatever the store
-// knows of its pod.
-func (*standaloneMode) configureEndpoints(*endpoints.Config, *node) {}
+// configureEndpoints makes every write of the endpoint service also
+// compute the Services' EndpointSlices: an ADD answers once its pod is a
+// backend in force (lockstep probe connects through Services right after
+// its ADDs), not when the slice controller's next transaction gets there.
+// The pools are Config.Pools, and an ADD's endpoint is enforced with
+// whatever the store knows of its pod.
+func (*standaloneMode) configureEndpoints(c *endpoints.Config, _ *node) {
+	c.Derive = func(txn *store.Txn) error {
+		_, err := endpointslice.SyncTxn(txn)
+		return err
+	}
+}
 
 // restored makes the agent the endpoint-slice controller of the
 // manifests' Services (in Kubernetes mode the API server's is). The

@@ -133,6 +133,14 @@ func (s *Service) commit(txn *store.Txn, batch []*writeReq) {
 	if len(batch) == 0 {
 		return
 	}
+	if s.cfg.Derive != nil {
+		if err := s.cfg.Derive(txn); err != nil {
+			for _, r := range batch {
+				r.done <- &api.Error{Code: api.CodeInternal, Msg: "lockstep agent could not compute what follows from the change", Details: err.Error() + "; nothing was changed"}
+			}
+			return
+		}
+	}
 	err := txn.Commit()
 	switch {
 	case err == nil:

@@ -471,3 +471,36 @@ func TestConfirmEnforcesTheRevisionThatHoldsItReady(t *testing.T) {
 		t.Errorf("the second ADD's confirm asked for revision %d, not newer than the first's %d", calls[1].rev, calls[0].rev)
 	}
 }
+
+// TestDeriveFailsTheWholeTransaction: Derive's error is every change's
+// answer, and nothing of the transaction is committed: the refused ADD
+// holds no address, and after a later ADD (Derive healed) the pool holds
+// one.
+func TestDeriveFailsTheWholeTransaction(t *testing.T) {
+	var fail atomic.Bool
+	derived := 0
+	f := newFixture(t, t.TempDir(), Config{Derive: func(txn *store.Txn) error {
+		if fail.Load() {
+			return errors.New("slices broken")
+		}
+		derived++
+		return nil
+	}}, "10.0.0.0/24")
+	fail.Store(true)
+	_, err := f.svc.Add(ctx, api.AddRequest{Attachment: att(1), Netns: "/run/netns/x", Pod: api.PodRef{Namespace: "ns", Name: "p"}})
+	var apiErr *api.Error
+	if !errors.As(err, &apiErr) || apiErr.Code != api.CodeInternal || !strings.Contains(apiErr.Details, "slices broken") {
+		t.Fatalf("ADD with a failing Derive: %v, want code %d naming the cause", err, api.CodeInternal)
+	}
+	if e, err := store.EndpointByAttachment(f.svc.store.ReadTxn(), nil, toStore(att(1))); err != nil || e != nil {
+		t.Fatalf("the refused ADD left %+v (%v)", e, err)
+	}
+	fail.Store(false)
+	f.add(t, att(2))
+	if n, err := store.CountAllocations(f.svc.store.ReadTxn(), "10.0.0.0/24"); err != nil || n != 1 {
+		t.Fatalf("%d allocations after a refused and a good ADD (%v), want 1", n, err)
+	}
+	if derived != 2 {
+		t.Fatalf("Derive ran %d times for an ADD and its confirm, want 2", derived)
+	}
+}

@@ -58,6 +58,13 @@ type Config struct {
 	// one; its error fails the confirm, so the plugin rolls the ADD back
 	// and the pod never runs unprotected.
 	Enforce func(ctx context.Context, hostIf string, rev uint64) error
+	// Derive, when set, runs in every write transaction of the service,
+	// after its changes and before the commit, to write what the mode
+	// computes from endpoints (standalone: the Services' EndpointSlices).
+	// It commits with them: an ADD's confirm makes its pod a Service
+	// backend in the revision Enforce puts in force. Its error fails every
+	// change of the transaction, none committed.
+	Derive func(txn *store.Txn) error
 }
 
 // Service implements the agent side of the CNI API.

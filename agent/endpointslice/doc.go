@@ -26,9 +26,10 @@
 //
 // [SyncTxn] makes the store's slices those of its Services and pods inside
 // a write transaction: the manifests source calls it in the transaction
-// that commits an edit, so a Service, its pods and its slices change
-// together. [Controller] calls it again whenever pods, Services or local
-// endpoints change outside that (a CNI ADD or DEL), in a transaction of its
-// own: a pod becomes a backend once its ADD has committed, as in Kubernetes
-// after its kubelet reports it ready.
+// that commits an edit, and the agent's endpoint service in every
+// transaction of its own (a CNI ADD, confirm, DEL or GC), so a Service, its
+// pods, their endpoints and its slices change together: a pod is a backend
+// in force when its ADD answers, as in Kubernetes once its kubelet reports
+// it ready. [Controller] calls it again whenever pods, Services or local
+// endpoints change outside those, in a transaction of its own.
 package endpointslice
