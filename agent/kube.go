@@ -13,7 +13,6 @@ import (
 	"github.com/hashicorp/go-memdb"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"lockstep.dev/lockstep/agent/api"
@@ -40,7 +39,7 @@ const kubeStartupProgress = 15 * time.Second
 
 // checkKubeConfig refuses what Kubernetes mode cannot use and returns the
 // API server config.
-func checkKubeConfig(cfg Config) (*rest.Config, error) {
+func checkKubeConfig(cfg Config) (*kubeclient.Config, error) {
 	switch {
 	case cfg.NodeName == "":
 		return nil, errors.New("run agent: Kubernetes mode needs --node-name (or NODE_NAME), the name of the Node the agent runs on")
@@ -60,7 +59,7 @@ func checkKubeConfig(cfg Config) (*rest.Config, error) {
 // other nodes, the policy Events and the NodeIPAM syncer, which joins them
 // once the endpoints service exists (awaitPools).
 type kubeMode struct {
-	config *rest.Config
+	config *kubeclient.Config
 	source *source.Source
 	routes *routes.Manager
 }
@@ -82,8 +81,8 @@ func (k *kubeMode) start(ctx context.Context, n *node) error {
 		return err
 	}
 	log := n.log
-	// client-go logs through klog: send it where the agent logs.
-	klog.SetSlogLogger(log.With("component", "client-go"))
+	// apimachinery logs through klog: send it where the agent logs.
+	klog.SetSlogLogger(log.With("component", "apimachinery"))
 	k.routes = routes.NewManager(log.With("component", "routes"))
 	k.routes.SetHeartbeat(n.ops.loop("routes"))
 	src, err := source.New(source.Options{

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/agent/enforcer"
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // eventSink is an API server that records the Events posted to it.
@@ -111,7 +111,7 @@ func TestNodeReportsOnlyPoliciesSelectingItsPods(t *testing.T) {
 	})
 	log := slog.New(slog.DiscardHandler)
 	enf := enforcer.New(st, nopDataplane{}, log)
-	k := &kubeMode{config: &rest.Config{Host: ts.URL}}
+	k := &kubeMode{config: &client.Config{Host: ts.URL}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := k.reportPolicyFailures(ctx, "node-a", st, enf, log); err != nil {

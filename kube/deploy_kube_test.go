@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
@@ -79,8 +78,8 @@ func TestKubeAgentWritesOnlyItsOwnNodeIPAM(t *testing.T) {
 		t.Fatal(err)
 	}
 	as := func(sa string, extra map[string][]string) *client.Client {
-		cfg := rest.CopyConfig(admin)
-		cfg.Impersonate = rest.ImpersonationConfig{
+		cfg := client.CopyConfig(admin)
+		cfg.Impersonate = client.Impersonation{
 			UserName: "system:serviceaccount:" + namespace + ":" + sa,
 			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 			Extra:    extra,

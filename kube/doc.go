@@ -3,9 +3,9 @@
 //   - kube/apis/v1alpha1: the lockstep.dev custom resources, IPPool and
 //     NodeIPAM, and the block release handshake between operator and agent
 //     (its package documentation says who writes which field, and why).
-//   - kube/client: a typed client for them on client-go's rest.Interface,
-//     the Informer every lockstep process caches API objects with, and the
-//     kubeconfig loader.
+//   - kube/client: lockstep's own REST client (in place of client-go's),
+//     a typed client for the custom resources on it, the Informer every
+//     lockstep process caches API objects with, and the kubeconfig loader.
 //   - agent/source: the agent's Kubernetes source, informers on Pods,
 //     Namespaces, NetworkPolicies, Nodes and NodeIPAMs feeding the agent's
 //     store and its routes to other nodes' blocks.

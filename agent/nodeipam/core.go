@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/kube/client"
@@ -18,7 +17,7 @@ import (
 
 // coreListWatch lists and watches one cluster-wide core resource (nodes,
 // or pods in all namespaces) narrowed by a field selector.
-func coreListWatch(c rest.Interface, resource string, selector fields.Selector) client.ListWatch {
+func coreListWatch(c client.Interface, resource string, selector fields.Selector) client.ListWatch {
 	return client.ListWatch{
 		Resource: resource,
 		List: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -55,7 +54,7 @@ func podSelector(node string) fields.Selector {
 // (no resourceVersion: the API server answers with the current state, not
 // with a cache that may lag), which is what lets the orphan reconcile
 // trust that a pod missing from it is gone.
-func listPodsConsistent(ctx context.Context, c rest.Interface, node string) (*corev1.PodList, error) {
+func listPodsConsistent(ctx context.Context, c client.Interface, node string) (*corev1.PodList, error) {
 	opts := metav1.ListOptions{FieldSelector: podSelector(node).String()}
 	list := &corev1.PodList{}
 	err := c.Get().Resource("pods").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list)

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
@@ -28,17 +27,17 @@ import (
 // (none of which runs: objects change only when the test changes them).
 type cluster struct {
 	env   *kubetest.Env
-	cfg   *rest.Config
+	cfg   *client.Config
 	ipams *client.Resource[*v1alpha1.NodeIPAM, *v1alpha1.NodeIPAMList]
-	core  rest.Interface
+	core  client.Interface
 }
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
 	env := kubetest.Start(t)
-	cfg := &rest.Config{
+	cfg := &client.Config{
 		Host: env.Host, BearerToken: env.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAFile: env.CAFile},
+		CAFile: env.CAFile,
 		// Tests poll; the default client-side limit (5/s) would make
 		// them wait on the client, not on the server.
 		QPS: 200, Burst: 400,

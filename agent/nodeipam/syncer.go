@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/persist"
@@ -44,9 +43,9 @@ const (
 
 // Options configures a Syncer.
 type Options struct {
-	// Config reaches the API server: rest.InClusterConfig, or a
+	// Config reaches the API server: client.InClusterConfig, or a
 	// kubeconfig's.
-	Config *rest.Config
+	Config *client.Config
 	// NodeName is the Node the agent runs on, and the name of its
 	// NodeIPAM.
 	NodeName string
@@ -74,7 +73,7 @@ type Syncer struct {
 	log   *slog.Logger
 	name  string
 	ipams *client.Resource[*v1alpha1.NodeIPAM, *v1alpha1.NodeIPAMList]
-	core  rest.Interface
+	core  client.Interface
 
 	nodeInf, ipamInf, podInf *client.Informer
 

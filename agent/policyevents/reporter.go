@@ -12,7 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
+
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // Event reasons.
@@ -34,7 +35,7 @@ const maxMessage = 1024
 // every policy, and were each to report them all, K failed policies on N
 // nodes would post K times N Events.
 type Reporter struct {
-	core rest.Interface
+	core client.Interface
 	node string
 	uid  func(namespace, name string) types.UID
 	log  *slog.Logger
@@ -50,7 +51,7 @@ type Reporter struct {
 // policy the agent holds, so that the Event refers to that very object,
 // and "" for one it no longer holds: a policy deleted gets no Enforced
 // Event, there is no object left to carry it.
-func New(core rest.Interface, node string, uid func(namespace, name string) types.UID, log *slog.Logger) *Reporter {
+func New(core client.Interface, node string, uid func(namespace, name string) types.UID, log *slog.Logger) *Reporter {
 	return &Reporter{core: core, node: node, uid: uid, log: log, next: make(chan map[string]string, 1), reported: map[string]string{}}
 }
 

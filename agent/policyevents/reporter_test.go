@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/kube/client"
 )
@@ -50,7 +49,7 @@ func TestReporterPostsAChangeOnce(t *testing.T) {
 	srv := &apiServer{}
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
-	core, err := client.ForGroup(&rest.Config{Host: ts.URL}, corev1.SchemeGroupVersion)
+	core, err := client.ForGroup(&client.Config{Host: ts.URL}, corev1.SchemeGroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}

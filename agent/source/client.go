@@ -8,14 +8,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/kube/client"
 )
 
 // listWatch lists and watches resource (plural, as in the URL) across all
 // namespaces, or cluster-wide for a cluster-scoped resource.
-func listWatch(c rest.Interface, resource string) client.ListWatch {
+func listWatch(c client.Interface, resource string) client.ListWatch {
 	return client.ListWatch{
 		Resource: resource,
 		List: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {

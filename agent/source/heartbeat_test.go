@@ -5,11 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/watchdog"
 	"lockstep.dev/lockstep/internal/watchdog/watchdogtest"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // TestRunBeatsWhileTheAPIServerIsAway: a Source whose API server does not
@@ -24,7 +23,7 @@ func TestRunBeatsWhileTheAPIServerIsAway(t *testing.T) {
 	}
 	wd := watchdog.New()
 	src, err := New(Options{
-		Config:    &rest.Config{Host: "https://127.0.0.1:1"}, // nothing listens on port 1
+		Config:    &client.Config{Host: "https://127.0.0.1:1"}, // nothing listens on port 1
 		NodeName:  "node-a",
 		Store:     st,
 		Logger:    slog.New(slog.DiscardHandler),

@@ -17,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/policy"
@@ -50,8 +49,8 @@ func TestKubeServicesCompiled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("token of the agent's ServiceAccount: %v\n%s", err, token)
 	}
-	cfg := func(token string) *rest.Config {
-		return &rest.Config{Host: env.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: env.CAFile}, QPS: 200, Burst: 400}
+	cfg := func(token string) *client.Config {
+		return &client.Config{Host: env.Host, BearerToken: token, CAFile: env.CAFile, QPS: 200, Burst: 400}
 	}
 	admin := cfg(env.Token)
 	core, err := client.ForGroup(admin, corev1.SchemeGroupVersion)
@@ -62,7 +61,7 @@ func TestKubeServicesCompiled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	create := func(c rest.Interface, resource, ns string, in, out runtime.Object) {
+	create := func(c client.Interface, resource, ns string, in, out runtime.Object) {
 		t.Helper()
 		req := c.Post().Resource(resource).Body(in)
 		if ns != "" {

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/backoff"
@@ -37,9 +36,9 @@ const (
 
 // Options configures a Source.
 type Options struct {
-	// Config reaches the API server (rest.InClusterConfig, or a
+	// Config reaches the API server (client.InClusterConfig, or a
 	// kubeconfig's).
-	Config *rest.Config
+	Config *client.Config
 	// NodeName is the node this agent runs on: its pods' addresses come
 	// from the agent's CNI endpoints, not from the API.
 	NodeName string

@@ -80,39 +80,47 @@ func TestPluginDeps(t *testing.T) {
 //     VERSION, the hello world 0.7-0.8 ms and 190-220, and a build of
 //     cni/plugin alone (no agent, no Kubernetes) 1.0-1.1 ms and 300: the
 //     difference is what the one binary links for the agent and operator.
-//
-// What remains is Kubernetes: of the 187 initialisers, 109 (467 KiB, four
-// fifths of the bytes) go away only with every k8s.io and sigs.k8s.io
-// package. The largest: k8s.io/api core/v1 120 KiB (gogo-protobuf
-// registration and its documentation maps), apimachinery util/validation
-// 56 KiB (regexps, through labels and meta/v1), api/meta 53 KiB, meta/v1
-// 38 KiB, client-go/plugin/pkg/client/auth/exec 36 KiB (rest's exec
-// credential plugins, with go-spew through util/dump), sigs.k8s.io/yaml's
-// goyaml.v2 26 KiB and json-iterator 18 KiB (both through
-// structured-merge-diff, which apimachinery/pkg/runtime imports). client-go's
-// rest alone brings 29 of them (67 KiB): a lockstep REST client of its own
-// would take those, not the API types. The four k8s.io/api groups lockstep
-// imports (core, coordination, discovery, networking) are 136 KiB that
-// lockstep's own slim types would take. Outside Kubernetes: go.yaml.in/yaml/v3
-// 25 KiB (agent/manifests, for YAML 1.2's core schema) and encoding/xml
-// 18 KiB (cilium/ebpf's internal/testutils/testmain, which its internal/sys
-// imports).
+//   - issue 17, own REST client (kube/client.REST instead of client-go's
+//     rest, its transport, exec-credential plugins and metrics; client-go is
+//     no longer linked): 526 KiB in 178 packages, 18.7 MB binary, against
+//     595 KiB, 192 and 23.0 MB just before with the same toolchain (the
+//     entry above was measured with an older one). On a machine where a
+//     page fault costs about 35 µs of CPU, perf stat -r 40 of VERSION,
+//     three rounds interleaved: 585-613 page faults and 24.3-25.3 ms of CPU
+//     per exec against 661-684 and 24.9-29.4 ms before (the CPU did not
+//     move measurably); a static hello world 184-199 and 5.5-6.3 ms; an
+//     experiment build of lockstep's 34 packages that need no Kubernetes
+//     package (blank imports, the plugin's main) 325-363 and 13.1-16.2 ms.
+//     Only lockstep's own API types in place of k8s.io/api and
+//     apimachinery would take that half; the rest is what the agent links
+//     outside Kubernetes.
+
+// What remains is Kubernetes' API types: the largest initialisers are
+// k8s.io/api core/v1 120 KiB (gogo-protobuf registration and its
+// documentation maps), apimachinery util/validation 56 KiB (regexps,
+// through labels and meta/v1), api/meta 53 KiB, meta/v1 38 KiB,
+// sigs.k8s.io/yaml's goyaml.v2 26 KiB and json-iterator 18 KiB (both
+// through structured-merge-diff, which apimachinery/pkg/runtime imports).
+// lockstep's own slim API types would take them. Outside Kubernetes:
+// go.yaml.in/yaml/v3 25 KiB (agent/manifests, for YAML 1.2's core schema)
+// and encoding/xml 18 KiB (cilium/ebpf's internal/testutils/testmain, which
+// its internal/sys imports).
 //
 // What stays out is what would double it: client-go's generated clientset
 // and its scheme package, which registers every Kubernetes API group in
 // init (+850 KiB, measured for k8s.io/client-go/kubernetes/scheme);
 // agent/source and kube/client build schemes of the groups they read on
-// first use instead, and heavyInitForPlugin below fails the test when the
-// clientset, tools/cache or clientcmd comes back. The Prometheus client
+// first use instead, and heavyInitForPlugin below fails the test when any
+// of client-go comes back. The Prometheus client
 // library once added 0.2 MiB and 1.2 ms, which is why the agent's metrics
 // are written by internal/promtext.
 const (
 	// initBudget bounds the heap all package initialisers together
-	// allocate before lockstep-cni runs (584 KiB measured).
-	initBudget = 600 << 10
+	// allocate before lockstep-cni runs (526 KiB measured).
+	initBudget = 540 << 10
 	// initPackagesBudget bounds how many packages have an initialiser
-	// (187 measured): a new dependency tree shows here before its bytes do.
-	initPackagesBudget = 192
+	// (178 measured): a new dependency tree shows here before its bytes do.
+	initPackagesBudget = 182
 	// ownInitBudget bounds what lockstep's own packages allocate in init
 	// together (1.3 KiB measured, small maps and replacers). A table or
 	// regexp of ours belongs behind sync.OnceValue, or in plain code, not
@@ -128,17 +136,13 @@ const ownModule = "lockstep.dev/lockstep/"
 // share of the Kubernetes API in init, for callers that can build what
 // they need on first use, or is a client-go tool kube/client replaces.
 var heavyInitForPlugin = []string{
-	"k8s.io/client-go/kubernetes",          // clientset and its all-groups scheme
-	"k8s.io/client-go/informers",           // generated shared informers (need the clientset)
-	"k8s.io/client-go/applyconfigurations", // server-side apply builders
-	"k8s.io/kube-openapi",                  // OpenAPI models for server-side apply
-	"k8s.io/client-go/tools/cache",         // informers: use kube/client.Informer
-	"k8s.io/client-go/util/consistencydetector",
+	// All of client-go: its rest, transport and exec-credential packages
+	// (use kube/client.REST and Config), clientset and its all-groups
+	// scheme, tools/cache (use kube/client.Informer), clientcmd (use
+	// kube/client.LoadConfig).
+	"k8s.io/client-go",
+	"k8s.io/kube-openapi",      // OpenAPI models for server-side apply
 	"github.com/google/go-cmp", // 214 KiB; tools/cache's reflector brought it
-	// clientcmd's scheme of kubeconfig versions: use kube/client.LoadConfig.
-	// (clientcmd/api itself stays: rest imports it.) clientcmd always
-	// imports it, so banning it keeps clientcmd out too.
-	"k8s.io/client-go/tools/clientcmd/api/latest",
 }
 
 // initRecord is one line of the runtime's init trace: the package whose

@@ -10,26 +10,24 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
 
 // Client reaches lockstep.dev/v1alpha1 on one API server.
 type Client struct {
-	rest rest.Interface
+	rest Interface
 }
 
-// codecs serialises every API group lockstep talks to: lockstep.dev/v1alpha1
-// and the built-in core/v1, networking.k8s.io/v1, discovery.k8s.io/v1 and
-// coordination.k8s.io/v1.
+// scheme knows every API type lockstep talks to: lockstep.dev/v1alpha1 and
+// the built-in core/v1, networking.k8s.io/v1, discovery.k8s.io/v1 and
+// coordination.k8s.io/v1; REST decodes watch events and Result.Get by it.
 // It is built on first use rather than taken from
 // k8s.io/client-go/kubernetes/scheme, whose initialiser registers every API
 // group of Kubernetes: lockstep is one binary, and the CNI plugin it also is
 // pays for every package initialiser on each pod ADD
 // (cmd/lockstep/deps_test.go).
-var codecs = sync.OnceValue(func() serializer.CodecFactory {
+var scheme = sync.OnceValue(func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		v1alpha1.AddToScheme, corev1.AddToScheme, networkingv1.AddToScheme, discoveryv1.AddToScheme, coordinationv1.AddToScheme,
@@ -40,40 +38,15 @@ var codecs = sync.OnceValue(func() serializer.CodecFactory {
 			panic(fmt.Sprintf("register API types: %v", err))
 		}
 	}
-	return serializer.NewCodecFactory(s)
+	return s
 })
 
-// ConfigFor returns a copy of cfg set up for lockstep.dev/v1alpha1 (see
-// GroupConfig).
-func ConfigFor(cfg *rest.Config) *rest.Config {
-	return GroupConfig(cfg, v1alpha1.SchemeGroupVersion)
-}
-
-// GroupConfig returns a copy of cfg set up for the group version gv, one of
-// those codecs registers: API path (/api for core, /apis otherwise), JSON
-// and this package's codecs. Authentication, TLS, rate limits and timeouts
-// are kept from cfg.
-func GroupConfig(cfg *rest.Config, gv schema.GroupVersion) *rest.Config {
-	c := rest.CopyConfig(cfg)
-	c.GroupVersion = &gv
-	c.APIPath = "/apis"
-	if gv.Group == "" {
-		c.APIPath = "/api"
-	}
-	c.ContentType = runtime.ContentTypeJSON
-	c.AcceptContentTypes = runtime.ContentTypeJSON
-	c.NegotiatedSerializer = codecs().WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	return c
-}
-
 // ForGroup returns a REST client for one group version on the API server
-// cfg describes: core/v1, networking.k8s.io/v1 or coordination.k8s.io/v1
-// (for lockstep.dev, use NewForConfig).
-func ForGroup(cfg *rest.Config, gv schema.GroupVersion) (rest.Interface, error) {
-	rc, err := rest.RESTClientFor(GroupConfig(cfg, gv))
+// cfg describes: core/v1, networking.k8s.io/v1, discovery.k8s.io/v1 or
+// coordination.k8s.io/v1 (for lockstep.dev, use NewForConfig). Clients of
+// equal Configs share their connections.
+func ForGroup(cfg *Config, gv schema.GroupVersion) (Interface, error) {
+	rc, err := newREST(cfg, gv)
 	if err != nil {
 		return nil, fmt.Errorf("create %s client for %s: %w", gv, cfg.Host, err)
 	}
@@ -81,23 +54,22 @@ func ForGroup(cfg *rest.Config, gv schema.GroupVersion) (rest.Interface, error) 
 }
 
 // NewForConfig returns a Client for the API server cfg describes, such as
-// the one rest.InClusterConfig returns inside a pod.
-func NewForConfig(cfg *rest.Config) (*Client, error) {
-	rc, err := rest.RESTClientFor(ConfigFor(cfg))
+// the one InClusterConfig returns inside a pod.
+func NewForConfig(cfg *Config) (*Client, error) {
+	rc, err := newREST(cfg, v1alpha1.SchemeGroupVersion)
 	if err != nil {
 		return nil, fmt.Errorf("create lockstep.dev client for %s: %w", cfg.Host, err)
 	}
 	return New(rc), nil
 }
 
-// New returns a Client on an existing REST client, which must be set up as
-// ConfigFor sets it up.
-func New(rc rest.Interface) *Client {
+// New returns a Client on an existing REST client of lockstep.dev/v1alpha1.
+func New(rc Interface) *Client {
 	return &Client{rest: rc}
 }
 
 // RESTClient returns the underlying REST client.
-func (c *Client) RESTClient() rest.Interface {
+func (c *Client) RESTClient() Interface {
 	return c.rest
 }
 

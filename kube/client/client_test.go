@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
@@ -58,7 +57,7 @@ func newFakeAPIServer(t *testing.T) *fakeAPIServer {
 
 func (f *fakeAPIServer) client(t *testing.T) *client.Client {
 	t.Helper()
-	c, err := client.NewForConfig(&rest.Config{Host: f.URL})
+	c, err := client.NewForConfig(&client.Config{Host: f.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

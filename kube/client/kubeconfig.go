@@ -9,15 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 
-	"k8s.io/client-go/rest"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	kubeconfigv1 "k8s.io/client-go/tools/clientcmd/api/v1"
 	"sigs.k8s.io/yaml"
 )
 
 // LoadConfig returns how a lockstep process reaches the API server: the
 // kubeconfig file when one is named, the pod's service account otherwise.
-func LoadConfig(kubeconfig string) (*rest.Config, error) {
+func LoadConfig(kubeconfig string) (*Config, error) {
 	if kubeconfig != "" {
 		cfg, err := loadKubeconfig(kubeconfig)
 		if err != nil {
@@ -25,7 +22,7 @@ func LoadConfig(kubeconfig string) (*rest.Config, error) {
 		}
 		return cfg, nil
 	}
-	cfg, err := rest.InClusterConfig()
+	cfg, err := InClusterConfig()
 	if err != nil {
 		return nil, fmt.Errorf("load in-cluster API server config: %w (outside a pod, pass --kubeconfig)", err)
 	}
@@ -33,7 +30,7 @@ func LoadConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 // loadKubeconfig reads the current context of the kubeconfig file at path
-// into a rest.Config, as client-go's clientcmd does for that one file (no
+// into a Config, as client-go's clientcmd does for that one file (no
 // KUBECONFIG merging, no overrides): the server and its TLS settings, and
 // the user's credentials (token or token file, client certificate, basic
 // auth, impersonation, exec credential plugin). Relative file names
@@ -41,19 +38,19 @@ func LoadConfig(kubeconfig string) (*rest.Config, error) {
 //
 // clientcmd itself is not used: lockstep is one binary, and its scheme of
 // kubeconfig versions would initialise on every lockstep-cni start.
-func loadKubeconfig(path string) (*rest.Config, error) {
+func loadKubeconfig(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var kc kubeconfigv1.Config
+	var kc kubeconfig
 	if err := yaml.Unmarshal(data, &kc); err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
 	if kc.CurrentContext == "" {
 		return nil, errors.New("no current-context set; set one with kubectl config use-context")
 	}
-	var ctx *kubeconfigv1.Context
+	var ctx *kubeconfigContext
 	for i := range kc.Contexts {
 		if kc.Contexts[i].Name == kc.CurrentContext {
 			ctx = &kc.Contexts[i].Context
@@ -62,7 +59,7 @@ func loadKubeconfig(path string) (*rest.Config, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("current-context %q is not among the file's contexts", kc.CurrentContext)
 	}
-	var cluster *kubeconfigv1.Cluster
+	var cluster *kubeconfigCluster
 	for i := range kc.Clusters {
 		if kc.Clusters[i].Name == ctx.Cluster {
 			cluster = &kc.Clusters[i].Cluster
@@ -71,7 +68,7 @@ func loadKubeconfig(path string) (*rest.Config, error) {
 	if cluster == nil || cluster.Server == "" {
 		return nil, fmt.Errorf("cluster %q of context %q has no server", ctx.Cluster, kc.CurrentContext)
 	}
-	user := &kubeconfigv1.AuthInfo{}
+	user := &kubeconfigUser{}
 	if ctx.AuthInfo != "" {
 		user = nil
 		for i := range kc.AuthInfos {
@@ -90,16 +87,16 @@ func loadKubeconfig(path string) (*rest.Config, error) {
 	return restConfig(cluster, user, base)
 }
 
-// restConfig turns a kubeconfig's cluster and user into a rest.Config;
+// restConfig turns a kubeconfig's cluster and user into a Config;
 // relative file names are taken relative to base.
-func restConfig(cluster *kubeconfigv1.Cluster, user *kubeconfigv1.AuthInfo, base string) (*rest.Config, error) {
+func restConfig(cluster *kubeconfigCluster, user *kubeconfigUser, base string) (*Config, error) {
 	resolve := func(name string) string {
 		if name == "" || filepath.IsAbs(name) {
 			return name
 		}
 		return filepath.Join(base, name)
 	}
-	cfg := &rest.Config{Host: cluster.Server, DisableCompression: cluster.DisableCompression}
+	cfg := &Config{Host: cluster.Server, DisableCompression: cluster.DisableCompression}
 	if u, err := url.ParseRequestURI(cfg.Host); err == nil && u.Opaque == "" && len(u.Path) > 1 {
 		u.RawQuery, u.Fragment = "", ""
 		cfg.Host = u.String()
@@ -112,14 +109,14 @@ func restConfig(cluster *kubeconfigv1.Cluster, user *kubeconfigv1.AuthInfo, base
 		cfg.Proxy = http.ProxyURL(u)
 	}
 	if user.Impersonate != "" {
-		cfg.Impersonate = rest.ImpersonationConfig{
+		cfg.Impersonate = Impersonation{
 			UserName: user.Impersonate, UID: user.ImpersonateUID,
 			Groups: user.ImpersonateGroups, Extra: user.ImpersonateUserExtra,
 		}
 	}
 	// As with clientcmd, credentials and CAs are only for a TLS server:
 	// an http:// server gets none.
-	if !rest.IsConfigTransportTLS(*cfg) {
+	if !cfg.isTLS() {
 		return cfg, nil
 	}
 
@@ -166,19 +163,84 @@ func restConfig(cluster *kubeconfigv1.Cluster, user *kubeconfigv1.AuthInfo, base
 
 // execConfig converts a kubeconfig's exec credential plugin, with the
 // defaults clientcmd gives it.
-func execConfig(e *kubeconfigv1.ExecConfig) *clientcmdapi.ExecConfig {
-	out := &clientcmdapi.ExecConfig{
+func execConfig(e *kubeconfigExec) *ExecConfig {
+	out := &ExecConfig{
 		Command: e.Command, Args: e.Args, APIVersion: e.APIVersion, InstallHint: e.InstallHint,
-		ProvideClusterInfo: e.ProvideClusterInfo, InteractiveMode: clientcmdapi.ExecInteractiveMode(e.InteractiveMode),
+		ProvideClusterInfo: e.ProvideClusterInfo, InteractiveMode: e.InteractiveMode,
 	}
 	for _, v := range e.Env {
-		out.Env = append(out.Env, clientcmdapi.ExecEnvVar{Name: v.Name, Value: v.Value})
+		out.Env = append(out.Env, ExecEnvVar(v))
 	}
 	if out.InteractiveMode == "" {
 		switch out.APIVersion {
 		case "client.authentication.k8s.io/v1beta1", "client.authentication.k8s.io/v1alpha1":
-			out.InteractiveMode = clientcmdapi.IfAvailableExecInteractiveMode
+			out.InteractiveMode = "IfAvailable"
 		}
 	}
 	return out
+}
+
+// kubeconfig is the part of a kubeconfig file (clientcmd's v1 Config)
+// lockstep reads.
+type kubeconfig struct {
+	CurrentContext string `json:"current-context"`
+	Contexts       []struct {
+		Name    string            `json:"name"`
+		Context kubeconfigContext `json:"context"`
+	} `json:"contexts"`
+	Clusters []struct {
+		Name    string            `json:"name"`
+		Cluster kubeconfigCluster `json:"cluster"`
+	} `json:"clusters"`
+	AuthInfos []struct {
+		Name     string         `json:"name"`
+		AuthInfo kubeconfigUser `json:"user"`
+	} `json:"users"`
+}
+
+type kubeconfigContext struct {
+	Cluster  string `json:"cluster"`
+	AuthInfo string `json:"user"`
+}
+
+type kubeconfigCluster struct {
+	Server                   string `json:"server"`
+	TLSServerName            string `json:"tls-server-name,omitempty"`
+	InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify,omitempty"`
+	CertificateAuthority     string `json:"certificate-authority,omitempty"`
+	CertificateAuthorityData []byte `json:"certificate-authority-data,omitempty"`
+	ProxyURL                 string `json:"proxy-url,omitempty"`
+	DisableCompression       bool   `json:"disable-compression,omitempty"`
+}
+
+type kubeconfigUser struct {
+	ClientCertificate     string              `json:"client-certificate,omitempty"`
+	ClientCertificateData []byte              `json:"client-certificate-data,omitempty"`
+	ClientKey             string              `json:"client-key,omitempty"`
+	ClientKeyData         []byte              `json:"client-key-data,omitempty"`
+	Token                 string              `json:"token,omitempty"`
+	TokenFile             string              `json:"tokenFile,omitempty"`
+	Impersonate           string              `json:"as,omitempty"`
+	ImpersonateUID        string              `json:"as-uid,omitempty"`
+	ImpersonateGroups     []string            `json:"as-groups,omitempty"`
+	ImpersonateUserExtra  map[string][]string `json:"as-user-extra,omitempty"`
+	Username              string              `json:"username,omitempty"`
+	Password              string              `json:"password,omitempty"`
+	AuthProvider          *struct {
+		Name string `json:"name"`
+	} `json:"auth-provider,omitempty"`
+	Exec *kubeconfigExec `json:"exec,omitempty"`
+}
+
+type kubeconfigExec struct {
+	Command string   `json:"command"`
+	Args    []string `json:"args"`
+	Env     []struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	} `json:"env"`
+	APIVersion         string `json:"apiVersion,omitempty"`
+	InstallHint        string `json:"installHint,omitempty"`
+	ProvideClusterInfo bool   `json:"provideClusterInfo"`
+	InteractiveMode    string `json:"interactiveMode,omitempty"`
 }

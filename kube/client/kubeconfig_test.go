@@ -18,7 +18,8 @@ import (
 // TestLoadConfigReadsKubeconfigsAsClientcmd loads kubeconfigs with every
 // setting an agent or operator may be given, with LoadConfig and with
 // client-go's clientcmd (which lockstep no longer links, see
-// kube/client/doc.go), and wants the same rest.Config from both.
+// kube/client/doc.go), and wants the same settings from both: clientcmd's
+// rest.Config, field by field, as a Config.
 func TestLoadConfigReadsKubeconfigsAsClientcmd(t *testing.T) {
 	dir := t.TempDir()
 	for name, content := range map[string]string{"ca.pem": "ca", "token": "file-token\n", "client.crt": "crt", "client.key": "key"} {
@@ -57,10 +58,11 @@ func TestLoadConfigReadsKubeconfigsAsClientcmd(t *testing.T) {
 			if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			want, err := clientcmd.BuildConfigFromFlags("", path)
+			restCfg, err := clientcmd.BuildConfigFromFlags("", path)
 			if err != nil {
 				t.Fatalf("clientcmd refused the kubeconfig: %v\n%s", err, kc)
 			}
+			want := fromRESTConfig(restCfg)
 			got, err := client.LoadConfig(path)
 			if err != nil {
 				t.Fatalf("LoadConfig: %v\n%s", err, kc)
@@ -78,7 +80,7 @@ func TestLoadConfigReadsKubeconfigsAsClientcmd(t *testing.T) {
 }
 
 // proxyOf returns the proxy cfg sends an API request through, or "".
-func proxyOf(t *testing.T, cfg *rest.Config) string {
+func proxyOf(t *testing.T, cfg *client.Config) string {
 	if cfg.Proxy == nil {
 		return ""
 	}
@@ -88,6 +90,25 @@ func proxyOf(t *testing.T, cfg *rest.Config) string {
 		t.Fatalf("proxy: %v, %v", u, err)
 	}
 	return u.String()
+}
+
+// fromRESTConfig is what a Config holds of client-go's rest.Config.
+func fromRESTConfig(c *rest.Config) *client.Config {
+	out := &client.Config{
+		Host: c.Host, CAFile: c.CAFile, CAData: c.CAData, Insecure: c.Insecure, ServerName: c.ServerName,
+		CertFile: c.CertFile, KeyFile: c.KeyFile, CertData: c.CertData, KeyData: c.KeyData,
+		BearerToken: c.BearerToken, BearerTokenFile: c.BearerTokenFile, Username: c.Username, Password: c.Password,
+		Impersonate: client.Impersonation{UserName: c.Impersonate.UserName, UID: c.Impersonate.UID, Groups: c.Impersonate.Groups, Extra: c.Impersonate.Extra},
+		Proxy:       c.Proxy, DisableCompression: c.DisableCompression, UserAgent: c.UserAgent, QPS: c.QPS, Burst: c.Burst,
+	}
+	if e := c.ExecProvider; e != nil {
+		out.ExecProvider = &client.ExecConfig{Command: e.Command, Args: e.Args, APIVersion: e.APIVersion, InstallHint: e.InstallHint,
+			ProvideClusterInfo: e.ProvideClusterInfo, InteractiveMode: string(e.InteractiveMode)}
+		for _, v := range e.Env {
+			out.ExecProvider.Env = append(out.ExecProvider.Env, client.ExecEnvVar{Name: v.Name, Value: v.Value})
+		}
+	}
+	return out
 }
 
 // TestLoadConfigSaysWhatIsWrong checks that a kubeconfig lockstep cannot

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
@@ -61,7 +60,7 @@ func TestAgentFollowsOwnNodeIPAM(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	c, err := client.NewForConfig(&rest.Config{Host: srv.URL})
+	c, err := client.NewForConfig(&client.Config{Host: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

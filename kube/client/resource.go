@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 )
 
 // ErrNoResourceVersion is returned by Update and UpdateStatus for an object
@@ -31,7 +30,7 @@ type Object interface {
 // its object type, L its list type. Every method takes the context that
 // bounds the request.
 type Resource[T Object, L runtime.Object] struct {
-	client   rest.Interface
+	client   Interface
 	resource string // plural, as in the URL
 	kind     string // lower-case singular, for error messages
 	newObj   func() T

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/kube/client"
 )
@@ -18,8 +17,8 @@ import (
 // clients are the operator's connections to the API server.
 type clients struct {
 	lockstep *client.Client
-	core     rest.Interface // core/v1
-	leases   rest.Interface // coordination.k8s.io/v1
+	core     client.Interface // core/v1
+	leases   client.Interface // coordination.k8s.io/v1
 }
 
 // Client-side rate limits when the configuration sets none; client-go's
@@ -30,9 +29,9 @@ const (
 	defaultBurst = 100
 )
 
-func newClients(cfg *rest.Config) (*clients, error) {
-	if cfg.QPS == 0 && cfg.RateLimiter == nil {
-		cfg = rest.CopyConfig(cfg)
+func newClients(cfg *client.Config) (*clients, error) {
+	if cfg.QPS == 0 {
+		cfg = client.CopyConfig(cfg)
 		cfg.QPS, cfg.Burst = defaultQPS, defaultBurst
 	}
 	ls, err := client.NewForConfig(cfg)

@@ -12,9 +12,9 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/internal/watchdog"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // elector campaigns for one coordination.k8s.io/v1 Lease and runs a term
@@ -34,7 +34,7 @@ import (
 //     shorter than leaseDuration, so it has stopped writing before anyone
 //     else may take the Lease.
 type elector struct {
-	leases                                    rest.Interface
+	leases                                    client.Interface
 	namespace, name, identity                 string
 	leaseDuration, renewDeadline, retryPeriod time.Duration
 	log                                       *slog.Logger

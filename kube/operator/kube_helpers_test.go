@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
@@ -30,7 +29,7 @@ import (
 type cluster struct {
 	t    *testing.T
 	env  *kubetest.Env
-	rest *rest.Config
+	rest *client.Config
 	c    *clients
 }
 
@@ -137,9 +136,9 @@ func (cl *cluster) nodeIPAM(name string) *v1alpha1.NodeIPAM {
 
 // operatorREST is the API server as the operator's ServiceAccount sees
 // it, under deploy/rbac.yaml.
-func (cl *cluster) operatorREST() *rest.Config {
-	cfg := rest.CopyConfig(cl.rest)
-	cfg.Impersonate = rest.ImpersonationConfig{
+func (cl *cluster) operatorREST() *client.Config {
+	cfg := client.CopyConfig(cl.rest)
+	cfg.Impersonate = client.Impersonation{
 		UserName: "system:serviceaccount:kube-system:lockstep-operator",
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
 	}

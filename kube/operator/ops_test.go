@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // httpGet fetches path from an ops endpoint at addr.
@@ -62,7 +61,7 @@ func TestReadiness(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := Config{REST: &rest.Config{}, LeaderElect: tt.leaderElect}.withDefaults()
+			cfg, err := Config{REST: &client.Config{}, LeaderElect: tt.leaderElect}.withDefaults()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,7 +84,7 @@ func TestReadiness(t *testing.T) {
 // term's events make of it: the leader gauge, blocks, handshake steps,
 // passes, /readyz through a term, and /healthz naming a stalled loop.
 func TestOpsEndpoint(t *testing.T) {
-	cfg, err := Config{REST: &rest.Config{}, LeaderElect: true}.withDefaults()
+	cfg, err := Config{REST: &client.Config{}, LeaderElect: true}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}

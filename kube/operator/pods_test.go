@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
@@ -239,7 +238,7 @@ func TestControllerReleaseChecksPods(t *testing.T) {
 			}}
 			srv := httptest.NewServer(api)
 			defer srv.Close()
-			cs, err := newClients(&rest.Config{Host: srv.URL})
+			cs, err := newClients(&client.Config{Host: srv.URL})
 			if err != nil {
 				t.Fatal(err)
 			}

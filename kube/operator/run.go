@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/client-go/rest"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 // Defaults of Config, and of the lockstep operator flags.
@@ -39,9 +39,9 @@ var errLeaseTiming = errors.New("want lease duration > renew deadline > retry pe
 
 // Config configures Run. Zero durations and names take the defaults above.
 type Config struct {
-	// REST reaches the API server: rest.InClusterConfig in a pod, or a
+	// REST reaches the API server: client.InClusterConfig in a pod, or a
 	// kubeconfig.
-	REST *rest.Config
+	REST *client.Config
 	// MinFree is how many free addresses, per address family, each node
 	// should have ahead of demand. Zero still keeps one free.
 	MinFree int

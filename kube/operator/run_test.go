@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
+	"lockstep.dev/lockstep/kube/client"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -15,18 +15,18 @@ func TestConfigDefaults(t *testing.T) {
 		cfg     Config
 		wantErr string // substring; empty for none
 	}{
-		{name: "zero values take the defaults", cfg: Config{REST: &rest.Config{}}},
+		{name: "zero values take the defaults", cfg: Config{REST: &client.Config{}}},
 		{name: "no API server", cfg: Config{}, wantErr: "no API server"},
-		{name: "negative min free", cfg: Config{REST: &rest.Config{}, MinFree: -1}, wantErr: "negative"},
-		{name: "negative delay", cfg: Config{REST: &rest.Config{}, ExcessReleaseDelay: -time.Second}, wantErr: "negative"},
+		{name: "negative min free", cfg: Config{REST: &client.Config{}, MinFree: -1}, wantErr: "negative"},
+		{name: "negative delay", cfg: Config{REST: &client.Config{}, ExcessReleaseDelay: -time.Second}, wantErr: "negative"},
 		{
 			name:    "renew deadline not shorter than the lease: two leaders possible",
-			cfg:     Config{REST: &rest.Config{}, LeaseDuration: 10 * time.Second, RenewDeadline: 10 * time.Second},
+			cfg:     Config{REST: &client.Config{}, LeaseDuration: 10 * time.Second, RenewDeadline: 10 * time.Second},
 			wantErr: "renew deadline",
 		},
 		{
 			name:    "retry period not shorter than the renew deadline",
-			cfg:     Config{REST: &rest.Config{}, RetryPeriod: 20 * time.Second},
+			cfg:     Config{REST: &client.Config{}, RetryPeriod: 20 * time.Second},
 			wantErr: "retry period",
 		},
 	}
@@ -55,8 +55,8 @@ func TestConfigDefaults(t *testing.T) {
 			}
 		})
 	}
-	a, _ := Config{REST: &rest.Config{}}.withDefaults()
-	b, _ := Config{REST: &rest.Config{}}.withDefaults()
+	a, _ := Config{REST: &client.Config{}}.withDefaults()
+	b, _ := Config{REST: &client.Config{}}.withDefaults()
 	if a.Identity == b.Identity {
 		t.Errorf("two replicas got the same identity %q: both would think they hold the lease", a.Identity)
 	}
