@@ -15,8 +15,34 @@ import (
 	"time"
 )
 
-// execTimeout bounds one run of a credential plugin.
-const execTimeout = time.Minute
+// Bounds of one run of a credential plugin: how long it may take, how long
+// its output pipes may stay open after it is killed (a child it started
+// may hold them), and how much of its output is kept.
+var (
+	execTimeout   = time.Minute
+	execWaitDelay = 5 * time.Second
+)
+
+const (
+	execMaxStdout = 1 << 20
+	execMaxStderr = 1 << 10
+)
+
+// cappedBuffer keeps the first max bytes written to it and drops the rest.
+type cappedBuffer struct {
+	bytes.Buffer
+	max       int
+	truncated bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room < len(p) {
+		b.truncated = true
+		b.Buffer.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return b.Buffer.Write(p)
+}
 
 // execAPIVersion reports whether a credential plugin may speak
 // ExecCredential version v.
@@ -145,9 +171,17 @@ func (a *execAuth) refresh() error {
 		cmd.Env = append(cmd.Env, v.Name+"="+v.Value)
 	}
 	cmd.Env = append(cmd.Env, "KUBERNETES_EXEC_INFO="+string(a.info))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	// Every request of the Config waits for this run (a.mu is held): a
+	// plugin whose child hangs on to its output must not hold them past
+	// execTimeout and execWaitDelay.
+	cmd.WaitDelay = execWaitDelay
+	stdout, stderr := &cappedBuffer{max: execMaxStdout}, &cappedBuffer{max: execMaxStderr}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err := cmd.Run()
+	if err == nil && stdout.truncated {
+		err = fmt.Errorf("its output is over %d bytes", execMaxStdout)
+	}
+	if err != nil {
 		msg := fmt.Sprintf("exec plugin %s: %v", a.cfg.Command, err)
 		if s := strings.TrimSpace(stderr.String()); s != "" {
 			msg += ": " + s

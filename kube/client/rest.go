@@ -23,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"lockstep.dev/lockstep/internal/backoff"
 )
 
 // Interface makes requests to one API group version: a verb, then the
@@ -46,7 +48,8 @@ type REST struct {
 	limiter *rate.Limiter // nil: no limit
 	// warned holds the API server's warnings (deprecations) logged
 	// already: each is logged once.
-	warned sync.Map
+	warnedMu sync.Mutex
+	warned   map[string]bool
 }
 
 var _ Interface = (*REST)(nil)
@@ -60,6 +63,9 @@ const (
 	maxRetryAfter = 10 * time.Second
 	resetRetry    = time.Second
 )
+
+// watchGrace is how long past its own timeout a watch is waited for.
+const watchGrace = time.Minute
 
 // newREST returns the client of group version gv on the server cfg
 // describes.
@@ -251,7 +257,7 @@ func (r *Request) Do(ctx context.Context) Result {
 		var body []byte
 		resp, err := r.send(ctx)
 		if err == nil {
-			body, err = io.ReadAll(resp.Body)
+			body, err = readBody(resp)
 			resp.Body.Close()
 			if err != nil {
 				err = fmt.Errorf("%s %s: read the answer: %w", r.method, r.url(), err)
@@ -259,8 +265,12 @@ func (r *Request) Do(ctx context.Context) Result {
 		}
 		wait, retry := r.retry(resp, err)
 		if retry && attempt < maxRetries {
-			if !sleep(ctx, wait) {
-				return Result{err: ctx.Err()}
+			if !backoff.Sleep(ctx, wait) {
+				last := err
+				if last == nil {
+					last = r.statusError(resp, body)
+				}
+				return Result{err: fmt.Errorf("%s %s: %w while waiting to retry after: %w", r.method, r.url(), context.Cause(ctx), last)}
 			}
 			continue
 		}
@@ -273,6 +283,19 @@ func (r *Request) Do(ctx context.Context) Result {
 		}
 		return Result{body: body}
 	}
+}
+
+// maxErrorBody bounds what is read of an answer that is not a success:
+// only a Status, or the first bytes of anything else, is used.
+const maxErrorBody = 1 << 20
+
+// readBody reads resp's body, at most maxErrorBody of an answer that is
+// not a success.
+func readBody(resp *http.Response) ([]byte, error) {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	}
+	return io.ReadAll(resp.Body)
 }
 
 // retry reports whether a request that got resp or err is to be sent
@@ -288,23 +311,31 @@ func (r *Request) retry(resp *http.Response, err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// sleep waits d, or until ctx ends (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// Bounds of the warnings a client remembers, so that a server sending a
+// new one with every answer cannot grow the agent's memory.
+const (
+	maxWarnings    = 100
+	maxWarningSize = 512
+)
 
 // logWarnings logs each warning (a deprecated API, say) the API server
-// sends, once per client.
+// sends, once per client; past maxWarnings distinct ones, no more.
 func (c *REST) logWarnings(resp *http.Response) {
 	for _, w := range resp.Header.Values("Warning") {
-		if _, seen := c.warned.LoadOrStore(w, true); !seen {
+		if len(w) > maxWarningSize {
+			w = strings.ToValidUTF8(w[:maxWarningSize], "") + "…"
+		}
+		c.warnedMu.Lock()
+		_, seen := c.warned[w]
+		full := len(c.warned) >= maxWarnings
+		if !seen && !full {
+			if c.warned == nil {
+				c.warned = map[string]bool{}
+			}
+			c.warned[w] = true
+		}
+		c.warnedMu.Unlock()
+		if !seen && !full {
 			slog.Warn("the Kubernetes API server warns", "warning", w, "group", c.gv.String())
 		}
 	}
@@ -316,7 +347,15 @@ func (r *Request) Watch(ctx context.Context) (watch.Interface, error) {
 		return nil, r.err
 	}
 	r.params.Set("watch", "true")
-	ctx, cancel := context.WithCancel(ctx)
+	// The server ends a watch at its timeout; a server that stalls
+	// instead (answering HTTP/2 pings, sending nothing) is given up on a
+	// minute later.
+	var cancel context.CancelFunc
+	if r.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, r.timeout+watchGrace)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
 	var resp *http.Response
 	for attempt := 0; ; attempt++ {
 		var err error
@@ -328,9 +367,9 @@ func (r *Request) Watch(ctx context.Context) (watch.Interface, error) {
 		if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 			break
 		}
-		body, _ := io.ReadAll(resp.Body)
+		body, _ := readBody(resp)
 		resp.Body.Close()
-		if wait, ok := retryAfter(resp); ok && attempt < maxRetries && sleep(ctx, wait) {
+		if wait, ok := retryAfter(resp); ok && attempt < maxRetries && backoff.Sleep(ctx, wait) {
 			continue
 		}
 		cancel()

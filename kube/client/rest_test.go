@@ -114,6 +114,17 @@ func TestCredentialsAndHeaders(t *testing.T) {
 			}
 			return ""
 		}},
+		{"impersonation without a user is sent, for the server to refuse", func(c *client.Config) {
+			c.Impersonate = client.Impersonation{Groups: []string{"system:masters"}, Extra: map[string][]string{"example.org/a b": {"v"}}}
+		}, func(h http.Header) string {
+			if g := h.Get("Impersonate-Group"); g != "system:masters" {
+				return fmt.Sprintf("Impersonate-Group %q dropped", g)
+			}
+			if v := h.Get("Impersonate-Extra-Example.org%2fa%20b"); v != "v" {
+				return fmt.Sprintf("escaped extra key missing: %v", h)
+			}
+			return ""
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,6 +265,15 @@ func TestBodyNamesItsKind(t *testing.T) {
 	}
 	if !apierrors.IsAlreadyExists(err) {
 		t.Errorf("409 on a create: %v, want AlreadyExists", err)
+	}
+}
+
+// TestConflictingCredentialsRefused: a token and a password together are
+// refused, as client-go refuses them, rather than one chosen silently.
+func TestConflictingCredentialsRefused(t *testing.T) {
+	_, err := client.ForGroup(&client.Config{Host: "https://127.0.0.1:1", BearerToken: "t", Username: "u", Password: "p"}, corev1.SchemeGroupVersion)
+	if err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("token and basic auth: %v, want a refusal", err)
 	}
 }
 
@@ -408,12 +428,19 @@ func TestAnswersAndRetries(t *testing.T) {
 	}
 }
 
-// TestWatchDecodesEvents: a watch's events arrive typed, an ERROR event as
-// its Status, and one it cannot decode ends it with an ERROR.
+// TestWatchDecodesEvents: a watch started after a 429 with Retry-After
+// delivers its events typed, an ERROR event as its Status, and one it
+// cannot decode ends it with an ERROR.
 func TestWatchDecodesEvents(t *testing.T) {
+	var tries atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("watch") != "true" {
 			t.Errorf("watch request without watch=true: %s", r.URL)
+		}
+		if tries.Add(1) == 1 {
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
 		}
 		fl := w.(http.Flusher)
 		for _, ev := range []string{

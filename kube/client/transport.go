@@ -394,12 +394,14 @@ func (a *authRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) 
 	if req.Header.Get("Authorization") == "" {
 		switch token, err := a.token.get(); {
 		case err != nil:
+			closeBody(req)
 			return nil, err
 		case token != "":
 			req.Header.Set("Authorization", "Bearer "+token)
 		case a.exec != nil:
 			token, err := a.exec.bearer()
 			if err != nil {
+				closeBody(req)
 				return nil, err
 			}
 			if token != "" {
@@ -416,6 +418,14 @@ func (a *authRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) 
 		a.exec.forget(strings.TrimPrefix(req.Header.Get("Authorization"), "Bearer "))
 	}
 	return resp, err
+}
+
+// closeBody closes the body of a request that is not sent, as a
+// RoundTripper must.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
 }
 
 // headerKeyEscape escapes what a header name may not hold in an

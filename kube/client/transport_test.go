@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,6 +54,10 @@ func TestTokenFileIsReadAgain(t *testing.T) {
 
 	if _, err := newTokenSource("", file).get(); err == nil {
 		t.Fatal("a missing token file with no token to stand in gave no error")
+	}
+	write("\n")
+	if _, err := newTokenSource("", file).get(); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("an empty token file: %v, want an error saying so", err)
 	}
 	get(newTokenSource("static", ""), "static")
 	if newTokenSource("", "") != nil {
@@ -95,6 +100,11 @@ func TestClientCertificateFilesAreReadAgain(t *testing.T) {
 		if len(r.TLS.PeerCertificates) > 0 {
 			seenCN.Store(r.TLS.PeerCertificates[0].Subject.CommonName)
 		}
+		if r.URL.Query().Get("watch") == "true" {
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
 		_, _ = w.Write([]byte(`{}`))
 	}))
 	srv.EnableHTTP2 = true
@@ -118,6 +128,12 @@ func TestClientCertificateFilesAreReadAgain(t *testing.T) {
 		}
 	}
 	get("one")
+	// A watch keeps its connection busy across the rotation.
+	w, err := rest.Get().Resource("pods").Watch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	writePair("two")
 	get("one") // not read again yet; the connection is reused
 	certs := rest.http.Transport.(*authRoundTripper).certs
@@ -125,4 +141,34 @@ func TestClientCertificateFilesAreReadAgain(t *testing.T) {
 	certs.checkedAt = certs.checkedAt.Add(-certReload)
 	certs.mu.Unlock()
 	get("two")
+	select {
+	case _, ok := <-w.ResultChan():
+		if ok {
+			t.Fatal("an event on the old connection")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch on the connection made with the old certificate was not ended")
+	}
+}
+
+// TestExecPluginChildCannotHangRequests: a plugin killed at execTimeout
+// whose child still holds its output lets go within execWaitDelay.
+func TestExecPluginChildCannotHangRequests(t *testing.T) {
+	defer func(timeout, delay time.Duration) { execTimeout, execWaitDelay = timeout, delay }(execTimeout, execWaitDelay)
+	execTimeout, execWaitDelay = 200*time.Millisecond, 200*time.Millisecond
+	plugin := filepath.Join(t.TempDir(), "hang")
+	if err := os.WriteFile(plugin, []byte("#!/bin/sh\nsleep 30 &\nwait\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a, err := newExecAuth(&Config{Host: "https://127.0.0.1:1", ExecProvider: &ExecConfig{Command: plugin, APIVersion: "client.authentication.k8s.io/v1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := a.bearer(); err == nil {
+		t.Fatal("a plugin that never answered gave a token")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the plugin's child held the request for %s", d)
+	}
 }
