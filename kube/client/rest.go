@@ -65,7 +65,7 @@ const (
 )
 
 // watchGrace is how long past its own timeout a watch is waited for.
-const watchGrace = time.Minute
+var watchGrace = time.Minute
 
 // newREST returns the client of group version gv on the server cfg
 // describes.
@@ -347,12 +347,16 @@ func (r *Request) Watch(ctx context.Context) (watch.Interface, error) {
 		return nil, r.err
 	}
 	r.params.Set("watch", "true")
-	// The server ends a watch at its timeout; a server that stalls
-	// instead (answering HTTP/2 pings, sending nothing) is given up on a
-	// minute later.
+	// The server ends a watch at its timeout (Timeout, or the options'
+	// timeoutSeconds); a server that stalls instead (answering HTTP/2
+	// pings, sending nothing) is given up on watchGrace later.
+	timeout := r.timeout
+	if s, err := strconv.Atoi(r.params.Get("timeoutSeconds")); err == nil && s > 0 && timeout == 0 {
+		timeout = time.Duration(s) * time.Second
+	}
 	var cancel context.CancelFunc
-	if r.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, r.timeout+watchGrace)
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout+watchGrace)
 	} else {
 		ctx, cancel = context.WithCancel(ctx)
 	}

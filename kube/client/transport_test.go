@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -170,5 +171,35 @@ func TestExecPluginChildCannotHangRequests(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("the plugin's child held the request for %s", d)
+	}
+}
+
+// TestStalledWatchIsGivenUp: a watch whose server sends nothing past the
+// timeoutSeconds it was asked for ends watchGrace later.
+func TestStalledWatchIsGivenUp(t *testing.T) {
+	defer func(g time.Duration) { watchGrace = g }(watchGrace)
+	watchGrace = 100 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // never ends the watch itself
+	}))
+	defer srv.Close()
+	rest, err := newREST(&Config{Host: srv.URL}, schema.GroupVersion{Version: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := int64(1)
+	w, err := rest.Get().Resource("pods").VersionedParams(&metav1.ListOptions{TimeoutSeconds: &one}, metav1.ParameterCodec).Watch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	select {
+	case _, ok := <-w.ResultChan():
+		if ok {
+			t.Fatal("an event from a server that sent none")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stalled watch was not given up")
 	}
 }
