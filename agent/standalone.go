@@ -41,11 +41,15 @@ func (s *standaloneMode) start(_ context.Context, n *node) error {
 // configureEndpoints makes every write of the endpoint service also
 // compute the Services' EndpointSlices: an ADD answers once its pod is a
 // backend in force (lockstep probe connects through Services right after
-// its ADDs), not when the slice controller's next transaction gets there.
+// its ADDs), not when the slice controller's next transaction gets there;
+// a transaction that cannot change a slice (an ADD's reserve) skips it.
 // The pools are Config.Pools, and an ADD's endpoint is enforced with
 // whatever the store knows of its pod.
 func (*standaloneMode) configureEndpoints(c *endpoints.Config, _ *node) {
 	c.Derive = func(txn *store.Txn) error {
+		if !endpointslice.Affects(txn.Pending()) {
+			return nil
+		}
 		_, err := endpointslice.SyncTxn(txn)
 		return err
 	}
@@ -57,6 +61,7 @@ func (*standaloneMode) configureEndpoints(c *endpoints.Config, _ *node) {
 // dataplane state a restart inherits.
 func (s *standaloneMode) restored(_ context.Context, n *node) error {
 	s.slices = endpointslice.New(n.st, n.log.With("component", "endpointslice"))
+	s.slices.EndpointsSyncThemselves() // configureEndpoints
 	return s.slices.Sync()
 }
 

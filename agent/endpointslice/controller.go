@@ -19,10 +19,14 @@ const retryDelay = time.Second
 // SyncTxn makes the store's EndpointSlices, inside the write transaction
 // txn, those its Services and pods give (see [Slices]); a slice equal to
 // the stored one is not rewritten. It reports whether anything changed.
+// With no Service it reads no pod: there are only old slices to delete.
 func SyncTxn(txn *store.Txn) (bool, error) {
 	svcs, err := store.Services(txn, nil)
 	if err != nil {
 		return false, err
+	}
+	if len(svcs) == 0 {
+		return store.ReplaceEndpointSlices(txn, nil)
 	}
 	pods, err := podsWithAddrs(txn)
 	if err != nil {
@@ -33,6 +37,25 @@ func SyncTxn(txn *store.Txn) (bool, error) {
 		all = append(all, Slices(svc, pods)...)
 	}
 	return store.ReplaceEndpointSlices(txn, all)
+}
+
+// Affects reports whether changes, a transaction's (store.Txn.Pending),
+// can change what SyncTxn computes: a pod or a Service changed, or an
+// endpoint became Ready, or a Ready one changed or went. An ADD's reserve
+// (a new Pending endpoint, its addresses) cannot: a Pending endpoint gives
+// its pod no address.
+func Affects(changes []store.Change) bool {
+	for _, c := range changes {
+		switch c.Table {
+		case store.TablePods, store.TableServices:
+			return true
+		case store.TableEndpoints:
+			if store.IsReadyEndpoint(c.Before) || store.IsReadyEndpoint(c.After) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // podsWithAddrs returns every stored pod with the addresses it has: those
@@ -89,6 +112,7 @@ type Controller struct {
 	store     *store.Store
 	log       *slog.Logger
 	heartbeat *watchdog.Loop
+	watched   []string // the tables Run follows
 }
 
 // New returns a Controller of st; Run starts it.
@@ -96,25 +120,33 @@ func New(st *store.Store, log *slog.Logger) *Controller {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Controller{store: st, log: log}
+	return &Controller{store: st, log: log,
+		watched: []string{store.TablePods, store.TableServices, store.TableEndpoints}}
 }
 
 // SetHeartbeat makes Run beat hb on every turn, and turn on hb's Tick when
 // idle; call it before Run.
 func (c *Controller) SetHeartbeat(hb *watchdog.Loop) { c.heartbeat = hb }
 
-// watched are the tables slices are computed from.
-var watched = []string{store.TablePods, store.TableServices, store.TableEndpoints}
+// EndpointsSyncThemselves tells Run that every write of local endpoints
+// already runs SyncTxn in its own transaction (the agent's endpoint
+// service, endpoints.Config.Derive): Run then follows pods and Services
+// only, instead of computing again, after each such commit, what that
+// commit already wrote. Call it before Run.
+func (c *Controller) EndpointsSyncThemselves() {
+	c.watched = []string{store.TablePods, store.TableServices}
+}
 
 // Run syncs the slices, then again after every commit that changes pods,
-// Services or local endpoints, until ctx ends. Each sync is one write
-// transaction, committed only when a slice changed.
+// Services or local endpoints (see EndpointsSyncThemselves), until ctx
+// ends. Each sync is one write transaction, committed only when a slice
+// changed.
 func (c *Controller) Run(ctx context.Context) {
 	for {
 		c.heartbeat.Beat()
 		ws := memdb.NewWatchSet()
 		txn := c.store.ReadTxn()
-		for _, table := range watched {
+		for _, table := range c.watched {
 			if ch, _, err := store.WatchRevision(txn, table); err == nil {
 				ws.Add(ch)
 			}

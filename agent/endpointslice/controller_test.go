@@ -132,3 +132,61 @@ func TestSyncTxnInTheManifestsTransaction(t *testing.T) {
 		t.Errorf("second SyncTxn of the same state = %v, %v; want no change", changed, err)
 	}
 }
+
+// TestAffects: what can change a slice (a pod, a Service, an endpoint
+// becoming Ready or a Ready one changing or going) is told apart from
+// what cannot (an ADD's reserve, a cancelled ADD, a pool).
+func TestAffects(t *testing.T) {
+	ep := func(state store.EndpointState) *store.Endpoint {
+		return &store.Endpoint{Attachment: store.Attachment{ContainerID: "c1", IfName: "eth0"}, State: state}
+	}
+	pending, ready, cancelled := ep(store.EndpointPending), ep(store.EndpointReady), ep(store.EndpointCancelled)
+	for _, tc := range []struct {
+		name    string
+		changes []store.Change
+		want    bool
+	}{
+		{"nothing", nil, false},
+		{"reserve", []store.Change{{Table: store.TableEndpoints, After: pending}, {Table: store.TableAllocations, After: struct{}{}}}, false},
+		{"DEL of an ADD in flight", []store.Change{{Table: store.TableEndpoints, Before: pending, After: cancelled}}, false},
+		{"rolled-back ADD", []store.Change{{Table: store.TableEndpoints, Before: cancelled}}, false},
+		{"pool", []store.Change{{Table: store.TablePools, After: struct{}{}}}, false},
+		{"confirm", []store.Change{{Table: store.TableEndpoints, Before: pending, After: ready}}, true},
+		{"repeated ADD of a Ready endpoint", []store.Change{{Table: store.TableEndpoints, Before: ready, After: pending}}, true},
+		{"DEL", []store.Change{{Table: store.TableEndpoints, Before: ready}}, true},
+		{"restored endpoint", []store.Change{{Table: store.TableEndpoints, After: ready}}, true},
+		{"pod", []store.Change{{Table: store.TableEndpoints, After: pending}, {Table: store.TablePods, After: struct{}{}}}, true},
+		{"Service", []store.Change{{Table: store.TableServices, Before: struct{}{}}}, true},
+	} {
+		if got := Affects(tc.changes); got != tc.want {
+			t.Errorf("%s: Affects = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestSyncTxnWithoutServices: with no Service left, the slices that were
+// its are deleted (and no pod is read to find that out).
+func TestSyncTxnWithoutServices(t *testing.T) {
+	st, err := store.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Update(func(txn *store.Txn) error {
+		return store.UpsertEndpointSlice(txn, &policyapi.EndpointSlice{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "web-ipv4",
+			Labels: map[string]string{policyapi.ServiceNameLabel: "web"}}, AddressType: policyapi.AddressTypeIPv4})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn := st.WriteTxn()
+	defer txn.Abort()
+	if changed, err := SyncTxn(txn); err != nil || !changed {
+		t.Fatalf("SyncTxn = %v, %v; want the old slice deleted", changed, err)
+	}
+	if sls, _ := store.EndpointSlices(txn, nil); len(sls) != 0 {
+		t.Errorf("slices left without a Service: %+v", sls)
+	}
+	if changed, err := SyncTxn(txn); err != nil || changed {
+		t.Errorf("second SyncTxn = %v, %v; want no change", changed, err)
+	}
+}

@@ -30,6 +30,8 @@
 // transaction of its own (a CNI ADD, confirm, DEL or GC), so a Service, its
 // pods, their endpoints and its slices change together: a pod is a backend
 // in force when its ADD answers, as in Kubernetes once its kubelet reports
-// it ready. [Controller] calls it again whenever pods, Services or local
-// endpoints change outside those, in a transaction of its own.
+// it ready; such a transaction that cannot change a slice (an ADD's
+// reserve: see [Affects]) skips it. [Controller] calls it again whenever
+// pods or Services change outside those, in a transaction of its own (and
+// local endpoints too, unless told they sync themselves).
 package endpointslice

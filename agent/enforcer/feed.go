@@ -158,20 +158,13 @@ func onlyReleases(changes []store.Change) bool {
 		case notCompilerInput[c.Table]:
 		case c.Table != store.TableEndpoints:
 			return false
-		case readyEndpoint(c.Before) && c.After == nil:
+		case store.IsReadyEndpoint(c.Before) && c.After == nil:
 			released = true
-		case readyEndpoint(c.Before) || readyEndpoint(c.After):
+		case store.IsReadyEndpoint(c.Before) || store.IsReadyEndpoint(c.After):
 			return false
 		}
 	}
 	return released
-}
-
-// readyEndpoint reports whether obj, a TableEndpoints object or nil, is a
-// Ready endpoint: one the compiler sees.
-func readyEndpoint(obj any) bool {
-	e, ok := obj.(*store.Endpoint)
-	return ok && e.State == store.EndpointReady
 }
 
 // setPod hands the compiler p, with its CNI addresses if it is local.

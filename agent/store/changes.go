@@ -89,14 +89,27 @@ func (t *Txn) logChanges() {
 	}
 }
 
-func (t *Txn) recordChanges() error {
-	var log []Change
+// Pending returns the objects the write transaction t has inserted,
+// replaced or deleted so far, as its Commit will log them (see Change): a
+// step that runs inside someone else's transaction (endpoints.Config.Derive)
+// tells by it whether there is anything for it to do. Nil for a read
+// transaction.
+func (t *Txn) Pending() []Change {
+	if t.rev == 0 {
+		return nil
+	}
+	var out []Change
 	for _, c := range t.mem.Changes() {
 		if c.Table == TableRevisions || c.Table == TableChanges {
 			continue
 		}
-		log = append(log, Change{Table: c.Table, Before: c.Before, After: c.After})
+		out = append(out, Change{Table: c.Table, Before: c.Before, After: c.After})
 	}
+	return out
+}
+
+func (t *Txn) recordChanges() error {
+	log := t.Pending()
 	if len(log) > 0 {
 		// A transaction that changed objects without touching a table
 		// keeps the store's revision; the next one commits under the same

@@ -100,3 +100,33 @@ func TestChangeLogTrimmed(t *testing.T) {
 		t.Errorf("change log holds %d revisions, want at most %d", rows, ChangeLogRevisions)
 	}
 }
+
+// TestPending: a write transaction tells what it has changed so far, as
+// its commit will log it; a read transaction has changed nothing.
+func TestPending(t *testing.T) {
+	s := mustStore(t)
+	commit(t, s, func(txn *Txn) error { return UpsertPod(txn, pod("x", "a", nil)) })
+	if got := s.ReadTxn().Pending(); got != nil {
+		t.Errorf("read transaction: Pending = %v, want nil", got)
+	}
+	txn := s.WriteTxn()
+	defer txn.Abort()
+	if got := txn.Pending(); len(got) != 0 {
+		t.Errorf("new write transaction: Pending = %v, want none", got)
+	}
+	if err := DeletePod(txn, "x", "a"); err != nil {
+		t.Fatal(err)
+	}
+	var pods []Change
+	for _, c := range txn.Pending() {
+		if c.Table == TableRevisions || c.Table == TableChanges {
+			t.Errorf("Pending holds a change of the store's own table %s", c.Table)
+		}
+		if c.Table == TablePods {
+			pods = append(pods, c)
+		}
+	}
+	if len(pods) != 1 || pods[0].After != nil || pods[0].Before.(*Pod).Object.Name != "a" {
+		t.Fatalf("pod changes pending: %+v, want the delete of x/a", pods)
+	}
+}

@@ -70,6 +70,14 @@ func (s EndpointState) String() string {
 	return "unknown"
 }
 
+// IsReadyEndpoint reports whether obj, a TableEndpoints object or nil (a
+// Change's Before or After), is a Ready endpoint: one whose addresses are
+// its pod's for everything computed from the store.
+func IsReadyEndpoint(obj any) bool {
+	e, ok := obj.(*Endpoint)
+	return ok && e.State == EndpointReady
+}
+
 // AddressRef is one allocation of an endpoint, by its identity.
 type AddressRef struct {
 	Pool string
