@@ -18,11 +18,10 @@ func (a *agentAPI) Explain(_ context.Context, r api.ExplainRequest) (any, error)
 	if err != nil {
 		return nil, api.Errorf(api.CodeInvalidConfig, "%v", err)
 	}
-	snap, err := enforcer.Snapshot(a.st.ReadTxn())
+	snap, err := enforcer.SnapshotFor(a.st.ReadTxn(), a.node)
 	if err != nil {
 		return nil, api.Errorf(api.CodeInternal, "read the committed state: %v", err)
 	}
-	snap.Node = a.node
 	res, err := explain.Explain(snap, q)
 	switch {
 	case errors.Is(err, explain.ErrUnknownPod), errors.Is(err, explain.ErrBadQuery),

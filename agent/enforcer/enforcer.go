@@ -572,6 +572,27 @@ func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
+// SnapshotFor is Snapshot as the enforcer of node (SetNode) compiles it:
+// with the Node, and its zone as the store holds it.
+func SnapshotFor(txn *store.Txn, node string) (*policy.Snapshot, error) {
+	snap, err := Snapshot(txn)
+	if err != nil {
+		return nil, err
+	}
+	snap.Node = node
+	if node == "" {
+		return snap, nil
+	}
+	n, err := store.NodeByName(txn, nil, node)
+	if err != nil {
+		return nil, err
+	}
+	if n != nil {
+		snap.Zone = n.Zone
+	}
+	return snap, nil
+}
+
 // Snapshot builds the full compiler's input from one store read
 // transaction, with the default limits: local endpoints are the Ready ones; a local pod's addresses
 // come from its endpoint, remote pods' from their status. The enforcer

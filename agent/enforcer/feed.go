@@ -122,6 +122,15 @@ func (f *feeder) feedChange(c store.Change) {
 		} else {
 			f.comp.SetEndpointSlice(sl)
 		}
+	case store.TableNodes:
+		n := obj.(*policyapi.Node)
+		switch {
+		case n.Name != f.node:
+		case deleted:
+			f.comp.SetZone("")
+		default:
+			f.comp.SetZone(n.Zone)
+		}
 	default:
 		// Endpoints were read whole by feed; the rest is not policy input.
 	}
@@ -130,8 +139,8 @@ func (f *feeder) feedChange(c store.Change) {
 // notCompilerInput are the store tables the compiler never reads: what a
 // change to them does to the node's policy state is nothing. The
 // compiler reads the Ready endpoints (feed, whole, when one changed) and
-// the namespaces, pods, policies, identities, Services and EndpointSlices
-// (feedChange); onlyReleases takes any table not listed here for policy
+// the namespaces, pods, policies, identities, Services, EndpointSlices
+// and this node's Node (feedChange); onlyReleases takes any table not listed here for policy
 // input.
 var notCompilerInput = map[string]bool{
 	store.TablePools:       true,
@@ -218,6 +227,15 @@ func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
 	f.comp = policy.NewIncremental()
 	f.comp.SetLimits(f.limits)
 	f.comp.SetNode(f.node)
+	if f.node != "" {
+		n, err := store.NodeByName(txn, nil, f.node)
+		if err != nil {
+			return err
+		}
+		if n != nil {
+			f.comp.SetZone(n.Zone)
+		}
+	}
 	nss, err := store.Namespaces(txn, nil)
 	if err != nil {
 		return err

@@ -63,7 +63,7 @@ func TestEveryTableClassified(t *testing.T) {
 	// What feed and feedChange read.
 	inputs := map[string]bool{
 		store.TableEndpoints: true, store.TableNamespaces: true, store.TablePods: true, store.TablePolicies: true,
-		store.TableIdentities: true, store.TableServices: true, store.TableEndpointSlices: true,
+		store.TableIdentities: true, store.TableServices: true, store.TableEndpointSlices: true, store.TableNodes: true,
 	}
 	for _, table := range store.TableNames() {
 		switch {

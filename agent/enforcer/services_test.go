@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -215,6 +216,85 @@ func TestSetNodeKeepsLocalServicesLocal(t *testing.T) {
 		}
 		if c := e.Services(); c != wantCounts {
 			t.Errorf("%s: Services() = %+v, want %+v", step.name, c, wantCounts)
+		}
+	}
+}
+
+// TestNodeZoneFollowsTheStore: this node's zone, a row of the store like
+// any other input, picks the backends of a Service whose endpoints carry
+// zone hints, in the apply of the revision that changed it, from the
+// change log and after a reset alike; SnapshotFor's full compile agrees.
+func TestNodeZoneFollowsTheStore(t *testing.T) {
+	st, err := store.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes, name, proto, port := true, "", policyapi.TCP, int32(8080)
+	endpoint := func(addr, zone string) policyapi.SliceEndpoint {
+		return policyapi.SliceEndpoint{Addresses: []string{addr}, Conditions: policyapi.EndpointConditions{Ready: &yes},
+			Hints: &policyapi.EndpointHints{ForZones: []policyapi.ForZone{{Name: zone}}}}
+	}
+	if err := st.Update(func(txn *store.Txn) error {
+		if err := store.UpsertService(txn, &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "server"},
+			Spec: policyapi.ServiceSpec{ClusterIP: "10.96.0.20", Ports: []policyapi.ServicePort{{Port: 80}}}}); err != nil {
+			return err
+		}
+		return store.UpsertEndpointSlice(txn, &policyapi.EndpointSlice{
+			ObjectMeta:  policyapi.ObjectMeta{Namespace: "prod", Name: "server-abc", Labels: map[string]string{policyapi.ServiceNameLabel: "server"}},
+			AddressType: policyapi.AddressTypeIPv4,
+			Endpoints:   []policyapi.SliceEndpoint{endpoint("10.244.1.7", "a"), endpoint("10.244.2.9", "b")},
+			Ports:       []policyapi.EndpointSlicePort{{Name: &name, Protocol: &proto, Port: &port}},
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	frontend := policy.ServiceFrontend{Addr: netip.MustParseAddr("10.96.0.20"), Port: 80, Proto: policyapi.ProtoTCP}
+	dp := &historyDataplane{}
+	e := New(st, dp, nil)
+	e.SetNode("n1")
+	for _, step := range []struct {
+		name  string
+		write func(*store.Txn) error
+		reset bool
+		want  []string
+	}{
+		{name: "no Node row: every endpoint", want: []string{"10.244.1.7", "10.244.2.9"}},
+		{name: "zone a", write: func(txn *store.Txn) error { return store.UpsertNode(txn, &policyapi.Node{Name: "n1", Zone: "a"}) }, want: []string{"10.244.1.7"}},
+		{name: "another node's row changes nothing", write: func(txn *store.Txn) error { return store.UpsertNode(txn, &policyapi.Node{Name: "n2", Zone: "b"}) }, want: []string{"10.244.1.7"}},
+		{name: "zone b", write: func(txn *store.Txn) error { return store.UpsertNode(txn, &policyapi.Node{Name: "n1", Zone: "b"}) }, want: []string{"10.244.2.9"}},
+		{name: "zone b, after a reset", reset: true, want: []string{"10.244.2.9"}},
+		{name: "the Node row deleted", write: func(txn *store.Txn) error { return store.DeleteNode(txn, "n1") }, want: []string{"10.244.1.7", "10.244.2.9"}},
+	} {
+		if step.write != nil {
+			if err := st.Update(step.write); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if step.reset {
+			e.SetLimits(policy.DefaultLimits)
+		}
+		if err := e.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		states := dp.states()
+		got := states[len(states)-1].Services[frontend]
+		var addrs []string
+		for _, b := range got.Backends {
+			addrs = append(addrs, b.Addr.String())
+		}
+		if !slices.Equal(addrs, step.want) {
+			t.Errorf("%s: backends %v, want %v", step.name, addrs, step.want)
+		}
+		snap, err := SnapshotFor(st.ReadTxn(), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := policy.Compile(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := want.Services[frontend]; w == nil || !reflect.DeepEqual(*w, *got) {
+			t.Errorf("%s: the enforcer applied %+v, the full compile gives %+v", step.name, got, w)
 		}
 	}
 }

@@ -31,14 +31,16 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: %w: %w", q.To, ErrBadQuery, err)
 	}
-	// internalTrafficPolicy Local is decided on the client's node, as
-	// kube-proxy decides it there: the pod's own node in Kubernetes mode
-	// (a snapshot with a Node), this node for anyone else.
-	node := ix.s.Node
-	if node != "" && from.isPod() && from.pod.Spec.NodeName != "" {
-		node = from.pod.Spec.NodeName
+	// internalTrafficPolicy Local and topology hints are decided on the
+	// client's node, as kube-proxy decides them there: the pod's own node
+	// in Kubernetes mode (a snapshot with a Node), this node for anyone
+	// else. The agent knows only its own node's zone: a pod of another
+	// node is taken to be in no zone, where zone hints narrow nothing.
+	node, zone := ix.s.Node, ix.s.Zone
+	if node != "" && from.isPod() && from.pod.Spec.NodeName != "" && from.pod.Spec.NodeName != node {
+		node, zone = from.pod.Spec.NodeName, ""
 	}
-	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, node)
+	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, node, zone)
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: translate the Services: %w", q.To, err)
 	}

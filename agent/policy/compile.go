@@ -51,6 +51,10 @@ type Snapshot struct {
 	// Local translates to the endpoints whose nodeName it is. Empty (the
 	// standalone agent) takes every endpoint as this node's.
 	Node string
+	// Zone is this node's zone (its Node's policyapi.ZoneLabel), which
+	// endpoints' zone hints name (see policyapi.EndpointHints); empty
+	// matches none.
+	Zone string
 	// Limits bound what each namespace's policies may ask of the node; a
 	// namespace over them has its policies failed closed (see
 	// compileOrFail). The zero Limits bounds nothing.
@@ -148,7 +152,7 @@ func Compile(s *Snapshot) (*Desired, error) {
 		}
 		d.Endpoints[le.HostIfName] = c.endpoint(le)
 	}
-	svcs, err := compileServices(s.Services, s.EndpointSlices, s.Node)
+	svcs, err := compileServices(s.Services, s.EndpointSlices, policyapi.Node{Name: s.Node, Zone: s.Zone})
 	if err != nil {
 		return nil, err
 	}

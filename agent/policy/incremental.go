@@ -96,10 +96,20 @@ func (c *Incremental) SetLimits(l Limits) {
 // SetNode names this node's Node (Snapshot.Node); a change recomputes
 // every Service.
 func (c *Incremental) SetNode(name string) {
-	if c.in.svc.node == name {
+	if c.in.svc.at.Name == name {
 		return
 	}
-	c.in.svc.node = name
+	c.in.svc.at.Name = name
+	c.in.svc.markAllDirty()
+}
+
+// SetZone sets this node's zone (Snapshot.Zone); a change recomputes
+// every Service.
+func (c *Incremental) SetZone(zone string) {
+	if c.in.svc.at.Zone == zone {
+		return
+	}
+	c.in.svc.at.Zone = zone
 	c.in.svc.markAllDirty()
 }
 

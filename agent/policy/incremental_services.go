@@ -22,8 +22,8 @@ type serviceInputs struct {
 	bySvc map[objKey]map[objKey]*policyapi.EndpointSlice
 	// dirty are the Services whose frontends must be recomputed.
 	dirty map[objKey]struct{}
-	// node is Snapshot.Node.
-	node string
+	// at is Snapshot.Node and Snapshot.Zone.
+	at policyapi.Node
 }
 
 func newServiceInputs() serviceInputs {
@@ -154,7 +154,7 @@ func (st *state) updateServices(in *serviceInputs) error {
 			if err != nil {
 				return err
 			}
-			next = serviceEntries(cs, slices.Collect(maps.Values(in.bySvc[k])), in.node)
+			next = serviceEntries(cs, slices.Collect(maps.Values(in.bySvc[k])), in.at)
 		}
 		old := ss.entries[k]
 		for fe, e := range next {

@@ -10,19 +10,21 @@ import (
 )
 
 // serviceEntries returns what each frontend of the Service translates to, given
-// the EndpointSlices that name it, for the pods of node (see endpointLocal).
-// Each ClusterIP and port is a frontend; its backends are the endpoints of
-// the ClusterIP's family that the slices list for the port's name and
-// protocol: the ready ones (a nil ready condition counts as ready) or,
-// when none is ready, those serving and terminating, as kube-proxy falls
-// back to them. With internalTrafficPolicy Local, kube-proxy's rule for
-// the cluster's own traffic: only the endpoints on node, chosen the same
-// way among them; when node has none but other nodes have some, the entry
-// says NoLocalBackend. An endpoint's first address is its address; one that
-// does not parse or is of the other family is left out, as is a slice
-// port without a number. A Service labelled for another proxy
-// (ParsedService.OtherProxy) has no frontends.
-func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, node string) map[ServiceFrontend]*ServiceEntry {
+// the EndpointSlices that name it, for the pods of the node at (see
+// endpointLocal). Each ClusterIP and port is a frontend; its backends are
+// the endpoints of the ClusterIP's family that the slices list for the
+// port's name and protocol: the ready ones (a nil ready condition counts
+// as ready), narrowed by their topology hints as kube-proxy narrows them
+// (see topologyFilter), or, when none is ready, those serving and
+// terminating, as kube-proxy falls back to them. With
+// internalTrafficPolicy Local, kube-proxy's rule for the cluster's own
+// traffic: only the endpoints on the node, chosen the same way among them
+// but for the hints; when the node has none but other nodes have some,
+// the entry says NoLocalBackend. An endpoint's first address is its
+// address; one that does not parse or is of the other family is left out,
+// as is a slice port without a number. A Service labelled for another
+// proxy (ParsedService.OtherProxy) has no frontends.
+func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, at policyapi.Node) map[ServiceFrontend]*ServiceEntry {
 	if len(cs.Addrs) == 0 || len(cs.Ports) == 0 || cs.OtherProxy {
 		return nil
 	}
@@ -32,10 +34,10 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 			fe := ServiceFrontend{Addr: a, Port: sp.Port, Proto: sp.Proto}
 			e := &ServiceEntry{Service: cs.Name, AffinityTimeout: cs.Affinity}
 			if !cs.InternalLocal {
-				e.Backends, _ = backends(sl, a.Is4(), sp, nil)
+				e.Backends, _ = backends(sl, a.Is4(), sp, nil, topologyFilter(sl, a.Is4(), sp, at))
 			} else {
 				var elsewhere bool
-				e.Backends, elsewhere = backends(sl, a.Is4(), sp, func(ep policyapi.SliceEndpoint) bool { return endpointLocal(ep, node) })
+				e.Backends, elsewhere = backends(sl, a.Is4(), sp, func(ep policyapi.SliceEndpoint) bool { return endpointLocal(ep, at.Name) }, nil)
 				e.NoLocalBackend = len(e.Backends) == 0 && elsewhere
 			}
 			out[fe] = e
@@ -55,13 +57,49 @@ func endpointLocal(ep policyapi.SliceEndpoint, node string) bool {
 // one family, sorted by address then port, each once; nil when there are
 // none. With keep, only endpoints it keeps count, and others reports
 // whether an endpoint it left out would have served (ready, or serving and
-// terminating).
-func backends(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedServicePort, keep func(policyapi.SliceEndpoint) bool) (_ []ServiceBackend, others bool) {
+// terminating). With keepReady, only ready endpoints it keeps count (the
+// serving and terminating ones are kube-proxy's fallback, which it does
+// not narrow by topology).
+func backends(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedServicePort, keep, keepReady func(policyapi.SliceEndpoint) bool) (_ []ServiceBackend, others bool) {
+	var ready, fallback []ServiceBackend
+	eachEndpoint(sl, v4, sp, func(ep policyapi.SliceEndpoint, b ServiceBackend) {
+		c := ep.Conditions
+		var to *[]ServiceBackend
+		switch {
+		case endpointReady(ep):
+			if keepReady != nil && !keepReady(ep) {
+				return
+			}
+			to = &ready
+		case (c.Serving == nil || *c.Serving) && c.Terminating != nil && *c.Terminating:
+			to = &fallback
+		default:
+			return
+		}
+		if keep != nil && !keep(ep) {
+			others = true
+			return
+		}
+		*to = append(*to, b)
+	})
+	if len(ready) == 0 {
+		ready = fallback
+	}
+	if len(ready) == 0 {
+		return nil, others
+	}
+	slices.SortFunc(ready, compareBackend)
+	return slices.Clip(slices.Compact(ready)), others
+}
+
+// eachEndpoint calls fn with each endpoint the slices list for the Service
+// port sp in one family, and the backend it would be: its first address,
+// which must parse and be of the family, and the slice port's number.
+func eachEndpoint(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedServicePort, fn func(policyapi.SliceEndpoint, ServiceBackend)) {
 	want := policyapi.AddressTypeIPv6
 	if v4 {
 		want = policyapi.AddressTypeIPv4
 	}
-	var ready, fallback []ServiceBackend
 	for _, s := range sl {
 		if s.AddressType != want {
 			continue
@@ -78,33 +116,60 @@ func backends(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedService
 				if err != nil || a.Zone() != "" || a.Unmap().Is4() != v4 {
 					continue
 				}
-				b := ServiceBackend{Addr: a.Unmap(), Port: uint16(*p.Port)}
-				c := ep.Conditions
-				var to *[]ServiceBackend
-				switch {
-				case c.Ready == nil || *c.Ready:
-					to = &ready
-				case (c.Serving == nil || *c.Serving) && c.Terminating != nil && *c.Terminating:
-					to = &fallback
-				default:
-					continue
-				}
-				if keep != nil && !keep(ep) {
-					others = true
-					continue
-				}
-				*to = append(*to, b)
+				fn(ep, ServiceBackend{Addr: a.Unmap(), Port: uint16(*p.Port)})
 			}
 		}
 	}
-	if len(ready) == 0 {
-		ready = fallback
+}
+
+// endpointReady reports whether ep is ready (a nil condition counts as
+// ready).
+func endpointReady(ep policyapi.SliceEndpoint) bool {
+	return ep.Conditions.Ready == nil || *ep.Conditions.Ready
+}
+
+// topologyFilter returns which ready endpoints of the Service port sp in
+// one family serve the pods of the node at, by the endpoints' hints, as
+// kube-proxy decides for a Service's cluster-wide traffic: when every
+// ready endpoint has node hints and one names at's node, those naming it;
+// else when every ready endpoint has zone hints and one names at's zone,
+// those naming it; else nil (every ready endpoint). A node without a zone
+// matches no zone hint.
+func topologyFilter(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedServicePort, at policyapi.Node) func(policyapi.SliceEndpoint) bool {
+	allNodes, allZones, forNode, forZone, any := true, true, false, false, false
+	eachEndpoint(sl, v4, sp, func(ep policyapi.SliceEndpoint, _ ServiceBackend) {
+		if !endpointReady(ep) {
+			return
+		}
+		any = true
+		if ep.Hints == nil || len(ep.Hints.ForNodes) == 0 {
+			allNodes = false
+		} else if hintsNode(ep.Hints, at.Name) {
+			forNode = true
+		}
+		if ep.Hints == nil || len(ep.Hints.ForZones) == 0 {
+			allZones = false
+		} else if hintsZone(ep.Hints, at.Zone) {
+			forZone = true
+		}
+	})
+	switch {
+	case !any:
+		return nil
+	case allNodes && forNode && at.Name != "":
+		return func(ep policyapi.SliceEndpoint) bool { return hintsNode(ep.Hints, at.Name) }
+	case allZones && forZone && at.Zone != "":
+		return func(ep policyapi.SliceEndpoint) bool { return hintsZone(ep.Hints, at.Zone) }
 	}
-	if len(ready) == 0 {
-		return nil, others
-	}
-	slices.SortFunc(ready, compareBackend)
-	return slices.Clip(slices.Compact(ready)), others
+	return nil
+}
+
+func hintsNode(h *policyapi.EndpointHints, node string) bool {
+	return h != nil && slices.ContainsFunc(h.ForNodes, func(n policyapi.ForNode) bool { return n.Name == node })
+}
+
+func hintsZone(h *policyapi.EndpointHints, zone string) bool {
+	return h != nil && slices.ContainsFunc(h.ForZones, func(z policyapi.ForZone) bool { return z.Name == zone })
 }
 
 // slicePortMatches reports whether the slice port p carries the endpoints
@@ -146,8 +211,9 @@ func sameEntry(a, b *ServiceEntry) bool {
 // ServiceNameLabel names it). Two Services claiming one frontend (the
 // same ClusterIP, port and protocol, which an API server never allocates)
 // give it to the first by namespace/name. Nil when there is no frontend.
-// node is the Node whose pods' connections are translated (Snapshot.Node).
-func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, node string) (map[ServiceFrontend]*ServiceEntry, error) {
+// at is the Node whose pods' connections are translated (Snapshot.Node and
+// Snapshot.Zone).
+func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, at policyapi.Node) (map[ServiceFrontend]*ServiceEntry, error) {
 	bySvc := make(map[objKey][]*policyapi.EndpointSlice)
 	seen := make(map[objKey]bool, len(sl))
 	for _, s := range sl {
@@ -174,7 +240,7 @@ func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, n
 		if err != nil {
 			return nil, err
 		}
-		for fe, e := range serviceEntries(cs, bySvc[k], node) {
+		for fe, e := range serviceEntries(cs, bySvc[k], at) {
 			if o, taken := owner[fe]; taken && compareObjKey(o, k) < 0 {
 				continue
 			}

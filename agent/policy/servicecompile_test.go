@@ -424,6 +424,164 @@ func TestCompileServicesInternalTrafficPolicy(t *testing.T) {
 	}
 }
 
+// hinted gives the endpoint topology hints: zones, and nodes after "|".
+func hinted(e policyapi.SliceEndpoint, hints ...string) policyapi.SliceEndpoint {
+	e.Hints = &policyapi.EndpointHints{}
+	nodes := false
+	for _, h := range hints {
+		switch {
+		case h == "|":
+			nodes = true
+		case nodes:
+			e.Hints.ForNodes = append(e.Hints.ForNodes, policyapi.ForNode{Name: h})
+		default:
+			e.Hints.ForZones = append(e.Hints.ForZones, policyapi.ForZone{Name: h})
+		}
+	}
+	return e
+}
+
+// TestCompileServicesTopologyHints: a Service's cluster-wide traffic
+// follows its endpoints' hints as kube-proxy follows them: node hints when
+// every ready endpoint has some and one names this node, else zone hints
+// when every ready endpoint has some and one names this node's zone, else
+// every ready endpoint. Unready endpoints count for nothing; the serving
+// and terminating fallback and internalTrafficPolicy Local ignore hints.
+// Compile and the incremental compiler (told the zone after the objects)
+// agree.
+func TestCompileServicesTopologyHints(t *testing.T) {
+	web := func() []*policyapi.Service {
+		return []*policyapi.Service{mkService("prod", "web", []string{"10.96.0.10"}, ":80")}
+	}
+	slice := func(eps ...policyapi.SliceEndpoint) []*policyapi.EndpointSlice {
+		return []*policyapi.EndpointSlice{mkSlice("prod", "web-1", "web", policyapi.AddressTypeIPv4, []string{":8080"}, eps...)}
+	}
+	frontend := fe("10.96.0.10", 80, policyapi.ProtoTCP)
+	entry := func(backends ...string) map[ServiceFrontend]*ServiceEntry {
+		return map[ServiceFrontend]*ServiceEntry{frontend: {Service: "prod/web", Backends: be(backends...)}}
+	}
+	tests := []struct {
+		name       string
+		node, zone string
+		svcs       []*policyapi.Service
+		slices     []*policyapi.EndpointSlice
+		want       map[ServiceFrontend]*ServiceEntry
+	}{
+		{
+			name: "zone hints: this zone's endpoints only",
+			node: "n1", zone: "a",
+			svcs:   web(),
+			slices: slice(hinted(ep("10.0.0.1"), "a"), hinted(ep("10.0.0.2"), "b"), hinted(ep("10.0.0.3"), "a")),
+			want:   entry("10.0.0.1:8080", "10.0.0.3:8080"),
+		},
+		{
+			name: "an endpoint hinted for several zones serves each",
+			node: "n1", zone: "b",
+			svcs:   web(),
+			slices: slice(hinted(ep("10.0.0.1"), "a", "b"), hinted(ep("10.0.0.2"), "c")),
+			want:   entry("10.0.0.1:8080"),
+		},
+		{
+			name: "a ready endpoint without hints: every endpoint",
+			node: "n1", zone: "a",
+			svcs:   web(),
+			slices: slice(hinted(ep("10.0.0.1"), "a"), ep("10.0.0.2")),
+			want:   entry("10.0.0.1:8080", "10.0.0.2:8080"),
+		},
+		{
+			name: "an unready endpoint without hints counts for nothing",
+			node: "n1", zone: "a",
+			svcs:   web(),
+			slices: slice(hinted(ep("10.0.0.1"), "a"), hinted(ep("10.0.0.2"), "b"), cond(ep("10.0.0.3"), "f", "f", "f")),
+			want:   entry("10.0.0.1:8080"),
+		},
+		{
+			name: "no endpoint hinted for this zone: every endpoint",
+			node: "n1", zone: "c",
+			svcs:   web(),
+			slices: slice(hinted(ep("10.0.0.1"), "a"), hinted(ep("10.0.0.2"), "b")),
+			want:   entry("10.0.0.1:8080", "10.0.0.2:8080"),
+		},
+		{
+			name:   "a node without a zone: every endpoint",
+			node:   "n1",
+			svcs:   web(),
+			slices: slice(hinted(ep("10.0.0.1"), "a"), hinted(ep("10.0.0.2"), "b")),
+			want:   entry("10.0.0.1:8080", "10.0.0.2:8080"),
+		},
+		{
+			name: "node hints come before zone hints",
+			node: "n1", zone: "a",
+			svcs:   web(),
+			slices: slice(hinted(ep("10.0.0.1"), "a", "|", "n2"), hinted(ep("10.0.0.2"), "a", "|", "n1"), hinted(ep("10.0.0.3"), "b", "|", "n3")),
+			want:   entry("10.0.0.2:8080"),
+		},
+		{
+			name: "no endpoint hinted for this node: zone hints",
+			node: "n1", zone: "a",
+			svcs:   web(),
+			slices: slice(hinted(ep("10.0.0.1"), "a", "|", "n2"), hinted(ep("10.0.0.2"), "b", "|", "n3")),
+			want:   entry("10.0.0.1:8080"),
+		},
+		{
+			name: "node hints on some endpoints only: zone hints",
+			node: "n1", zone: "b",
+			svcs:   web(),
+			slices: slice(hinted(ep("10.0.0.1"), "a", "|", "n1"), hinted(ep("10.0.0.2"), "b")),
+			want:   entry("10.0.0.2:8080"),
+		},
+		{
+			name: "no ready endpoint: the serving and terminating ones, whatever their hints",
+			node: "n1", zone: "a",
+			svcs:   web(),
+			slices: slice(hinted(cond(ep("10.0.0.1"), "f", "t", "t"), "a"), hinted(cond(ep("10.0.0.2"), "f", "t", "t"), "b")),
+			want:   entry("10.0.0.1:8080", "10.0.0.2:8080"),
+		},
+		{
+			name: "internalTrafficPolicy Local: this node's endpoints, whatever their hints",
+			node: "n1", zone: "a",
+			svcs: func() []*policyapi.Service {
+				s := web()
+				p := policyapi.ServiceInternalTrafficPolicyLocal
+				s[0].Spec.InternalTrafficPolicy = &p
+				return s
+			}(),
+			slices: slice(on(hinted(ep("10.0.0.1"), "b"), "n1"), on(hinted(ep("10.0.0.2"), "a"), "n2")),
+			want:   entry("10.0.0.1:8080"),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Compile(&Snapshot{Services: tc.svcs, EndpointSlices: tc.slices, Node: tc.node, Zone: tc.zone})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(d.Services, tc.want) {
+				t.Errorf("Compile: got\n%s\nwant\n%s", describeServices(d.Services), describeServices(tc.want))
+			}
+			inc := NewIncremental()
+			inc.SetNode(tc.node)
+			for _, s := range tc.svcs {
+				inc.SetService(s)
+			}
+			for _, s := range tc.slices {
+				inc.SetEndpointSlice(s)
+			}
+			if _, err := inc.Compile(); err != nil {
+				t.Fatal(err)
+			}
+			inc.SetZone(tc.zone)
+			got, err := inc.Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Services, tc.want) {
+				t.Errorf("Incremental: got\n%s\nwant\n%s", describeServices(got.Services), describeServices(tc.want))
+			}
+		})
+	}
+}
+
 // TestServicePortNamesAreDNSLabels: a Service port's name is a DNS label,
 // longer than the 15 characters a container port's name may have; the
 // upstream e2e tests name theirs "service-port-tcp-80".

@@ -266,8 +266,9 @@ func ConvertService(svc *corev1.Service) (*policyapi.Service, error) {
 // ConvertEndpointSlice returns the policy form of s: its Service (the
 // kubernetes.io/service-name label, the only label kept), address type,
 // endpoints with their addresses and ready, serving and terminating
-// conditions and node names, and ports. Zones, hints and target
-// references are dropped: lockstep does not route by topology.
+// conditions, node names and hints (which translation follows as
+// kube-proxy does: see policyapi.EndpointHints), and ports. Zones and
+// target references are dropped.
 func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*policyapi.EndpointSlice, error) {
 	out := &policyapi.EndpointSlice{
 		TypeMeta:    policyapi.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
@@ -281,6 +282,7 @@ func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*policyapi.EndpointSlic
 				Ready: copyPtr(e.Conditions.Ready), Serving: copyPtr(e.Conditions.Serving), Terminating: copyPtr(e.Conditions.Terminating),
 			},
 			NodeName: copyPtr(e.NodeName),
+			Hints:    convertHints(e.Hints),
 		})
 	}
 	for _, p := range s.Ports {
@@ -295,6 +297,28 @@ func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*policyapi.EndpointSlic
 		return nil, fmt.Errorf("convert endpointslice: %w", err)
 	}
 	return out, nil
+}
+
+// convertHints returns the policy form of an endpoint's hints, nil for
+// none.
+func convertHints(h *discoveryv1.EndpointHints) *policyapi.EndpointHints {
+	if h == nil || len(h.ForZones) == 0 && len(h.ForNodes) == 0 {
+		return nil
+	}
+	out := &policyapi.EndpointHints{}
+	for _, z := range h.ForZones {
+		out.ForZones = append(out.ForZones, policyapi.ForZone{Name: z.Name})
+	}
+	for _, n := range h.ForNodes {
+		out.ForNodes = append(out.ForNodes, policyapi.ForNode{Name: n.Name})
+	}
+	return out
+}
+
+// ConvertNode returns what translation needs of a Node: its name and zone
+// (the policyapi.ZoneLabel label).
+func ConvertNode(n *corev1.Node) *policyapi.Node {
+	return &policyapi.Node{Name: n.Name, Zone: n.Labels[policyapi.ZoneLabel]}
 }
 
 // oneLabel returns the label key of labels alone, or nil.

@@ -144,7 +144,8 @@ func TestConvertEndpointSlice(t *testing.T) {
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{
 			{Addresses: []string{"10.244.1.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
-				NodeName: &node, Zone: &zone, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}},
+				NodeName: &node, Zone: &zone, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"},
+				Hints: &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "z1"}, {Name: "z2"}}, ForNodes: []discoveryv1.ForNode{{Name: "node-a"}}}},
 			{Addresses: []string{"10.244.2.7"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
 			{Addresses: []string{"10.244.3.9"}},
 		},
@@ -157,7 +158,8 @@ func TestConvertEndpointSlice(t *testing.T) {
 		ObjectMeta:  policyapi.ObjectMeta{Name: "web-abcde", Namespace: "prod", UID: "slice-uid", Labels: map[string]string{policyapi.ServiceNameLabel: "web"}},
 		AddressType: policyapi.AddressTypeIPv4,
 		Endpoints: []policyapi.SliceEndpoint{
-			{Addresses: []string{"10.244.1.5"}, Conditions: policyapi.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}, NodeName: &node},
+			{Addresses: []string{"10.244.1.5"}, Conditions: policyapi.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no}, NodeName: &node,
+				Hints: &policyapi.EndpointHints{ForZones: []policyapi.ForZone{{Name: "z1"}, {Name: "z2"}}, ForNodes: []policyapi.ForNode{{Name: "node-a"}}}},
 			{Addresses: []string{"10.244.2.7"}, Conditions: policyapi.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
 			{Addresses: []string{"10.244.3.9"}},
 		},
@@ -175,9 +177,20 @@ func TestConvertEndpointSlice(t *testing.T) {
 	if !reflect.DeepEqual(in, before) {
 		t.Error("ConvertEndpointSlice modified its input")
 	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelTopologyZone: "z1", "other": "x"}}}
+	for name, obj := range map[string]*corev1.Node{"as listed": n, "as cached": trim(n.DeepCopy()).(*corev1.Node)} {
+		if got := ConvertNode(obj); *got != (policyapi.Node{Name: "node-a", Zone: "z1"}) {
+			t.Errorf("node %s: converted to %+v", name, got)
+		}
+	}
 	cached := trim(before.DeepCopy()).(*discoveryv1.EndpointSlice)
 	if cached.Endpoints[0].Zone != nil || cached.Endpoints[0].TargetRef != nil || len(cached.Labels) != 1 {
 		t.Errorf("trim kept what nothing reads: %s", show(cached))
+	}
+	empty := before.DeepCopy()
+	empty.Endpoints[0].Hints = &discoveryv1.EndpointHints{}
+	if got, err := ConvertEndpointSlice(empty); err != nil || got.Endpoints[0].Hints != nil {
+		t.Errorf("empty hints converted to %+v, %v; want none", got.Endpoints[0].Hints, err)
 	}
 	bad := before.DeepCopy()
 	bad.AddressType = "IPv5"

@@ -36,7 +36,10 @@
 // Options.OnNodes a [Nodes] view (this node, its NodeIPAM, every other
 // node's InternalIPs and blocks), from which the agent programs routes to
 // other nodes (package agent/routes). A NodeIPAM counts only while the
-// Node of its name controls it (v1alpha1.NodeIPAM.ControlledBy).
+// Node of its name controls it (v1alpha1.NodeIPAM.ControlledBy). The one
+// exception is what Service translation needs of this agent's own Node,
+// its zone (store.TableNodes), which endpoints' zone hints name: it is
+// written in the batch's transaction like the other kinds.
 //
 // # Read-only, and light to link
 //

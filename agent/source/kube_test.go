@@ -31,7 +31,8 @@ import (
 // ServiceAccount's token): a Service and an EndpointSlice created through
 // the API show up in the compiled state, with the ClusterIP the API server
 // allocated, and follow the slice's readiness, a terminating fallback and
-// the Service's deletion.
+// the Service's deletion, and its endpoints' zone hints follow the zone of
+// the agent's Node.
 func TestKubeServicesCompiled(t *testing.T) {
 	env := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -121,6 +122,7 @@ func TestKubeServicesCompiled(t *testing.T) {
 
 	dp := &recorder{}
 	enf := enforcer.New(st, dp, nil)
+	enf.SetNode("node-a")
 	frontend := policy.ServiceFrontend{Addr: clusterIP, Port: 80, Proto: policyapi.ProtoTCP}
 	backend := policy.ServiceBackend{Addr: netip.MustParseAddr("10.244.1.7"), Port: 8080}
 	waitFor := func(what string, ok func(*policy.ServiceEntry) bool) {
@@ -159,6 +161,40 @@ func TestKubeServicesCompiled(t *testing.T) {
 	update(slice(&no, &no))
 	waitFor("no endpoint at all: the frontend without backends", func(e *policy.ServiceEntry) bool {
 		return e != nil && len(e.Backends) == 0
+	})
+
+	// Zone hints, as the endpoint-slice controller writes them for a
+	// Service of trafficDistribution PreferClose: this node's zone, from
+	// its Node's label, picks the backends, and follows the label.
+	hinted := slice(&yes, nil)
+	hinted.Endpoints[1].Conditions.Ready = &yes
+	hinted.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "z1"}}}
+	hinted.Endpoints[1].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "z2"}}}
+	update(hinted)
+	other := policy.ServiceBackend{Addr: netip.MustParseAddr("10.244.2.9"), Port: 8080}
+	waitFor("zone hints on a node the API server does not have: every endpoint", func(e *policy.ServiceEntry) bool {
+		return e != nil && slices.Equal(e.Backends, []policy.ServiceBackend{backend, other})
+	})
+	create(core, "nodes", "", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelTopologyZone: "z1"}}}, &corev1.Node{})
+	waitFor("zone hints on a node of zone z1", func(e *policy.ServiceEntry) bool {
+		return e != nil && slices.Equal(e.Backends, []policy.ServiceBackend{backend})
+	})
+	node := &corev1.Node{}
+	if err := core.Get().Resource("nodes").Name("node-a").Do(ctx).Into(node); err != nil {
+		t.Fatal(err)
+	}
+	node.Labels[corev1.LabelTopologyZone] = "z2"
+	if err := core.Put().Resource("nodes").Name("node-a").Body(node).Do(ctx).Error(); err != nil {
+		t.Fatalf("relabel the node: %v", err)
+	}
+	waitFor("the node relabelled to zone z2", func(e *policy.ServiceEntry) bool {
+		return e != nil && slices.Equal(e.Backends, []policy.ServiceBackend{other})
+	})
+	if err := core.Delete().Resource("nodes").Name("node-a").Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the node deleted: every endpoint", func(e *policy.ServiceEntry) bool {
+		return e != nil && slices.Equal(e.Backends, []policy.ServiceBackend{backend, other})
 	})
 	if err := core.Delete().Namespace("prod").Resource("services").Name("server").Do(ctx).Error(); err != nil {
 		t.Fatal(err)

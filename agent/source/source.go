@@ -87,7 +87,9 @@ type Source struct {
 	mu         sync.Mutex
 	dirty      [numKinds]map[string]bool
 	nodesDirty bool
-	wake       chan struct{}
+	// selfDirty: this agent's Node changed since the last commit.
+	selfDirty bool
+	wake      chan struct{}
 
 	synced chan struct{}
 }
@@ -131,9 +133,11 @@ func New(opts Options) (*Source, error) {
 		s.dirty[k] = map[string]bool{}
 		s.informers[k].AddHandler(s.handler(func(key string) { s.dirty[k][key] = true }))
 	}
-	for _, inf := range []*client.Informer{s.nodes, s.ipams} {
-		inf.AddHandler(s.handler(func(string) { s.nodesDirty = true }))
-	}
+	s.nodes.AddHandler(s.handler(func(key string) {
+		s.nodesDirty = true
+		s.selfDirty = s.selfDirty || key == opts.NodeName
+	}))
+	s.ipams.AddHandler(s.handler(func(string) { s.nodesDirty = true }))
 	return s, nil
 }
 
@@ -269,6 +273,7 @@ func (s *Source) commitAll() error {
 	for k := range numKinds {
 		s.dirty[k] = map[string]bool{}
 	}
+	s.selfDirty = false
 	s.mu.Unlock()
 	objs, slices := s.objects()
 	txn := s.opts.Store.WriteTxn()
@@ -279,7 +284,33 @@ func (s *Source) commitAll() error {
 	if _, err := store.ReplaceEndpointSlices(txn, slices); err != nil {
 		return err
 	}
+	if _, err := s.applySelf(txn); err != nil {
+		return err
+	}
 	return txn.Commit()
+}
+
+// applySelf writes what translation needs of this agent's Node (its zone)
+// into txn, or deletes it when the API server has no such Node. It
+// reports whether anything changed.
+func (s *Source) applySelf(txn *store.Txn) (bool, error) {
+	old, err := store.NodeByName(txn, nil, s.opts.NodeName)
+	if err != nil {
+		return false, err
+	}
+	obj, ok := s.nodes.Get(s.opts.NodeName)
+	n, isNode := obj.(*corev1.Node)
+	if !ok || !isNode {
+		if old == nil {
+			return false, nil
+		}
+		return true, store.DeleteNode(txn, s.opts.NodeName)
+	}
+	next := ConvertNode(n)
+	if old != nil && *old == *next {
+		return false, nil
+	}
+	return true, store.UpsertNode(txn, next)
 }
 
 // commitDirty commits the objects marked since the last commit in one
@@ -293,13 +324,20 @@ func (s *Source) commitDirty() error {
 		}
 		s.dirty[k] = map[string]bool{}
 	}
+	self := s.selfDirty
+	s.selfDirty = false
 	s.mu.Unlock()
-	if b.empty() {
+	if b.empty() && !self {
 		return nil
 	}
 	txn := s.opts.Store.WriteTxn()
 	defer txn.Abort()
 	changed, err := b.apply(txn, s.lookup, s.converter())
+	if err == nil && self {
+		var selfChanged bool
+		selfChanged, err = s.applySelf(txn)
+		changed = changed || selfChanged
+	}
 	if err == nil && changed {
 		err = txn.Commit()
 	}
@@ -310,6 +348,7 @@ func (s *Source) commitDirty() error {
 				s.dirty[k][key] = true
 			}
 		}
+		s.selfDirty = s.selfDirty || self
 		s.mu.Unlock()
 		return err
 	}

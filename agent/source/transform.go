@@ -34,7 +34,7 @@ func trim(obj client.Object) client.Object {
 		return trimEndpointSlice(o)
 	case *corev1.Node:
 		return &corev1.Node{
-			ObjectMeta: trimMeta(&o.ObjectMeta, nil, nil),
+			ObjectMeta: trimMeta(&o.ObjectMeta, oneLabel(o.Labels, policyapi.ZoneLabel), nil),
 			Status:     corev1.NodeStatus{Addresses: o.Status.Addresses},
 		}
 	case *v1alpha1.NodeIPAM:
@@ -60,7 +60,7 @@ func trimMeta(m *metav1.ObjectMeta, labels, annotations map[string]string) metav
 }
 
 // trimEndpointSlice keeps the Service a slice belongs to, its address
-// type, ports and each endpoint's addresses, conditions and node.
+// type, ports and each endpoint's addresses, conditions, node and hints.
 func trimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	out := &discoveryv1.EndpointSlice{
 		ObjectMeta:  trimMeta(&s.ObjectMeta, oneLabel(s.Labels, policyapi.ServiceNameLabel), nil),
@@ -69,7 +69,7 @@ func trimEndpointSlice(s *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice 
 		Endpoints:   make([]discoveryv1.Endpoint, len(s.Endpoints)),
 	}
 	for i, e := range s.Endpoints {
-		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions, NodeName: e.NodeName}
+		out.Endpoints[i] = discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions, NodeName: e.NodeName, Hints: e.Hints}
 	}
 	return out
 }

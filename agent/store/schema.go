@@ -24,6 +24,8 @@ const (
 	// translate Services for pods; not durable, like pods and policies.
 	TableServices       = "services"
 	TableEndpointSlices = "endpointslices"
+	// TableNodes holds what translation needs of the agent's own Node.
+	TableNodes = "nodes"
 )
 
 // Index names. Every table has IndexID, the unique primary key.
@@ -65,6 +67,7 @@ func schema() *memdb.DBSchema {
 
 		TableServices:       servicesTableSchema(),
 		TableEndpointSlices: endpointSlicesTableSchema(),
+		TableNodes:          nodesTableSchema(),
 	}}
 }
 

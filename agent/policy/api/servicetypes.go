@@ -136,7 +136,41 @@ type SliceEndpoint struct {
 	// Service of InternalTrafficPolicy Local translates only to those of
 	// the client's node.
 	NodeName *string `json:"nodeName,omitempty"`
+	// Hints are where the endpoint-slice controller wants the endpoint
+	// used (a Service's trafficDistribution, or topology-aware routing):
+	// see EndpointHints.
+	Hints *EndpointHints `json:"hints,omitempty"`
 }
+
+// EndpointHints are the zones and nodes whose clients an endpoint should
+// serve (discovery.k8s.io/v1 EndpointHints). Translation follows them as
+// kube-proxy does: when every ready endpoint of a Service port has node
+// hints and one names this node, only those; else when every one has zone
+// hints and one names this node's zone, only those; else every endpoint.
+type EndpointHints struct {
+	ForZones []ForZone `json:"forZones,omitempty"`
+	ForNodes []ForNode `json:"forNodes,omitempty"`
+}
+
+// ForZone names a zone (a topology.kubernetes.io/zone label value).
+type ForZone struct {
+	Name string `json:"name"`
+}
+
+// ForNode names a Node.
+type ForNode struct {
+	Name string `json:"name"`
+}
+
+// Node is what translation needs of the Node the agent runs on: its name
+// and its zone (the topology.kubernetes.io/zone label; empty without it).
+type Node struct {
+	Name string `json:"name"`
+	Zone string `json:"zone,omitempty"`
+}
+
+// ZoneLabel is the Node label that names its zone.
+const ZoneLabel = "topology.kubernetes.io/zone"
 
 // EndpointConditions are an endpoint's conditions. Nil Ready and Serving
 // mean true, nil Terminating false, as kube-proxy reads them.
