@@ -321,7 +321,8 @@ const (
 // logWarnings logs each warning (a deprecated API, say) the API server
 // sends, once per client; past maxWarnings distinct ones, no more.
 func (c *REST) logWarnings(resp *http.Response) {
-	for _, w := range resp.Header.Values("Warning") {
+	for _, h := range resp.Header.Values("Warning") {
+		w := warningText(h)
 		if len(w) > maxWarningSize {
 			w = strings.ToValidUTF8(w[:maxWarningSize], "") + "…"
 		}
@@ -339,6 +340,33 @@ func (c *REST) logWarnings(resp *http.Response) {
 			slog.Warn("the Kubernetes API server warns", "warning", w, "group", c.gv.String())
 		}
 	}
+}
+
+// warningText returns the text of a Warning header as the API server
+// writes it (`299 - "text"`, RFC 7234 section 5.5), or the header whole
+// when it is not of that form.
+func warningText(h string) string {
+	code, rest, ok := strings.Cut(h, " ")
+	if !ok || len(code) != 3 || strings.Trim(code, "0123456789") != "" {
+		return h
+	}
+	_, quoted, ok := strings.Cut(rest, " ")
+	if !ok || !strings.HasPrefix(quoted, `"`) {
+		return h
+	}
+	var b strings.Builder
+	for i := 1; i < len(quoted); i++ {
+		switch ch := quoted[i]; {
+		case ch == '"':
+			return b.String()
+		case ch == '\\' && i+1 < len(quoted):
+			i++
+			b.WriteByte(quoted[i])
+		default:
+			b.WriteByte(ch)
+		}
+	}
+	return h // no closing quote
 }
 
 // Watch starts a watch and returns its events as they come.

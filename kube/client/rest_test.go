@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -522,5 +523,186 @@ func TestWatchStop(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the watch did not end after Stop")
+	}
+}
+
+// TestGetRetriedAfterReset: a GET whose connection the server cuts before
+// answering is sent again; a POST is not (it may have been carried out).
+func TestGetRetriedAfterReset(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 || r.Method == http.MethodPost {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			conn.Close() // no answer at all
+			return
+		}
+		_, _ = w.Write([]byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"x"}}`))
+	}))
+	defer srv.Close()
+	c, err := client.ForGroup(&client.Config{Host: srv.URL, QPS: -1}, corev1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{}
+	if err := c.Get().Resource("namespaces").Name("x").Do(t.Context()).Into(ns); err != nil || ns.Name != "x" || calls.Load() != 2 {
+		t.Errorf("GET cut short once: %v, %q after %d calls; want the namespace after 2", err, ns.Name, calls.Load())
+	}
+	calls.Store(0)
+	err = c.Post().Resource("namespaces").Body(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "y"}}).Do(t.Context()).Error()
+	if err == nil || calls.Load() != 1 {
+		t.Errorf("POST cut short: %v after %d calls; want the error after 1", err, calls.Load())
+	}
+}
+
+// TestMalformedWatchEventEndsTheWatch: a line of the watch stream that is
+// not JSON is an ERROR event, and the end of the watch.
+func TestMalformedWatchEventEndsTheWatch(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}}` + "\n" + `{"type":"ADDED","object":{"kind":` + "}\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	c, err := client.ForGroup(&client.Config{Host: srv.URL}, corev1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Get().Namespace("x").Resource("pods").Watch(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []watch.Event
+	timeout := time.After(5 * time.Second)
+	for done := false; !done; {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				done = true
+				break
+			}
+			got = append(got, ev)
+		case <-timeout:
+			t.Fatalf("the watch did not end after a malformed event; events so far: %v", got)
+		}
+	}
+	if len(got) != 2 || got[0].Type != watch.Added || got[1].Type != watch.Error ||
+		!strings.Contains(apierrors.FromObject(got[1].Object).Error(), "unable to decode") {
+		t.Errorf("events %+v, want ADDED then an ERROR saying it could not be decoded", got)
+	}
+}
+
+// TestWarningsLoggedOnce: a warning the API server repeats on every answer
+// (a deprecated API) is logged the first time only, by its text, by the
+// client that received it.
+func TestWarningsLoggedOnce(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Warning", `299 - "v1 Thing is deprecated"`)
+		w.Header().Add("Warning", `299 - "v1 Thing is deprecated"`)
+		_, _ = w.Write([]byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"x"}}`))
+	}))
+	defer srv.Close()
+	var mu sync.Mutex
+	var warnings []string
+	prev := slog.Default()
+	slog.SetDefault(slog.New(handlerFunc(func(r slog.Record) {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "warning" {
+				mu.Lock()
+				warnings = append(warnings, a.Value.String())
+				mu.Unlock()
+			}
+			return true
+		})
+	})))
+	defer slog.SetDefault(prev)
+	c, err := client.ForGroup(&client.Config{Host: srv.URL, QPS: -1}, corev1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := c.Get().Resource("namespaces").Name("x").Do(t.Context()).Into(&corev1.Namespace{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warnings) != 1 || warnings[0] != "v1 Thing is deprecated" {
+		t.Errorf("warnings logged: %q, want the one warning's text once", warnings)
+	}
+}
+
+// handlerFunc is a slog.Handler calling fn with every record.
+type handlerFunc func(slog.Record)
+
+func (h handlerFunc) Enabled(context.Context, slog.Level) bool { return true }
+func (h handlerFunc) Handle(_ context.Context, r slog.Record) error {
+	h(r)
+	return nil
+}
+func (h handlerFunc) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h handlerFunc) WithGroup(string) slog.Handler      { return h }
+
+// TestBurstDefault: a Config without a Burst lets 10 requests through at
+// once, as client-go's; the next waits for the QPS.
+func TestBurstDefault(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"x"}}`))
+	}))
+	defer srv.Close()
+	c, err := client.ForGroup(&client.Config{Host: srv.URL, QPS: 0.001}, corev1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(ctx context.Context) error {
+		return c.Get().Resource("namespaces").Name("x").Do(ctx).Into(&corev1.Namespace{})
+	}
+	for i := range 10 {
+		if err := get(t.Context()); err != nil {
+			t.Fatalf("request %d of the burst: %v", i+1, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if err := get(ctx); err == nil {
+		t.Error("the 11th request went through at once, want it held for the QPS (one per 1000 s)")
+	}
+}
+
+// TestClientsOfOneConfigShareConnections: clients of one Config, of any
+// group, reuse one connection to the API server.
+func TestClientsOfOneConfigShareConnections(t *testing.T) {
+	var mu sync.Mutex
+	remotes := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		remotes[r.RemoteAddr] = true
+		mu.Unlock()
+		_, _ = w.Write([]byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"x"}}`))
+	}))
+	defer srv.Close()
+	cfg := &client.Config{Host: srv.URL, QPS: -1}
+	core, err := client.ForGroup(cfg, corev1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := client.ForGroup(cfg, coordinationv1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		for _, c := range []client.Interface{core, leases} {
+			if err := c.Get().Resource("namespaces").Name("x").Do(t.Context()).Into(&corev1.Namespace{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(remotes) != 1 {
+		t.Errorf("6 sequential requests of two clients came over %d connections, want 1", len(remotes))
 	}
 }
