@@ -660,8 +660,10 @@ func TestBurstDefault(t *testing.T) {
 	get := func(ctx context.Context) error {
 		return c.Get().Resource("namespaces").Name("x").Do(ctx).Into(&corev1.Namespace{})
 	}
+	burst, cancelBurst := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancelBurst()
 	for i := range 10 {
-		if err := get(t.Context()); err != nil {
+		if err := get(burst); err != nil {
 			t.Fatalf("request %d of the burst: %v", i+1, err)
 		}
 	}
