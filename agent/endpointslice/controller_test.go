@@ -164,8 +164,8 @@ func TestAffects(t *testing.T) {
 	}
 }
 
-// TestSyncTxnWithoutServices: with no Service left, the slices that were
-// its are deleted (and no pod is read to find that out).
+// TestSyncTxnWithoutServices: with no Service left (the case SyncTxn
+// answers without reading a pod), the slices that were its are deleted.
 func TestSyncTxnWithoutServices(t *testing.T) {
 	st, err := store.New()
 	if err != nil {

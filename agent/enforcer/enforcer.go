@@ -166,8 +166,10 @@ func (e *Enforcer) SetLimits(l policy.Limits) {
 
 // SetNode names the Node the agent runs on: a Service of
 // internalTrafficPolicy Local translates this node's pods' connections to
-// that Node's endpoints only (policy.Snapshot.Node). Empty, the default,
-// takes every endpoint as this node's, as the standalone agent does.
+// that Node's endpoints only (policy.Snapshot.Node), endpoints' node hints
+// name it, and its row of the store's nodes table gives the zone their
+// zone hints name (policy.Snapshot.Zone). Empty, the default, takes every
+// endpoint as this node's, as the standalone agent does.
 func (e *Enforcer) SetNode(name string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -597,8 +599,8 @@ func SnapshotFor(txn *store.Txn, node string) (*policy.Snapshot, error) {
 // transaction, with the default limits: local endpoints are the Ready ones; a local pod's addresses
 // come from its endpoint, remote pods' from their status. The enforcer
 // itself feeds an incremental compiler the same objects (see feeder);
-// [policy.Compile] of a Snapshot, with the Node SetNode gave, is the
-// reference its result must equal.
+// [policy.Compile] of a Snapshot with the Node SetNode gave and its zone
+// (SnapshotFor) is the reference its result must equal.
 func Snapshot(txn *store.Txn) (*policy.Snapshot, error) {
 	snap := &policy.Snapshot{Namespaces: map[string]*policyapi.Namespace{}, Identities: map[string]policyapi.Peer{}, Limits: policy.DefaultLimits}
 	nss, err := store.Namespaces(txn, nil)

@@ -261,6 +261,51 @@ func TestExplainServiceInternalLocal(t *testing.T) {
 	}
 }
 
+// TestExplainServiceTopologyHints: zone hints pick the backends for a
+// client of this node (or with no node) in this node's zone; a pod of
+// another node, whose zone the agent does not know, gets every endpoint.
+func TestExplainServiceTopologyHints(t *testing.T) {
+	yes, port, name, tcp := true, int32(80), "", policyapi.TCP
+	hinted := func(addr, zone string) policyapi.SliceEndpoint {
+		return policyapi.SliceEndpoint{Addresses: []string{addr}, Conditions: policyapi.EndpointConditions{Ready: &yes},
+			Hints: &policyapi.EndpointHints{ForZones: []policyapi.ForZone{{Name: zone}}}}
+	}
+	for _, tc := range []struct {
+		name, clientNode string
+		backends         []string
+	}{
+		{"client on this node (zone a)", "n1", []string{"10.0.1.11"}},
+		{"client without a node: this node's zone", "", []string{"10.0.1.11"}},
+		{"client on another node: zone unknown, every endpoint", "n2", []string{"10.0.1.11", "10.0.1.12"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := serviceFixture()
+			s.Node, s.Zone = "n1", "a"
+			for _, p := range s.Pods {
+				if p.Name == "client" {
+					p.Spec.NodeName = tc.clientNode
+				}
+			}
+			s.EndpointSlices = []*policyapi.EndpointSlice{{
+				ObjectMeta:  policyapi.ObjectMeta{Namespace: "x", Name: "gate-1", Labels: map[string]string{policyapi.ServiceNameLabel: "gate"}},
+				AddressType: policyapi.AddressTypeIPv4, Ports: []policyapi.EndpointSlicePort{{Name: &name, Protocol: &tcp, Port: &port}},
+				Endpoints: []policyapi.SliceEndpoint{hinted("10.0.1.11", "a"), hinted("10.0.1.12", "b")},
+			}}
+			res, err := Explain(s, query(t, "x/client", "svc/x/gate", "80"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, b := range res.Backends {
+				got = append(got, b.To.Address)
+			}
+			if !slices.Equal(got, tc.backends) {
+				t.Errorf("backends %v, want %v", got, tc.backends)
+			}
+		})
+	}
+}
+
 func TestExplainServiceErrors(t *testing.T) {
 	snap := serviceFixture()
 	headless := service("x", "headless", []string{policyapi.ClusterIPNone}, map[string]string{"app": "web"}, svcPort("", "", 80, nil))

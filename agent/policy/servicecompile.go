@@ -136,6 +136,11 @@ func endpointReady(ep policyapi.SliceEndpoint) bool {
 // those naming it; else nil (every ready endpoint). A node without a zone
 // matches no zone hint.
 func topologyFilter(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedServicePort, at policyapi.Node) func(policyapi.SliceEndpoint) bool {
+	if !slices.ContainsFunc(sl, func(s *policyapi.EndpointSlice) bool {
+		return slices.ContainsFunc(s.Endpoints, func(ep policyapi.SliceEndpoint) bool { return ep.Hints != nil })
+	}) {
+		return nil // the common case: no hints, nothing to read twice
+	}
 	allNodes, allZones, forNode, forZone, any := true, true, false, false, false
 	eachEndpoint(sl, v4, sp, func(ep policyapi.SliceEndpoint, _ ServiceBackend) {
 		if !endpointReady(ep) {
