@@ -263,6 +263,12 @@ func connectOutcome(tb testing.TB, c *realnode.Cluster, ns, from, addr, proto st
 // agnhostPod renders a Pod running agnhost netexec (HTTP and UDP on 8080,
 // SCTP off) on a node, with labels.
 func agnhostPod(ns, name, node string, labels map[string]string) string {
+	return agnhostPodOnPort(ns, name, node, labels, 8080)
+}
+
+// agnhostPodOnPort is agnhostPod listening on port instead, its container
+// port still named http.
+func agnhostPodOnPort(ns, name, node string, labels map[string]string, port int) string {
 	b, _ := json.Marshal(map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": name, "namespace": ns, "labels": labels},
@@ -271,8 +277,8 @@ func agnhostPod(ns, name, node string, labels map[string]string) string {
 			"terminationGracePeriodSeconds": 1,
 			"containers": []any{map[string]any{
 				"name": "agnhost", "image": realnode.AgnhostImage, "imagePullPolicy": "IfNotPresent",
-				"args":  []string{"netexec", "--http-port=8080", "--udp-port=8080"},
-				"ports": []any{map[string]any{"name": "http", "containerPort": 8080}},
+				"args":  []string{"netexec", fmt.Sprintf("--http-port=%d", port), fmt.Sprintf("--udp-port=%d", port)},
+				"ports": []any{map[string]any{"name": "http", "containerPort": port}},
 			}},
 		},
 	})

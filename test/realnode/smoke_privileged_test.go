@@ -3,6 +3,7 @@
 package realnode_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -138,6 +139,101 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 			}
 			if after := datapathPackets(t, c, agent1, "service-no-backend"); after <= before {
 				t.Errorf("lockstep_datapath_packets_total{reason=\"service-no-backend\"} on %s stayed at %v: the eBPF programs did not drop a2's connection", node1, after)
+			}
+		}
+	})
+
+	t.Run("trafficDistribution PreferClose", func(t *testing.T) {
+		// The nodes are in zones z1 and z2 before the backends exist, so
+		// the endpoint-slice controller hints each endpoint for its node's
+		// zone. server-close's backend on node 2 listens on no port the
+		// Service targets: a connection sent there is refused. So a pod on
+		// node 1 connects every time only if its node follows the hints,
+		// and one on node 2 is refused every time only if its node does
+		// (without them each try has even odds either way).
+		for node, zone := range map[string]string{node1: "z1", node2: "z2"} {
+			if out, err := c.Kubectl(t.Context(), "label", "node", node, "topology.kubernetes.io/zone="+zone, "--overwrite"); err != nil {
+				t.Fatalf("label %s: %v\n%s", node, err, out)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if out, err := c.Kubectl(ctx, "label", "node", node, "topology.kubernetes.io/zone-"); err != nil {
+					t.Logf("remove the zone label of %s: %v\n%s", node, err, out)
+				}
+			})
+		}
+		apply(t, c, strings.Join([]string{
+			agnhostPodOnPort(ns, "close-1", node1, map[string]string{"app": "close"}, 8080),
+			agnhostPodOnPort(ns, "close-2", node2, map[string]string{"app": "close"}, 8081),
+			closeService(ns, "server-close", "close"),
+		}, "\n---\n"))
+		waitReady(t, c, ns, "close-1", "close-2")
+		err := realnode.Poll(t.Context(), time.Minute, time.Second, "zone hints on every endpoint of server-close", func() (bool, string, error) {
+			var list struct {
+				Items []struct {
+					Endpoints []struct {
+						Addresses []string `json:"addresses"`
+						Hints     *struct {
+							ForZones []struct{ Name string } `json:"forZones"`
+						} `json:"hints"`
+					} `json:"endpoints"`
+				} `json:"items"`
+			}
+			if err := c.GetJSON(t.Context(), &list, "endpointslices", "-n", ns, "-l", "kubernetes.io/service-name=server-close"); err != nil {
+				return false, "", err
+			}
+			n := 0
+			for _, sl := range list.Items {
+				for _, e := range sl.Endpoints {
+					if e.Hints == nil || len(e.Hints.ForZones) != 1 {
+						return false, fmt.Sprintf("endpoint %v has hints %+v", e.Addresses, e.Hints), nil
+					}
+					n++
+				}
+			}
+			return n == 4, fmt.Sprintf("%d hinted endpoints, want 2 per family", n), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// outcomes reports whether n connections of a pod to addr all
+		// ended as want, and how they ended.
+		outcomes := func(pod, addr, want string, n int) (bool, string) {
+			var got []string
+			all := true
+			for range n {
+				g := connectOutcome(t, c, ns, pod, addr, "tcp")
+				got = append(got, g)
+				all = all && g == want
+			}
+			return all, fmt.Sprintf("outcomes %q, want %d times %q", got, n, want)
+		}
+		for _, ip := range dualStackClusterIPs(t, c, ns, "server-close") {
+			addr := net.JoinHostPort(ip, "80")
+			for _, from := range []struct{ pod, want string }{{"a2", ""}, {"b1", "REFUSED"}} {
+				// Until the hints and the zone have reached the node, then
+				// 16 times more in a row (without hints, odds of 1 in 2^16).
+				what := from.pod + " to reach only its zone's backend of server-close at " + addr
+				err := realnode.Poll(t.Context(), time.Minute, time.Second, what, func() (bool, string, error) {
+					ok, got := outcomes(from.pod, addr, from.want, 4)
+					return ok, got, nil
+				})
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				if ok, got := outcomes(from.pod, addr, from.want, 16); !ok {
+					t.Errorf("%s, once it had: %s", what, got)
+				}
+			}
+			// lockstep's own answer, from each node's store (kube-proxy
+			// follows the hints too: this is what says lockstep does).
+			for _, from := range []struct{ pod, node, backend string }{{"a2", node1, "close-1"}, {"b1", node2, "close-2"}} {
+				r := explainInAgent(t, c, agentPod(t, c, from.node), ns+"/"+from.pod, ip, "80")
+				if len(r.Backends) != 1 || r.Backends[0].To.Pod != ns+"/"+from.backend {
+					t.Errorf("lockstep explain --from %s/%s --to %s: backends %+v, want only %s", ns, from.pod, ip, r.Backends, from.backend)
+				}
 			}
 		}
 	})
@@ -335,6 +431,20 @@ func dualStackClusterIPs(tb testing.TB, c *realnode.Cluster, ns, name string) []
 		tb.Fatalf("Service %s has ClusterIPs %v, want one per family", name, svc.Spec.ClusterIPs)
 	}
 	return svc.Spec.ClusterIPs
+}
+
+// closeService renders a dual-stack Service of trafficDistribution
+// PreferClose selecting app=app, port 80 to port 8080.
+func closeService(ns, name, app string) string {
+	b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"selector":            map[string]string{"app": app},
+			"ipFamilyPolicy":      "RequireDualStack",
+			"trafficDistribution": "PreferClose",
+			"ports":               []any{map[string]any{"name": "http", "port": 80, "targetPort": 8080}},
+		}})
+	return string(b)
 }
 
 // localService renders a dual-stack Service of internalTrafficPolicy Local

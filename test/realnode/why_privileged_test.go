@@ -168,6 +168,12 @@ type explained struct {
 	Reason  string        `json:"reason"`
 	Egress  explainedSide `json:"egress"`
 	Ingress explainedSide `json:"ingress"`
+	// Backends are a Service's, each named by its pod.
+	Backends []struct {
+		To struct {
+			Pod string `json:"pod"`
+		} `json:"to"`
+	} `json:"backends"`
 }
 
 type explainedSide struct {
