@@ -140,8 +140,8 @@ func (f *feeder) feedChange(c store.Change) {
 // change to them does to the node's policy state is nothing. The
 // compiler reads the Ready endpoints (feed, whole, when one changed) and
 // the namespaces, pods, policies, identities, Services, EndpointSlices
-// and this node's Node (feedChange); onlyReleases takes any table not listed here for policy
-// input.
+// and this node's Node (feedChange); onlyReleases takes any table not
+// listed here for policy input.
 var notCompilerInput = map[string]bool{
 	store.TablePools:       true,
 	store.TableAllocations: true,

@@ -393,34 +393,42 @@ func TestCompileServicesInternalTrafficPolicy(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := Compile(&Snapshot{Services: tc.svcs, EndpointSlices: tc.slices, Node: tc.node})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(d.Services, tc.want) {
-				t.Errorf("Compile: got\n%s\nwant\n%s", describeServices(d.Services), describeServices(tc.want))
-			}
-			// The incremental compiler, told the node after the objects
-			// (a change of node recomputes every Service).
-			inc := NewIncremental()
-			for _, s := range tc.svcs {
-				inc.SetService(s)
-			}
-			for _, s := range tc.slices {
-				inc.SetEndpointSlice(s)
-			}
-			if _, err := inc.Compile(); err != nil {
-				t.Fatal(err)
-			}
-			inc.SetNode(tc.node)
-			got, err := inc.Compile()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got.Services, tc.want) {
-				t.Errorf("Incremental: got\n%s\nwant\n%s", describeServices(got.Services), describeServices(tc.want))
-			}
+			checkServicesBothWays(t, &Snapshot{Services: tc.svcs, EndpointSlices: tc.slices, Node: tc.node}, tc.want)
 		})
+	}
+}
+
+// checkServicesBothWays checks that Compile of snap and the incremental
+// compiler give want as Desired.Services; the incremental one is told the
+// snapshot's node and zone after its objects (a change of either
+// recomputes every Service).
+func checkServicesBothWays(t *testing.T, snap *Snapshot, want map[ServiceFrontend]*ServiceEntry) {
+	t.Helper()
+	d, err := Compile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(d.Services, want) {
+		t.Errorf("Compile: got\n%s\nwant\n%s", describeServices(d.Services), describeServices(want))
+	}
+	inc := NewIncremental()
+	for _, s := range snap.Services {
+		inc.SetService(s)
+	}
+	for _, s := range snap.EndpointSlices {
+		inc.SetEndpointSlice(s)
+	}
+	if _, err := inc.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	inc.SetNode(snap.Node)
+	inc.SetZone(snap.Zone)
+	got, err := inc.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Services, want) {
+		t.Errorf("Incremental: got\n%s\nwant\n%s", describeServices(got.Services), describeServices(want))
 	}
 }
 
@@ -447,8 +455,7 @@ func hinted(e policyapi.SliceEndpoint, hints ...string) policyapi.SliceEndpoint 
 // when every ready endpoint has some and one names this node's zone, else
 // every ready endpoint. Unready endpoints count for nothing; the serving
 // and terminating fallback and internalTrafficPolicy Local ignore hints.
-// Compile and the incremental compiler (told the zone after the objects)
-// agree.
+// Compile and the incremental compiler agree.
 func TestCompileServicesTopologyHints(t *testing.T) {
 	web := func() []*policyapi.Service {
 		return []*policyapi.Service{mkService("prod", "web", []string{"10.96.0.10"}, ":80")}
@@ -552,32 +559,7 @@ func TestCompileServicesTopologyHints(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := Compile(&Snapshot{Services: tc.svcs, EndpointSlices: tc.slices, Node: tc.node, Zone: tc.zone})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(d.Services, tc.want) {
-				t.Errorf("Compile: got\n%s\nwant\n%s", describeServices(d.Services), describeServices(tc.want))
-			}
-			inc := NewIncremental()
-			inc.SetNode(tc.node)
-			for _, s := range tc.svcs {
-				inc.SetService(s)
-			}
-			for _, s := range tc.slices {
-				inc.SetEndpointSlice(s)
-			}
-			if _, err := inc.Compile(); err != nil {
-				t.Fatal(err)
-			}
-			inc.SetZone(tc.zone)
-			got, err := inc.Compile()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got.Services, tc.want) {
-				t.Errorf("Incremental: got\n%s\nwant\n%s", describeServices(got.Services), describeServices(tc.want))
-			}
+			checkServicesBothWays(t, &Snapshot{Services: tc.svcs, EndpointSlices: tc.slices, Node: tc.node, Zone: tc.zone}, tc.want)
 		})
 	}
 }
