@@ -141,12 +141,11 @@ func topologyFilter(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedS
 	}) {
 		return nil // the common case: no hints, nothing to read twice
 	}
-	allNodes, allZones, forNode, forZone, any := true, true, false, false, false
+	allNodes, allZones, forNode, forZone := true, true, false, false
 	eachEndpoint(sl, v4, sp, func(ep policyapi.SliceEndpoint, _ ServiceBackend) {
 		if !endpointReady(ep) {
 			return
 		}
-		any = true
 		if ep.Hints == nil || len(ep.Hints.ForNodes) == 0 {
 			allNodes = false
 		} else if hintsNode(ep.Hints, at.Name) {
@@ -159,8 +158,6 @@ func topologyFilter(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedS
 		}
 	})
 	switch {
-	case !any:
-		return nil
 	case allNodes && forNode && at.Name != "":
 		return func(ep policyapi.SliceEndpoint) bool { return hintsNode(ep.Hints, at.Name) }
 	case allZones && forZone && at.Zone != "":
