@@ -238,6 +238,116 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		}
 	})
 
+	t.Run("frontends kube-proxy keeps", func(t *testing.T) {
+		// A pod's connection to a Service's externalIP or load-balancer
+		// IP, or to a NodePort on its own node's address, is translated by
+		// kube-proxy, and the dataplanes judge its egress on different
+		// sides of that DNAT (README, Services): iptables in FORWARD, after
+		// it, on the backend; eBPF in from_pod, before it, on the address
+		// the pod sent to. A policy allowing both is the portable one.
+		// kube-proxy also masquerades these connections, and where the
+		// backend's ingress is judged decides whom it sees. server-ext's
+		// one backend is on the other node, server-ext-local's on the
+		// client's, so each connection has one answer.
+		h1, err := c.Node(node1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		backendLabels := func(app string) map[string]string {
+			return map[string]string{"app": app, "role": "ext-backend"}
+		}
+		apply(t, c, strings.Join([]string{
+			agnhostPod(ns, "x1", node1, map[string]string{"app": "ext-client"}),
+			agnhostPod(ns, "xs1", node1, backendLabels("ext-local")),
+			agnhostPod(ns, "xs2", node2, backendLabels("ext-server")),
+			externalService(ns, "server-ext", "LoadBalancer", "ext-server", externalIPv4, externalIPv6),
+			externalService(ns, "server-ext-local", "NodePort", "ext-local"),
+		}, "\n---\n"))
+		servers := waitReady(t, c, ns, "x1", "xs1", "xs2")
+		// What a load-balancer controller would write; kube-proxy routes
+		// the addresses as it routes externalIPs.
+		status := fmt.Sprintf(`{"status":{"loadBalancer":{"ingress":[{"ip":%q},{"ip":%q}]}}}`, loadBalancerIPv4, loadBalancerIPv6)
+		if out, err := c.Kubectl(t.Context(), "patch", "service", "-n", ns, "server-ext", "--subresource=status", "-p", status); err != nil {
+			t.Fatalf("give server-ext its load-balancer IPs: %v\n%s", err, out)
+		}
+		nodePort, localNodePort := serviceNodePort(t, c, ns, "server-ext"), serviceNodePort(t, c, ns, "server-ext-local")
+		remote := []string{
+			net.JoinHostPort(externalIPv4, "80"), net.JoinHostPort(externalIPv6, "80"),
+			net.JoinHostPort(loadBalancerIPv4, "80"), net.JoinHostPort(loadBalancerIPv6, "80"),
+			net.JoinHostPort(h1.IPv4.String(), nodePort), net.JoinHostPort(h1.IPv6.String(), nodePort),
+		}
+		local := []string{net.JoinHostPort(h1.IPv4.String(), localNodePort), net.JoinHostPort(h1.IPv6.String(), localNodePort)}
+		backends := []any{map[string]any{
+			"to":    []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]string{"role": "ext-backend"}}}},
+			"ports": []any{map[string]any{"protocol": "TCP", "port": 8080}},
+		}}
+		var blocks []any
+		for _, ip := range []string{externalIPv4, externalIPv6, loadBalancerIPv4, loadBalancerIPv6, h1.IPv4.String(), h1.IPv6.String()} {
+			a := netip.MustParseAddr(ip)
+			blocks = append(blocks, map[string]any{"ipBlock": map[string]any{"cidr": netip.PrefixFrom(a, a.BitLen()).String()}})
+		}
+		addresses := []any{map[string]any{"to": blocks}}
+		both := append(slices.Clone(backends), addresses...)
+		ebpf := agentStatus(t, c, h1).Dataplane.Name == "ebpf"
+		type outcomes struct{ remote, local string }
+		for _, step := range []struct {
+			name           string
+			egress         []any
+			ingress        bool // the backends admit only ext-client
+			ebpf, iptables outcomes
+		}{
+			{"its egress allows the backends", backends, false, outcomes{"TIMEOUT", "TIMEOUT"}, outcomes{"", ""}},
+			{"its egress allows the frontend addresses", addresses, false, outcomes{"", ""}, outcomes{"TIMEOUT", "TIMEOUT"}},
+			{"its egress allows both", both, false, outcomes{"", ""}, outcomes{"", ""}},
+			// Masqueraded to the node's address: a backend on the other
+			// node sees that on both; iptables judges one on the client's
+			// node in FORWARD, before the masquerade, eBPF after it.
+			{"its egress allows both and the backends admit only it", both, true, outcomes{"TIMEOUT", "TIMEOUT"}, outcomes{"TIMEOUT", ""}},
+		} {
+			manifests := []string{egressPolicy(ns, "ext-client-egress", "ext-client", step.egress)}
+			if step.ingress {
+				manifests = append(manifests,
+					ingressPolicy(ns, "ext-server-ingress", "ext-server", "ext-client"),
+					ingressPolicy(ns, "ext-local-ingress", "ext-local", "ext-client"))
+			}
+			apply(t, c, strings.Join(manifests, "\n---\n"))
+			want := step.iptables
+			if ebpf {
+				want = step.ebpf
+			}
+			// A round that waits out its TIMEOUTs takes up to 24 s.
+			what := fmt.Sprintf("x1, when %s, to connect through the frontends kube-proxy keeps with outcome %q (backend on %s), %q (on %s)", step.name, want.remote, node2, want.local, node1)
+			err := realnode.Poll(t.Context(), 2*time.Minute, time.Second, what, func() (bool, string, error) {
+				var got []string
+				ok := true
+				for _, f := range []struct {
+					addrs []string
+					want  string
+				}{{remote, want.remote}, {local, want.local}} {
+					for _, addr := range f.addrs {
+						g := connectOutcome(t, c, ns, "x1", addr, "tcp")
+						got = append(got, fmt.Sprintf("%s: %q", addr, g))
+						ok = ok && g == f.want
+					}
+				}
+				return ok, strings.Join(got, ", "), nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		// What the ingress policies refused was the node's address: x1
+		// itself is admitted.
+		for _, name := range []string{"xs1", "xs2"} {
+			for _, fam := range []string{"4", "6"} {
+				addr := net.JoinHostPort(servers[name].ip(fam), "8080")
+				if got := connectOutcome(t, c, ns, "x1", addr, "tcp"); got != "" {
+					t.Errorf("x1 to %s at %s under its ingress policy: %q, want a connection", name, addr, got)
+				}
+			}
+		}
+	})
+
 	t.Run("headless Service endpoints", func(t *testing.T) {
 		ips := endpointIPs(t, c, ns, "server-headless")
 		if len(ips) != 4 {
@@ -431,6 +541,68 @@ func dualStackClusterIPs(tb testing.TB, c *realnode.Cluster, ns, name string) []
 		tb.Fatalf("Service %s has ClusterIPs %v, want one per family", name, svc.Spec.ClusterIPs)
 	}
 	return svc.Spec.ClusterIPs
+}
+
+// The externalIPs and load-balancer IPs of externalService: documentation
+// addresses, routed to kube-proxy on the pod's node like any address
+// outside the cluster.
+const (
+	externalIPv4     = "198.51.100.10"
+	externalIPv6     = "2001:db8:51::10"
+	loadBalancerIPv4 = "198.51.100.20"
+	loadBalancerIPv6 = "2001:db8:51::20"
+)
+
+// externalService renders a dual-stack Service of type typ (NodePort or
+// LoadBalancer) with externalIPs, selecting app=app, port 80 to the pods'
+// named port http.
+func externalService(ns, name, typ, app string, externalIPs ...string) string {
+	spec := map[string]any{
+		"type":           typ,
+		"selector":       map[string]string{"app": app},
+		"ipFamilyPolicy": "RequireDualStack",
+		"ports":          []any{map[string]any{"name": "http", "port": 80, "targetPort": "http"}},
+	}
+	if len(externalIPs) > 0 {
+		spec["externalIPs"] = externalIPs
+	}
+	b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec})
+	return string(b)
+}
+
+// serviceNodePort returns the NodePort of Service ns/name's one port.
+func serviceNodePort(tb testing.TB, c *realnode.Cluster, ns, name string) string {
+	tb.Helper()
+	var svc struct {
+		Spec struct {
+			Ports []struct {
+				NodePort int `json:"nodePort"`
+			} `json:"ports"`
+		} `json:"spec"`
+	}
+	if err := c.GetJSON(tb.Context(), &svc, "service", "-n", ns, name); err != nil {
+		tb.Fatal(err)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].NodePort == 0 {
+		tb.Fatalf("Service %s has ports %+v, want one with a NodePort", name, svc.Spec.Ports)
+	}
+	return fmt.Sprint(svc.Spec.Ports[0].NodePort)
+}
+
+// egressPolicy renders a NetworkPolicy isolating app=app for egress with
+// the given egress rules.
+func egressPolicy(ns, name, app string, rules []any) string {
+	b, _ := json.Marshal(map[string]any{
+		"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"podSelector": map[string]any{"matchLabels": map[string]string{"app": app}},
+			"policyTypes": []string{"Egress"},
+			"egress":      rules,
+		},
+	})
+	return string(b)
 }
 
 // closeService renders a dual-stack Service of trafficDistribution

@@ -50,7 +50,7 @@ func TestPrivilegedRealNodeWhyDropped(t *testing.T) {
 
 	// A policy as a user might write it: the server takes connections on
 	// 8080 from app=other only.
-	apply(t, c, ingressPolicy(ns, "only-other", "other"))
+	apply(t, c, ingressPolicy(ns, "only-other", "server", "other"))
 	err := realnode.Poll(t.Context(), time.Minute, time.Second, "only-other to drop the client", func() (bool, string, error) {
 		return !connect(t, c, ns, "client", server, "tcp"), "the client still reaches the server", nil
 	})
@@ -101,7 +101,7 @@ func TestPrivilegedRealNodeWhyDropped(t *testing.T) {
 	})
 
 	// The user's fix: a second policy lets the client in.
-	apply(t, c, ingressPolicy(ns, "allow-client", "client"))
+	apply(t, c, ingressPolicy(ns, "allow-client", "server", "client"))
 	err = realnode.Poll(t.Context(), time.Minute, time.Second, "allow-client to let the client in", func() (bool, string, error) {
 		return connect(t, c, ns, "client", server, "tcp"), "the client still cannot reach the server", nil
 	})
@@ -144,14 +144,14 @@ func TestPrivilegedRealNodeWhyDropped(t *testing.T) {
 	})
 }
 
-// ingressPolicy renders a NetworkPolicy isolating app=server for ingress
+// ingressPolicy renders a NetworkPolicy isolating app=app for ingress
 // and allowing TCP 8080 from the pods of its namespace labelled app=from.
-func ingressPolicy(ns, name, from string) string {
+func ingressPolicy(ns, name, app, from string) string {
 	b, _ := json.Marshal(map[string]any{
 		"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
 		"metadata": map[string]any{"name": name, "namespace": ns},
 		"spec": map[string]any{
-			"podSelector": map[string]any{"matchLabels": map[string]string{"app": "server"}},
+			"podSelector": map[string]any{"matchLabels": map[string]string{"app": app}},
 			"policyTypes": []string{"Ingress"},
 			"ingress": []any{map[string]any{
 				"from":  []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]string{"app": from}}}},
