@@ -25,9 +25,10 @@ const (
 // node with lockstep installed from deploy/: an address from its node's
 // block in each family, pod to pod on one node and across nodes, a
 // ClusterIP Service (kube-proxy's DNAT), one of internalTrafficPolicy Local
-// (only its node's pods reach it), the endpoints of a headless Service,
-// both by name through the cluster DNS, and the world outside the cluster
-// (masqueraded to the node's address).
+// (only its node's pods reach it), one of trafficDistribution PreferClose,
+// the frontends kube-proxy keeps under policy, the endpoints of a headless
+// Service, both by name through the cluster DNS, and the world outside the
+// cluster (masqueraded to the node's address).
 func TestPrivilegedRealNodePodNetwork(t *testing.T) {
 	checkPodNetwork(t, cluster(t), "smoke-net")
 }
