@@ -241,19 +241,28 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 
 	t.Run("frontends kube-proxy keeps", func(t *testing.T) {
 		// A pod's connection to a Service's externalIP or load-balancer
-		// IP, or to a NodePort on its own node's address, is translated by
-		// kube-proxy, and the dataplanes judge its egress on different
-		// sides of that DNAT (README, Services): iptables in FORWARD, after
-		// it, on the backend; eBPF in from_pod, before it, on the address
-		// the pod sent to. A policy allowing both is the portable one.
-		// kube-proxy also masquerades these connections, and where the
-		// backend's ingress is judged decides whom it sees. server-ext's
-		// one backend is on the other node, server-ext-local's on the
-		// client's, so each connection has one answer.
+		// IP, or to a NodePort, is translated by kube-proxy, and the
+		// dataplanes judge its egress on different sides of that DNAT
+		// (README, Services): iptables in FORWARD, after it, on the
+		// backend; eBPF in from_pod, before it, on the address the pod
+		// sent to. A policy allowing both is the portable one. kube-proxy
+		// also masquerades these connections, and whether the backend's
+		// ingress is judged before or after that decides whom it sees.
+		// server-ext's one backend is on the other node, server-ext-local's
+		// on the client's, so each connection has one answer.
 		h1, err := c.Node(node1)
 		if err != nil {
 			t.Fatal(err)
 		}
+		h2, err := c.Node(node2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := agentStatus(t, c, h1).Dataplane
+		if st == nil {
+			t.Fatalf("lockstep status on %s names no dataplane", node1)
+		}
+		ebpf := st.Name == "ebpf"
 		backendLabels := func(app string) map[string]string {
 			return map[string]string{"app": app, "role": "ext-backend"}
 		}
@@ -264,7 +273,15 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 			externalService(ns, "server-ext", "LoadBalancer", "ext-server", externalIPv4, externalIPv6),
 			externalService(ns, "server-ext-local", "NodePort", "ext-local"),
 		}, "\n---\n"))
-		servers := waitReady(t, c, ns, "x1", "xs1", "xs2")
+		// The addresses are the same in every namespace that runs this.
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if out, err := c.Kubectl(ctx, "delete", "service", "-n", ns, "server-ext", "server-ext-local"); err != nil {
+				t.Logf("delete server-ext and server-ext-local: %v\n%s", err, out)
+			}
+		})
+		ext := waitReady(t, c, ns, "x1", "xs1", "xs2")
 		// What a load-balancer controller would write; kube-proxy routes
 		// the addresses as it routes externalIPs.
 		status := fmt.Sprintf(`{"status":{"loadBalancer":{"ingress":[{"ip":%q},{"ip":%q}]}}}`, loadBalancerIPv4, loadBalancerIPv6)
@@ -272,38 +289,49 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 			t.Fatalf("give server-ext its load-balancer IPs: %v\n%s", err, out)
 		}
 		nodePort, localNodePort := serviceNodePort(t, c, ns, "server-ext"), serviceNodePort(t, c, ns, "server-ext-local")
-		remote := []string{
-			net.JoinHostPort(externalIPv4, "80"), net.JoinHostPort(externalIPv6, "80"),
-			net.JoinHostPort(loadBalancerIPv4, "80"), net.JoinHostPort(loadBalancerIPv6, "80"),
-			net.JoinHostPort(h1.IPv4.String(), nodePort), net.JoinHostPort(h1.IPv6.String(), nodePort),
+		join := func(addrs []netip.Addr, port string) []string {
+			var out []string
+			for _, a := range addrs {
+				out = append(out, net.JoinHostPort(a.String(), port))
+			}
+			return out
 		}
-		local := []string{net.JoinHostPort(h1.IPv4.String(), localNodePort), net.JoinHostPort(h1.IPv6.String(), localNodePort)}
+		extAddrs := []netip.Addr{netip.MustParseAddr(externalIPv4), netip.MustParseAddr(externalIPv6),
+			netip.MustParseAddr(loadBalancerIPv4), netip.MustParseAddr(loadBalancerIPv6)}
+		node1Addrs, node2Addrs := []netip.Addr{h1.IPv4, h1.IPv6}, []netip.Addr{h2.IPv4, h2.IPv6}
+		// The frontends, by where kube-proxy translates them and where
+		// their backend runs.
+		remote := append(join(extAddrs, "80"), join(node1Addrs, nodePort)...) // node 1, backend on node 2
+		local := join(node1Addrs, localNodePort)                              // node 1, backend on node 1
+		other := join(node2Addrs, nodePort)                                   // node 2, backend on node 2
 		backends := []any{map[string]any{
 			"to":    []any{map[string]any{"podSelector": map[string]any{"matchLabels": map[string]string{"role": "ext-backend"}}}},
 			"ports": []any{map[string]any{"protocol": "TCP", "port": 8080}},
 		}}
 		var blocks []any
-		for _, ip := range []string{externalIPv4, externalIPv6, loadBalancerIPv4, loadBalancerIPv6, h1.IPv4.String(), h1.IPv6.String()} {
-			a := netip.MustParseAddr(ip)
+		for _, a := range slices.Concat(extAddrs, node1Addrs, node2Addrs) {
 			blocks = append(blocks, map[string]any{"ipBlock": map[string]any{"cidr": netip.PrefixFrom(a, a.BitLen()).String()}})
 		}
 		addresses := []any{map[string]any{"to": blocks}}
 		both := append(slices.Clone(backends), addresses...)
-		ebpf := agentStatus(t, c, h1).Dataplane.Name == "ebpf"
-		type outcomes struct{ remote, local string }
+		type answers struct{ remote, local, other string }
 		for _, step := range []struct {
 			name           string
 			egress         []any
 			ingress        bool // the backends admit only ext-client
-			ebpf, iptables outcomes
+			ebpf, iptables answers
 		}{
-			{"its egress allows the backends", backends, false, outcomes{"TIMEOUT", "TIMEOUT"}, outcomes{"", ""}},
-			{"its egress allows the frontend addresses", addresses, false, outcomes{"", ""}, outcomes{"TIMEOUT", "TIMEOUT"}},
-			{"its egress allows both", both, false, outcomes{"", ""}, outcomes{"", ""}},
-			// Masqueraded to the node's address: a backend on the other
-			// node sees that on both; iptables judges one on the client's
-			// node in FORWARD, before the masquerade, eBPF after it.
-			{"its egress allows both and the backends admit only it", both, true, outcomes{"TIMEOUT", "TIMEOUT"}, outcomes{"TIMEOUT", ""}},
+			// First every frontend answers, so that a later TIMEOUT is
+			// the policy's.
+			{"its egress allows both", both, false, answers{"", "", ""}, answers{"", "", ""}},
+			{"its egress allows the backends", backends, false, answers{"TIMEOUT", "TIMEOUT", "TIMEOUT"}, answers{"", "", "TIMEOUT"}},
+			{"its egress allows the frontend addresses", addresses, false, answers{"", "", ""}, answers{"TIMEOUT", "TIMEOUT", ""}},
+			// Masqueraded by kube-proxy on the node that translates:
+			// iptables judges a backend on that node in FORWARD, before
+			// the masquerade, eBPF in to_pod, after it. What goes to node
+			// 2's address left node 1 masqueraded already (lockstep's
+			// masquerade: not a pod address).
+			{"its egress allows both and the backends admit only it", both, true, answers{"TIMEOUT", "TIMEOUT", "TIMEOUT"}, answers{"TIMEOUT", "", "TIMEOUT"}},
 		} {
 			manifests := []string{egressPolicy(ns, "ext-client-egress", "ext-client", step.egress)}
 			if step.ingress {
@@ -316,19 +344,29 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 			if ebpf {
 				want = step.ebpf
 			}
-			// A round that waits out its TIMEOUTs takes up to 24 s.
-			what := fmt.Sprintf("x1, when %s, to connect through the frontends kube-proxy keeps with outcome %q (backend on %s), %q (on %s)", step.name, want.remote, node2, want.local, node1)
-			err := realnode.Poll(t.Context(), 2*time.Minute, time.Second, what, func() (bool, string, error) {
+			what := fmt.Sprintf("x1, when %s, to connect through the frontends kube-proxy keeps with outcomes %+v", step.name, want)
+			// A round that waits out its TIMEOUTs takes about 40 s.
+			err := realnode.Poll(t.Context(), 3*time.Minute, time.Second, what, func() (bool, string, error) {
 				var got []string
 				ok := true
+				check := func(from, addr, want string) {
+					g := connectOutcome(t, c, ns, from, addr, "tcp")
+					got = append(got, fmt.Sprintf("%s to %s: %q", from, addr, g))
+					ok = ok && g == want
+				}
+				if step.ingress {
+					// Both nodes enforce the backends' ingress policies:
+					// a pod they do not admit is refused.
+					for _, name := range []string{"xs1", "xs2"} {
+						check("a2", net.JoinHostPort(ext[name].ip("4"), "8080"), "TIMEOUT")
+					}
+				}
 				for _, f := range []struct {
 					addrs []string
 					want  string
-				}{{remote, want.remote}, {local, want.local}} {
+				}{{remote, want.remote}, {local, want.local}, {other, want.other}} {
 					for _, addr := range f.addrs {
-						g := connectOutcome(t, c, ns, "x1", addr, "tcp")
-						got = append(got, fmt.Sprintf("%s: %q", addr, g))
-						ok = ok && g == f.want
+						check("x1", addr, f.want)
 					}
 				}
 				return ok, strings.Join(got, ", "), nil
@@ -341,7 +379,7 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		// itself is admitted.
 		for _, name := range []string{"xs1", "xs2"} {
 			for _, fam := range []string{"4", "6"} {
-				addr := net.JoinHostPort(servers[name].ip(fam), "8080")
+				addr := net.JoinHostPort(ext[name].ip(fam), "8080")
 				if got := connectOutcome(t, c, ns, "x1", addr, "tcp"); got != "" {
 					t.Errorf("x1 to %s at %s under its ingress policy: %q, want a connection", name, addr, got)
 				}
@@ -544,9 +582,9 @@ func dualStackClusterIPs(tb testing.TB, c *realnode.Cluster, ns, name string) []
 	return svc.Spec.ClusterIPs
 }
 
-// The externalIPs and load-balancer IPs of externalService: documentation
-// addresses, routed to kube-proxy on the pod's node like any address
-// outside the cluster.
+// The externalIPs and load-balancer IPs of server-ext: documentation
+// addresses, which a pod sends through its node like any address outside
+// the cluster, and kube-proxy there translates.
 const (
 	externalIPv4     = "198.51.100.10"
 	externalIPv6     = "2001:db8:51::10"
@@ -555,8 +593,8 @@ const (
 )
 
 // externalService renders a dual-stack Service of type typ (NodePort or
-// LoadBalancer) with externalIPs, selecting app=app, port 80 to the pods'
-// named port http.
+// LoadBalancer), with externalIPs if any, selecting app=app, port 80 to
+// the pods' named port http.
 func externalService(ns, name, typ, app string, externalIPs ...string) string {
 	spec := map[string]any{
 		"type":           typ,
