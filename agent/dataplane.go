@@ -183,7 +183,8 @@ type residue struct {
 func openBackend(ctx context.Context, cfg Config, log *slog.Logger) (*backend, error) {
 	switch cfg.Dataplane {
 	case "", DataplaneEBPF:
-		dp, err := datapath.Load(datapath.Options{PinRoot: cfg.BPFRoot, Logger: log, LeaveServicesToKubeProxy: cfg.LeaveServicesToKubeProxy})
+		dp, err := datapath.Load(datapath.Options{PinRoot: cfg.BPFRoot, Logger: log, LeaveServicesToKubeProxy: cfg.LeaveServicesToKubeProxy,
+			MasqueradeMark: cfg.KubeProxyMasqueradeMark})
 		if err != nil {
 			return nil, err
 		}

@@ -388,12 +388,15 @@ func (k SvcKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // SvcValue mirrors struct svc_value: a frontend's ID (which names its
 // backends and affinity entries) and, per parity, its backend count (or
-// SvcAbsent, SvcNoLocal) and sessionAffinity ClientIP timeout in seconds
-// (0: none).
+// SvcAbsent, SvcNoLocal), sessionAffinity ClientIP timeout in seconds
+// (0: none) and the mark ORed into the first packet of a new connection
+// after translation (0: none; kube-proxy's masquerade mark for an external
+// frontend).
 type SvcValue struct {
 	ID       uint32    `json:"id"`
 	Count    [2]uint16 `json:"count"`
 	Affinity [2]uint32 `json:"affinity"`
+	Mark     [2]uint32 `json:"mark"`
 }
 
 // BackendKey mirrors struct backend_key: slot Slot of the frontend ID's

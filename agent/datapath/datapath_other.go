@@ -23,6 +23,13 @@ type Options struct {
 	Logger *slog.Logger
 	// LeaveServicesToKubeProxy makes Apply translate no Service.
 	LeaveServicesToKubeProxy bool
+	// MasqueradeMark is ORed into the mark of the first packet of a pod's
+	// connection translated to an external frontend
+	// (policy.ServiceEntry.External): kube-proxy's masquerade mark (1 <<
+	// its --iptables-masquerade-bit), for its POSTROUTING rule to
+	// masquerade the connection as it masquerades its own translations of
+	// that frontend. 0 means kube-proxy's default, 0x4000.
+	MasqueradeMark uint32
 }
 
 // Datapath is the eBPF dataplane, which needs Linux (tc, bpffs): on other

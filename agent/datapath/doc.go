@@ -91,12 +91,13 @@
 // # Services
 //
 // [policy.Desired.Services] is applied with the rest, in the same
-// generation: frontends in lockstep_services (per parity a backend count
-// and an affinity timeout), backends in lockstep_backends (per frontend,
-// parity and slot). Apply writes the idle parity's slots of the frontends
-// whose *policy.ServiceEntry changed, compares contents otherwise, and
-// keeps each backend in its slot from one generation to the next, so a
-// change writes what changed. A removed frontend is made absent from the
+// generation: frontends in lockstep_services (per parity a backend count,
+// an affinity timeout and, for an external frontend, kube-proxy's
+// masquerade mark, [Options.MasqueradeMark]), backends in
+// lockstep_backends (per frontend, parity and slot). Apply writes the idle
+// parity's slots of the frontends whose *policy.ServiceEntry changed,
+// compares contents otherwise, and keeps each backend in its slot from one
+// generation to the next, so a change writes what changed. A removed frontend is made absent from the
 // written parity; the settler deletes its entry and slots a grace period
 // after the flip, with the idle parity's catch-up. A state with more
 // frontends or backends than the maps hold is refused with

@@ -249,6 +249,7 @@ type endpointSvcValue struct {
 	Id       uint32
 	Count    [2]uint16
 	Affinity [2]uint32
+	Mark     [2]uint32
 }
 
 type endpointV6addr struct {

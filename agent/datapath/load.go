@@ -3,6 +3,7 @@
 package datapath
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,10 @@ import (
 
 // DefaultPinRoot is where the agent pins the dataplane's maps.
 const DefaultPinRoot = "/sys/fs/bpf/lockstep"
+
+// DefaultMasqueradeMark is kube-proxy's masquerade mark by default: bit 14
+// (its --iptables-masquerade-bit).
+const DefaultMasqueradeMark = 1 << 14
 
 // Errors callers can test for with errors.Is.
 var (
@@ -60,6 +65,13 @@ type Options struct {
 	// not on the backend. Connections translated before keep their
 	// backend until they end.
 	LeaveServicesToKubeProxy bool
+	// MasqueradeMark is ORed into the mark of the first packet of a pod's
+	// connection translated to an external frontend
+	// (policy.ServiceEntry.External): kube-proxy's masquerade mark (1 <<
+	// its --iptables-masquerade-bit), for its POSTROUTING rule to
+	// masquerade the connection as it masquerades its own translations of
+	// that frontend. 0 means kube-proxy's default, 0x4000.
+	MasqueradeMark uint32
 }
 
 // Datapath is the loaded dataplane of a node. Its methods are safe for
@@ -69,6 +81,8 @@ type Datapath struct {
 	log     *slog.Logger
 	// leaveServices is Options.LeaveServicesToKubeProxy.
 	leaveServices bool
+	// masqMark is Options.MasqueradeMark, defaulted.
+	masqMark uint32
 
 	fromPod, toPod *ebpf.Program
 	fromUplink     *ebpf.Program
@@ -208,6 +222,7 @@ func Load(opts Options) (*Datapath, error) {
 		pinRoot:       opts.PinRoot,
 		log:           opts.Logger,
 		leaveServices: opts.LeaveServicesToKubeProxy,
+		masqMark:      cmp.Or(opts.MasqueradeMark, DefaultMasqueradeMark),
 		fromPod:       coll.Programs["from_pod"],
 		toPod:         coll.Programs["to_pod"],
 		fromUplink:    coll.Programs["from_uplink"],

@@ -80,6 +80,7 @@ type svcWant struct {
 	backends []policy.ServiceBackend // of the frontend's family, sorted
 	affinity uint32                  // seconds
 	noLocal  bool                    // policy.ServiceEntry.NoLocalBackend
+	mark     uint32                  // the masquerade mark of an external frontend, else 0
 }
 
 // svcKey returns the map key of fe, and whether lockstep translates it.
@@ -290,6 +291,9 @@ func (d *Datapath) checkService(fe policy.ServiceFrontend, se *policy.ServiceEnt
 		return svcCheck{src: se}
 	}
 	w := svcWant{key: key, src: se, backends: se.Backends, affinity: affinitySeconds(se.AffinityTimeout), noLocal: se.NoLocalBackend && len(se.Backends) == 0}
+	if se.External {
+		w.mark = d.masqMark
+	}
 	is4 := fe.Addr.Unmap().Is4()
 	mixed := false
 	for _, b := range se.Backends {
@@ -430,7 +434,7 @@ func (d *Datapath) writeService(w svcWant, p, q int) error {
 		return err
 	}
 	v := e.v
-	v.Count[q], v.Affinity[q] = uint16(len(layout)), w.affinity
+	v.Count[q], v.Affinity[q], v.Mark[q] = uint16(len(layout)), w.affinity, w.mark
 	if w.noLocal {
 		v.Count[q] = bpfmaps.SvcNoLocal
 	}
@@ -452,7 +456,7 @@ func (d *Datapath) retireService(e *svcEntry, p, q int) error {
 		return d.deleteService(e)
 	}
 	v := e.v
-	v.Count[q], v.Affinity[q] = bpfmaps.SvcAbsent, 0
+	v.Count[q], v.Affinity[q], v.Mark[q] = bpfmaps.SvcAbsent, 0, 0
 	return d.putService(e, v, q)
 }
 
@@ -633,7 +637,7 @@ func (d *Datapath) settleServices(live, idle int) error {
 			continue
 		}
 		v := e.v
-		v.Count[idle], v.Affinity[idle] = v.Count[live], v.Affinity[live]
+		v.Count[idle], v.Affinity[idle], v.Mark[idle] = v.Count[live], v.Affinity[live], v.Mark[live]
 		if err := d.putService(e, v, idle); err != nil {
 			errs = append(errs, err)
 			continue

@@ -19,10 +19,12 @@ import (
 )
 
 // svcParity is what one parity of the Service maps holds for a frontend:
-// its backends in slot order and its affinity timeout in seconds.
+// its backends in slot order, its affinity timeout in seconds and its
+// mark.
 type svcParity struct {
 	Backends []policy.ServiceBackend
 	Affinity uint32
+	Mark     uint32
 }
 
 // readServices reads what parity of lockstep_services and
@@ -43,7 +45,7 @@ func readServices(t *testing.T, d *Datapath, parity int) map[policy.ServiceFront
 			continue
 		}
 		counts[v.ID] = int(v.Count[parity])
-		out[fe] = svcParity{Backends: make([]policy.ServiceBackend, v.Count[parity]), Affinity: v.Affinity[parity]}
+		out[fe] = svcParity{Backends: make([]policy.ServiceBackend, v.Count[parity]), Affinity: v.Affinity[parity], Mark: v.Mark[parity]}
 	}
 	var bk bpfmaps.BackendKey
 	var bv bpfmaps.BackendValue
@@ -75,7 +77,7 @@ func sortedView(view map[policy.ServiceFrontend]svcParity) map[policy.ServiceFro
 		slices.SortFunc(bs, func(a, b policy.ServiceBackend) int {
 			return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
 		})
-		out[fe] = svcParity{Backends: bs, Affinity: p.Affinity}
+		out[fe] = svcParity{Backends: bs, Affinity: p.Affinity, Mark: p.Mark}
 	}
 	return out
 }
@@ -84,10 +86,14 @@ func sortedView(view map[policy.ServiceFrontend]svcParity) map[policy.ServiceFro
 func wantServiceView(svcs map[policy.ServiceFrontend]*policy.ServiceEntry) map[policy.ServiceFrontend]svcParity {
 	out := make(map[policy.ServiceFrontend]svcParity, len(svcs))
 	for fe, se := range svcs {
-		out[fe] = svcParity{Backends: slices.Clone(se.Backends), Affinity: affinitySeconds(se.AffinityTimeout)}
-		if out[fe].Backends == nil {
-			out[fe] = svcParity{Backends: []policy.ServiceBackend{}, Affinity: out[fe].Affinity}
+		p := svcParity{Backends: slices.Clone(se.Backends), Affinity: affinitySeconds(se.AffinityTimeout)}
+		if p.Backends == nil {
+			p.Backends = []policy.ServiceBackend{}
 		}
+		if se.External {
+			p.Mark = DefaultMasqueradeMark
+		}
+		out[fe] = p
 	}
 	return sortedView(out)
 }
@@ -108,12 +114,13 @@ func viewDiff(got, want map[policy.ServiceFrontend]svcParity) string {
 }
 
 // manyServices is n TCP frontends 10.97.i.j:80, each with per backends
-// 10.1.i.j+k:8080 (k < per), built anew at every call.
+// 10.1.i.j+k:8080 (k < per), built anew at every call; every third is
+// external (policy.ServiceEntry.External).
 func manyServices(n, per int) map[policy.ServiceFrontend]*policy.ServiceEntry {
 	out := make(map[policy.ServiceFrontend]*policy.ServiceEntry, n)
 	for i := range n {
 		fe := policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), Port: 80, Proto: policyapi.ProtoTCP}
-		se := &policy.ServiceEntry{Service: fmt.Sprintf("ns/svc%d", i)}
+		se := &policy.ServiceEntry{Service: fmt.Sprintf("ns/svc%d", i), External: i%3 == 0}
 		for k := range per {
 			se.Backends = append(se.Backends, policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i >> 6), byte(i<<2 + k)}), Port: 8080})
 		}

@@ -7,12 +7,14 @@ import (
 
 // ServiceFrontend is one address, port and protocol of a Service that a
 // dataplane translates for pods: a ClusterIP and one of the Service's
-// ports. Kubernetes judges NetworkPolicy on the pod that receives a
-// connection, after this translation.
+// ports, or one of the external frontends kube-proxy translates for pods
+// too (see ServiceEntry.External). Kubernetes judges NetworkPolicy on the
+// pod that receives a connection, after this translation.
 type ServiceFrontend struct {
-	// Addr is a ClusterIP, unmapped (IPv4 as 4 bytes).
+	// Addr is a ClusterIP, an externalIP, a load-balancer IP or an address
+	// of the node, unmapped (IPv4 as 4 bytes).
 	Addr netip.Addr
-	// Port is the Service port.
+	// Port is the Service port, or the NodePort on the node's address.
 	Port uint16
 	// Proto is ProtoTCP, ProtoUDP or ProtoSCTP.
 	Proto uint8
@@ -45,4 +47,12 @@ type ServiceEntry struct {
 	// connections go to the backend its last one went to, for this long
 	// after that one's last packet. Zero means no affinity.
 	AffinityTimeout time.Duration
+	// External: the frontend is an externalIP, a load-balancer IP or a
+	// NodePort on one of the node's addresses, of a Service whose
+	// externalTrafficPolicy is Cluster. kube-proxy masquerades connections
+	// to those (their backends see the node's address), so a dataplane
+	// that translates one in kube-proxy's place asks kube-proxy to
+	// masquerade it as its own. A ClusterIP frontend wins over an external
+	// one of another Service at the same address, port and protocol.
+	External bool
 }

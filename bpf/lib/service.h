@@ -16,7 +16,16 @@
  *     before the filter table judges); egress policy is judged on it; two
  *     lockstep_svc_ct entries record the connection: the client's tuple
  *     (translated to the backend, CT_SVC_FWD) and the translated tuple
- *     (whose replies are translated back to the frontend, CT_SVC_REV).
+ *     (whose replies are translated back to the frontend, CT_SVC_REV);
+ *     the frontend's mark, if any, is ORed into the translated packet's.
+ *
+ * External frontends (an externalIP, a load-balancer IP, a NodePort on the
+ * node's address) carry kube-proxy's masquerade mark: kube-proxy
+ * masquerades its own translations of them, and the mark makes its
+ * POSTROUTING rule masquerade lockstep's as well, so the backend sees the
+ * node's address either way. Their connections are never host-routed
+ * (lib/route.h), which would pass that rule by; the node's conntrack
+ * undoes the masquerade on the reply, which to_pod then translates back.
  * Later packets and replies find those entries in ct_lookup and are
  * translated alike (svc_tracked), whatever lockstep_services says by then:
  * a connection keeps its backend, as conntrack keeps it for kube-proxy.
@@ -303,7 +312,7 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	struct remote r = {};
 	struct pkt *t;
 	__u16 slot;
-	__u32 o, hairpin, routed, rule = 0, self_rule = 0;
+	__u32 o, hairpin, routed, rule = 0, self_rule = 0, mark = sv->mark[parity & 1];
 
 	if (n == 0) {
 		verdict(skb, DIR_EGRESS, VERDICT_REJECT, REASON_SERVICE_NO_BACKEND, p, 0);
@@ -352,8 +361,8 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	if (!ct_admit(ifindex, DIR_EGRESS, 2, 0, now))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_CT_SHARE, t, r.identity);
 	/* A backend on another node may be reached and answer past the
-	 * node's stack (lib/route.h). */
-	routed = !hairpin && route_new(p, &s->b.addr) ? CT_ROUTED : 0;
+	 * node's stack (lib/route.h), but for a masquerade the stack does. */
+	routed = !hairpin && !mark && route_new(p, &s->b.addr) ? CT_ROUTED : 0;
 	o = ct_fill_key(&s->k, ifindex, p);
 	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o), CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0) | routed,
 		      &s->b.addr, s->b.port, p, now, &s->n);
@@ -372,6 +381,7 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 		return svc_to_pod(skb, ifindex);
 	if (routed)
 		return route_out(skb, t);
+	skb->mark |= mark;
 	return TC_ACT_OK;
 }
 

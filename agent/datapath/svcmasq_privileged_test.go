@@ -1,0 +1,94 @@
+//go:build linux
+
+package datapath
+
+import (
+	"fmt"
+	"net"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"lockstep.dev/lockstep/agent/policy"
+	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	"lockstep.dev/lockstep/test/testenv"
+)
+
+// External frontends of the host routing scenario: an externalIP whose one
+// backend is the remote pod's 8080, as kube-proxy would masquerade it.
+const extFrontend4, extFrontend6 = "198.51.100.10", "2001:db8:51::10"
+
+// An external frontend (policy.ServiceEntry.External) is translated like
+// a ClusterIP, but a new connection's first packet carries kube-proxy's
+// masquerade mark and takes the node's stack, never host routing. Without
+// a rule that reads the mark the backend sees the pod, through the stack
+// (its forwarding counters move); with kube-proxy's POSTROUTING rule
+// (mark 0x4000: MASQUERADE) in the node, it sees the node's address, and
+// the replies, which the node's conntrack de-masquerades, reach the pod
+// translated back to the frontend. Both families.
+func TestPrivilegedServiceExternalFrontendMasquerade(t *testing.T) {
+	testenv.Privileged(t)
+	n := newPodNode(t)
+	c := n.addPod(t, trHostC, trClient4, trClient6, true)
+	remote := addRemote(t, n.node, nil, rtUplink, "")
+	serveWhoAmI(t, remote, remoteV4+":8080")
+	serveWhoAmI(t, remote, "["+remoteV6+"]:8080")
+	st := rtState()
+	tcp := policyapi.ProtoTCP
+	st.Services[frontend(extFrontend4, tcp, 80)] = &policy.ServiceEntry{Service: "ns/far", Backends: backends(8080, remoteV4), External: true}
+	st.Services[frontend(extFrontend6, tcp, 80)] = &policy.ServiceEntry{Service: "ns/far", Backends: backends(8080, remoteV6), External: true}
+	mustApply(t, n.d, st)
+	if err := n.node.Do(func(ns.NetNS) error { return n.d.SetUplinks([]string{rtUplink}) }); err != nil {
+		t.Fatalf("set uplinks: %v", err)
+	}
+
+	// ask connects from C to dst, and checks the server saw want and the
+	// node's stack forwarded the connection.
+	ask := func(dst, want string) {
+		t.Helper()
+		before := forwarded(t, n.node)
+		var got string
+		var err error
+		// Fresh links: IPv6 needs its link-local addresses past duplicate
+		// address detection (about a second).
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if got, err = askTCP(c.ns, dst, time.Second); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("connect to %s: %v", dst, err)
+		}
+		if host, _, _ := net.SplitHostPort(got); host != want {
+			t.Errorf("connect to %s: server saw %s, want %s", dst, got, want)
+		}
+		if forwarded(t, n.node) == before {
+			t.Errorf("connect to %s: the node's stack forwarded nothing, want the connection (no host routing)", dst)
+		}
+	}
+	ask(hostPort(extFrontend4, "80"), trClient4)
+	ask(hostPort(extFrontend6, "80"), trClient6)
+
+	// kube-proxy's rule, as its KUBE-POSTROUTING chain has it.
+	err := n.node.Do(func(ns.NetNS) error {
+		for _, cmd := range []string{"iptables", "ip6tables"} {
+			mark := fmt.Sprintf("%#x/%#x", DefaultMasqueradeMark, DefaultMasqueradeMark)
+			if out, err := exec.Command(cmd, "-t", "nat", "-A", "POSTROUTING", "-m", "mark", "--mark", mark, "-j", "MASQUERADE").CombinedOutput(); err != nil {
+				return fmt.Errorf("%s: %w: %s", cmd, err, out)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("add the masquerade rule: %v", err)
+	}
+	ask(hostPort(extFrontend4, "80"), "10.98.0.1")
+	ask(hostPort(extFrontend6, "80"), "fd98::1")
+	// The ClusterIP is no external frontend: not masqueraded.
+	got, err := askTCP(c.ns, hostPort(rtFrontend4, "80"), 2*time.Second)
+	if host, _, _ := net.SplitHostPort(got); err != nil || host != trClient4 {
+		t.Errorf("connect to the ClusterIP %s: server saw %q, %v; want %s", rtFrontend4, got, err, trClient4)
+	}
+}
