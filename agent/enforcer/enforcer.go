@@ -590,7 +590,7 @@ func SnapshotFor(txn *store.Txn, node string) (*policy.Snapshot, error) {
 		return nil, err
 	}
 	if n != nil {
-		snap.Zone = n.Zone
+		snap.Zone, snap.NodeAddrs = n.Zone, n.Addrs
 	}
 	return snap, nil
 }

@@ -128,8 +128,10 @@ func (f *feeder) feedChange(c store.Change) {
 		case n.Name != f.node:
 		case deleted:
 			f.comp.SetZone("")
+			f.comp.SetNodeAddrs(nil)
 		default:
 			f.comp.SetZone(n.Zone)
+			f.comp.SetNodeAddrs(n.Addrs)
 		}
 	default:
 		// Endpoints were read whole by feed; the rest is not policy input.
@@ -234,6 +236,7 @@ func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
 		}
 		if n != nil {
 			f.comp.SetZone(n.Zone)
+			f.comp.SetNodeAddrs(n.Addrs)
 		}
 	}
 	nss, err := store.Namespaces(txn, nil)

@@ -23,7 +23,10 @@
 // ClusterIP, NodePort or LoadBalancer Service without one
 // ([ErrNoClusterIP]) rather than pick an address that may be another's. Its
 // endpoints are not read from manifests: the agent computes them from the
-// Service's selector and the pods it runs (agent/endpointslice).
+// Service's selector and the pods it runs (agent/endpointslice). Its
+// externalIPs, and the load-balancer IPs of its status, are translated for
+// pods as the ClusterIPs are, without kube-proxy's masquerade (there is no
+// kube-proxy); NodePorts are not, as the standalone agent has no Node.
 //
 // Objects without a metadata.uid get one derived from kind, namespace and
 // name, so a reload of unchanged files yields the same UIDs.

@@ -55,6 +55,10 @@ type Snapshot struct {
 	// endpoints' zone hints name (see policyapi.EndpointHints); empty
 	// matches none.
 	Zone string
+	// NodeAddrs are this node's addresses (its Node's InternalIPs and
+	// ExternalIPs), where pods reach its NodePorts (see
+	// ServiceEntry.External).
+	NodeAddrs []netip.Addr
 	// Limits bound what each namespace's policies may ask of the node; a
 	// namespace over them has its policies failed closed (see
 	// compileOrFail). The zero Limits bounds nothing.
@@ -152,7 +156,7 @@ func Compile(s *Snapshot) (*Desired, error) {
 		}
 		d.Endpoints[le.HostIfName] = c.endpoint(le)
 	}
-	svcs, err := compileServices(s.Services, s.EndpointSlices, policyapi.Node{Name: s.Node, Zone: s.Zone})
+	svcs, err := compileServices(s.Services, s.EndpointSlices, policyapi.Node{Name: s.Node, Zone: s.Zone, Addrs: s.NodeAddrs})
 	if err != nil {
 		return nil, err
 	}

@@ -113,6 +113,16 @@ func (c *Incremental) SetZone(zone string) {
 	c.in.svc.markAllDirty()
 }
 
+// SetNodeAddrs sets this node's addresses (Snapshot.NodeAddrs); a change
+// recomputes every Service.
+func (c *Incremental) SetNodeAddrs(addrs []netip.Addr) {
+	if slices.Equal(c.in.svc.at.Addrs, addrs) {
+		return
+	}
+	c.in.svc.at.Addrs = slices.Clone(addrs)
+	c.in.svc.markAllDirty()
+}
+
 // SetNamespace adds ns, or replaces the namespace of its name.
 func (c *Incremental) SetNamespace(ns *policyapi.Namespace) {
 	if c.in.namespaces[ns.Name] == ns {

@@ -213,7 +213,9 @@ func (st *state) publishServices(first bool) (out, base map[ServiceFrontend]*Ser
 	for fe := range ss.dirty {
 		var ent *ServiceEntry
 		if claims := ss.claims[fe]; len(claims) > 0 {
-			owner := slices.MinFunc(slices.Collect(maps.Keys(claims)), compareObjKey)
+			owner := slices.MinFunc(slices.Collect(maps.Keys(claims)), func(a, b objKey) int {
+				return compareClaim(a, ss.entries[a][fe], b, ss.entries[b][fe])
+			})
 			ent = ss.entries[owner][fe]
 		}
 		if cur, ok := ss.out[fe]; ok == (ent != nil) && cur == ent {

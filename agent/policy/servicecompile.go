@@ -29,6 +29,7 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 		return nil
 	}
 	out := make(map[ServiceFrontend]*ServiceEntry, len(cs.Addrs)*len(cs.Ports))
+	externalEntries(out, cs, sl, at)
 	for _, a := range cs.Addrs {
 		for _, sp := range cs.Ports {
 			fe := ServiceFrontend{Addr: a, Port: sp.Port, Proto: sp.Proto}
@@ -44,6 +45,40 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 		}
 	}
 	return out
+}
+
+// externalEntries adds to out the external frontends of the Service (see
+// ServiceEntry.External), as kube-proxy translates them for a pod of the
+// node at: each externalIP and load-balancer IP with each Service port,
+// and each of at's addresses with each NodePort, for the families the
+// Service has a ClusterIP of; their backends are those of a ClusterIP with
+// internalTrafficPolicy Cluster (the external traffic policy decides
+// which endpoints serve them, not the internal one). With
+// externalTrafficPolicy Local there are none (ParsedService.ExternalLocal).
+func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, at policyapi.Node) {
+	if cs.ExternalLocal {
+		return
+	}
+	hasFamily := func(a netip.Addr) bool {
+		return slices.ContainsFunc(cs.Addrs, func(c netip.Addr) bool { return c.Is4() == a.Is4() })
+	}
+	add := func(a netip.Addr, port uint16, sp policyapi.ParsedServicePort) {
+		a = a.Unmap()
+		if port == 0 || !hasFamily(a) {
+			return
+		}
+		e := &ServiceEntry{Service: cs.Name, AffinityTimeout: cs.Affinity, External: true}
+		e.Backends, _ = backends(sl, a.Is4(), sp, nil, topologyFilter(sl, a.Is4(), sp, at))
+		out[ServiceFrontend{Addr: a, Port: port, Proto: sp.Proto}] = e
+	}
+	for _, sp := range cs.Ports {
+		for _, a := range cs.External {
+			add(a, sp.Port, sp)
+		}
+		for _, a := range at.Addrs {
+			add(a, sp.NodePort, sp)
+		}
+	}
 }
 
 // endpointLocal reports whether ep runs on node: its nodeName is node, as
@@ -195,6 +230,20 @@ func slicePortMatches(p policyapi.EndpointSlicePort, sp policyapi.ParsedServiceP
 	return name == sp.Name && proto == sp.Proto
 }
 
+// compareClaim orders two Services' entries for one frontend, a of the
+// Service ak and b of bk: a ClusterIP before an external frontend (see
+// ServiceEntry.External: an externalIP cannot take another Service's
+// ClusterIP), then by namespace/name.
+func compareClaim(ak objKey, a *ServiceEntry, bk objKey, b *ServiceEntry) int {
+	if a.External != b.External {
+		if b.External {
+			return -1
+		}
+		return 1
+	}
+	return compareObjKey(ak, bk)
+}
+
 func compareBackend(a, b ServiceBackend) int {
 	if c := a.Addr.Compare(b.Addr); c != 0 {
 		return c
@@ -205,14 +254,15 @@ func compareBackend(a, b ServiceBackend) int {
 // sameEntry reports whether two entries translate alike.
 func sameEntry(a, b *ServiceEntry) bool {
 	return a.Service == b.Service && a.AffinityTimeout == b.AffinityTimeout && a.NoLocalBackend == b.NoLocalBackend &&
-		slices.Equal(a.Backends, b.Backends)
+		a.External == b.External && slices.Equal(a.Backends, b.Backends)
 }
 
 // compileServices computes Desired.Services of a snapshot: each Service's
 // frontends from its slices (those of its namespace whose
 // ServiceNameLabel names it). Two Services claiming one frontend (the
-// same ClusterIP, port and protocol, which an API server never allocates)
-// give it to the first by namespace/name. Nil when there is no frontend.
+// same address, port and protocol: an API server never allocates one
+// ClusterIP twice, but anyone may name it as an externalIP) give it to the
+// one whose claim compareClaim orders first. Nil when there is no frontend.
 // at is the Node whose pods' connections are translated (Snapshot.Node and
 // Snapshot.Zone).
 func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, at policyapi.Node) (map[ServiceFrontend]*ServiceEntry, error) {
@@ -243,7 +293,7 @@ func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, a
 			return nil, err
 		}
 		for fe, e := range serviceEntries(cs, bySvc[k], at) {
-			if o, taken := owner[fe]; taken && compareObjKey(o, k) < 0 {
+			if o, taken := owner[fe]; taken && compareClaim(o, out[fe], k, e) < 0 {
 				continue
 			}
 			if out == nil {

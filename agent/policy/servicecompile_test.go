@@ -98,7 +98,7 @@ func be(s ...string) []ServiceBackend {
 func describeServices(m map[ServiceFrontend]*ServiceEntry) string {
 	var lines []string
 	for fe, e := range m {
-		lines = append(lines, fmt.Sprintf("%s:%d/%d -> %s %v affinity %v no-local %t", fe.Addr, fe.Port, fe.Proto, e.Service, e.Backends, e.AffinityTimeout, e.NoLocalBackend))
+		lines = append(lines, fmt.Sprintf("%s:%d/%d -> %s %v affinity %v no-local %t external %t", fe.Addr, fe.Port, fe.Proto, e.Service, e.Backends, e.AffinityTimeout, e.NoLocalBackend, e.External))
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
@@ -423,6 +423,7 @@ func checkServicesBothWays(t *testing.T, snap *Snapshot, want map[ServiceFronten
 	}
 	inc.SetNode(snap.Node)
 	inc.SetZone(snap.Zone)
+	inc.SetNodeAddrs(snap.NodeAddrs)
 	got, err := inc.Compile()
 	if err != nil {
 		t.Fatal(err)
@@ -595,6 +596,21 @@ func TestCompileServiceErrors(t *testing.T) {
 		{"duplicate port", mkService("prod", "s", []string{"10.96.0.1"}, "a:80", "b:80/TCP"), "duplicate port 80/TCP"},
 		{"port out of range", mkService("prod", "s", []string{"10.96.0.1"}, ":0"), "port 0 out of range"},
 		{"bad protocol", mkService("prod", "s", []string{"10.96.0.1"}, ":80/ICMP"), "unknown protocol"},
+		{"bad externalIP", func() *policyapi.Service {
+			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
+			s.Spec.ExternalIPs = []string{"192.0.2.1", "192.0.2"}
+			return s
+		}(), `spec.externalIPs[1]: "192.0.2" is not an IP address`},
+		{"bad externalTrafficPolicy", func() *policyapi.Service {
+			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
+			s.Spec.ExternalTrafficPolicy = "Nearby"
+			return s
+		}(), `spec.externalTrafficPolicy: unknown policy "Nearby"`},
+		{"nodePort out of range", func() *policyapi.Service {
+			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
+			s.Spec.Type, s.Spec.Ports[0].NodePort = policyapi.ServiceTypeNodePort, 70000
+			return s
+		}(), "nodePort 70000 out of range"},
 		{"bad target name", mkService("prod", "s", []string{"10.96.0.1"}, ":80->Http"), "invalid port name"},
 		{"bad port name", mkService("prod", "s", []string{"10.96.0.1"}, "Web_80:80", "b:81"), "invalid port name"},
 		{"port name ends with a dash", mkService("prod", "s", []string{"10.96.0.1"}, "web-:80", "b:81"), "invalid port name"},

@@ -3,6 +3,8 @@ package source
 import (
 	"fmt"
 	"maps"
+	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -214,23 +216,38 @@ func copyMap(m map[string]string) map[string]string {
 }
 
 // ConvertService returns the policy form of svc: what a dataplane needs to
-// translate it (type, ClusterIPs, ports with their target ports, session
-// affinity, internal traffic policy, the ServiceProxyNameLabel label alone
-// of its labels) and the selector, defaulted and validated as the
-// compiler will read it. An error means the compiler would refuse the Service; the
-// caller leaves it out.
+// translate it (type, ClusterIPs, externalIPs, load-balancer IPs, ports
+// with their target ports and NodePorts, session affinity, traffic
+// policies and load-balancer source ranges, the ServiceProxyNameLabel
+// label alone of its labels) and the selector, defaulted and validated as
+// the compiler will read it. An error means the compiler would refuse the
+// Service; the caller leaves it out.
 func ConvertService(svc *corev1.Service) (*policyapi.Service, error) {
 	out := &policyapi.Service{
 		TypeMeta: policyapi.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: policyapi.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: string(svc.UID),
 			Labels: oneLabel(svc.Labels, policyapi.ServiceProxyNameLabel)},
 		Spec: policyapi.ServiceSpec{
-			Type:            policyapi.ServiceType(svc.Spec.Type),
-			ClusterIP:       svc.Spec.ClusterIP,
-			ClusterIPs:      append([]string(nil), svc.Spec.ClusterIPs...),
-			Selector:        copyMap(svc.Spec.Selector),
-			SessionAffinity: policyapi.ServiceAffinity(svc.Spec.SessionAffinity),
+			Type:                     policyapi.ServiceType(svc.Spec.Type),
+			ClusterIP:                svc.Spec.ClusterIP,
+			ClusterIPs:               append([]string(nil), svc.Spec.ClusterIPs...),
+			Selector:                 copyMap(svc.Spec.Selector),
+			SessionAffinity:          policyapi.ServiceAffinity(svc.Spec.SessionAffinity),
+			ExternalIPs:              slices.Clone(svc.Spec.ExternalIPs),
+			ExternalTrafficPolicy:    policyapi.ServiceExternalTrafficPolicy(svc.Spec.ExternalTrafficPolicy),
+			LoadBalancerSourceRanges: slices.Clone(svc.Spec.LoadBalancerSourceRanges),
 		},
+	}
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if in.IP == "" {
+			continue
+		}
+		lb := policyapi.LoadBalancerIngress{IP: in.IP}
+		if in.IPMode != nil {
+			m := policyapi.LoadBalancerIPMode(*in.IPMode)
+			lb.IPMode = &m
+		}
+		out.Status.LoadBalancer.Ingress = append(out.Status.LoadBalancer.Ingress, lb)
 	}
 	if len(out.Spec.ClusterIPs) == 0 {
 		out.Spec.ClusterIPs = nil
@@ -240,7 +257,7 @@ func ConvertService(svc *corev1.Service) (*policyapi.Service, error) {
 		out.Spec.InternalTrafficPolicy = &v
 	}
 	for _, p := range svc.Spec.Ports {
-		sp := policyapi.ServicePort{Name: p.Name, Protocol: policyapi.Protocol(p.Protocol), Port: p.Port}
+		sp := policyapi.ServicePort{Name: p.Name, Protocol: policyapi.Protocol(p.Protocol), Port: p.Port, NodePort: p.NodePort}
 		switch {
 		case p.TargetPort.Type == intstr.String:
 			sp.TargetPort = policyapi.FromString(p.TargetPort.StrVal)
@@ -315,10 +332,23 @@ func convertHints(h *discoveryv1.EndpointHints) *policyapi.EndpointHints {
 	return out
 }
 
-// ConvertNode returns what translation needs of a Node: its name and zone
-// (the policyapi.ZoneLabel label).
+// ConvertNode returns what translation needs of a Node: its name, zone
+// (the policyapi.ZoneLabel label) and InternalIP and ExternalIP addresses
+// (unmapped, each once, in the Node's order; one that does not parse is
+// left out), where pods reach its NodePorts.
 func ConvertNode(n *corev1.Node) *policyapi.Node {
-	return &policyapi.Node{Name: n.Name, Zone: n.Labels[policyapi.ZoneLabel]}
+	out := &policyapi.Node{Name: n.Name, Zone: n.Labels[policyapi.ZoneLabel]}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		addr, err := netip.ParseAddr(a.Address)
+		if err != nil || addr.Zone() != "" || slices.Contains(out.Addrs, addr.Unmap()) {
+			continue
+		}
+		out.Addrs = append(out.Addrs, addr.Unmap())
+	}
+	return out
 }
 
 // oneLabel returns the label key of labels alone, or nil.

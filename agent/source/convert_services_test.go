@@ -1,6 +1,7 @@
 package source
 
 import (
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -18,9 +19,11 @@ func TestConvertService(t *testing.T) {
 	meta := metav1.ObjectMeta{Name: "web", Namespace: "prod", UID: "svc-uid", ResourceVersion: "9",
 		Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"}}
 	tests := []struct {
-		name string
-		spec corev1.ServiceSpec
-		want policyapi.ServiceSpec
+		name       string
+		spec       corev1.ServiceSpec
+		status     corev1.ServiceStatus
+		want       policyapi.ServiceSpec
+		wantStatus policyapi.ServiceStatus
 	}{
 		{
 			name: "ClusterIP, ports with number and name targets, selector",
@@ -37,10 +40,30 @@ func TestConvertService(t *testing.T) {
 				Type: policyapi.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
 				Selector: map[string]string{"app": "web"}, SessionAffinity: policyapi.ServiceAffinityNone, InternalTrafficPolicy: &cluster,
 				Ports: []policyapi.ServicePort{
-					{Name: "http", Protocol: policyapi.TCP, Port: 80, TargetPort: policyapi.FromString("http")},
+					{Name: "http", Protocol: policyapi.TCP, Port: 80, TargetPort: policyapi.FromString("http"), NodePort: 30080},
 					{Name: "dns", Protocol: policyapi.UDP, Port: 53, TargetPort: policyapi.FromInt(5353)},
 				},
+				ExternalIPs: []string{"192.0.2.1"},
 			},
+		},
+		{
+			name: "LoadBalancer: its addresses, traffic policy and source ranges; hostnames left out",
+			spec: corev1.ServiceSpec{
+				Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 80, NodePort: 30080}},
+				ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, LoadBalancerSourceRanges: []string{"192.0.2.0/24"},
+			},
+			status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{
+				{IP: "198.51.100.20"}, {Hostname: "lb.example"}, {IP: "2001:db8::20", IPMode: ptr(corev1.LoadBalancerIPModeProxy)},
+			}}},
+			want: policyapi.ServiceSpec{
+				Type: policyapi.ServiceTypeLoadBalancer, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+				SessionAffinity: policyapi.ServiceAffinityNone, InternalTrafficPolicy: &cluster,
+				Ports:                 []policyapi.ServicePort{{Protocol: policyapi.TCP, Port: 80, TargetPort: policyapi.FromInt(80), NodePort: 30080}},
+				ExternalTrafficPolicy: policyapi.ServiceExternalTrafficPolicyLocal, LoadBalancerSourceRanges: []string{"192.0.2.0/24"},
+			},
+			wantStatus: policyapi.ServiceStatus{LoadBalancer: policyapi.LoadBalancerStatus{Ingress: []policyapi.LoadBalancerIngress{
+				{IP: "198.51.100.20"}, {IP: "2001:db8::20", IPMode: ptr(policyapi.LoadBalancerIPModeProxy)},
+			}}},
 		},
 		{
 			name: "dual stack, ClientIP affinity with its timeout; a missing targetPort is the port",
@@ -91,7 +114,7 @@ func TestConvertService(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			in := &corev1.Service{ObjectMeta: meta, Spec: tc.spec}
+			in := &corev1.Service{ObjectMeta: meta, Spec: tc.spec, Status: tc.status}
 			before := in.DeepCopy()
 			got, err := ConvertService(in)
 			if err != nil {
@@ -101,6 +124,7 @@ func TestConvertService(t *testing.T) {
 				TypeMeta:   policyapi.TypeMeta{APIVersion: "v1", Kind: "Service"},
 				ObjectMeta: policyapi.ObjectMeta{Name: "web", Namespace: "prod", UID: "svc-uid"},
 				Spec:       tc.want,
+				Status:     tc.wantStatus,
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got\n%s\nwant\n%s", show(got), show(want))
@@ -177,10 +201,24 @@ func TestConvertEndpointSlice(t *testing.T) {
 	if !reflect.DeepEqual(in, before) {
 		t.Error("ConvertEndpointSlice modified its input")
 	}
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelTopologyZone: "z1", "other": "x"}}}
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{corev1.LabelTopologyZone: "z1", "other": "x"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeHostName, Address: "node-a"},
+			{Type: corev1.NodeInternalIP, Address: "192.0.2.1"},
+			{Type: corev1.NodeInternalIP, Address: "not-an-address"},
+			{Type: corev1.NodeExternalIP, Address: "::ffff:198.51.100.1"},
+			{Type: corev1.NodeInternalIP, Address: "2001:db8::1"},
+			{Type: corev1.NodeExternalIP, Address: "192.0.2.1"},
+			{Type: corev1.NodeInternalDNS, Address: "node-a.internal"},
+		}},
+	}
+	wantNode := &policyapi.Node{Name: "node-a", Zone: "z1", Addrs: []netip.Addr{
+		netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8::1"),
+	}}
 	for name, obj := range map[string]*corev1.Node{"as listed": n, "as cached": trim(n.DeepCopy()).(*corev1.Node)} {
-		if got := ConvertNode(obj); *got != (policyapi.Node{Name: "node-a", Zone: "z1"}) {
-			t.Errorf("node %s: converted to %+v", name, got)
+		if got := ConvertNode(obj); !reflect.DeepEqual(got, wantNode) {
+			t.Errorf("node %s: converted to %+v, want %+v", name, got, wantNode)
 		}
 	}
 	cached := trim(before.DeepCopy()).(*discoveryv1.EndpointSlice)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -307,7 +308,7 @@ func (s *Source) applySelf(txn *store.Txn) (bool, error) {
 		return true, store.DeleteNode(txn, s.opts.NodeName)
 	}
 	next := ConvertNode(n)
-	if old != nil && *old == *next {
+	if old != nil && old.Name == next.Name && old.Zone == next.Zone && slices.Equal(old.Addrs, next.Addrs) {
 		return false, nil
 	}
 	return true, store.UpsertNode(txn, next)

@@ -28,8 +28,9 @@ func trim(obj client.Object) client.Object {
 		return &corev1.Service{ObjectMeta: trimMeta(&o.ObjectMeta, oneLabel(o.Labels, policyapi.ServiceProxyNameLabel), nil), Spec: corev1.ServiceSpec{
 			Type: o.Spec.Type, ClusterIP: o.Spec.ClusterIP, ClusterIPs: o.Spec.ClusterIPs, Ports: o.Spec.Ports,
 			Selector: o.Spec.Selector, SessionAffinity: o.Spec.SessionAffinity, SessionAffinityConfig: o.Spec.SessionAffinityConfig,
-			InternalTrafficPolicy: o.Spec.InternalTrafficPolicy,
-		}}
+			InternalTrafficPolicy: o.Spec.InternalTrafficPolicy, ExternalIPs: o.Spec.ExternalIPs,
+			ExternalTrafficPolicy: o.Spec.ExternalTrafficPolicy, LoadBalancerSourceRanges: o.Spec.LoadBalancerSourceRanges,
+		}, Status: corev1.ServiceStatus{LoadBalancer: o.Status.LoadBalancer}}
 	case *discoveryv1.EndpointSlice:
 		return trimEndpointSlice(o)
 	case *corev1.Node:

@@ -115,6 +115,16 @@ type ParsedService struct {
 	// InternalLocal: internalTrafficPolicy Local, pods' connections go
 	// only to endpoints on their own node.
 	InternalLocal bool
+	// External are the externalIPs and load-balancer IPs (status, ipMode
+	// VIP) to translate like the ClusterIPs, unmapped, each once. The
+	// load-balancer IPs of a Service with loadBalancerSourceRanges are not
+	// among them: kube-proxy's firewall for them is its own.
+	External []netip.Addr
+	// ExternalLocal: externalTrafficPolicy Local. kube-proxy sends pods'
+	// connections to External and the NodePorts to any endpoint then, or
+	// only to local ones, depending on its local-traffic detector, which
+	// the node's agent does not know: lockstep leaves them to kube-proxy.
+	ExternalLocal bool
 	// OtherProxy: the Service carries ServiceProxyNameLabel (whatever its
 	// value), so it belongs to that proxy and lockstep translates none of
 	// it, as kube-proxy leaves it alone.
@@ -126,6 +136,8 @@ type ParsedServicePort struct {
 	Name  string
 	Proto uint8
 	Port  uint16
+	// NodePort is the port on the node's addresses, 0 for none.
+	NodePort uint16
 }
 
 // ParseService validates s and returns its parsed form.
@@ -196,6 +208,12 @@ func ParseService(s *Service) (*ParsedService, error) {
 		}
 		names[p.Name] = true
 		sp := ParsedServicePort{Name: p.Name, Proto: proto, Port: uint16(p.Port)}
+		if p.NodePort != 0 && (spec.Type == ServiceTypeNodePort || spec.Type == ServiceTypeLoadBalancer) {
+			if err := checkPortNum("nodePort", p.NodePort); err != nil {
+				return fail(field, err)
+			}
+			sp.NodePort = uint16(p.NodePort)
+		}
 		if slices.ContainsFunc(cs.Ports, func(o ParsedServicePort) bool { return o.Proto == sp.Proto && o.Port == sp.Port }) {
 			return fail(field, fmt.Errorf("duplicate port %d/%s", p.Port, cmp.Or(p.Protocol, TCP)))
 		}
@@ -242,6 +260,50 @@ func ParseService(s *Service) (*ParsedService, error) {
 			return fail("spec.internalTrafficPolicy", fmt.Errorf("unknown policy %q (want Cluster or Local)", *p))
 		}
 	}
+	switch spec.ExternalTrafficPolicy {
+	case "", ServiceExternalTrafficPolicyCluster:
+	case ServiceExternalTrafficPolicyLocal:
+		cs.ExternalLocal = true
+	default:
+		return fail("spec.externalTrafficPolicy", fmt.Errorf("unknown policy %q (want Cluster or Local)", spec.ExternalTrafficPolicy))
+	}
+	if spec.Type != ServiceTypeExternalName {
+		if err := cs.parseExternal(s); err != nil {
+			return nil, err
+		}
+	}
 	_, cs.OtherProxy = s.Labels[ServiceProxyNameLabel]
 	return cs, nil
+}
+
+// parseExternal fills in cs.External from s's externalIPs, which must be
+// addresses (as the API server requires), and, for a LoadBalancer Service
+// without loadBalancerSourceRanges, its status's load-balancer IPs of
+// ipMode VIP; one of those that does not parse is left out, as kube-proxy
+// leaves it out.
+func (cs *ParsedService) parseExternal(s *Service) error {
+	add := func(a netip.Addr) {
+		if a = a.Unmap(); !slices.Contains(cs.External, a) {
+			cs.External = append(cs.External, a)
+		}
+	}
+	for i, ip := range s.Spec.ExternalIPs {
+		a, err := netip.ParseAddr(ip)
+		if err != nil || a.Zone() != "" {
+			return fmt.Errorf("service %s: spec.externalIPs[%d]: %q is not an IP address", cs.Name, i, ip)
+		}
+		add(a)
+	}
+	if s.Spec.Type != ServiceTypeLoadBalancer || len(s.Spec.LoadBalancerSourceRanges) > 0 {
+		return nil
+	}
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		if in.IPMode != nil && *in.IPMode != LoadBalancerIPModeVIP {
+			continue
+		}
+		if a, err := netip.ParseAddr(in.IP); err == nil && a.Zone() == "" {
+			add(a)
+		}
+	}
+	return nil
 }

@@ -1,15 +1,21 @@
 package api
 
+import "net/netip"
+
 // Service is the part of a Kubernetes v1 Service that a dataplane needs to
-// translate it for pods: its ClusterIPs, ports, type, session affinity,
-// internal traffic policy and selector, and the labels (of which it reads
-// ServiceProxyNameLabel). Like the other object types it mirrors the API's field names,
-// so a manifest written for Kubernetes parses unchanged; other fields are
+// translate it for pods: its ClusterIPs, externalIPs, load-balancer IPs,
+// ports and NodePorts, type, session affinity, traffic policies and
+// selector, and the labels (of which it reads ServiceProxyNameLabel).
+// Like the other object types it mirrors the API's field names, so a
+// manifest written for Kubernetes parses unchanged; other fields are
 // ignored.
 type Service struct {
 	TypeMeta   `json:",inline"`
 	ObjectMeta `json:"metadata"`
 	Spec       ServiceSpec `json:"spec"`
+	// Status is what a load balancer's controller reports: the addresses
+	// it gave the Service.
+	Status ServiceStatus `json:"status,omitzero"`
 }
 
 // ServiceType is how a Service is exposed. Every type but ExternalName has
@@ -57,7 +63,58 @@ type ServiceSpec struct {
 	// ClusterIP go to any endpoint. Local keeps them on their node: only
 	// endpoints on the client's node, and none when it has none.
 	InternalTrafficPolicy *ServiceInternalTrafficPolicy `json:"internalTrafficPolicy,omitempty"`
+	// ExternalIPs are addresses kube-proxy translates like the ClusterIPs,
+	// on every node, for anyone, pods included.
+	ExternalIPs []string `json:"externalIPs,omitempty"`
+	// ExternalTrafficPolicy is Cluster when empty: connections to an
+	// externalIP, a load-balancer IP or a NodePort go to any endpoint,
+	// masqueraded. Local keeps outside clients' connections on endpoints of
+	// the node they arrive at.
+	ExternalTrafficPolicy ServiceExternalTrafficPolicy `json:"externalTrafficPolicy,omitempty"`
+	// LoadBalancerSourceRanges, when set, are the only clients kube-proxy
+	// lets reach the load-balancer IPs.
+	LoadBalancerSourceRanges []string `json:"loadBalancerSourceRanges,omitempty"`
 }
+
+// ServiceExternalTrafficPolicy says which endpoints serve connections to a
+// Service's externalIPs, load-balancer IPs and NodePorts.
+type ServiceExternalTrafficPolicy string
+
+// External traffic policies.
+const (
+	ServiceExternalTrafficPolicyCluster ServiceExternalTrafficPolicy = "Cluster"
+	ServiceExternalTrafficPolicyLocal   ServiceExternalTrafficPolicy = "Local"
+)
+
+// ServiceStatus is the status of a Service.
+type ServiceStatus struct {
+	LoadBalancer LoadBalancerStatus `json:"loadBalancer,omitzero"`
+}
+
+// LoadBalancerStatus lists the addresses a load balancer serves the
+// Service at.
+type LoadBalancerStatus struct {
+	Ingress []LoadBalancerIngress `json:"ingress,omitempty"`
+}
+
+// LoadBalancerIngress is one address of a load balancer. Hostnames are
+// not read: nothing on the node translates them.
+type LoadBalancerIngress struct {
+	IP string `json:"ip,omitempty"`
+	// IPMode is VIP when nil: kube-proxy translates the address on every
+	// node. Proxy means the load balancer rewrites the destination itself,
+	// so the address is left alone.
+	IPMode *LoadBalancerIPMode `json:"ipMode,omitempty"`
+}
+
+// LoadBalancerIPMode says how a load balancer delivers traffic.
+type LoadBalancerIPMode string
+
+// Load-balancer IP modes.
+const (
+	LoadBalancerIPModeVIP   LoadBalancerIPMode = "VIP"
+	LoadBalancerIPModeProxy LoadBalancerIPMode = "Proxy"
+)
 
 // ServiceInternalTrafficPolicy says which endpoints serve the traffic of
 // the cluster's own pods and nodes to a Service.
@@ -80,8 +137,12 @@ type ServicePort struct {
 	Name string `json:"name,omitempty"`
 	// Protocol is TCP when empty.
 	Protocol Protocol `json:"protocol,omitempty"`
-	// Port is the port of the ClusterIPs.
+	// Port is the port of the ClusterIPs, externalIPs and load-balancer
+	// IPs.
 	Port int32 `json:"port"`
+	// NodePort is the port of the node's own addresses (NodePort and
+	// LoadBalancer Services; 0 for none).
+	NodePort int32 `json:"nodePort,omitempty"`
 	// TargetPort is the endpoints' port: a number, or the name of a
 	// container port resolved on each pod. Nil means Port.
 	TargetPort *IntOrString `json:"targetPort,omitempty"`
@@ -162,11 +223,13 @@ type ForNode struct {
 	Name string `json:"name"`
 }
 
-// Node is what translation needs of the Node the agent runs on: its name
-// and its zone (the topology.kubernetes.io/zone label; empty without it).
+// Node is what translation needs of the Node the agent runs on: its name,
+// its zone (the topology.kubernetes.io/zone label; empty without it) and
+// its addresses (InternalIP and ExternalIP), where its NodePorts are.
 type Node struct {
-	Name string `json:"name"`
-	Zone string `json:"zone,omitempty"`
+	Name  string       `json:"name"`
+	Zone  string       `json:"zone,omitempty"`
+	Addrs []netip.Addr `json:"addresses,omitempty"`
 }
 
 // ZoneLabel is the Node label that names its zone.
