@@ -145,6 +145,26 @@ func (ix *index) serviceAt(a netip.Addr) *policyapi.Service {
 	return nil
 }
 
+// externalServiceAt returns the namespace/name of a Service that has a as
+// an external frontend (see policy.ServiceEntry.External) on port/proto,
+// or "".
+func (ix *index) externalServiceAt(a netip.Addr, port uint16, proto policyapi.Protocol) string {
+	num, err := proto.Number()
+	if err != nil {
+		return ""
+	}
+	for _, svc := range ix.s.Services {
+		cs, err := policyapi.ParseService(svc)
+		if err != nil || cs.ExternalLocal || cs.OtherProxy || !slices.Contains(cs.External, a) {
+			continue
+		}
+		if slices.ContainsFunc(cs.Ports, func(p policyapi.ParsedServicePort) bool { return p.Port == port && p.Proto == num }) {
+			return cs.Name
+		}
+	}
+	return ""
+}
+
 // side judges c in direction dir: the source's egress or the
 // destination's ingress.
 func (ix *index) side(c conn, dir string) Side {

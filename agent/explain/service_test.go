@@ -311,7 +311,9 @@ func TestExplainServiceErrors(t *testing.T) {
 	headless := service("x", "headless", []string{policyapi.ClusterIPNone}, map[string]string{"app": "web"}, svcPort("", "", 80, nil))
 	other := service("x", "other", []string{"10.96.0.60"}, map[string]string{"app": "web"}, svcPort("", "", 80, nil))
 	other.Labels = map[string]string{policyapi.ServiceProxyNameLabel: "mesh"}
-	snap.Services = append(snap.Services, headless, other)
+	exposed := service("x", "exposed", []string{"10.96.0.61"}, map[string]string{"app": "web"}, svcPort("", "", 80, nil))
+	exposed.Spec.ExternalIPs = []string{"198.51.100.10"}
+	snap.Services = append(snap.Services, headless, other, exposed)
 	for _, tc := range []struct {
 		from, to, port string
 		family         int
@@ -320,7 +322,8 @@ func TestExplainServiceErrors(t *testing.T) {
 	}{
 		{"x/client", "svc/x/web", "8080", 0, ErrServiceAddress, "service x/web has no port 8080/TCP (its ports: 80/TCP); --port is a Service port"},
 		{"x/client", "10.96.0.10", "53/sctp", 0, ErrServiceAddress, "its ports: 53/UDP, 53/TCP"},
-		{"x/client", "svc/x/nothing", "80", 0, ErrUnknownService, "the Services of namespace x are dns, gate, headless, nobody, other, unready, web"},
+		{"x/client", "svc/x/nothing", "80", 0, ErrUnknownService, "the Services of namespace x are dns, exposed, gate, headless, nobody, other, unready, web"},
+		{"x/client", "198.51.100.10", "80", 0, ErrServiceAddress, "externalIP or load-balancer IP of service x/exposed on port 80/TCP"},
 		{"x/client", "10.96.0.60", "80", 0, ErrServiceAddress, `service x/other is labelled service.kubernetes.io/service-proxy-name="mesh": that proxy translates it`},
 		{"x/client", "svc/y/web", "80", 0, ErrUnknownService, "the Services of namespace y are none"},
 		{"x/client", "svc/x/headless", "80", 0, ErrServiceAddress, "headless or ExternalName"},
@@ -333,6 +336,10 @@ func TestExplainServiceErrors(t *testing.T) {
 		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
 			t.Errorf("%s -> %s on %s: %v, want %v mentioning %q", tc.from, tc.to, tc.port, err, tc.want, tc.text)
 		}
+	}
+	// On a port the Service does not have, the address is no frontend.
+	if _, err := Explain(snap, query(t, "x/client", "198.51.100.10", "81")); err != nil {
+		t.Errorf("x/client -> 198.51.100.10 on 81: %v, want an answer (not a Service port)", err)
 	}
 }
 
