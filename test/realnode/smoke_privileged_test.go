@@ -26,7 +26,7 @@ const (
 // block in each family, pod to pod on one node and across nodes, a
 // ClusterIP Service (kube-proxy's DNAT), one of internalTrafficPolicy Local
 // (only its node's pods reach it), one of trafficDistribution PreferClose,
-// the frontends kube-proxy keeps under policy, the endpoints of a headless
+// externalIPs, load-balancer IPs and NodePorts under policy, the endpoints of a headless
 // Service, both by name through the cluster DNS, and the world outside the
 // cluster (masqueraded to the node's address).
 func TestPrivilegedRealNodePodNetwork(t *testing.T) {
@@ -239,15 +239,16 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		}
 	})
 
-	t.Run("frontends kube-proxy keeps", func(t *testing.T) {
+	t.Run("externalIPs, load-balancer IPs and NodePorts", func(t *testing.T) {
 		// A pod's connection to a Service's externalIP or load-balancer
-		// IP, or to a NodePort, is translated by kube-proxy, and the
-		// dataplanes judge its egress on different sides of that DNAT
-		// (README, Services): iptables in FORWARD, after it, on the
-		// backend; eBPF in from_pod, before it, on the address the pod
-		// sent to. A policy allowing both is the portable one. kube-proxy
-		// also masquerades these connections, and whether the backend's
-		// ingress is judged before or after that decides whom it sees.
+		// IP, or to a NodePort on its node's address, is translated
+		// before egress policy judges it, on both dataplanes (README,
+		// Services): by kube-proxy before iptables' FORWARD, by lockstep
+		// in from_pod, which marks it for kube-proxy's masquerade. So
+		// egress is judged on the backend, and a NodePort on the other
+		// node's address, translated only there, on that address. Both
+		// masquerade these connections, and whether the backend's ingress
+		// is judged before or after that decides whom it sees.
 		// server-ext's one backend is on the other node, server-ext-local's
 		// on the client's, so each connection has one answer.
 		h1, err := c.Node(node1)
@@ -324,13 +325,14 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 			// First every frontend answers, so that a later TIMEOUT is
 			// the policy's.
 			{"its egress allows both", both, false, answers{"", "", ""}, answers{"", "", ""}},
-			{"its egress allows the backends", backends, false, answers{"TIMEOUT", "TIMEOUT", "TIMEOUT"}, answers{"", "", "TIMEOUT"}},
-			{"its egress allows the frontend addresses", addresses, false, answers{"", "", ""}, answers{"TIMEOUT", "TIMEOUT", ""}},
+			{"its egress allows the backends", backends, false, answers{"", "", "TIMEOUT"}, answers{"", "", "TIMEOUT"}},
+			{"its egress allows the frontend addresses", addresses, false, answers{"TIMEOUT", "TIMEOUT", ""}, answers{"TIMEOUT", "TIMEOUT", ""}},
 			// Masqueraded by kube-proxy on the node that translates:
 			// iptables judges a backend on that node in FORWARD, before
-			// the masquerade, eBPF in to_pod, after it. What goes to node
-			// 2's address left node 1 masqueraded already (lockstep's
-			// masquerade: not a pod address).
+			// the masquerade, eBPF in to_pod, after it: the one answer
+			// that differs. What goes to node 2's address left node 1
+			// masqueraded already (lockstep's masquerade: not a pod
+			// address).
 			{"its egress allows both and the backends admit only it", both, true, answers{"TIMEOUT", "TIMEOUT", "TIMEOUT"}, answers{"TIMEOUT", "", "TIMEOUT"}},
 		} {
 			manifests := []string{egressPolicy(ns, "ext-client-egress", "ext-client", step.egress)}
@@ -344,7 +346,7 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 			if ebpf {
 				want = step.ebpf
 			}
-			what := fmt.Sprintf("x1, when %s, to connect through the frontends kube-proxy keeps with outcomes %+v", step.name, want)
+			what := fmt.Sprintf("x1, when %s, to connect through the externalIPs, load-balancer IPs and NodePorts with outcomes %+v", step.name, want)
 			// A round that waits out its TIMEOUTs takes about 40 s.
 			err := realnode.Poll(t.Context(), 3*time.Minute, time.Second, what, func() (bool, string, error) {
 				var got []string
