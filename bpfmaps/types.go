@@ -288,6 +288,10 @@ const (
 	// route past the node's stack when they can (C: CT_ROUTED,
 	// bpf/lib/route.h).
 	CTRouted uint32 = 1 << 13
+	// CTSvcMark, in SvcCTEntry.Flags of a CTSvcFwd entry: the frontend
+	// carries a mark (SvcValue.Mark, kube-proxy's masquerade mark), which
+	// every packet the client sends gets (C: CT_SVC_MARK).
+	CTSvcMark uint32 = 1 << 14
 )
 
 // CTShareKey is the key of CTShareMap and CTReleasedMap for the

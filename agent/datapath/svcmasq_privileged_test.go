@@ -3,12 +3,14 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os/exec"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"lockstep.dev/lockstep/agent/policy"
@@ -90,5 +92,73 @@ func TestPrivilegedServiceExternalFrontendMasquerade(t *testing.T) {
 	got, err := askTCP(c.ns, hostPort(rtFrontend4, "80"), 2*time.Second)
 	if host, _, _ := net.SplitHostPort(got); err != nil || host != trClient4 {
 		t.Errorf("connect to the ClusterIP %s: server saw %q, %v; want %s", rtFrontend4, got, err, trClient4)
+	}
+}
+
+// The mark of an external frontend is on every packet the client sends,
+// the first (from svc_connect) and the later ones, from the flow cache and
+// from lockstep_svc_ct: the node's conntrack may start the connection at
+// any of them. A ClusterIP's packets and the replies carry none. Both
+// families, TCP and UDP.
+func TestPrivilegedServiceExternalFrontendMarksEveryPacket(t *testing.T) {
+	testenv.Privileged(t)
+	d := newTestDatapath(t)
+	d.fakeAttach(podIf, loIfindex)
+	st := svcScenario()
+	for _, fam := range svcFamilies {
+		ext := map[string]string{"v4": extFrontend4, "v6": extFrontend6}[fam.name]
+		for proto, pp := range webPorts {
+			st.Services[frontend(ext, proto, pp[0])] = &policy.ServiceEntry{Service: "ns/web", Backends: backends(pp[1], fam.backend), External: true}
+		}
+	}
+	mustApply(t, d, st)
+	// mark runs prog on p and returns the tc action and the mark it left.
+	mark := func(prog *ebpf.Program, p packet) (uint32, uint32) {
+		t.Helper()
+		raw := csumFrame(p)
+		// The kernel writes a whole struct __sk_buff back; its mark is
+		// the third 32-bit word, as in skbContext.
+		out := make([]byte, 256)
+		opts := &ebpf.RunOptions{Data: raw, DataOut: make([]byte, len(raw)+512),
+			Context: skbContext{IngressIfindex: forwardedIfindex}, ContextOut: out}
+		ret, err := prog.Run(opts)
+		if err != nil {
+			t.Fatalf("run %s: %v", prog, err)
+		}
+		return ret, binary.NativeEndian.Uint32(out[8:12])
+	}
+	for _, fam := range svcFamilies {
+		ext := map[string]string{"v4": extFrontend4, "v6": extFrontend6}[fam.name]
+		for _, proto := range []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP} {
+			for _, to := range []struct {
+				frontend string
+				want     uint32
+			}{{ext, DefaultMasqueradeMark}, {fam.web, 0}} {
+				t.Run(fmt.Sprintf("%s/%s/%s", fam.name, protoName(proto), to.frontend), func(t *testing.T) {
+					d.flushCT(t)
+					fport, bport := webPorts[proto][0], webPorts[proto][1]
+					req := packet{src: fam.pod, dst: to.frontend, proto: proto, sport: 41000, dport: fport, seq: 1000}
+					if ret, got := mark(d.fromPod, req); ret != actOK || got != to.want {
+						t.Errorf("first packet: %s, mark %#x; want OK, mark %#x", actName(ret), got, to.want)
+					}
+					reply := packet{src: fam.backend, dst: fam.pod, proto: proto, sport: bport, dport: 41000, tcpFlags: 0x12, seq: 5000, ackSeq: 1001}
+					if ret, got := mark(d.toPod, reply); ret != actOK || got != 0 {
+						t.Errorf("reply: %s, mark %#x; want OK, no mark", actName(ret), got)
+					}
+					for _, path := range []string{"flow cache", "table"} {
+						if path == "table" {
+							if err := d.bumpCTEpoch(); err != nil {
+								t.Fatal(err)
+							}
+						}
+						next := req
+						next.tcpFlags, next.seq, next.ackSeq = 0x10, 1001, 5001
+						if ret, got := mark(d.fromPod, next); ret != actOK || got != to.want {
+							t.Errorf("later packet (%s): %s, mark %#x; want OK, mark %#x", path, actName(ret), got, to.want)
+						}
+					}
+				})
+			}
+		}
 	}
 }

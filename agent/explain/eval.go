@@ -145,24 +145,33 @@ func (ix *index) serviceAt(a netip.Addr) *policyapi.Service {
 	return nil
 }
 
-// externalServiceAt returns the namespace/name of a Service that has a as
-// an external frontend (see policy.ServiceEntry.External) on port/proto,
-// or "".
-func (ix *index) externalServiceAt(a netip.Addr, port uint16, proto policyapi.Protocol) string {
+// here is the node the snapshot is of, as the compiler translates for it.
+func (ix *index) here() policyapi.Node {
+	return policyapi.Node{Name: ix.s.Node, Zone: ix.s.Zone, Addrs: ix.s.NodeAddrs}
+}
+
+// externalFrontend returns the entry of the external frontend a, port,
+// proto is on this node (see policy.ServiceEntry.External), or nil.
+func (ix *index) externalFrontend(a netip.Addr, port uint16, proto policyapi.Protocol) (*policy.ServiceEntry, error) {
 	num, err := proto.Number()
 	if err != nil {
-		return ""
+		return nil, nil // the caller's answer says so
 	}
-	for _, svc := range ix.s.Services {
-		cs, err := policyapi.ParseService(svc)
-		if err != nil || cs.ExternalLocal || cs.OtherProxy || !slices.Contains(cs.External, a) {
-			continue
-		}
-		if slices.ContainsFunc(cs.Ports, func(p policyapi.ParsedServicePort) bool { return p.Port == port && p.Proto == num }) {
-			return cs.Name
-		}
+	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, ix.here())
+	if err != nil {
+		return nil, err
 	}
-	return ""
+	if e := table[policy.ServiceFrontend{Addr: a, Port: port, Proto: num}]; e != nil && e.External {
+		return e, nil
+	}
+	return nil, nil
+}
+
+// externalFrontendError is explain's answer for a connection to an
+// external frontend e: not modelled.
+func externalFrontendError(q Query, e *policy.ServiceEntry, proto policyapi.Protocol) error {
+	return fmt.Errorf("explain --to %s: %w: on %d/%s it is an externalIP, load-balancer IP or NodePort of service %s, which the dataplanes translate and kube-proxy masquerades, so its backends judge the connection from the node's address; explain does not model that: name a backend pod to judge egress",
+		q.To, ErrServiceAddress, q.Port, proto, e.Service)
 }
 
 // side judges c in direction dir: the source's egress or the

@@ -261,9 +261,10 @@ func Explain(s *policy.Snapshot, q Query) (*Result, error) {
 		if svc := ix.serviceAt(to.prefix.Addr()); svc != nil {
 			return ix.viaService(q, proto, from)
 		}
-		if name := ix.externalServiceAt(to.prefix.Addr(), q.Port, proto); name != "" {
-			return nil, fmt.Errorf("explain --to %s: %w: it is an externalIP or load-balancer IP of service %s on port %d/%s, which the dataplanes translate and kube-proxy masquerades, so its backends judge the connection from the node's address; explain does not model that: name a backend pod to judge egress",
-				q.To, ErrServiceAddress, name, q.Port, proto)
+		if e, err := ix.externalFrontend(to.prefix.Addr(), q.Port, proto); err != nil {
+			return nil, fmt.Errorf("explain --to %s: translate the Services: %w", q.To, err)
+		} else if e != nil {
+			return nil, externalFrontendError(q, e, proto)
 		}
 	}
 	family := q.Family

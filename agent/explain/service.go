@@ -34,17 +34,21 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 	// internalTrafficPolicy Local and topology hints are decided on the
 	// client's node, as kube-proxy decides them there: the pod's own node
 	// in Kubernetes mode (a snapshot with a Node), this node for anyone
-	// else. The agent knows only its own node's zone: a pod of another
-	// node is taken to be in no zone, where zone hints narrow nothing.
-	node, zone := ix.s.Node, ix.s.Zone
-	if node != "" && from.isPod() && from.pod.Spec.NodeName != "" && from.pod.Spec.NodeName != node {
-		node, zone = from.pod.Spec.NodeName, ""
+	// else. The agent knows only its own node's zone and addresses: a pod
+	// of another node is taken to be in no zone, where zone hints narrow
+	// nothing, and to have no NodePorts.
+	at := ix.here()
+	if at.Name != "" && from.isPod() && from.pod.Spec.NodeName != "" && from.pod.Spec.NodeName != at.Name {
+		at = policyapi.Node{Name: from.pod.Spec.NodeName}
 	}
-	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, node, zone)
+	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, at)
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: translate the Services: %w", q.To, err)
 	}
 	entry := table[policy.ServiceFrontend{Addr: addr, Port: q.Port, Proto: num}]
+	if entry != nil && entry.External {
+		return nil, externalFrontendError(q, entry, proto)
+	}
 	if entry == nil {
 		return nil, fmt.Errorf("explain --to %s: %w: service %s has no port %d/%s (its ports: %s); --port is a Service port",
 			q.To, ErrServiceAddress, name, q.Port, proto, servicePorts(svc))
@@ -68,7 +72,7 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 	if entry.NoLocalBackend {
 		res.Verdict = Deny
 		res.Reason = fmt.Sprintf("no local backend: %s has internalTrafficPolicy Local and no ready endpoint on node %s for %d/%s over IPv%d (other nodes have some), so the connection is dropped, as kube-proxy drops it",
-			name, node, q.Port, proto, family)
+			name, at.Name, q.Port, proto, family)
 		return res, nil
 	}
 	if len(res.Backends) == 0 {

@@ -312,8 +312,15 @@ func TestExplainServiceErrors(t *testing.T) {
 	other := service("x", "other", []string{"10.96.0.60"}, map[string]string{"app": "web"}, svcPort("", "", 80, nil))
 	other.Labels = map[string]string{policyapi.ServiceProxyNameLabel: "mesh"}
 	exposed := service("x", "exposed", []string{"10.96.0.61"}, map[string]string{"app": "web"}, svcPort("", "", 80, nil))
+	exposed.Spec.Type, exposed.Spec.Ports[0].NodePort = policyapi.ServiceTypeLoadBalancer, 30080
 	exposed.Spec.ExternalIPs = []string{"198.51.100.10"}
-	snap.Services = append(snap.Services, headless, other, exposed)
+	exposed.Status.LoadBalancer.Ingress = []policyapi.LoadBalancerIngress{{IP: "198.51.100.20"}}
+	// An externalIP on another Service's ClusterIP, on a port that one
+	// does not have: the frontend is external.
+	squat := service("x", "squat", []string{"10.96.0.62"}, map[string]string{"app": "web"}, svcPort("", "", 81, nil))
+	squat.Spec.ExternalIPs = []string{"10.96.0.61"}
+	snap.Services = append(snap.Services, headless, other, exposed, squat)
+	snap.NodeAddrs = []netip.Addr{netip.MustParseAddr("192.168.0.11")}
 	for _, tc := range []struct {
 		from, to, port string
 		family         int
@@ -322,8 +329,11 @@ func TestExplainServiceErrors(t *testing.T) {
 	}{
 		{"x/client", "svc/x/web", "8080", 0, ErrServiceAddress, "service x/web has no port 8080/TCP (its ports: 80/TCP); --port is a Service port"},
 		{"x/client", "10.96.0.10", "53/sctp", 0, ErrServiceAddress, "its ports: 53/UDP, 53/TCP"},
-		{"x/client", "svc/x/nothing", "80", 0, ErrUnknownService, "the Services of namespace x are dns, exposed, gate, headless, nobody, other, unready, web"},
-		{"x/client", "198.51.100.10", "80", 0, ErrServiceAddress, "externalIP or load-balancer IP of service x/exposed on port 80/TCP"},
+		{"x/client", "svc/x/nothing", "80", 0, ErrUnknownService, "the Services of namespace x are dns, exposed, gate, headless, nobody, other, squat, unready, web"},
+		{"x/client", "198.51.100.10", "80", 0, ErrServiceAddress, "on 80/TCP it is an externalIP, load-balancer IP or NodePort of service x/exposed"},
+		{"x/client", "198.51.100.20", "80", 0, ErrServiceAddress, "NodePort of service x/exposed"},
+		{"x/client", "192.168.0.11", "30080", 0, ErrServiceAddress, "NodePort of service x/exposed"},
+		{"x/client", "10.96.0.61", "81", 0, ErrServiceAddress, "NodePort of service x/squat"},
 		{"x/client", "10.96.0.60", "80", 0, ErrServiceAddress, `service x/other is labelled service.kubernetes.io/service-proxy-name="mesh": that proxy translates it`},
 		{"x/client", "svc/y/web", "80", 0, ErrUnknownService, "the Services of namespace y are none"},
 		{"x/client", "svc/x/headless", "80", 0, ErrServiceAddress, "headless or ExternalName"},

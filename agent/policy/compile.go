@@ -55,9 +55,8 @@ type Snapshot struct {
 	// endpoints' zone hints name (see policyapi.EndpointHints); empty
 	// matches none.
 	Zone string
-	// NodeAddrs are this node's addresses (its Node's InternalIPs and
-	// ExternalIPs), where pods reach its NodePorts (see
-	// ServiceEntry.External).
+	// NodeAddrs are this node's addresses (its Node's InternalIPs), where
+	// pods reach its NodePorts (see ServiceEntry.External).
 	NodeAddrs []netip.Addr
 	// Limits bound what each namespace's policies may ask of the node; a
 	// namespace over them has its policies failed closed (see

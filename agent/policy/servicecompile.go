@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -55,6 +56,9 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 // internalTrafficPolicy Cluster (the external traffic policy decides
 // which endpoints serve them, not the internal one). With
 // externalTrafficPolicy Local there are none (ParsedService.ExternalLocal).
+// A Service with more than MaxExternalFrontends of them has none either:
+// kube-proxy keeps them, so that one Service cannot fill the node's
+// frontend table (which would refuse every Service's change).
 func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, at policyapi.Node) {
 	if cs.ExternalLocal {
 		return
@@ -62,24 +66,42 @@ func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.Parsed
 	hasFamily := func(a netip.Addr) bool {
 		return slices.ContainsFunc(cs.Addrs, func(c netip.Addr) bool { return c.Is4() == a.Is4() })
 	}
-	add := func(a netip.Addr, port uint16, sp policyapi.ParsedServicePort) {
+	ext := make(map[ServiceFrontend]*ServiceEntry)
+	add := func(a netip.Addr, port uint16, sp policyapi.ParsedServicePort, fromExternalIPs bool) {
 		a = a.Unmap()
 		if port == 0 || !hasFamily(a) {
 			return
 		}
-		e := &ServiceEntry{Service: cs.Name, AffinityTimeout: cs.Affinity, External: true}
+		fe := ServiceFrontend{Addr: a, Port: port, Proto: sp.Proto}
+		if e := ext[fe]; e != nil && !e.FromExternalIPs {
+			return // an address both an externalIP and the cluster's is the cluster's
+		}
+		e := &ServiceEntry{Service: cs.Name, AffinityTimeout: cs.Affinity, External: true, FromExternalIPs: fromExternalIPs}
 		e.Backends, _ = backends(sl, a.Is4(), sp, nil, topologyFilter(sl, a.Is4(), sp, at))
-		out[ServiceFrontend{Addr: a, Port: port, Proto: sp.Proto}] = e
+		ext[fe] = e
 	}
 	for _, sp := range cs.Ports {
-		for _, a := range cs.External {
-			add(a, sp.Port, sp)
+		for _, a := range cs.ExternalIPs {
+			add(a, sp.Port, sp, true)
+		}
+		for _, a := range cs.LoadBalancerIPs {
+			add(a, sp.Port, sp, false)
 		}
 		for _, a := range at.Addrs {
-			add(a, sp.NodePort, sp)
+			add(a, sp.NodePort, sp, false)
+		}
+		if len(ext) > MaxExternalFrontends {
+			return
 		}
 	}
+	maps.Copy(out, ext)
 }
+
+// MaxExternalFrontends is the most external frontends (externalIPs and
+// load-balancer IPs times ports, NodePorts times the node's addresses)
+// lockstep translates for one Service; kube-proxy keeps those of a Service
+// with more.
+const MaxExternalFrontends = 256
 
 // endpointLocal reports whether ep runs on node: its nodeName is node, as
 // kube-proxy decides. Without a node (the standalone agent, which has no
@@ -231,17 +253,21 @@ func slicePortMatches(p policyapi.EndpointSlicePort, sp policyapi.ParsedServiceP
 }
 
 // compareClaim orders two Services' entries for one frontend, a of the
-// Service ak and b of bk: a ClusterIP before an external frontend (see
-// ServiceEntry.External: an externalIP cannot take another Service's
-// ClusterIP), then by namespace/name.
+// Service ak and b of bk: a ClusterIP first, then a load-balancer IP or
+// NodePort, then an externalIP (see ServiceEntry.FromExternalIPs), then by
+// namespace/name.
 func compareClaim(ak objKey, a *ServiceEntry, bk objKey, b *ServiceEntry) int {
-	if a.External != b.External {
-		if b.External {
-			return -1
-		}
+	return cmp.Or(cmp.Compare(claimRank(a), claimRank(b)), compareObjKey(ak, bk))
+}
+
+func claimRank(e *ServiceEntry) int {
+	switch {
+	case !e.External:
+		return 0
+	case !e.FromExternalIPs:
 		return 1
 	}
-	return compareObjKey(ak, bk)
+	return 2
 }
 
 func compareBackend(a, b ServiceBackend) int {
@@ -254,7 +280,7 @@ func compareBackend(a, b ServiceBackend) int {
 // sameEntry reports whether two entries translate alike.
 func sameEntry(a, b *ServiceEntry) bool {
 	return a.Service == b.Service && a.AffinityTimeout == b.AffinityTimeout && a.NoLocalBackend == b.NoLocalBackend &&
-		a.External == b.External && slices.Equal(a.Backends, b.Backends)
+		a.External == b.External && a.FromExternalIPs == b.FromExternalIPs && slices.Equal(a.Backends, b.Backends)
 }
 
 // compileServices computes Desired.Services of a snapshot: each Service's

@@ -98,7 +98,7 @@ func be(s ...string) []ServiceBackend {
 func describeServices(m map[ServiceFrontend]*ServiceEntry) string {
 	var lines []string
 	for fe, e := range m {
-		lines = append(lines, fmt.Sprintf("%s:%d/%d -> %s %v affinity %v no-local %t external %t", fe.Addr, fe.Port, fe.Proto, e.Service, e.Backends, e.AffinityTimeout, e.NoLocalBackend, e.External))
+		lines = append(lines, fmt.Sprintf("%s:%d/%d -> %s %v affinity %v no-local %t external %t from-externalIPs %t", fe.Addr, fe.Port, fe.Proto, e.Service, e.Backends, e.AffinityTimeout, e.NoLocalBackend, e.External, e.FromExternalIPs))
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
@@ -596,11 +596,6 @@ func TestCompileServiceErrors(t *testing.T) {
 		{"duplicate port", mkService("prod", "s", []string{"10.96.0.1"}, "a:80", "b:80/TCP"), "duplicate port 80/TCP"},
 		{"port out of range", mkService("prod", "s", []string{"10.96.0.1"}, ":0"), "port 0 out of range"},
 		{"bad protocol", mkService("prod", "s", []string{"10.96.0.1"}, ":80/ICMP"), "unknown protocol"},
-		{"bad externalIP", func() *policyapi.Service {
-			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
-			s.Spec.ExternalIPs = []string{"192.0.2.1", "192.0.2"}
-			return s
-		}(), `spec.externalIPs[1]: "192.0.2" is not an IP address`},
 		{"bad externalTrafficPolicy", func() *policyapi.Service {
 			s := mkService("prod", "s", []string{"10.96.0.1"}, ":80")
 			s.Spec.ExternalTrafficPolicy = "Nearby"

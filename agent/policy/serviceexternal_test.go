@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/netip"
+	"reflect"
 	"testing"
 
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
@@ -12,9 +13,11 @@ import (
 // VIP, NodePorts on the node's addresses) are translated too, to every
 // ready endpoint, marked External (masqueraded), for the families the
 // Service has a ClusterIP of; none with externalTrafficPolicy Local, for
-// load-balancer IPs guarded by source ranges, for a headless Service or
-// one of another proxy; a ClusterIP keeps its frontend against another
-// Service's externalIP. Compile and the incremental compiler agree.
+// load-balancer IPs guarded by source ranges, for a headless Service, one
+// of another proxy, or one with more than MaxExternalFrontends. When
+// Services claim one frontend, a ClusterIP wins, then a load-balancer IP
+// or NodePort, then an externalIP. Compile and the incremental compiler
+// agree.
 func TestCompileServicesExternalFrontends(t *testing.T) {
 	v4 := []string{"10.96.0.10"}
 	nodeAddrs := []netip.Addr{netip.MustParseAddr("192.168.0.11"), netip.MustParseAddr("fd00:1::11")}
@@ -32,6 +35,7 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 		}
 		return s
 	}
+	// lbIPs gives s load-balancer IPs 198.51.100.20 and on, of the modes.
 	lbIPs := func(s *policyapi.Service, modes ...string) {
 		for i, m := range modes {
 			in := policyapi.LoadBalancerIngress{IP: netip.AddrFrom4([4]byte{198, 51, 100, byte(20 + i)}).String()}
@@ -45,8 +49,18 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 	all := be("10.0.0.1:8080", "10.0.0.2:8080")
 	web := slice("web", on(ep("10.0.0.1"), "n1"), on(ep("10.0.0.2"), "n2"))
 	clusterIP := fe("10.96.0.10", 80, policyapi.ProtoTCP)
+	tcp := func(a string, port uint16) ServiceFrontend { return fe(a, port, policyapi.ProtoTCP) }
+	// ext is the entry of an externalIP, lb that of a load-balancer IP or
+	// NodePort.
 	ext := func(svc string, b []ServiceBackend) *ServiceEntry {
+		return &ServiceEntry{Service: "prod/" + svc, Backends: b, External: true, FromExternalIPs: true}
+	}
+	lb := func(svc string, b []ServiceBackend) *ServiceEntry {
 		return &ServiceEntry{Service: "prod/" + svc, Backends: b, External: true}
+	}
+	many := svc("many", policyapi.ServiceTypeNodePort, v4, nil)
+	for i := range MaxExternalFrontends {
+		many.Spec.ExternalIPs = append(many.Spec.ExternalIPs, netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}).String())
 	}
 	tests := []struct {
 		name   string
@@ -55,32 +69,33 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 		want   map[ServiceFrontend]*ServiceEntry
 	}{
 		{
-			name: "NodePort with externalIPs: each of its family, and the node's addresses of it",
+			name: "NodePort with externalIPs: each of its family that parses, and the node's addresses of it",
 			svcs: []*policyapi.Service{svc("web", policyapi.ServiceTypeNodePort, v4, func(s *policyapi.Service) {
-				s.Spec.ExternalIPs = []string{"192.0.2.1", "2001:db8::1", "::ffff:192.0.2.2", "192.0.2.1"}
+				s.Spec.ExternalIPs = []string{"192.0.2.1", "2001:db8::1", "::ffff:192.0.2.2", "192.0.2.1", "192.0.2", "192.168.001.010"}
 			})},
 			slices: []*policyapi.EndpointSlice{web},
 			want: map[ServiceFrontend]*ServiceEntry{
-				clusterIP:                                     {Service: "prod/web", Backends: all},
-				fe("192.0.2.1", 80, policyapi.ProtoTCP):       ext("web", all),
-				fe("192.0.2.2", 80, policyapi.ProtoTCP):       ext("web", all),
-				fe("192.168.0.11", 30080, policyapi.ProtoTCP): ext("web", all),
+				clusterIP:                  {Service: "prod/web", Backends: all},
+				tcp("192.0.2.1", 80):       ext("web", all),
+				tcp("192.0.2.2", 80):       ext("web", all),
+				tcp("192.168.0.11", 30080): lb("web", all),
 			},
 		},
 		{
-			name: "LoadBalancer: its VIP addresses, not those a proxy load balancer serves",
+			name: "LoadBalancer: its VIP addresses, not those a proxy load balancer serves; an externalIP that is also one is the cluster's",
 			svcs: []*policyapi.Service{svc("web", policyapi.ServiceTypeLoadBalancer, []string{"10.96.0.10", "fd00:96::10"}, func(s *policyapi.Service) {
 				lbIPs(s, "", "VIP", "Proxy")
 				s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, policyapi.LoadBalancerIngress{IP: "not-an-address"})
+				s.Spec.ExternalIPs = []string{"198.51.100.21"}
 			})},
 			slices: []*policyapi.EndpointSlice{web},
 			want: map[ServiceFrontend]*ServiceEntry{
-				clusterIP: {Service: "prod/web", Backends: all},
-				fe("fd00:96::10", 80, policyapi.ProtoTCP):     {Service: "prod/web"},
-				fe("198.51.100.20", 80, policyapi.ProtoTCP):   ext("web", all),
-				fe("198.51.100.21", 80, policyapi.ProtoTCP):   ext("web", all),
-				fe("192.168.0.11", 30080, policyapi.ProtoTCP): ext("web", all),
-				fe("fd00:1::11", 30080, policyapi.ProtoTCP):   ext("web", nil),
+				clusterIP:                  {Service: "prod/web", Backends: all},
+				tcp("fd00:96::10", 80):     {Service: "prod/web"},
+				tcp("198.51.100.20", 80):   lb("web", all),
+				tcp("198.51.100.21", 80):   lb("web", all),
+				tcp("192.168.0.11", 30080): lb("web", all),
+				tcp("fd00:1::11", 30080):   lb("web", nil),
 			},
 		},
 		{
@@ -92,9 +107,9 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 			})},
 			slices: []*policyapi.EndpointSlice{web},
 			want: map[ServiceFrontend]*ServiceEntry{
-				clusterIP:                                     {Service: "prod/web", Backends: all},
-				fe("192.0.2.1", 80, policyapi.ProtoTCP):       ext("web", all),
-				fe("192.168.0.11", 30080, policyapi.ProtoTCP): ext("web", all),
+				clusterIP:                  {Service: "prod/web", Backends: all},
+				tcp("192.0.2.1", 80):       ext("web", all),
+				tcp("192.168.0.11", 30080): lb("web", all),
 			},
 		},
 		{
@@ -115,8 +130,8 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 			})},
 			slices: []*policyapi.EndpointSlice{web},
 			want: map[ServiceFrontend]*ServiceEntry{
-				clusterIP: {Service: "prod/web", Backends: be("10.0.0.1:8080")},
-				fe("192.168.0.11", 30080, policyapi.ProtoTCP): ext("web", all),
+				clusterIP:                  {Service: "prod/web", Backends: be("10.0.0.1:8080")},
+				tcp("192.168.0.11", 30080): lb("web", all),
 			},
 		},
 		{
@@ -133,24 +148,109 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 			want:   map[ServiceFrontend]*ServiceEntry{clusterIP: {Service: "prod/web", Backends: all}},
 		},
 		{
-			name: "an externalIP cannot take another Service's ClusterIP; two externalIPs go to the first by name",
+			name: "an externalIP takes no other Service's ClusterIP, load-balancer IP or NodePort; two externalIPs go to the first by name",
 			svcs: []*policyapi.Service{
-				svc("web", policyapi.ServiceTypeClusterIP, v4, nil),
-				svc("a-hijack", policyapi.ServiceTypeClusterIP, []string{"10.96.0.11"}, func(s *policyapi.Service) { s.Spec.ExternalIPs = []string{"10.96.0.10", "192.0.2.1"} }),
+				svc("web", policyapi.ServiceTypeLoadBalancer, v4, func(s *policyapi.Service) { lbIPs(s, "") }),
+				svc("a-hijack", policyapi.ServiceTypeClusterIP, []string{"10.96.0.11"}, func(s *policyapi.Service) {
+					s.Spec.ExternalIPs = []string{"10.96.0.10", "192.0.2.1", "198.51.100.20", "192.168.0.11"}
+					s.Spec.Ports = append(s.Spec.Ports, policyapi.ServicePort{Name: "np", Port: 30080})
+					s.Spec.Ports[0].Name = "http"
+				}),
 				svc("b-other", policyapi.ServiceTypeClusterIP, []string{"10.96.0.12"}, func(s *policyapi.Service) { s.Spec.ExternalIPs = []string{"192.0.2.1"} }),
 			},
-			slices: []*policyapi.EndpointSlice{web, slice("a-hijack", ep("10.0.0.9"))},
+			slices: []*policyapi.EndpointSlice{web},
 			want: map[ServiceFrontend]*ServiceEntry{
-				clusterIP:                                {Service: "prod/web", Backends: all},
-				fe("10.96.0.11", 80, policyapi.ProtoTCP): {Service: "prod/a-hijack", Backends: be("10.0.0.9:8080")},
-				fe("10.96.0.12", 80, policyapi.ProtoTCP): {Service: "prod/b-other"},
-				fe("192.0.2.1", 80, policyapi.ProtoTCP):  ext("a-hijack", be("10.0.0.9:8080")),
+				clusterIP:                   {Service: "prod/web", Backends: all},
+				tcp("198.51.100.20", 80):    lb("web", all),
+				tcp("192.168.0.11", 30080):  lb("web", all),
+				tcp("10.96.0.11", 80):       {Service: "prod/a-hijack"},
+				tcp("10.96.0.11", 30080):    {Service: "prod/a-hijack"},
+				tcp("10.96.0.12", 80):       {Service: "prod/b-other"},
+				tcp("192.0.2.1", 80):        ext("a-hijack", nil),
+				tcp("192.0.2.1", 30080):     ext("a-hijack", nil),
+				tcp("10.96.0.10", 30080):    ext("a-hijack", nil),
+				tcp("198.51.100.20", 30080): ext("a-hijack", nil),
+				tcp("192.168.0.11", 80):     ext("a-hijack", nil),
 			},
+		},
+		{
+			// 256 externalIPs and one NodePort: one more than it may have.
+			name:   "more than MaxExternalFrontends: only the ClusterIP, the rest is kube-proxy's",
+			svcs:   []*policyapi.Service{many},
+			slices: []*policyapi.EndpointSlice{slice("many", ep("10.0.0.1"))},
+			want:   map[ServiceFrontend]*ServiceEntry{clusterIP: {Service: "prod/many", Backends: be("10.0.0.1:8080")}},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			checkServicesBothWays(t, &Snapshot{Services: tc.svcs, EndpointSlices: tc.slices, Node: "n1", NodeAddrs: nodeAddrs}, tc.want)
 		})
+	}
+}
+
+// TestIncrementalExternalClaims: the incremental compiler follows the
+// claims on external frontends through changes as Compile computes them
+// afresh: the owner deleted and back, a Service's address moving between
+// its externalIPs and its load balancer's, the node's addresses changing.
+func TestIncrementalExternalClaims(t *testing.T) {
+	web := mkService("prod", "web", []string{"10.96.0.10"}, ":80")
+	web.Spec.Type = policyapi.ServiceTypeLoadBalancer
+	web.Spec.Ports[0].NodePort = 30080
+	web.Status.LoadBalancer.Ingress = []policyapi.LoadBalancerIngress{{IP: "198.51.100.20"}}
+	hijack := mkService("prod", "a-hijack", []string{"10.96.0.11"}, ":80")
+	hijack.Spec.ExternalIPs = []string{"198.51.100.20"}
+	webExternal := mkService("prod", "web", []string{"10.96.0.10"}, ":80")
+	webExternal.Spec.ExternalIPs = []string{"198.51.100.20"}
+	sl := []*policyapi.EndpointSlice{mkSlice("prod", "web-1", "web", policyapi.AddressTypeIPv4, []string{":8080"}, ep("10.0.0.1"))}
+	addrs1 := []netip.Addr{netip.MustParseAddr("192.168.0.11")}
+	addrs2 := []netip.Addr{netip.MustParseAddr("192.168.0.12")}
+
+	inc := NewIncremental()
+	inc.SetNode("n1")
+	for _, s := range sl {
+		inc.SetEndpointSlice(s)
+	}
+	owner := func(d *Desired, addr string, port uint16) string {
+		if e := d.Services[fe(addr, port, policyapi.ProtoTCP)]; e != nil {
+			return e.Service
+		}
+		return ""
+	}
+	for _, step := range []struct {
+		name          string
+		do            func()
+		svcs          []*policyapi.Service
+		addrs         []netip.Addr
+		lbOwner, node string // the owners of 198.51.100.20:80 and of the NodePort on addrs[0]
+	}{
+		{"both", func() { inc.SetService(web); inc.SetService(hijack); inc.SetNodeAddrs(addrs1) }, []*policyapi.Service{web, hijack}, addrs1, "prod/web", "prod/web"},
+		{"the load balancer's Service deleted", func() { inc.DeleteService("prod", "web") }, []*policyapi.Service{hijack}, addrs1, "prod/a-hijack", ""},
+		{"back", func() { inc.SetService(web) }, []*policyapi.Service{web, hijack}, addrs1, "prod/web", "prod/web"},
+		{"its address now an externalIP of its own", func() { inc.SetService(webExternal) }, []*policyapi.Service{webExternal, hijack}, addrs1, "prod/a-hijack", ""},
+		{"a load balancer's again, the node's address changed", func() { inc.SetService(web); inc.SetNodeAddrs(addrs2) }, []*policyapi.Service{web, hijack}, addrs2, "prod/web", "prod/web"},
+		{"the node's addresses gone", func() { inc.SetNodeAddrs(nil) }, []*policyapi.Service{web, hijack}, nil, "prod/web", ""},
+	} {
+		step.do()
+		got, err := inc.Compile()
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		want, err := Compile(&Snapshot{Services: step.svcs, EndpointSlices: sl, Node: "n1", NodeAddrs: step.addrs})
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if !reflect.DeepEqual(got.Services, want.Services) {
+			t.Errorf("%s: Incremental\n%s\nCompile\n%s", step.name, describeServices(got.Services), describeServices(want.Services))
+		}
+		if o := owner(got, "198.51.100.20", 80); o != step.lbOwner {
+			t.Errorf("%s: 198.51.100.20:80 is %q's, want %q's", step.name, o, step.lbOwner)
+		}
+		node := "192.168.0.11"
+		if len(step.addrs) > 0 {
+			node = step.addrs[0].String()
+		}
+		if o := owner(got, node, 30080); o != step.node {
+			t.Errorf("%s: %s:30080 is %q's, want %q's", step.name, node, o, step.node)
+		}
 	}
 }

@@ -52,7 +52,13 @@ type ServiceEntry struct {
 	// externalTrafficPolicy is Cluster. kube-proxy masquerades connections
 	// to those (their backends see the node's address), so a dataplane
 	// that translates one in kube-proxy's place asks kube-proxy to
-	// masquerade it as its own. A ClusterIP frontend wins over an external
-	// one of another Service at the same address, port and protocol.
+	// masquerade it as its own.
 	External bool
+	// FromExternalIPs: an External frontend whose address is one of the
+	// Service's spec.externalIPs, which its author chose (the others'
+	// addresses are the cluster's: a load balancer's, the node's). When
+	// Services claim one frontend, a ClusterIP wins, then a load-balancer
+	// IP or NodePort, then an externalIP (see compareClaim), so that an
+	// externalIP takes no other Service's traffic.
+	FromExternalIPs bool
 }

@@ -333,13 +333,14 @@ func convertHints(h *discoveryv1.EndpointHints) *policyapi.EndpointHints {
 }
 
 // ConvertNode returns what translation needs of a Node: its name, zone
-// (the policyapi.ZoneLabel label) and InternalIP and ExternalIP addresses
-// (unmapped, each once, in the Node's order; one that does not parse is
-// left out), where pods reach its NodePorts.
+// (the policyapi.ZoneLabel label) and InternalIPs (unmapped, each once, in
+// the Node's order; one that does not parse is left out), where pods
+// reach its NodePorts. Its ExternalIPs are not among them: often a cloud's
+// address the node does not have, where kube-proxy serves no NodePort.
 func ConvertNode(n *corev1.Node) *policyapi.Node {
 	out := &policyapi.Node{Name: n.Name, Zone: n.Labels[policyapi.ZoneLabel]}
 	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+		if a.Type != corev1.NodeInternalIP {
 			continue
 		}
 		addr, err := netip.ParseAddr(a.Address)

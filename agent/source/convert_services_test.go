@@ -207,14 +207,14 @@ func TestConvertEndpointSlice(t *testing.T) {
 			{Type: corev1.NodeHostName, Address: "node-a"},
 			{Type: corev1.NodeInternalIP, Address: "192.0.2.1"},
 			{Type: corev1.NodeInternalIP, Address: "not-an-address"},
-			{Type: corev1.NodeExternalIP, Address: "::ffff:198.51.100.1"},
+			{Type: corev1.NodeExternalIP, Address: "198.51.100.1"},
+			{Type: corev1.NodeInternalIP, Address: "::ffff:192.0.2.1"},
 			{Type: corev1.NodeInternalIP, Address: "2001:db8::1"},
-			{Type: corev1.NodeExternalIP, Address: "192.0.2.1"},
 			{Type: corev1.NodeInternalDNS, Address: "node-a.internal"},
 		}},
 	}
 	wantNode := &policyapi.Node{Name: "node-a", Zone: "z1", Addrs: []netip.Addr{
-		netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("2001:db8::1"),
+		netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1"),
 	}}
 	for name, obj := range map[string]*corev1.Node{"as listed": n, "as cached": trim(n.DeepCopy()).(*corev1.Node)} {
 		if got := ConvertNode(obj); !reflect.DeepEqual(got, wantNode) {

@@ -9,7 +9,7 @@ import (
 )
 
 // nodesTableSchema: what Service translation needs of the agent's own Node
-// (policyapi.Node: its zone), by name. In Kubernetes mode the source keeps
+// (policyapi.Node: its zone and InternalIPs), by name. In Kubernetes mode the source keeps
 // the one row of the agent's Node; standalone has none. Not durable: a
 // restarted agent reads its Node again.
 func nodesTableSchema() *memdb.TableSchema {

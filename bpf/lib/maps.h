@@ -171,6 +171,12 @@ struct ct_entry {
  */
 #define CT_ROUTED (1U << 13)
 
+/* Flag of a CT_SVC_FWD entry: the connection's frontend carries a mark
+ * (svc_value.mark, kube-proxy's masquerade mark), which every packet the
+ * client sends gets (lib/service.h).
+ */
+#define CT_SVC_MARK (1U << 14)
+
 /* A connection lockstep translated for a Service: the flags and lifetime
  * of a ct_entry, and the address and port the translation writes. Keyed
  * by a ct_key like lockstep_ct; one entry for the tuple the client sends

@@ -17,15 +17,21 @@
  *     lockstep_svc_ct entries record the connection: the client's tuple
  *     (translated to the backend, CT_SVC_FWD) and the translated tuple
  *     (whose replies are translated back to the frontend, CT_SVC_REV);
- *     the frontend's mark, if any, is ORed into the translated packet's.
+ *     the frontend's mark, if any, is ORed into the translated packet's,
+ *     and into those of every later packet the client sends (CT_SVC_MARK).
  *
  * External frontends (an externalIP, a load-balancer IP, a NodePort on the
  * node's address) carry kube-proxy's masquerade mark: kube-proxy
  * masquerades its own translations of them, and the mark makes its
  * POSTROUTING rule masquerade lockstep's as well, so the backend sees the
- * node's address either way. Their connections are never host-routed
- * (lib/route.h), which would pass that rule by; the node's conntrack
- * undoes the masquerade on the reply, which to_pod then translates back.
+ * node's address either way. The node's nat table reads the mark only when
+ * its conntrack starts a connection, which may be later than lockstep's
+ * first packet: a first packet dropped before the node confirmed it, a UDP
+ * flow the node forgot before lockstep did, a flushed table. So every
+ * packet the client sends carries it. Their connections are never
+ * host-routed (lib/route.h), which would pass that rule by; the node's
+ * conntrack undoes the masquerade on the reply, which to_pod then
+ * translates back.
  * Later packets and replies find those entries in ct_lookup and are
  * translated alike (svc_tracked), whatever lockstep_services says by then:
  * a connection keeps its backend, as conntrack keeps it for kube-proxy.
@@ -163,6 +169,20 @@ static __always_inline void svc_affinity_touch(const struct pkt *p, const struct
 		a->last = now;
 }
 
+/* svc_mark_again ORs into skb's mark that of the frontend packet p of a
+ * CT_SVC_MARK connection is addressed to, in either parity (they differ
+ * only while a change is applied), when the frontend is still there.
+ */
+static __always_inline void svc_mark_again(struct __sk_buff *skb, const struct pkt *p)
+{
+	struct svc_key k = {.addr = p->daddr, .port = p->dport, .proto = p->proto};
+	struct svc_value *sv;
+
+	sv = bpf_map_lookup_elem(&lockstep_services, &k);
+	if (sv)
+		skb->mark |= sv->mark[0] | sv->mark[1];
+}
+
 /* svc_to_pod hands a packet from_pod rewrote back to the pod it came from
  * (hairpin, refusals): Ethernet addresses swapped, into the ingress of the
  * peer of the veth ifindex (the caller's, read once: see svc_tracked).
@@ -230,6 +250,8 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, __u32 ifindex, con
 	if (fwd && h->refreshed)
 		svc_affinity_touch(p, h, now);
 	if (fwd && !(h->flags & CT_SVC_HAIRPIN)) {
+		if (h->flags & CT_SVC_MARK)
+			svc_mark_again(skb, p);
 		svc_close_twin(ifindex, p, h, 0, now);
 		if (nat_one(skb, p, p->is_v6 ? IP6_DADDR_OFF : IP4_DADDR_OFF, p->l4_off + 2, &p->daddr,
 			    &h->nat_addr, p->dport, h->nat_port))
@@ -364,8 +386,9 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	 * node's stack (lib/route.h), but for a masquerade the stack does. */
 	routed = !hairpin && !mark && route_new(p, &s->b.addr) ? CT_ROUTED : 0;
 	o = ct_fill_key(&s->k, ifindex, p);
-	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o), CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0) | routed,
-		      &s->b.addr, s->b.port, p, now, &s->n);
+	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o),
+		      CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0) | routed | (mark ? CT_SVC_MARK : 0), &s->b.addr,
+		      s->b.port, p, now, &s->n);
 	o = ct_fill_key(&s->k, ifindex, t);
 	/* Hairpin: the translated packet reaches the pod from the frontend's
 	 * address, as if it came in; its replies go out through from_pod. */

@@ -115,13 +115,16 @@ type ParsedService struct {
 	// InternalLocal: internalTrafficPolicy Local, pods' connections go
 	// only to endpoints on their own node.
 	InternalLocal bool
-	// External are the externalIPs and load-balancer IPs (status, ipMode
-	// VIP) to translate like the ClusterIPs, unmapped, each once. The
-	// load-balancer IPs of a Service with loadBalancerSourceRanges are not
-	// among them: kube-proxy's firewall for them is its own.
-	External []netip.Addr
+	// ExternalIPs are the spec.externalIPs to translate like the
+	// ClusterIPs, unmapped, each once; one that does not parse is left
+	// out, as kube-proxy leaves it out.
+	ExternalIPs []netip.Addr
+	// LoadBalancerIPs are the status's load-balancer IPs of ipMode VIP of
+	// a LoadBalancer Service, likewise; none when it has
+	// loadBalancerSourceRanges (kube-proxy's firewall for them is its own).
+	LoadBalancerIPs []netip.Addr
 	// ExternalLocal: externalTrafficPolicy Local. kube-proxy sends pods'
-	// connections to External and the NodePorts to any endpoint then, or
+	// connections to ExternalIPs, LoadBalancerIPs and the NodePorts to any endpoint then, or
 	// only to local ones, depending on its local-traffic detector, which
 	// the node's agent does not know: lockstep leaves them to kube-proxy.
 	ExternalLocal bool
@@ -268,42 +271,34 @@ func ParseService(s *Service) (*ParsedService, error) {
 		return fail("spec.externalTrafficPolicy", fmt.Errorf("unknown policy %q (want Cluster or Local)", spec.ExternalTrafficPolicy))
 	}
 	if spec.Type != ServiceTypeExternalName {
-		if err := cs.parseExternal(s); err != nil {
-			return nil, err
-		}
+		cs.parseExternal(s)
 	}
 	_, cs.OtherProxy = s.Labels[ServiceProxyNameLabel]
 	return cs, nil
 }
 
-// parseExternal fills in cs.External from s's externalIPs, which must be
-// addresses (as the API server requires), and, for a LoadBalancer Service
-// without loadBalancerSourceRanges, its status's load-balancer IPs of
-// ipMode VIP; one of those that does not parse is left out, as kube-proxy
-// leaves it out.
-func (cs *ParsedService) parseExternal(s *Service) error {
-	add := func(a netip.Addr) {
-		if a = a.Unmap(); !slices.Contains(cs.External, a) {
-			cs.External = append(cs.External, a)
-		}
-	}
-	for i, ip := range s.Spec.ExternalIPs {
+// parseExternal fills in cs.ExternalIPs and cs.LoadBalancerIPs from s.
+// An address that does not parse is left out, as kube-proxy leaves it
+// out: failing the Service would take its ClusterIPs' translation too.
+func (cs *ParsedService) parseExternal(s *Service) {
+	add := func(to *[]netip.Addr, ip string) {
 		a, err := netip.ParseAddr(ip)
 		if err != nil || a.Zone() != "" {
-			return fmt.Errorf("service %s: spec.externalIPs[%d]: %q is not an IP address", cs.Name, i, ip)
+			return
 		}
-		add(a)
+		if a = a.Unmap(); !slices.Contains(*to, a) {
+			*to = append(*to, a)
+		}
+	}
+	for _, ip := range s.Spec.ExternalIPs {
+		add(&cs.ExternalIPs, ip)
 	}
 	if s.Spec.Type != ServiceTypeLoadBalancer || len(s.Spec.LoadBalancerSourceRanges) > 0 {
-		return nil
+		return
 	}
 	for _, in := range s.Status.LoadBalancer.Ingress {
-		if in.IPMode != nil && *in.IPMode != LoadBalancerIPModeVIP {
-			continue
-		}
-		if a, err := netip.ParseAddr(in.IP); err == nil && a.Zone() == "" {
-			add(a)
+		if in.IPMode == nil || *in.IPMode == LoadBalancerIPModeVIP {
+			add(&cs.LoadBalancerIPs, in.IP)
 		}
 	}
-	return nil
 }

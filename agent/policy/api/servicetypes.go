@@ -225,7 +225,7 @@ type ForNode struct {
 
 // Node is what translation needs of the Node the agent runs on: its name,
 // its zone (the topology.kubernetes.io/zone label; empty without it) and
-// its addresses (InternalIP and ExternalIP), where its NodePorts are.
+// its addresses (its InternalIPs), where pods reach its NodePorts.
 type Node struct {
 	Name  string       `json:"name"`
 	Zone  string       `json:"zone,omitempty"`
