@@ -145,19 +145,28 @@ func (ix *index) serviceAt(a netip.Addr) *policyapi.Service {
 	return nil
 }
 
-// here is the node the snapshot is of, as the compiler translates for it.
-func (ix *index) here() policyapi.Node {
-	return policyapi.Node{Name: ix.s.Node, Zone: ix.s.Zone, Addrs: ix.s.NodeAddrs}
+// clientNode is the node whose translation from's connections get, as the
+// compiler translates for it: this node (the snapshot's), or in Kubernetes
+// mode a pod's own. The agent knows only its own node's zone and
+// addresses: a pod of another node is taken to be in no zone, where zone
+// hints narrow nothing, and its node to have no NodePorts.
+func (ix *index) clientNode(from *party) policyapi.Node {
+	here := policyapi.Node{Name: ix.s.Node, Zone: ix.s.Zone, Addrs: ix.s.NodeAddrs}
+	if here.Name != "" && from.isPod() && from.pod.Spec.NodeName != "" && from.pod.Spec.NodeName != here.Name {
+		return policyapi.Node{Name: from.pod.Spec.NodeName}
+	}
+	return here
 }
 
 // externalFrontend returns the entry of the external frontend a, port,
-// proto is on this node (see policy.ServiceEntry.External), or nil.
-func (ix *index) externalFrontend(a netip.Addr, port uint16, proto policyapi.Protocol) (*policy.ServiceEntry, error) {
+// proto is for from's connections (see policy.ServiceEntry.External), or
+// nil.
+func (ix *index) externalFrontend(from *party, a netip.Addr, port uint16, proto policyapi.Protocol) (*policy.ServiceEntry, error) {
 	num, err := proto.Number()
 	if err != nil {
 		return nil, nil // the caller's answer says so
 	}
-	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, ix.here())
+	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, ix.clientNode(from))
 	if err != nil {
 		return nil, err
 	}

@@ -261,7 +261,7 @@ func Explain(s *policy.Snapshot, q Query) (*Result, error) {
 		if svc := ix.serviceAt(to.prefix.Addr()); svc != nil {
 			return ix.viaService(q, proto, from)
 		}
-		if e, err := ix.externalFrontend(to.prefix.Addr(), q.Port, proto); err != nil {
+		if e, err := ix.externalFrontend(from, to.prefix.Addr(), q.Port, proto); err != nil {
 			return nil, fmt.Errorf("explain --to %s: translate the Services: %w", q.To, err)
 		} else if e != nil {
 			return nil, externalFrontendError(q, e, proto)

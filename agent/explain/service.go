@@ -32,16 +32,8 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 		return nil, fmt.Errorf("explain --to %s: %w: %w", q.To, ErrBadQuery, err)
 	}
 	// internalTrafficPolicy Local and topology hints are decided on the
-	// client's node, as kube-proxy decides them there: the pod's own node
-	// in Kubernetes mode (a snapshot with a Node), this node for anyone
-	// else. The agent knows only its own node's zone and addresses: a pod
-	// of another node is taken to be in no zone, where zone hints narrow
-	// nothing, and to have no NodePorts.
-	at := ix.here()
-	if at.Name != "" && from.isPod() && from.pod.Spec.NodeName != "" && from.pod.Spec.NodeName != at.Name {
-		at = policyapi.Node{Name: from.pod.Spec.NodeName}
-	}
-	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, at)
+	// client's node, as kube-proxy decides them there (see clientNode).
+	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, ix.clientNode(from))
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: translate the Services: %w", q.To, err)
 	}
@@ -72,7 +64,7 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 	if entry.NoLocalBackend {
 		res.Verdict = Deny
 		res.Reason = fmt.Sprintf("no local backend: %s has internalTrafficPolicy Local and no ready endpoint on node %s for %d/%s over IPv%d (other nodes have some), so the connection is dropped, as kube-proxy drops it",
-			name, at.Name, q.Port, proto, family)
+			name, ix.clientNode(from).Name, q.Port, proto, family)
 		return res, nil
 	}
 	if len(res.Backends) == 0 {

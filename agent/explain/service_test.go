@@ -351,6 +351,20 @@ func TestExplainServiceErrors(t *testing.T) {
 	if _, err := Explain(snap, query(t, "x/client", "198.51.100.10", "81")); err != nil {
 		t.Errorf("x/client -> 198.51.100.10 on 81: %v, want an answer (not a Service port)", err)
 	}
+	// A pod of another node reaching this node's NodePort is not
+	// translated on its own node: an address like any other.
+	snap.Node = "n1"
+	for _, p := range snap.Pods {
+		if p.Name == "client" {
+			p.Spec.NodeName = "n2"
+		}
+	}
+	if _, err := Explain(snap, query(t, "x/client", "192.168.0.11", "30080")); err != nil {
+		t.Errorf("x/client of node n2 -> 192.168.0.11 on 30080: %v, want an answer (n2 translates no NodePort of n1's address)", err)
+	}
+	if _, err := Explain(snap, query(t, "x/client", "198.51.100.20", "80")); !errors.Is(err, ErrServiceAddress) {
+		t.Errorf("x/client of node n2 -> 198.51.100.20 on 80: %v, want %v (a load-balancer IP is translated on every node)", err, ErrServiceAddress)
+	}
 }
 
 func mustAddr(t *testing.T, s string) netip.Addr {

@@ -216,7 +216,9 @@ func (st *state) publishServices(first bool) (out, base map[ServiceFrontend]*Ser
 			owner := slices.MinFunc(slices.Collect(maps.Keys(claims)), func(a, b objKey) int {
 				return compareClaim(a, ss.entries[a][fe], b, ss.entries[b][fe])
 			})
-			ent = ss.entries[owner][fe]
+			if ent = ss.entries[owner][fe]; ent.leftToKubeProxy {
+				ent = nil // kube-proxy's: claimed, not translated
+			}
 		}
 		if cur, ok := ss.out[fe]; ok == (ent != nil) && cur == ent {
 			continue

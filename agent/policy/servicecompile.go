@@ -3,7 +3,6 @@ package policy
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 
@@ -54,47 +53,66 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 // and each of at's addresses with each NodePort, for the families the
 // Service has a ClusterIP of; their backends are those of a ClusterIP with
 // internalTrafficPolicy Cluster (the external traffic policy decides
-// which endpoints serve them, not the internal one). With
-// externalTrafficPolicy Local there are none (ParsedService.ExternalLocal).
-// A Service with more than MaxExternalFrontends of them has none either:
-// kube-proxy keeps them, so that one Service cannot fill the node's
-// frontend table (which would refuse every Service's change).
+// which endpoints serve them, not the internal one). An address that is
+// both an externalIP and a load-balancer IP or the node's is the latter.
+//
+// Some are left to kube-proxy, claimed but never published
+// (ServiceEntry.leftToKubeProxy): all of them with externalTrafficPolicy Local (what kube-proxy does with
+// pod traffic then depends on its local-traffic detector), all of them
+// when they are more than MaxExternalFrontends (so that one Service
+// cannot fill the node's frontend table, which would refuse every
+// Service's change), the load-balancer IPs behind a firewall
+// (ParsedService.LoadBalancerFirewall).
 func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, at policyapi.Node) {
-	if cs.ExternalLocal {
-		return
+	type want struct {
+		sp              policyapi.ParsedServicePort
+		fromExternalIPs bool
+		leftToKubeProxy bool
 	}
-	hasFamily := func(a netip.Addr) bool {
-		return slices.ContainsFunc(cs.Addrs, func(c netip.Addr) bool { return c.Is4() == a.Is4() })
-	}
-	ext := make(map[ServiceFrontend]*ServiceEntry)
-	add := func(a netip.Addr, port uint16, sp policyapi.ParsedServicePort, fromExternalIPs bool) {
+	ext := make(map[ServiceFrontend]want)
+	add := func(a netip.Addr, port uint16, sp policyapi.ParsedServicePort, w want) {
 		a = a.Unmap()
-		if port == 0 || !hasFamily(a) {
+		if port == 0 || !slices.ContainsFunc(cs.Addrs, func(c netip.Addr) bool { return c.Is4() == a.Is4() }) {
 			return
 		}
 		fe := ServiceFrontend{Addr: a, Port: port, Proto: sp.Proto}
-		if e := ext[fe]; e != nil && !e.FromExternalIPs {
-			return // an address both an externalIP and the cluster's is the cluster's
+		if o, ok := ext[fe]; ok && !o.fromExternalIPs {
+			return
 		}
-		e := &ServiceEntry{Service: cs.Name, AffinityTimeout: cs.Affinity, External: true, FromExternalIPs: fromExternalIPs}
-		e.Backends, _ = backends(sl, a.Is4(), sp, nil, topologyFilter(sl, a.Is4(), sp, at))
-		ext[fe] = e
+		w.sp = sp
+		ext[fe] = w
 	}
 	for _, sp := range cs.Ports {
 		for _, a := range cs.ExternalIPs {
-			add(a, sp.Port, sp, true)
+			add(a, sp.Port, sp, want{fromExternalIPs: true})
 		}
 		for _, a := range cs.LoadBalancerIPs {
-			add(a, sp.Port, sp, false)
+			add(a, sp.Port, sp, want{leftToKubeProxy: cs.LoadBalancerFirewall})
 		}
 		for _, a := range at.Addrs {
-			add(a, sp.NodePort, sp, false)
-		}
-		if len(ext) > MaxExternalFrontends {
-			return
+			add(a, sp.NodePort, sp, want{})
 		}
 	}
-	maps.Copy(out, ext)
+	allLeft := cs.ExternalLocal || len(ext) > MaxExternalFrontends
+	type famPort struct {
+		v4 bool
+		sp policyapi.ParsedServicePort
+	}
+	computed := make(map[famPort][]ServiceBackend)
+	for fe, w := range ext {
+		e := &ServiceEntry{Service: cs.Name, AffinityTimeout: cs.Affinity, External: true,
+			FromExternalIPs: w.fromExternalIPs, leftToKubeProxy: allLeft || w.leftToKubeProxy}
+		if !e.leftToKubeProxy {
+			k := famPort{fe.Addr.Is4(), w.sp}
+			b, ok := computed[k]
+			if !ok {
+				b, _ = backends(sl, k.v4, w.sp, nil, topologyFilter(sl, k.v4, w.sp, at))
+				computed[k] = b
+			}
+			e.Backends = b
+		}
+		out[fe] = e
+	}
 }
 
 // MaxExternalFrontends is the most external frontends (externalIPs and
@@ -280,7 +298,8 @@ func compareBackend(a, b ServiceBackend) int {
 // sameEntry reports whether two entries translate alike.
 func sameEntry(a, b *ServiceEntry) bool {
 	return a.Service == b.Service && a.AffinityTimeout == b.AffinityTimeout && a.NoLocalBackend == b.NoLocalBackend &&
-		a.External == b.External && a.FromExternalIPs == b.FromExternalIPs && slices.Equal(a.Backends, b.Backends)
+		a.External == b.External && a.FromExternalIPs == b.FromExternalIPs && a.leftToKubeProxy == b.leftToKubeProxy &&
+		slices.Equal(a.Backends, b.Backends)
 }
 
 // compileServices computes Desired.Services of a snapshot: each Service's
@@ -328,6 +347,14 @@ func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, a
 			owner[fe] = k
 			out[fe] = e
 		}
+	}
+	for fe, e := range out {
+		if e.leftToKubeProxy {
+			delete(out, fe)
+		}
+	}
+	if len(out) == 0 {
+		out = nil
 	}
 	return out, nil
 }

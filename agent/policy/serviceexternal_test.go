@@ -174,6 +174,36 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 			},
 		},
 		{
+			name: "what kube-proxy keeps stays claimed: another Service's externalIPs do not take it",
+			svcs: []*policyapi.Service{
+				svc("local", policyapi.ServiceTypeLoadBalancer, v4, func(s *policyapi.Service) {
+					lbIPs(s, "")
+					s.Spec.ExternalTrafficPolicy = policyapi.ServiceExternalTrafficPolicyLocal
+				}),
+				svc("walled", policyapi.ServiceTypeLoadBalancer, []string{"10.96.0.11"}, func(s *policyapi.Service) {
+					s.Spec.Ports[0].NodePort = 30081
+					s.Status.LoadBalancer.Ingress = []policyapi.LoadBalancerIngress{{IP: "198.51.100.30"}}
+					s.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/8"}
+				}),
+				svc("a-hijack", policyapi.ServiceTypeClusterIP, []string{"10.96.0.12"}, func(s *policyapi.Service) {
+					s.Spec.ExternalIPs = []string{"198.51.100.20", "198.51.100.30", "192.168.0.11"}
+					s.Spec.Ports = append(s.Spec.Ports, policyapi.ServicePort{Name: "np", Port: 30080})
+					s.Spec.Ports[0].Name = "http"
+				}),
+			},
+			slices: []*policyapi.EndpointSlice{web},
+			want: map[ServiceFrontend]*ServiceEntry{
+				clusterIP:                   {Service: "prod/local"},
+				tcp("10.96.0.11", 80):       {Service: "prod/walled"},
+				tcp("192.168.0.11", 30081):  lb("walled", nil),
+				tcp("10.96.0.12", 80):       {Service: "prod/a-hijack"},
+				tcp("10.96.0.12", 30080):    {Service: "prod/a-hijack"},
+				tcp("198.51.100.20", 30080): ext("a-hijack", nil),
+				tcp("198.51.100.30", 30080): ext("a-hijack", nil),
+				tcp("192.168.0.11", 80):     ext("a-hijack", nil),
+			},
+		},
+		{
 			// 256 externalIPs and one NodePort: one more than it may have.
 			name:   "more than MaxExternalFrontends: only the ClusterIP, the rest is kube-proxy's",
 			svcs:   []*policyapi.Service{many},

@@ -61,4 +61,9 @@ type ServiceEntry struct {
 	// IP or NodePort, then an externalIP (see compareClaim), so that an
 	// externalIP takes no other Service's traffic.
 	FromExternalIPs bool
+	// leftToKubeProxy: an External frontend the dataplanes leave to
+	// kube-proxy (see externalEntries). It is never published in
+	// Desired.Services; it only claims the frontend, so that no other
+	// Service's lower claim takes what kube-proxy translates for this one.
+	leftToKubeProxy bool
 }

@@ -120,9 +120,12 @@ type ParsedService struct {
 	// out, as kube-proxy leaves it out.
 	ExternalIPs []netip.Addr
 	// LoadBalancerIPs are the status's load-balancer IPs of ipMode VIP of
-	// a LoadBalancer Service, likewise; none when it has
-	// loadBalancerSourceRanges (kube-proxy's firewall for them is its own).
+	// a LoadBalancer Service, likewise.
 	LoadBalancerIPs []netip.Addr
+	// LoadBalancerFirewall: the Service has loadBalancerSourceRanges, a
+	// firewall for LoadBalancerIPs that is kube-proxy's own, so lockstep
+	// leaves them to kube-proxy.
+	LoadBalancerFirewall bool
 	// ExternalLocal: externalTrafficPolicy Local. kube-proxy sends pods'
 	// connections to ExternalIPs, LoadBalancerIPs and the NodePorts to any endpoint then, or
 	// only to local ones, depending on its local-traffic detector, which
@@ -293,9 +296,10 @@ func (cs *ParsedService) parseExternal(s *Service) {
 	for _, ip := range s.Spec.ExternalIPs {
 		add(&cs.ExternalIPs, ip)
 	}
-	if s.Spec.Type != ServiceTypeLoadBalancer || len(s.Spec.LoadBalancerSourceRanges) > 0 {
+	if s.Spec.Type != ServiceTypeLoadBalancer {
 		return
 	}
+	cs.LoadBalancerFirewall = len(s.Spec.LoadBalancerSourceRanges) > 0
 	for _, in := range s.Status.LoadBalancer.Ingress {
 		if in.IPMode == nil || *in.IPMode == LoadBalancerIPModeVIP {
 			add(&cs.LoadBalancerIPs, in.IP)
