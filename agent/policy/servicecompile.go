@@ -57,12 +57,12 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 // both an externalIP and a load-balancer IP or the node's is the latter.
 //
 // Some are left to kube-proxy, claimed but never published
-// (ServiceEntry.leftToKubeProxy): all of them with externalTrafficPolicy Local (what kube-proxy does with
-// pod traffic then depends on its local-traffic detector), all of them
-// when they are more than MaxExternalFrontends (so that one Service
-// cannot fill the node's frontend table, which would refuse every
-// Service's change), the load-balancer IPs behind a firewall
-// (ParsedService.LoadBalancerFirewall).
+// (ServiceEntry.leftToKubeProxy): all of them with externalTrafficPolicy
+// Local (what kube-proxy does with pod traffic then depends on its
+// local-traffic detector), all of them when they are more than
+// MaxExternalFrontends (so that one Service cannot fill the node's
+// frontend table, which would refuse every Service's change), the
+// load-balancer IPs behind a firewall (ParsedService.LoadBalancerFirewall).
 func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, at policyapi.Node) {
 	type want struct {
 		sp              policyapi.ParsedServicePort

@@ -226,7 +226,7 @@ struct svc_value {
 	__u32 id;          /* names the frontend's backends and affinity entries */
 	__u16 count[2];    /* per parity: backends in slots 0..count-1, SVC_ABSENT or SVC_NO_LOCAL */
 	__u32 affinity[2]; /* per parity: sessionAffinity ClientIP timeout, seconds; 0: none */
-	__u32 mark[2];     /* per parity: ORed into the mark of a new connection's first packet; 0: none */
+	__u32 mark[2];     /* per parity: ORed into the mark of every packet its clients send (CT_SVC_MARK); 0: none */
 };
 
 /* One backend of a frontend in one parity: each parity has its own slots,

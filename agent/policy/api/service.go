@@ -127,9 +127,10 @@ type ParsedService struct {
 	// leaves them to kube-proxy.
 	LoadBalancerFirewall bool
 	// ExternalLocal: externalTrafficPolicy Local. kube-proxy sends pods'
-	// connections to ExternalIPs, LoadBalancerIPs and the NodePorts to any endpoint then, or
-	// only to local ones, depending on its local-traffic detector, which
-	// the node's agent does not know: lockstep leaves them to kube-proxy.
+	// connections to ExternalIPs, LoadBalancerIPs and the NodePorts to any
+	// endpoint then, or only to local ones, depending on its local-traffic
+	// detector, which the node's agent does not know: lockstep leaves them
+	// to kube-proxy.
 	ExternalLocal bool
 	// OtherProxy: the Service carries ServiceProxyNameLabel (whatever its
 	// value), so it belongs to that proxy and lockstep translates none of
