@@ -24,7 +24,7 @@ type ebpfDataplane struct {
 // races, and the entry count of every map.
 func (dp ebpfDataplane) WriteMetrics(w io.Writer) {
 	if counters, err := dp.Counters(); err == nil {
-		promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, allowed-node: packets of the node itself to pods whose ingress is isolated, service-no-backend: connections to a Service without a ready backend, refused, or without one on this node under internalTrafficPolicy Local, dropped, and conntrack-share: new connections beyond their endpoint's conntrack share while the node's tables were under pressure, dropped).", "counter")
+		promtext.WriteHeader(w, "lockstep_datapath_packets_total", "Packets the eBPF programs counted, by reason (drops by cause, allowed new connections, allowed-node: packets of the node itself to pods whose ingress is isolated, service-no-backend: connections to a Service without a ready backend, refused, or without one on this node under internalTrafficPolicy Local, dropped, and conntrack-share: new connections beyond their endpoint's conntrack share while the node's tables were under pressure, dropped, and service-port-clash: new connections to a Service whose translated tuple another connection held and no other source port was free, dropped).", "counter")
 		promtext.WriteHeader(w, "lockstep_datapath_bytes_total", "Bytes of the packets in lockstep_datapath_packets_total.", "counter")
 		for _, reason := range sortedKeys(counters) {
 			promtext.WriteSample(w, "lockstep_datapath_packets_total", float64(counters[reason].Packets), "reason", reason)

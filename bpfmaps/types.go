@@ -252,7 +252,7 @@ type CTEntry struct {
 // cache (CTCacheMap, a per-CPU array), a copy of the conntrack entry of Key
 // that the dataplane uses while ValidUntil has not passed and CTEpochMap
 // still holds Epoch. A zero slot is empty. NatPort and NatAddr copy those
-// of a SvcCTEntry (zero for a CTEntry).
+// of a SvcCTEntry (zero for a CTEntry), as does PeerPort.
 type CTCacheSlot struct {
 	Key   CTKey  `json:"key"`
 	Epoch uint32 `json:"epoch"`
@@ -261,7 +261,7 @@ type CTCacheSlot struct {
 	ValidUntil uint64 `json:"valid_until"`
 	Flags      uint32 `json:"flags"`
 	NatPort    uint16 `json:"nat_port"`
-	Pad        uint16 `json:"-"`
+	PeerPort   uint16 `json:"peer_port,omitempty"`
 	NatAddr    Addr   `json:"nat_addr"`
 }
 
@@ -369,8 +369,13 @@ type SvcCTEntry struct {
 	Expires uint64 `json:"expires"`
 	Flags   uint32 `json:"flags"`
 	NatPort uint16 `json:"nat_port"`
-	Pad     uint16 `json:"-"`
-	NatAddr Addr   `json:"nat_addr"`
+	// PeerPort is zero, or the client's port on the other side of the
+	// translation when the dataplane gave the connection another source
+	// port (its translated tuple was another connection's): in a CTSvcFwd
+	// entry the port its packets leave with, in a CTSvcRev entry the
+	// client's own. Host byte order.
+	PeerPort uint16 `json:"peer_port,omitempty"`
+	NatAddr  Addr   `json:"nat_addr"`
 }
 
 // SvcKey mirrors struct svc_key: a Service frontend, the key of
@@ -516,8 +521,13 @@ const (
 	// (CTShareLimit) while the node's tables are under pressure
 	// (CTPressure).
 	ReasonCTShare Reason = 8
+	// ReasonServicePortClash counts the first packets of new connections
+	// to a Service frontend dropped because their translated tuple was
+	// another live connection's and none of the source ports the
+	// dataplane drew instead was free (the client's retry draws again).
+	ReasonServicePortClash Reason = 9
 	// NumReasons is the size of lockstep_drops (C: REASON_MAX).
-	NumReasons = 9
+	NumReasons = 10
 )
 
 var reasonNames = [...]string{
@@ -530,11 +540,12 @@ var reasonNames = [...]string{
 	ReasonAllowedNode:      "allowed-node",
 	ReasonServiceNoBackend: "service-no-backend",
 	ReasonCTShare:          "conntrack-share",
+	ReasonServicePortClash: "service-port-clash",
 }
 
 // Reasons lists the defined reasons in index order.
 func Reasons() []Reason {
-	return []Reason{ReasonAllowedNew, ReasonPolicyIngress, ReasonPolicyEgress, ReasonSpoofed, ReasonNoEndpoint, ReasonUnparseable, ReasonAllowedNode, ReasonServiceNoBackend, ReasonCTShare}
+	return []Reason{ReasonAllowedNew, ReasonPolicyIngress, ReasonPolicyEgress, ReasonSpoofed, ReasonNoEndpoint, ReasonUnparseable, ReasonAllowedNode, ReasonServiceNoBackend, ReasonCTShare, ReasonServicePortClash}
 }
 
 func (r Reason) String() string {

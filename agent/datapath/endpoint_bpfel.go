@@ -67,7 +67,7 @@ type endpointCtCacheSlot struct {
 	ValidUntil uint64
 	Flags      uint32
 	NatPort    uint16
-	Pad        uint16
+	PeerPort   uint16
 	NatAddr    endpointV6addr
 }
 
@@ -186,12 +186,12 @@ type endpointState struct {
 }
 
 type endpointSvcCtEntry struct {
-	_       structs.HostLayout
-	Expires uint64
-	Flags   uint32
-	NatPort uint16
-	Pad     uint16
-	NatAddr endpointV6addr
+	_        structs.HostLayout
+	Expires  uint64
+	Flags    uint32
+	NatPort  uint16
+	PeerPort uint16
+	NatAddr  endpointV6addr
 }
 
 type endpointSvcKey struct {

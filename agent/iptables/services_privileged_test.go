@@ -383,6 +383,71 @@ func TestPrivilegedServiceHairpin(t *testing.T) {
 	}
 }
 
+// Two connections from one client port to two frontends of one backend
+// both answer, the first still open: their translated tuples would be
+// one, and the node's conntrack gives the second another source port (the
+// eBPF dataplane does so itself: TestPrivilegedServiceSourcePortClash in
+// agent/datapath).
+func TestPrivilegedServiceSourcePortClash(t *testing.T) {
+	requireTools(t)
+	for _, m := range bothModes {
+		t.Run(m.String(), func(t *testing.T) {
+			sn := newSvcNode(t)
+			sn.servePorts(t)
+			sn.waitServers(t)
+			d, err := New(Options{Mode: m, Runner: nsRunner{sn.node}, TranslateServices: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := svcTrafficState(false, 0)
+			for _, f := range families {
+				web := want.Services[policy.ServiceFrontend{Addr: addr(svcIP[f]), Port: 80, Proto: policyapi.ProtoTCP}]
+				want.Services[policy.ServiceFrontend{Addr: addr(svcIP[f]), Port: 81, Proto: policyapi.ProtoTCP}] = web
+			}
+			attachAll(t, d, want)
+			mustApply(t, d, want)
+			for i, f := range families {
+				port := 42000 + i
+				for _, svcPort := range []int{80, 81} {
+					if out, err := readFromPort(t, sn.client, port, hostPort(svcIP[f], svcPort)); err != nil || out != "b" {
+						t.Errorf("%s: a from port %d to %s: %q, %v; want b's answer", f, port, hostPort(svcIP[f], svcPort), out, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// readFromPort connects from port in n (SO_REUSEADDR: sockets share it)
+// to addr and returns what the server wrote before closing; the socket
+// stays open until the test ends.
+func readFromPort(t *testing.T, n ns.NetNS, port int, addr string) (string, error) {
+	d := net.Dialer{
+		Timeout:   2 * time.Second,
+		LocalAddr: &net.TCPAddr{Port: port},
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		},
+	}
+	var c net.Conn
+	if err := n.Do(func(ns.NetNS) (err error) {
+		c, err = d.Dial("tcp", addr)
+		return err
+	}); err != nil {
+		return "", err
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
 // TestPrivilegedServiceAffinity: with two backends a client's
 // connections spread over both; with ClientIP affinity they all go where
 // the first went.

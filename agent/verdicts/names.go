@@ -132,6 +132,8 @@ func ruleOfReason(ev bpfmaps.Event) string {
 		return "service without backend"
 	case bpfmaps.ReasonCTShare:
 		return "conntrack share"
+	case bpfmaps.ReasonServicePortClash:
+		return "service source port clash"
 	}
 	return ev.Reason.String()
 }

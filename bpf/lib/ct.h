@@ -197,9 +197,9 @@ static __always_inline struct ct_cache_slot *ct_cache_slot_of(const struct ct_ke
 struct ct_hit {
 	__u32 flags;
 	__u16 nat_port;
-	__u8 refreshed; /* the lookup moved the entry's deadline */
-	__u8 pad;
-	struct v6addr nat_addr;
+	__u16 peer_port; /* see struct svc_ct_entry */
+	struct v6addr nat_addr; /* at 8: addr_eq reads it by 8 bytes */
+	__u8 refreshed;         /* the lookup moved the entry's deadline */
 };
 
 /* ct_cache_fill copies an entry a lookup found live into this CPU's slot c. */
@@ -210,6 +210,7 @@ static __always_inline void ct_cache_fill(struct ct_cache_slot *c, const struct 
 	c->epoch = epoch;
 	c->flags = h->flags;
 	c->nat_port = h->nat_port;
+	c->peer_port = h->peer_port;
 	c->nat_addr = h->nat_addr;
 	c->valid_until = now + CT_CACHE_TTL;
 	if (c->valid_until > expires)
@@ -259,6 +260,7 @@ static __always_inline int ct_find(const struct ct_key *k, __u32 o, __u8 dir, __
 		h->flags = c->flags;
 		if (c->flags & CT_SVC) {
 			h->nat_port = c->nat_port;
+			h->peer_port = c->peer_port;
 			h->nat_addr = c->nat_addr;
 		}
 		return 1;
@@ -292,6 +294,7 @@ svc:
 	h->refreshed = ct_refresh(&s->expires, &s->flags, tcpf, expires, now);
 	h->flags = s->flags;
 	h->nat_port = s->nat_port;
+	h->peer_port = s->peer_port;
 	h->nat_addr = s->nat_addr;
 	ct_cache_put(c, k, epoch, now, s->expires, h, tcpf);
 	return 1;
@@ -492,18 +495,19 @@ static __always_inline void ct_create(const struct ct_key *k, __u32 o, __u8 dir,
 
 /* ct_create_svc records, in lockstep_svc_ct, a translated connection's
  * entry of key k: bit is the ct_bit its packet was allowed with, flags its
- * CT_SVC_* flags, and nat the address and port the translation writes.
- * n is where the entry is built. Like ct_create, it never merges with an
- * existing entry.
+ * CT_SVC_* flags, nat the address and port the translation writes, and
+ * peer_port the client's port on the other side (0: unchanged). n is where
+ * the entry is built. Like ct_create, it never merges with an existing
+ * entry.
  */
 static __always_inline void ct_create_svc(const struct ct_key *k, __u32 bit, __u32 flags,
-					  const struct v6addr *nat_addr, __u16 nat_port,
+					  const struct v6addr *nat_addr, __u16 nat_port, __u16 peer_port,
 					  const struct pkt *p, __u64 now, struct svc_ct_entry *n)
 {
 	n->expires = now + ct_timeout(p);
 	n->flags = bit | flags;
 	n->nat_port = nat_port;
-	n->pad = 0;
+	n->peer_port = peer_port;
 	n->nat_addr = *nat_addr;
 	ct_put(&lockstep_svc_ct, CT_TABLE_SVC, k, n);
 }

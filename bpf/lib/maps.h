@@ -52,7 +52,8 @@ enum reason {
 	REASON_ALLOWED_NODE = 6,  /* allowed, new: the node's own packet to its pod */
 	REASON_SERVICE_NO_BACKEND = 7, /* to a Service frontend without a ready backend: refused; without a local one (SVC_NO_LOCAL): dropped */
 	REASON_CT_SHARE = 8, /* a new connection beyond its endpoint's conntrack share: dropped */
-	REASON_MAX = 9,
+	REASON_SERVICE_PORT_CLASH = 9, /* a new connection to a frontend whose translated tuple no free source port could make unique: dropped */
+	REASON_MAX = 10,
 };
 
 enum verdict {
@@ -187,7 +188,12 @@ struct svc_ct_entry {
 	__u64 expires;
 	__u32 flags;
 	__u16 nat_port; /* host byte order */
-	__u16 pad;
+	/* Zero, or the client's port on the other side of the translation,
+	 * when lockstep gave the connection another source port (a clash:
+	 * see svc_claim_tuple): in a CT_SVC_FWD entry the port its packets
+	 * leave with, in a CT_SVC_REV entry the client's own, which replies
+	 * go back to. Host byte order. */
+	__u16 peer_port;
 	struct v6addr nat_addr;
 };
 
@@ -202,7 +208,7 @@ struct ct_cache_slot {
 	__u64 valid_until; /* bpf_ktime_get_coarse_ns() */
 	__u32 flags;
 	__u16 nat_port;
-	__u16 pad;
+	__u16 peer_port;
 	struct v6addr nat_addr;
 };
 

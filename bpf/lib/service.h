@@ -43,6 +43,18 @@
  * the node's routing or to_pod: ingress policy of the pod is judged in
  * from_pod, with the pod itself as the peer.
  *
+ * Source port clashes: a pod's kernel gives two connections one source
+ * port when their destinations differ, and two frontends (two ports of a
+ * Service, two Services) may send them to one backend port: translated,
+ * their tuples would be one. kube-proxy's conntrack then gives the second
+ * another source port; so does lockstep (svc_claim_tuple), from
+ * SVC_PORT_MIN to SVC_PORT_MAX, above the kernel's default ephemeral
+ * range so that the pod's own later connections do not take it, and drops
+ * the connection's first packet (REASON_SERVICE_PORT_CLASH) when none of
+ * SVC_PORT_TRIES ports is free; the client's retry draws again. The
+ * entries record the two ports (peer_port). ICMP errors about such a
+ * connection stay untranslated.
+ *
  * SCTP: its CRC32c covers the ports, and no helper can update it. lockstep
  * translates an SCTP frontend only when its backends listen on the
  * Service port (the agent leaves other SCTP frontends out of the map, and
@@ -70,6 +82,11 @@
 /* SVC_PASS: the packet is not translated; the caller goes on as without
  * Services. Any other svc_connect result is a tc action. */
 #define SVC_PASS (-1)
+
+/* The source ports a clash draws from (see above), and how many draws. */
+#define SVC_PORT_MIN 61000
+#define SVC_PORT_MAX 65535
+#define SVC_PORT_TRIES 8
 
 /* svc_lookup returns the frontend p is addressed to and sets *n to its
  * backend count in parity, or returns NULL when parity has none.
@@ -213,9 +230,13 @@ static __always_inline void svc_close_twin(__u32 ifindex, const struct pkt *p, c
 	if (src) {
 		s->t.saddr = h->nat_addr;
 		s->t.sport = h->nat_port;
+		if (h->peer_port)
+			s->t.dport = h->peer_port;
 	} else {
 		s->t.daddr = h->nat_addr;
 		s->t.dport = h->nat_port;
+		if (h->peer_port)
+			s->t.sport = h->peer_port;
 	}
 	ct_fill_key(&s->k, ifindex, &s->t);
 	ct_mark_twin(&s->k, &s->t, now);
@@ -240,6 +261,13 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, __u32 ifindex, con
 		if ((h->flags & (CT_SVC_REV | CT_SVC_HAIRPIN)) != CT_SVC_REV || !(h->flags & ct_bit(DIR_EGRESS, o ^ 1)))
 			return TC_ACT_OK;
 		svc_close_twin(ifindex, p, h, 1, now);
+		if (h->peer_port) {
+			t = *p;
+			t.saddr = h->nat_addr;
+			t.sport = h->nat_port;
+			t.dport = h->peer_port;
+			return nat_rewrite(skb, p, &t) ? TC_ACT_SHOT : TC_ACT_OK;
+		}
 		return nat_one(skb, p, p->is_v6 ? IP6_SADDR_OFF : IP4_SADDR_OFF, p->l4_off, &p->saddr,
 			       &h->nat_addr, p->sport, h->nat_port) ? TC_ACT_SHOT : TC_ACT_OK;
 	}
@@ -253,14 +281,24 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, __u32 ifindex, con
 		if (h->flags & CT_SVC_MARK)
 			svc_mark_again(skb, p);
 		svc_close_twin(ifindex, p, h, 0, now);
-		if (nat_one(skb, p, p->is_v6 ? IP6_DADDR_OFF : IP4_DADDR_OFF, p->l4_off + 2, &p->daddr,
-			    &h->nat_addr, p->dport, h->nat_port))
+		if (h->peer_port) {
+			t = *p;
+			t.daddr = h->nat_addr;
+			t.dport = h->nat_port;
+			t.sport = h->peer_port;
+			if (nat_rewrite(skb, p, &t))
+				return TC_ACT_SHOT;
+		} else if (nat_one(skb, p, p->is_v6 ? IP6_DADDR_OFF : IP4_DADDR_OFF, p->l4_off + 2, &p->daddr,
+				   &h->nat_addr, p->dport, h->nat_port)) {
 			return TC_ACT_SHOT;
+		}
 		if (!(h->flags & CT_ROUTED))
 			return TC_ACT_OK;
 		t = *p;
 		t.daddr = h->nat_addr;
 		t.dport = h->nat_port;
+		if (h->peer_port)
+			t.sport = h->peer_port;
 		return route_out(skb, &t);
 	}
 	if (!(h->flags & CT_SVC_HAIRPIN))
@@ -271,10 +309,14 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, __u32 ifindex, con
 		t.daddr = h->nat_addr;
 		t.dport = h->nat_port;
 		t.saddr = p->daddr;
+		if (h->peer_port)
+			t.sport = h->peer_port;
 	} else {
 		t.saddr = h->nat_addr;
 		t.sport = h->nat_port;
 		t.daddr = p->saddr;
+		if (h->peer_port)
+			t.dport = h->peer_port;
 	}
 	if (p->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)) {
 		struct ct_key k;
@@ -294,15 +336,16 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, __u32 ifindex, con
  * about a translated packet (the backend's port unreachable, a router's
  * packet too big) quotes the frontend and comes from it when the backend
  * sent it; one the client sends about a reply it saw from the frontend
- * goes to the backend, quoting it. Hairpin connections' errors stay
- * untranslated. Returns the tc action.
+ * goes to the backend, quoting it. Errors about hairpin connections, and
+ * about connections given another source port, stay untranslated. Returns
+ * the tc action.
  */
 static __always_inline int svc_related(struct __sk_buff *skb, const struct pkt *p, const struct pkt *in,
 				       __u8 dir, __u32 o, const struct ct_hit *h)
 {
 	__u32 fwd;
 
-	if (!(h->flags & CT_SVC) || (h->flags & CT_SVC_HAIRPIN))
+	if (!(h->flags & CT_SVC) || (h->flags & CT_SVC_HAIRPIN) || h->peer_port)
 		return TC_ACT_OK;
 	if ((h->flags & CT_SVC_REV) && (h->flags & ct_bit(dir ^ 1, o)))
 		fwd = 0;
@@ -321,6 +364,53 @@ static __always_inline int svc_related(struct __sk_buff *skb, const struct pkt *
 	return TC_ACT_OK;
 }
 
+/* svc_tuple_taken reports whether key k, that of the translated first
+ * packet of client p's new connection, is another live connection's at
+ * the endpoint: a translated one's (not this connection's own reverse
+ * entry, left by an earlier attempt) or, when lockstep tracks it, a
+ * direct one's. A closing connection's key may be taken over.
+ */
+static __always_inline int svc_tuple_taken(const struct ct_key *k, const struct pkt *p, __u64 now)
+{
+	struct svc_ct_entry *s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
+	struct ct_entry *v;
+
+	if (s && s->expires >= now && !(s->flags & CT_CLOSING) &&
+	    !((s->flags & CT_SVC_REV) && !s->peer_port && s->nat_port == p->dport && addr_eq(&s->nat_addr, &p->daddr)))
+		return 1;
+	v = bpf_map_lookup_elem(&lockstep_ct, k);
+	return v && v->expires >= now && !(v->flags & CT_CLOSING);
+}
+
+/* svc_claim_tuple makes t, the translation of p, the first packet of a
+ * new connection from the pod of ifindex, a tuple no other connection has
+ * there, and leaves its key in k: as it is, or with a source port drawn
+ * from SVC_PORT_MIN to SVC_PORT_MAX (never for SCTP, whose CRC covers the
+ * ports). It returns 0, or -1 when the tuple stays taken.
+ *
+ * A global function: the verifier checks it once.
+ */
+__attribute__((noinline)) int svc_claim_tuple(__u32 ifindex, const struct pkt *p, struct pkt *t, struct ct_key *k,
+					      __u64 now)
+{
+	__u32 i;
+
+	if (!p || !t || !k)
+		return -1;
+	ct_fill_key(k, ifindex, t);
+	if (!svc_tuple_taken(k, p, now))
+		return 0;
+	if (p->proto == IPPROTO_SCTP)
+		return -1;
+	for (i = 0; i < SVC_PORT_TRIES; i++) {
+		t->sport = SVC_PORT_MIN + bpf_get_prandom_u32() % (SVC_PORT_MAX - SVC_PORT_MIN + 1);
+		ct_fill_key(k, ifindex, t);
+		if (!svc_tuple_taken(k, p, now))
+			return 0;
+	}
+	return -1;
+}
+
 /* svc_connect handles the first packet p of a connection the pod of
  * ifindex (endpoint flags of the packet's parity) opens to frontend sv,
  * which has n backends in parity. It returns the tc action, or SVC_PASS
@@ -335,6 +425,7 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 	struct pkt *t;
 	__u16 slot;
 	__u32 o, hairpin, routed, rule = 0, self_rule = 0, mark = sv->mark[parity & 1];
+	__u16 peer;
 
 	if (n == 0) {
 		verdict(skb, DIR_EGRESS, VERDICT_REJECT, REASON_SERVICE_NO_BACKEND, p, 0);
@@ -382,18 +473,22 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 
 	if (!ct_admit(ifindex, DIR_EGRESS, 2, 0, now))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_CT_SHARE, t, r.identity);
+	if (svc_claim_tuple(ifindex, p, t, &s->k, now))
+		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_SERVICE_PORT_CLASH, t, r.identity);
+	peer = t->sport != p->sport ? t->sport : 0;
 	/* A backend on another node may be reached and answer past the
 	 * node's stack (lib/route.h), but for a masquerade the stack does. */
 	routed = !hairpin && !mark && route_new(p, &s->b.addr) ? CT_ROUTED : 0;
 	o = ct_fill_key(&s->k, ifindex, p);
 	ct_create_svc(&s->k, ct_bit(DIR_EGRESS, o),
 		      CT_SVC_FWD | (hairpin ? CT_SVC_HAIRPIN : 0) | routed | (mark ? CT_SVC_MARK : 0), &s->b.addr,
-		      s->b.port, p, now, &s->n);
+		      s->b.port, peer, p, now, &s->n);
 	o = ct_fill_key(&s->k, ifindex, t);
 	/* Hairpin: the translated packet reaches the pod from the frontend's
 	 * address, as if it came in; its replies go out through from_pod. */
 	ct_create_svc(&s->k, hairpin ? ct_bit(DIR_INGRESS, o) : ct_bit(DIR_EGRESS, o),
-		      CT_SVC_REV | (hairpin ? CT_SVC_HAIRPIN : 0) | routed, &p->daddr, p->dport, p, now, &s->n);
+		      CT_SVC_REV | (hairpin ? CT_SVC_HAIRPIN : 0) | routed, &p->daddr, p->dport, peer ? p->sport : 0,
+		      p, now, &s->n);
 
 	if (nat_rewrite(skb, p, t))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_UNPARSEABLE, t, r.identity);
