@@ -26,9 +26,10 @@ const clashPortMin, clashPortMax = 61000, 65535
 // A connection through a Service whose translated tuple is a live direct
 // connection's gets another source port, from the clash range, on every
 // packet; its replies go back to the client's own port from the
-// frontend, and the direct connection's replies stay untranslated. When
-// every port of the range is taken, the first packet is dropped and
-// counted as service-port-clash.
+// frontend, and the direct connection's replies stay untranslated. A
+// connection half-closed by a FIN still holds its tuple; one a RST closed
+// does not. When every port of the range is taken, the first packet is
+// dropped and counted as service-port-clash.
 func TestPrivilegedServiceSourcePortClashPackets(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
@@ -76,10 +77,29 @@ func TestPrivilegedServiceSourcePortClashPackets(t *testing.T) {
 		}
 	}
 
+	for _, tc := range []struct {
+		what  string
+		flags uint8
+		moved bool
+	}{{"FIN", tcpFIN | tcpACK, true}, {"RST", tcpRST, false}} {
+		sport := uint16(43100) + uint16(tc.flags)
+		closed := packet{src: podV4, dst: backend, proto: tcp, sport: sport, dport: 8080}
+		runSteps(t,
+			step{"SYN straight to the backend", d.fromPod, with(closed, tcpSYN), actOK},
+			step{tc.what + " straight to the backend", d.fromPod, with(closed, tc.flags), actOK},
+		)
+		ret, out := runOut(t, d.fromPod, csumFrame(with(packet{src: podV4, dst: svcWeb4, proto: tcp, sport: sport, dport: 80}, tcpSYN)))
+		w := mustWire(t, "SYN via the Service after a "+tc.what, out)
+		if ret != actOK || (w.sport != sport) != tc.moved {
+			t.Errorf("SYN via the Service on the tuple of a connection a %s closed: %s from port %d, want OK, another port than %d: %v",
+				tc.what, actName(ret), w.sport, sport, tc.moved)
+		}
+	}
+
 	// Every port of the range taken, by live translated connections of
-	// another frontend.
+	// the pod from those ports to the same frontend.
 	live := bpfmaps.SvcCTEntry{Expires: coarseNow(t) + uint64(time.Hour), Flags: bpfmaps.CTSvcRev,
-		NatAddr: bpfmaps.AddrFrom(netip.MustParseAddr("10.96.9.9")), NatPort: 80}
+		NatAddr: bpfmaps.AddrFrom(netip.MustParseAddr(svcWeb4)), NatPort: 80}
 	for port := clashPortMin; port <= clashPortMax; port++ {
 		k := ctKeyOf(loIfindex, packet{src: podV4, dst: backend, proto: tcp, sport: uint16(port), dport: 8080})
 		if err := d.svcCT.Put(k, live); err != nil {

@@ -53,6 +53,9 @@ func TestDescribe(t *testing.T) {
 		{"Service refused", bpfmaps.Event{Ifindex: 7, Verdict: bpfmaps.VerdictReject, Reason: bpfmaps.ReasonServiceNoBackend}, "shop/web", "-", "service without backend", ""},
 		{"Service dropped (internalTrafficPolicy Local)", bpfmaps.Event{Ifindex: 7, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonServiceNoBackend},
 			"shop/web", "-", "service without local backend", ""},
+		{"conntrack share", bpfmaps.Event{Ifindex: 7, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonCTShare}, "shop/web", "-", "conntrack share", ""},
+		{"Service source port clash", bpfmaps.Event{Ifindex: 7, Verdict: bpfmaps.VerdictDrop, Reason: bpfmaps.ReasonServicePortClash},
+			"shop/web", "-", "service source port clash", ""},
 	} {
 		v := Describe(tc.ev, fakeNamer{}, time.Unix(0, 0))
 		if v.Endpoint != tc.endpoint || v.Peer != tc.peer || v.Rule != tc.rule || v.Policy != tc.policy || v.Count != 1 {

@@ -53,7 +53,9 @@
  * the connection's first packet (REASON_SERVICE_PORT_CLASH) when none of
  * SVC_PORT_TRIES ports is free; the client's retry draws again. The
  * entries record the two ports (peer_port). ICMP errors about such a
- * connection stay untranslated.
+ * connection stay untranslated. A direct connection the pod opens on a
+ * translated one's tuple afterwards is not kept apart: it matches the
+ * translated connection's entries.
  *
  * SCTP: its CRC32c covers the ports, and no helper can update it. lockstep
  * translates an SCTP frontend only when its backends listen on the
@@ -364,50 +366,54 @@ static __always_inline int svc_related(struct __sk_buff *skb, const struct pkt *
 	return TC_ACT_OK;
 }
 
-/* svc_tuple_taken reports whether key k, that of the translated first
- * packet of client p's new connection, is another live connection's at
- * the endpoint: a translated one's (not this connection's own reverse
- * entry, left by an earlier attempt) or, when lockstep tracks it, a
- * direct one's. A closing connection's key may be taken over.
+/* svc_tuple_taken reports whether key k, that of a translation of the
+ * first packet of client p's new connection, is another live connection's
+ * at the endpoint: a translated one's or, when lockstep tracks it, a
+ * direct one's. own: k keeps p's source port, so that a reverse entry of
+ * p's frontend without another port is this very connection's, left by an
+ * earlier attempt. A connection a RST closed is over; one a FIN closed may
+ * still be sending the other way (half-closed), and keeps its tuple.
  */
-static __always_inline int svc_tuple_taken(const struct ct_key *k, const struct pkt *p, __u64 now)
+static __always_inline int svc_tuple_taken(const struct ct_key *k, const struct pkt *p, int own, __u64 now)
 {
 	struct svc_ct_entry *s = bpf_map_lookup_elem(&lockstep_svc_ct, k);
 	struct ct_entry *v;
 
-	if (s && s->expires >= now && !(s->flags & CT_CLOSING) &&
-	    !((s->flags & CT_SVC_REV) && !s->peer_port && s->nat_port == p->dport && addr_eq(&s->nat_addr, &p->daddr)))
+	if (s && s->expires >= now && !(s->flags & CT_RST) &&
+	    !(own && (s->flags & CT_SVC_REV) && !s->peer_port && s->nat_port == p->dport &&
+	      addr_eq(&s->nat_addr, &p->daddr)))
 		return 1;
 	v = bpf_map_lookup_elem(&lockstep_ct, k);
-	return v && v->expires >= now && !(v->flags & CT_CLOSING);
+	return v && v->expires >= now && !(v->flags & CT_RST);
 }
 
 /* svc_claim_tuple makes t, the translation of p, the first packet of a
  * new connection from the pod of ifindex, a tuple no other connection has
- * there, and leaves its key in k: as it is, or with a source port drawn
- * from SVC_PORT_MIN to SVC_PORT_MAX (never for SCTP, whose CRC covers the
- * ports). It returns 0, or -1 when the tuple stays taken.
+ * there: as it is, or with a source port drawn from SVC_PORT_MIN to
+ * SVC_PORT_MAX (never for SCTP, whose CRC covers the ports). It returns
+ * 0, or -1 when the tuple stays taken (t as it was).
  *
  * A global function: the verifier checks it once.
  */
-__attribute__((noinline)) int svc_claim_tuple(__u32 ifindex, const struct pkt *p, struct pkt *t, struct ct_key *k,
-					      __u64 now)
+__attribute__((noinline)) int svc_claim_tuple(__u32 ifindex, const struct pkt *p, struct pkt *t, __u64 now)
 {
+	struct ct_key key; /* on the stack: older verifiers take no argument memory as a map key */
 	__u32 i;
 
-	if (!p || !t || !k)
+	if (!p || !t)
 		return -1;
-	ct_fill_key(k, ifindex, t);
-	if (!svc_tuple_taken(k, p, now))
+	ct_fill_key(&key, ifindex, t);
+	if (!svc_tuple_taken(&key, p, 1, now))
 		return 0;
 	if (p->proto == IPPROTO_SCTP)
 		return -1;
 	for (i = 0; i < SVC_PORT_TRIES; i++) {
 		t->sport = SVC_PORT_MIN + bpf_get_prandom_u32() % (SVC_PORT_MAX - SVC_PORT_MIN + 1);
-		ct_fill_key(k, ifindex, t);
-		if (!svc_tuple_taken(k, p, now))
+		ct_fill_key(&key, ifindex, t);
+		if (!svc_tuple_taken(&key, p, 0, now))
 			return 0;
 	}
+	t->sport = p->sport; /* the client's port in the drop's event */
 	return -1;
 }
 
@@ -473,7 +479,7 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 
 	if (!ct_admit(ifindex, DIR_EGRESS, 2, 0, now))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_CT_SHARE, t, r.identity);
-	if (svc_claim_tuple(ifindex, p, t, &s->k, now))
+	if (svc_claim_tuple(ifindex, p, t, now))
 		return verdict(skb, DIR_EGRESS, VERDICT_DROP, REASON_SERVICE_PORT_CLASH, t, r.identity);
 	peer = t->sport != p->sport ? t->sport : 0;
 	/* A backend on another node may be reached and answer past the
