@@ -3,6 +3,7 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -122,7 +123,9 @@ func TestPrivilegedServiceSourcePortClashPackets(t *testing.T) {
 // source port: lockstep does too. Without that their translated tuples
 // are one, and the second connection takes the first one's replies. TCP
 // and UDP, both families, to another pod and hairpin (where the pod's
-// kernel, not the dataplane, would also see one tuple twice).
+// kernel, not the dataplane, would also see one tuple twice). The
+// backend's port unreachable reaches both UDP sockets: the error about
+// the second is translated back to its own port.
 func TestPrivilegedServiceSourcePortClash(t *testing.T) {
 	testenv.Privileged(t)
 	n := newPodNode(t)
@@ -141,6 +144,8 @@ func TestPrivilegedServiceSourcePortClash(t *testing.T) {
 			state.Services[frontend(fe, proto, 81)] = &policy.ServiceEntry{Service: "ns/second", Backends: backends(8080, be)}
 		}
 	}
+	state.Services[frontend(svcClosed4, policyapi.ProtoUDP, 81)] = &policy.ServiceEntry{Service: "ns/closed", Backends: backends(8081, trBackend4)}
+	state.Services[frontend(svcClosed6, policyapi.ProtoUDP, 81)] = &policy.ServiceEntry{Service: "ns/closed", Backends: backends(8081, trBackend6)}
 	mustApply(t, n.d, state)
 
 	port := 40000
@@ -166,6 +171,18 @@ func TestPrivilegedServiceSourcePortClash(t *testing.T) {
 				}
 			})
 		}
+	}
+	for _, fe := range []string{svcClosed4, svcClosed6} {
+		port++
+		t.Run("udp refused "+fe, func(t *testing.T) {
+			first := dialFromPort(t, c.ns, "udp", port, hostPort(fe, "80"))
+			other := dialFromPort(t, c.ns, "udp", port, hostPort(fe, "81"))
+			for i, conn := range []net.Conn{first, other} {
+				if from, err := echoOnce(conn, "udp", "anyone?"); !errors.Is(err, syscall.ECONNREFUSED) {
+					t.Errorf("connection %d, from port %d to %s: %q, %v; want ECONNREFUSED", i, port, conn.RemoteAddr(), from, err)
+				}
+			}
+		})
 	}
 }
 

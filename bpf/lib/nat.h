@@ -364,7 +364,8 @@ __attribute__((noinline)) int nat_rewrite(struct __sk_buff *skb, const struct pk
 
 /* nat_icmp_quote translates the packet in that the ICMP error p quotes,
  * of a connection whose translation h holds: fwd 0, its destination
- * becomes h's address and port; fwd 1, its source. The quoted IPv4
+ * becomes h's address and port; fwd 1, its source. The client's port, at
+ * the other end, becomes h's peer_port when it has one. The quoted IPv4
  * header's checksum and the ICMP (ICMPv6) checksum are kept right; the
  * quoted L4 checksum is left as it is (no kernel checks it). A global
  * function, checked once by the verifier (see nat_rewrite).
@@ -413,6 +414,13 @@ __attribute__((noinline)) int nat_icmp_quote(struct __sk_buff *skb, const struct
 
 		if (f != t) {
 			if (store(skb, l4 + (fwd ? 0 : 2), &t, sizeof(t)))
+				return -1;
+			diff = csum_add32(diff, csum_add32((__u16)~f, t));
+		}
+		f = bpf_htons(fwd ? in->dport : in->sport);
+		t = bpf_htons(h->peer_port);
+		if (h->peer_port && f != t) {
+			if (store(skb, l4 + (fwd ? 2 : 0), &t, sizeof(t)))
 				return -1;
 			diff = csum_add32(diff, csum_add32((__u16)~f, t));
 		}

@@ -52,8 +52,7 @@
  * range so that the pod's own later connections do not take it, and drops
  * the connection's first packet (REASON_SERVICE_PORT_CLASH) when none of
  * SVC_PORT_TRIES ports is free; the client's retry draws again. The
- * entries record the two ports (peer_port). ICMP errors about such a
- * connection stay untranslated. A direct connection the pod opens on a
+ * entries record the two ports (peer_port). A direct connection the pod opens on a
  * translated one's tuple afterwards is not kept apart: it matches the
  * translated connection's entries.
  *
@@ -338,16 +337,15 @@ static __always_inline int svc_tracked(struct __sk_buff *skb, __u32 ifindex, con
  * about a translated packet (the backend's port unreachable, a router's
  * packet too big) quotes the frontend and comes from it when the backend
  * sent it; one the client sends about a reply it saw from the frontend
- * goes to the backend, quoting it. Errors about hairpin connections, and
- * about connections given another source port, stay untranslated. Returns
- * the tc action.
+ * goes to the backend, quoting it. Hairpin connections' errors stay
+ * untranslated. Returns the tc action.
  */
 static __always_inline int svc_related(struct __sk_buff *skb, const struct pkt *p, const struct pkt *in,
 				       __u8 dir, __u32 o, const struct ct_hit *h)
 {
 	__u32 fwd;
 
-	if (!(h->flags & CT_SVC) || (h->flags & CT_SVC_HAIRPIN) || h->peer_port)
+	if (!(h->flags & CT_SVC) || (h->flags & CT_SVC_HAIRPIN))
 		return TC_ACT_OK;
 	if ((h->flags & CT_SVC_REV) && (h->flags & ct_bit(dir ^ 1, o)))
 		fwd = 0;
