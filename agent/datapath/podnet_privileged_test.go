@@ -129,19 +129,7 @@ func (n *podNode) addPod(t *testing.T, hostIf, v4, v6 string, attach bool) podNe
 // connection and datagram with the address it came from.
 func serveWhoAmI(t *testing.T, n ns.NetNS, addr string) {
 	t.Helper()
-	var l net.Listener
-	var pc net.PacketConn
-	err := n.Do(func(ns.NetNS) (err error) {
-		if l, err = net.Listen("tcp", addr); err != nil {
-			return err
-		}
-		pc, err = net.ListenPacket("udp", addr)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("listen on %s: %v", addr, err)
-	}
-	t.Cleanup(func() { l.Close(); pc.Close() })
+	l, pc := listenTCPUDP(t, n, addr)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -162,6 +150,26 @@ func serveWhoAmI(t *testing.T, n ns.NetNS, addr string) {
 			pc.WriteTo([]byte(from.String()), from)
 		}
 	}()
+}
+
+// listenTCPUDP listens in n on TCP and UDP addr (host:port) until the test
+// ends.
+func listenTCPUDP(t *testing.T, n ns.NetNS, addr string) (net.Listener, net.PacketConn) {
+	t.Helper()
+	var l net.Listener
+	var pc net.PacketConn
+	err := n.Do(func(ns.NetNS) (err error) {
+		if l, err = net.Listen("tcp", addr); err != nil {
+			return err
+		}
+		pc, err = net.ListenPacket("udp", addr)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	t.Cleanup(func() { l.Close(); pc.Close() })
+	return l, pc
 }
 
 // askTCP connects from n to addr and returns what the server says.

@@ -249,19 +249,7 @@ func echoOnce(conn net.Conn, proto, msg string) (string, error) {
 // connections open until the client closes them.
 func serveEcho(t *testing.T, n ns.NetNS, addr string) {
 	t.Helper()
-	var l net.Listener
-	var pc net.PacketConn
-	err := n.Do(func(ns.NetNS) (err error) {
-		if l, err = net.Listen("tcp", addr); err != nil {
-			return err
-		}
-		pc, err = net.ListenPacket("udp", addr)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("listen on %s: %v", addr, err)
-	}
-	t.Cleanup(func() { l.Close(); pc.Close() })
+	l, pc := listenTCPUDP(t, n, addr)
 	go func() {
 		for {
 			c, err := l.Accept()
