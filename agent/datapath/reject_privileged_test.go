@@ -229,7 +229,10 @@ func quoteOf(t *testing.T, w wire) (src, dst netip.AddrPort, headerOK bool) {
 // socket: the backend's port unreachable reaches the client from the
 // frontend, quoting the frontend; a router's error keeps the router's
 // address and quotes the frontend; an error the client sends about a
-// reply from the frontend goes to the backend, quoting it.
+// reply from the frontend goes to the backend, quoting it. With the
+// client's port taken by a direct flow to the backend (a source port
+// clash), the quotes' client port is translated too: to the client's own
+// port towards it, to the drawn one towards the backend.
 func TestPrivilegedServiceICMPErrorsTranslated(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
@@ -244,45 +247,65 @@ func TestPrivilegedServiceICMPErrorsTranslated(t *testing.T) {
 		{"v6", podV6, svcWeb6, "fd00::2", "fd00::99", 1, 4},
 	} {
 		ap := func(a string, port uint16) netip.AddrPort { return netip.AddrPortFrom(addr(a), port) }
-		sent := packet{src: fam.pod, dst: fam.backend, proto: udp, sport: 41000, dport: 53} // as translated
-		seen := packet{src: fam.fe, dst: fam.pod, proto: udp, sport: 1053, dport: 41000}    // a reply, as the client saw it
 		for _, tc := range []struct {
-			name       string
-			toPod      bool
-			err        []byte
-			from, to   string
-			qsrc, qdst netip.AddrPort
+			name                 string
+			toPod, router, reply bool // sent to the pod; by a router; about the reply the client saw
 		}{
-			{"the backend's port unreachable", true, icmpErrorFrame(fam.backend, fam.pod, fam.typ, fam.code, sent), fam.fe, fam.pod, ap(fam.pod, 41000), ap(fam.fe, 1053)},
-			{"a router's error", true, icmpErrorFrame(fam.router, fam.pod, fam.typ, fam.code, sent), fam.router, fam.pod, ap(fam.pod, 41000), ap(fam.fe, 1053)},
-			{"the client's port unreachable", false, icmpErrorFrame(fam.pod, fam.fe, fam.typ, fam.code, seen), fam.pod, fam.backend, ap(fam.backend, 53), ap(fam.pod, 41000)},
+			{"the backend's port unreachable", true, false, false},
+			{"a router's error", true, true, false},
+			{"the client's port unreachable", false, false, true},
 		} {
-			t.Run(fam.name+"/"+tc.name, func(t *testing.T) {
-				d.flushCT(t)
-				open := packet{src: fam.pod, dst: fam.fe, proto: udp, sport: 41000, dport: 1053}
-				if ret, _ := runOut(t, d.fromPod, csumFrame(open)); ret != actOK {
-					t.Fatalf("opening datagram: %s", actName(ret))
+			for _, clash := range []bool{false, true} {
+				name := fam.name + "/" + tc.name
+				if clash {
+					name += "/source port clash"
 				}
-				prog := d.fromPod
-				if tc.toPod {
-					prog = d.toPod
-				}
-				ret, out := runOut(t, prog, tc.err)
-				if ret != actOK {
-					t.Fatalf("error: got %s, want OK", actName(ret))
-				}
-				w := mustWire(t, "translated error", out)
-				if w.src != addr(tc.from) || w.dst != addr(tc.to) {
-					t.Errorf("error from %s to %s, want from %s to %s", w.src, w.dst, tc.from, tc.to)
-				}
-				qs, qd, ok := quoteOf(t, w)
-				if qs != tc.qsrc || qd != tc.qdst {
-					t.Errorf("quote %s → %s, want %s → %s", qs, qd, tc.qsrc, tc.qdst)
-				}
-				if !ok {
-					t.Errorf("the quoted IPv4 header's checksum is wrong")
-				}
-			})
+				t.Run(name, func(t *testing.T) {
+					d.flushCT(t)
+					if clash {
+						direct := packet{src: fam.pod, dst: fam.backend, proto: udp, sport: 41000, dport: 53}
+						if ret, _ := runOut(t, d.fromPod, csumFrame(direct)); ret != actOK {
+							t.Fatalf("direct datagram: %s", actName(ret))
+						}
+					}
+					open := packet{src: fam.pod, dst: fam.fe, proto: udp, sport: 41000, dport: 1053}
+					ret, out := runOut(t, d.fromPod, csumFrame(open))
+					if ret != actOK {
+						t.Fatalf("opening datagram: %s", actName(ret))
+					}
+					port := mustWire(t, "opening datagram", out).sport // the client's port towards the backend
+					if moved := port != 41000; moved != clash {
+						t.Fatalf("opening datagram left from port %d, want another port than 41000: %v", port, clash)
+					}
+					sent := packet{src: fam.pod, dst: fam.backend, proto: udp, sport: port, dport: 53} // as translated
+					seen := packet{src: fam.fe, dst: fam.pod, proto: udp, sport: 1053, dport: 41000}  // a reply, as the client saw it
+					prog, errFrame := d.toPod, icmpErrorFrame(fam.backend, fam.pod, fam.typ, fam.code, sent)
+					from, to, qsrc, qdst := fam.fe, fam.pod, ap(fam.pod, 41000), ap(fam.fe, 1053)
+					switch {
+					case tc.router:
+						errFrame = icmpErrorFrame(fam.router, fam.pod, fam.typ, fam.code, sent)
+						from = fam.router
+					case tc.reply:
+						prog, errFrame = d.fromPod, icmpErrorFrame(fam.pod, fam.fe, fam.typ, fam.code, seen)
+						from, to, qsrc, qdst = fam.pod, fam.backend, ap(fam.backend, 53), ap(fam.pod, port)
+					}
+					ret, out = runOut(t, prog, errFrame)
+					if ret != actOK {
+						t.Fatalf("error: got %s, want OK", actName(ret))
+					}
+					w := mustWire(t, "translated error", out)
+					if w.src != addr(from) || w.dst != addr(to) {
+						t.Errorf("error from %s to %s, want from %s to %s", w.src, w.dst, from, to)
+					}
+					qs, qd, ok := quoteOf(t, w)
+					if qs != qsrc || qd != qdst {
+						t.Errorf("quote %s → %s, want %s → %s", qs, qd, qsrc, qdst)
+					}
+					if !ok {
+						t.Errorf("the quoted IPv4 header's checksum is wrong")
+					}
+				})
+			}
 		}
 	}
 }

@@ -52,9 +52,9 @@
  * range so that the pod's own later connections do not take it, and drops
  * the connection's first packet (REASON_SERVICE_PORT_CLASH) when none of
  * SVC_PORT_TRIES ports is free; the client's retry draws again. The
- * entries record the two ports (peer_port). A direct connection the pod opens on a
- * translated one's tuple afterwards is not kept apart: it matches the
- * translated connection's entries.
+ * entries record the two ports (peer_port). A direct connection the pod
+ * opens on a translated one's tuple afterwards is not kept apart: it
+ * matches the translated connection's entries.
  *
  * SCTP: its CRC32c covers the ports, and no helper can update it. lockstep
  * translates an SCTP frontend only when its backends listen on the
