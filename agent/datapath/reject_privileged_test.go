@@ -278,7 +278,7 @@ func TestPrivilegedServiceICMPErrorsTranslated(t *testing.T) {
 						t.Fatalf("opening datagram left from port %d, want another port than 41000: %v", port, clash)
 					}
 					sent := packet{src: fam.pod, dst: fam.backend, proto: udp, sport: port, dport: 53} // as translated
-					seen := packet{src: fam.fe, dst: fam.pod, proto: udp, sport: 1053, dport: 41000}  // a reply, as the client saw it
+					seen := packet{src: fam.fe, dst: fam.pod, proto: udp, sport: 1053, dport: 41000}   // a reply, as the client saw it
 					prog, errFrame := d.toPod, icmpErrorFrame(fam.backend, fam.pod, fam.typ, fam.code, sent)
 					from, to, qsrc, qdst := fam.fe, fam.pod, ap(fam.pod, 41000), ap(fam.fe, 1053)
 					switch {
