@@ -433,11 +433,12 @@ func (d *Datapath) writeService(w svcWant, p, q int) error {
 	if err := d.writeSlots(e, q, layout); err != nil {
 		return err
 	}
-	v := e.v
-	v.Count[q], v.Affinity[q], v.Mark[q] = uint16(len(layout)), w.affinity, w.mark
+	count := uint16(len(layout))
 	if w.noLocal {
-		v.Count[q] = bpfmaps.SvcNoLocal
+		count = bpfmaps.SvcNoLocal
 	}
+	v := e.v
+	frontendParity{count: count, affinity: w.affinity, mark: w.mark}.into(&v, q)
 	if err := d.putService(e, v, q); err != nil {
 		return err
 	}
@@ -456,8 +457,26 @@ func (d *Datapath) retireService(e *svcEntry, p, q int) error {
 		return d.deleteService(e)
 	}
 	v := e.v
-	v.Count[q], v.Affinity[q], v.Mark[q] = bpfmaps.SvcAbsent, 0, 0
+	frontendParity{count: bpfmaps.SvcAbsent}.into(&v, q)
 	return d.putService(e, v, q)
+}
+
+// frontendParity is what a frontend's value holds for one parity: every
+// field of bpfmaps.SvcValue but its ID, so that a parity is written and
+// copied whole (the settler once copied all but a new field).
+type frontendParity struct {
+	count          uint16
+	affinity, mark uint32
+}
+
+// parityOf returns parity p of v.
+func parityOf(v bpfmaps.SvcValue, p int) frontendParity {
+	return frontendParity{count: v.Count[p], affinity: v.Affinity[p], mark: v.Mark[p]}
+}
+
+// into writes s as parity p of v.
+func (s frontendParity) into(v *bpfmaps.SvcValue, p int) {
+	v.Count[p], v.Affinity[p], v.Mark[p] = s.count, s.affinity, s.mark
 }
 
 // deleteService deletes e's entry and whatever slots it still has. Only
@@ -637,7 +656,7 @@ func (d *Datapath) settleServices(live, idle int) error {
 			continue
 		}
 		v := e.v
-		v.Count[idle], v.Affinity[idle], v.Mark[idle] = v.Count[live], v.Affinity[live], v.Mark[live]
+		parityOf(v, live).into(&v, idle)
 		if err := d.putService(e, v, idle); err != nil {
 			errs = append(errs, err)
 			continue

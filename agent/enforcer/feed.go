@@ -127,11 +127,9 @@ func (f *feeder) feedChange(c store.Change) {
 		switch {
 		case n.Name != f.node:
 		case deleted:
-			f.comp.SetZone("")
-			f.comp.SetNodeAddrs(nil)
+			f.comp.SetNodeInfo("", nil)
 		default:
-			f.comp.SetZone(n.Zone)
-			f.comp.SetNodeAddrs(n.Addrs)
+			f.comp.SetNodeInfo(n.Zone, n.Addrs)
 		}
 	default:
 		// Endpoints were read whole by feed; the rest is not policy input.
@@ -235,8 +233,7 @@ func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
 			return err
 		}
 		if n != nil {
-			f.comp.SetZone(n.Zone)
-			f.comp.SetNodeAddrs(n.Addrs)
+			f.comp.SetNodeInfo(n.Zone, n.Addrs)
 		}
 	}
 	nss, err := store.Namespaces(txn, nil)

@@ -103,23 +103,13 @@ func (c *Incremental) SetNode(name string) {
 	c.in.svc.markAllDirty()
 }
 
-// SetZone sets this node's zone (Snapshot.Zone); a change recomputes
-// every Service.
-func (c *Incremental) SetZone(zone string) {
-	if c.in.svc.at.Zone == zone {
+// SetNodeInfo sets this node's zone and addresses (Snapshot.Zone and
+// Snapshot.NodeAddrs); a change recomputes every Service.
+func (c *Incremental) SetNodeInfo(zone string, addrs []netip.Addr) {
+	if c.in.svc.at.Zone == zone && slices.Equal(c.in.svc.at.Addrs, addrs) {
 		return
 	}
-	c.in.svc.at.Zone = zone
-	c.in.svc.markAllDirty()
-}
-
-// SetNodeAddrs sets this node's addresses (Snapshot.NodeAddrs); a change
-// recomputes every Service.
-func (c *Incremental) SetNodeAddrs(addrs []netip.Addr) {
-	if slices.Equal(c.in.svc.at.Addrs, addrs) {
-		return
-	}
-	c.in.svc.at.Addrs = slices.Clone(addrs)
+	c.in.svc.at.Zone, c.in.svc.at.Addrs = zone, slices.Clone(addrs)
 	c.in.svc.markAllDirty()
 }
 

@@ -422,8 +422,7 @@ func checkServicesBothWays(t *testing.T, snap *Snapshot, want map[ServiceFronten
 		t.Fatal(err)
 	}
 	inc.SetNode(snap.Node)
-	inc.SetZone(snap.Zone)
-	inc.SetNodeAddrs(snap.NodeAddrs)
+	inc.SetNodeInfo(snap.Zone, snap.NodeAddrs)
 	got, err := inc.Compile()
 	if err != nil {
 		t.Fatal(err)

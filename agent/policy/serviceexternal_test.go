@@ -253,12 +253,12 @@ func TestIncrementalExternalClaims(t *testing.T) {
 		addrs         []netip.Addr
 		lbOwner, node string // the owners of 198.51.100.20:80 and of the NodePort on addrs[0]
 	}{
-		{"both", func() { inc.SetService(web); inc.SetService(hijack); inc.SetNodeAddrs(addrs1) }, []*policyapi.Service{web, hijack}, addrs1, "prod/web", "prod/web"},
+		{"both", func() { inc.SetService(web); inc.SetService(hijack); inc.SetNodeInfo("", addrs1) }, []*policyapi.Service{web, hijack}, addrs1, "prod/web", "prod/web"},
 		{"the load balancer's Service deleted", func() { inc.DeleteService("prod", "web") }, []*policyapi.Service{hijack}, addrs1, "prod/a-hijack", ""},
 		{"back", func() { inc.SetService(web) }, []*policyapi.Service{web, hijack}, addrs1, "prod/web", "prod/web"},
 		{"its address now an externalIP of its own", func() { inc.SetService(webExternal) }, []*policyapi.Service{webExternal, hijack}, addrs1, "prod/a-hijack", ""},
-		{"a load balancer's again, the node's address changed", func() { inc.SetService(web); inc.SetNodeAddrs(addrs2) }, []*policyapi.Service{web, hijack}, addrs2, "prod/web", "prod/web"},
-		{"the node's addresses gone", func() { inc.SetNodeAddrs(nil) }, []*policyapi.Service{web, hijack}, nil, "prod/web", ""},
+		{"a load balancer's again, the node's address changed", func() { inc.SetService(web); inc.SetNodeInfo("", addrs2) }, []*policyapi.Service{web, hijack}, addrs2, "prod/web", "prod/web"},
+		{"the node's addresses gone", func() { inc.SetNodeInfo("", nil) }, []*policyapi.Service{web, hijack}, nil, "prod/web", ""},
 	} {
 		step.do()
 		got, err := inc.Compile()
