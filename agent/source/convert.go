@@ -3,7 +3,6 @@ package source
 import (
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -338,18 +337,13 @@ func convertHints(h *discoveryv1.EndpointHints) *policyapi.EndpointHints {
 // reach its NodePorts. Its ExternalIPs are not among them: often a cloud's
 // address the node does not have, where kube-proxy serves no NodePort.
 func ConvertNode(n *corev1.Node) *policyapi.Node {
-	out := &policyapi.Node{Name: n.Name, Zone: n.Labels[policyapi.ZoneLabel]}
+	var internal []string
 	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP {
-			continue
+		if a.Type == corev1.NodeInternalIP {
+			internal = append(internal, a.Address)
 		}
-		addr, err := netip.ParseAddr(a.Address)
-		if err != nil || addr.Zone() != "" || slices.Contains(out.Addrs, addr.Unmap()) {
-			continue
-		}
-		out.Addrs = append(out.Addrs, addr.Unmap())
 	}
-	return out
+	return &policyapi.Node{Name: n.Name, Zone: n.Labels[policyapi.ZoneLabel], Addrs: policyapi.ParseAddrs(internal)}
 }
 
 // oneLabel returns the label key of labels alone, or nil.

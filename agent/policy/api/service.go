@@ -281,29 +281,38 @@ func ParseService(s *Service) (*ParsedService, error) {
 	return cs, nil
 }
 
-// parseExternal fills in cs.ExternalIPs and cs.LoadBalancerIPs from s.
-// An address that does not parse is left out, as kube-proxy leaves it
-// out: failing the Service would take its ClusterIPs' translation too.
+// parseExternal fills in cs.ExternalIPs and cs.LoadBalancerIPs from s
+// (see ParseAddrs: failing the Service would take its ClusterIPs'
+// translation too).
 func (cs *ParsedService) parseExternal(s *Service) {
-	add := func(to *[]netip.Addr, ip string) {
-		a, err := netip.ParseAddr(ip)
-		if err != nil || a.Zone() != "" {
-			return
-		}
-		if a = a.Unmap(); !slices.Contains(*to, a) {
-			*to = append(*to, a)
-		}
-	}
-	for _, ip := range s.Spec.ExternalIPs {
-		add(&cs.ExternalIPs, ip)
-	}
+	cs.ExternalIPs = ParseAddrs(s.Spec.ExternalIPs)
 	if s.Spec.Type != ServiceTypeLoadBalancer {
 		return
 	}
 	cs.LoadBalancerFirewall = len(s.Spec.LoadBalancerSourceRanges) > 0
+	var vips []string
 	for _, in := range s.Status.LoadBalancer.Ingress {
 		if in.IPMode == nil || *in.IPMode == LoadBalancerIPModeVIP {
-			add(&cs.LoadBalancerIPs, in.IP)
+			vips = append(vips, in.IP)
 		}
 	}
+	cs.LoadBalancerIPs = ParseAddrs(vips)
+}
+
+// ParseAddrs returns the addresses of ss, unmapped, each once, in order,
+// leaving out those that do not parse or carry a zone, as kube-proxy
+// leaves out an externalIP or a Node's address it cannot read. Nil when
+// none is left.
+func ParseAddrs(ss []string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			continue
+		}
+		if a = a.Unmap(); !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
