@@ -29,4 +29,22 @@ func TestCapacitiesMatchTheCompiler(t *testing.T) {
 	if 2*(policy.DefaultLimits.Prefixes+2) > int(m.MaxEntries) {
 		t.Errorf("default limits allow two states of %d prefixes and the two default routes, more than %s holds (%d)", policy.DefaultLimits.Prefixes, bpfmaps.CIDRsMap, m.MaxEntries)
 	}
+	// The Service maps hold one state per parity.
+	for _, c := range []struct {
+		name           string
+		maps, compiler int
+	}{
+		{bpfmaps.ServicesMap + " per parity", int(spec.Maps[bpfmaps.ServicesMap].MaxEntries) / 2, policy.ServiceFrontendCapacity},
+		{bpfmaps.BackendsMap + " per parity", int(spec.Maps[bpfmaps.BackendsMap].MaxEntries) / 2, policy.ServiceBackendCapacity},
+		{"bpfmaps.MaxFrontends", bpfmaps.MaxFrontends, policy.ServiceFrontendCapacity},
+		{"bpfmaps.MaxBackends", bpfmaps.MaxBackends, policy.ServiceBackendCapacity},
+		{"backends per frontend", maxBackendsPerFrontend, policy.MaxBackendsPerFrontend},
+	} {
+		if c.maps != c.compiler {
+			t.Errorf("%s: %d, the compiler's limits assume %d", c.name, c.maps, c.compiler)
+		}
+	}
+	if policy.DefaultLimits.ServiceFrontends != policy.ServiceFrontendCapacity || policy.DefaultLimits.ServiceBackends != policy.ServiceBackendCapacity {
+		t.Errorf("default limits %+v do not bound the Services by the maps' capacities", policy.DefaultLimits)
+	}
 }

@@ -4,6 +4,7 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -85,4 +86,86 @@ func mapEntries(tb testing.TB, d *Datapath, name string) int {
 		tb.Fatalf("no map %s in %v", name, stats)
 	}
 	return n
+}
+
+// TestPrivilegedServiceHogCannotFillTheNode: one namespace's Services ask
+// for more frontends, more backends, or more backends for one frontend
+// than the Service maps hold. Without limits the compiled state does not
+// fit: Apply refuses it whole with ErrServiceCapacity, and with it every
+// later policy change and CNI ADD of the node. With the agent's limits the
+// namespace is left to kube-proxy alone: the state fits, and another
+// tenant's Service is translated.
+func TestPrivilegedServiceHogCannotFillTheNode(t *testing.T) {
+	testenv.Privileged(t)
+	tenant := &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: "tenant", Name: "web"},
+		Spec: policyapi.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []policyapi.ServicePort{{Name: "p0", Port: 80, Protocol: "TCP"}}}}
+	tenantSlice := endpointSlice("tenant", "web-1", "web", 1, 1)
+	tenantFrontend := policy.ServiceFrontend{Addr: netip.MustParseAddr("10.96.0.10"), Port: 80, Proto: policyapi.ProtoTCP}
+	hog := func(ports int) *policyapi.Service {
+		s := &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: "hostile", Name: "hog"}, Spec: policyapi.ServiceSpec{ClusterIP: "10.96.0.20"}}
+		for i := range ports {
+			s.Spec.Ports = append(s.Spec.Ports, policyapi.ServicePort{Name: fmt.Sprintf("p%d", i), Port: int32(1 + i), Protocol: "TCP"})
+		}
+		return s
+	}
+	d := newTestDatapath(t)
+	for _, tc := range []struct {
+		name  string
+		svc   *policyapi.Service
+		slice *policyapi.EndpointSlice
+		// fitsUnbounded: even without limits the compiler leaves it to
+		// kube-proxy (MaxBackendsPerFrontend does not depend on them).
+		fitsUnbounded bool
+	}{
+		{name: "frontends", svc: hog(policy.ServiceFrontendCapacity + 1)},
+		{name: "backends", svc: hog(4), slice: endpointSlice("hostile", "hog-1", "hog", policy.ServiceBackendCapacity/4+1, 4)},
+		{name: "backends of one frontend", svc: hog(1), slice: endpointSlice("hostile", "hog-1", "hog", policy.MaxBackendsPerFrontend+1, 1), fitsUnbounded: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snapshot := func(l policy.Limits) *policy.Snapshot {
+				s := &policy.Snapshot{Services: []*policyapi.Service{tenant, tc.svc}, EndpointSlices: []*policyapi.EndpointSlice{tenantSlice}, Limits: l}
+				if tc.slice != nil {
+					s.EndpointSlices = append(s.EndpointSlices, tc.slice)
+				}
+				return s
+			}
+			if !tc.fitsUnbounded {
+				unbounded, err := policy.Compile(snapshot(policy.Limits{}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Apply(unbounded); !errors.Is(err, ErrServiceCapacity) {
+					t.Fatalf("apply %d frontends without limits: %v, want ErrServiceCapacity (the failure the limits prevent)", len(unbounded.Services), err)
+				}
+			}
+			bounded, err := policy.Compile(snapshot(policy.DefaultLimits))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := bounded.Services[tenantFrontend]; e == nil || len(e.Backends) != 1 || len(bounded.Services) != 1 {
+				t.Fatalf("%d frontends compiled, want the tenant's alone: %v", len(bounded.Services), e)
+			}
+			if tc.fitsUnbounded != (bounded.ServicesOverCapacity["hostile"] == "") || len(bounded.ServicesOverCapacity) > 1 {
+				t.Errorf("over capacity %v", bounded.ServicesOverCapacity)
+			}
+			mustApply(t, d, bounded)
+			checkLive(t, d, "the tenant's Service", bounded.Services)
+		})
+	}
+}
+
+// endpointSlice returns EndpointSlice ns/name of Service svc with n ready
+// IPv4 endpoints and ports slice ports, p0 on 8080, p1 on 8081 and so on,
+// as the Service ports of those names.
+func endpointSlice(ns, name, svc string, n, ports int) *policyapi.EndpointSlice {
+	s := &policyapi.EndpointSlice{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{policyapi.ServiceNameLabel: svc}},
+		AddressType: policyapi.AddressTypeIPv4}
+	for i := range ports {
+		name, port := fmt.Sprintf("p%d", i), int32(8080+i)
+		s.Ports = append(s.Ports, policyapi.EndpointSlicePort{Name: &name, Port: &port})
+	}
+	for i := range n {
+		s.Endpoints = append(s.Endpoints, policyapi.SliceEndpoint{Addresses: []string{netip.AddrFrom4([4]byte{10, byte(1 + i>>16), byte(i >> 8), byte(i)}).String()}})
+	}
+	return s
 }

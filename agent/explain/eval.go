@@ -166,7 +166,7 @@ func (ix *index) externalFrontend(from *party, a netip.Addr, port uint16, proto 
 	if err != nil {
 		return nil, nil // the caller's answer says so
 	}
-	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, ix.clientNode(from))
+	table, _, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, ix.clientNode(from), ix.s.Limits)
 	if err != nil {
 		return nil, err
 	}

@@ -13,9 +13,10 @@ import (
 // standalone agent enforces them: each pod with the addresses addrs gives
 // it (none: the pod's own status), and the Services with the
 // EndpointSlices the agent computes from those pods (a pod without an
-// address is no endpoint). The objects of objs are not modified.
+// address is no endpoint), within the agent's limits. The objects of objs
+// are not modified.
 func ManifestSnapshot(objs *manifests.Objects, addrs func(*policyapi.Pod) ([]netip.Addr, error)) (*policy.Snapshot, error) {
-	snap := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Policies: objs.Policies, Services: objs.Services}
+	snap := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Policies: objs.Policies, Services: objs.Services, Limits: policy.DefaultLimits}
 	for _, p := range objs.Pods {
 		as, err := addrs(p)
 		if err != nil {

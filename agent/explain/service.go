@@ -33,13 +33,17 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 	}
 	// internalTrafficPolicy Local and topology hints are decided on the
 	// client's node, as kube-proxy decides them there (see clientNode).
-	table, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, ix.clientNode(from))
+	table, over, err := policy.ServiceTable(ix.s.Services, ix.s.EndpointSlices, ix.clientNode(from), ix.s.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("explain --to %s: translate the Services: %w", q.To, err)
 	}
 	entry := table[policy.ServiceFrontend{Addr: addr, Port: q.Port, Proto: num}]
 	if entry != nil && entry.External {
 		return nil, externalFrontendError(q, entry, proto)
+	}
+	if why := over[policyapi.NamespaceOrDefault(svc.Namespace)]; entry == nil && why != "" {
+		return nil, fmt.Errorf("explain --to %s: %w: lockstep leaves service %s to kube-proxy on this node (%s); name the backend pod to judge its ingress",
+			q.To, ErrServiceAddress, name, why)
 	}
 	if entry == nil {
 		return nil, fmt.Errorf("explain --to %s: %w: service %s has no port %d/%s (its ports: %s); --port is a Service port",

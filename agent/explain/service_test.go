@@ -2,6 +2,7 @@ package explain
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -374,4 +375,28 @@ func mustAddr(t *testing.T, s string) netip.Addr {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// TestExplainServiceOverCapacity: a namespace whose Services the node's
+// Service maps cannot hold is left to kube-proxy; explain says so, with
+// the reason, rather than judging backends the dataplanes do not pick
+// from. The other namespaces' Services are answered as before.
+func TestExplainServiceOverCapacity(t *testing.T) {
+	snap := serviceFixture()
+	var ports []policyapi.ServicePort
+	for i := range 10 {
+		ports = append(ports, svcPort(fmt.Sprintf("p%d", i), "", int32(80+i), nil))
+	}
+	snap.Services = append(snap.Services, service("hog", "big", []string{"10.96.0.70"}, nil, ports...))
+	if _, err := Explain(snap, query(t, "x/client", "10.96.0.70", "80")); err != nil {
+		t.Fatalf("within the default limits: %v", err)
+	}
+	snap.Limits = policy.Limits{ServiceFrontends: 12} // namespace x holds 8
+	_, err := Explain(snap, query(t, "x/client", "10.96.0.70", "80"))
+	if !errors.Is(err, ErrServiceAddress) || !strings.Contains(err.Error(), "lockstep leaves service hog/big to kube-proxy on this node (the node's Service maps are full (they hold 12 frontends) and namespace hog's Services hold 10 frontends") {
+		t.Errorf("hog/big over capacity: %v", err)
+	}
+	if _, err := Explain(snap, query(t, "x/client", "svc/x/web", "80")); err != nil {
+		t.Errorf("x/web while hog is over capacity: %v", err)
+	}
 }

@@ -155,11 +155,11 @@ func Compile(s *Snapshot) (*Desired, error) {
 		}
 		d.Endpoints[le.HostIfName] = c.endpoint(le)
 	}
-	svcs, err := compileServices(s.Services, s.EndpointSlices, policyapi.Node{Name: s.Node, Zone: s.Zone, Addrs: s.NodeAddrs})
+	svcs, over, err := compileServices(s.Services, s.EndpointSlices, policyapi.Node{Name: s.Node, Zone: s.Zone, Addrs: s.NodeAddrs}, s.Limits)
 	if err != nil {
 		return nil, err
 	}
-	d.Services = svcs
+	d.Services, d.ServicesOverCapacity = svcs, over
 	return d, nil
 }
 

@@ -148,4 +148,9 @@ type Desired struct {
 	// reporting: dataplanes ignore it. Like Endpoints, it is the previous
 	// result's very map when it did not change.
 	FailedPolicies map[string]string
+	// ServicesOverCapacity maps each namespace whose Services the limits
+	// leave to kube-proxy (see [Limits].ServiceFrontends) to the reason:
+	// none of their frontends is in Services. It is for reporting, and is
+	// the previous result's very map when it did not change.
+	ServicesOverCapacity map[string]string
 }

@@ -61,7 +61,10 @@
 // protocol), the ready ones or, when none is, the serving and terminating
 // ones, as kube-proxy chooses them; under internalTrafficPolicy Local, those
 // of this node ([Snapshot.Node]) alone. A Service labelled for another
-// proxy is not translated. api.Service and api.EndpointSlice keep only
+// proxy is not translated, nor, while the Services ask for more than the
+// dataplane's maps hold ([Limits].ServiceFrontends), those of the
+// namespaces with the largest share ([Desired.ServicesOverCapacity]):
+// kube-proxy translates them. api.Service and api.EndpointSlice keep only
 // what that needs. Where the slices come from is the sources' business: the
 // API server's endpoint-slice controller in Kubernetes mode, the agent's
 // own (agent/endpointslice) in standalone mode.

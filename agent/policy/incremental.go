@@ -474,7 +474,7 @@ func (st *state) update(in *inputs) (*Desired, error) {
 	}
 	st.settleIdentities()
 	st.updateEndpoints()
-	if err := st.updateServices(&in.svc); err != nil {
+	if err := st.updateServices(&in.svc, in.limits); err != nil {
 		return nil, err
 	}
 	return st.publish(), nil
@@ -491,6 +491,13 @@ func (st *state) publish() *Desired {
 	if st.out == nil || st.failedChanged {
 		d.FailedPolicies = maps.Clone(st.failed)
 		st.failedChanged = false
+	}
+	if st.out != nil {
+		d.ServicesOverCapacity = st.out.ServicesOverCapacity
+	}
+	if st.out == nil || st.svc.overChanged {
+		d.ServicesOverCapacity = maps.Clone(st.svc.over)
+		st.svc.overChanged = false
 	}
 	if st.out == nil || len(st.dirtyAddrs) > 0 {
 		var m map[netip.Addr]AddrEntry
@@ -531,6 +538,9 @@ func (st *state) publish() *Desired {
 		}
 		if maps.Equal(d.FailedPolicies, st.prev.FailedPolicies) && st.prev.FailedPolicies != nil {
 			d.FailedPolicies = st.prev.FailedPolicies
+		}
+		if maps.Equal(d.ServicesOverCapacity, st.prev.ServicesOverCapacity) && st.prev.ServicesOverCapacity != nil {
+			d.ServicesOverCapacity = st.prev.ServicesOverCapacity
 		}
 		st.prev = nil
 	}

@@ -128,6 +128,12 @@ type serviceState struct {
 	// frontends whose claims or entries changed since.
 	out   map[ServiceFrontend]*ServiceEntry
 	dirty map[ServiceFrontend]struct{}
+	// nsCost is what each namespace's entries ask of the node; over, the
+	// namespaces the limits leave to kube-proxy (Limits.servicesOver),
+	// and overChanged, whether over changed since it was last published.
+	nsCost      map[string]serviceCost
+	over        map[string]string
+	overChanged bool
 }
 
 func newServiceState() serviceState {
@@ -135,13 +141,15 @@ func newServiceState() serviceState {
 		entries: map[objKey]map[ServiceFrontend]*ServiceEntry{},
 		claims:  map[ServiceFrontend]map[objKey]struct{}{},
 		dirty:   map[ServiceFrontend]struct{}{},
+		nsCost:  map[string]serviceCost{},
 	}
 }
 
-// updateServices recomputes the entries of the dirty Services. An entry
-// equal to the one its frontend had keeps that one's pointer: the
-// Service's previous entry, or after a rebuild the previous result's.
-func (st *state) updateServices(in *serviceInputs) error {
+// updateServices recomputes the entries of the dirty Services, then
+// which namespaces l leaves to kube-proxy. An entry equal to the one its
+// frontend had keeps that one's pointer: the Service's previous entry, or
+// after a rebuild the previous result's.
+func (st *state) updateServices(in *serviceInputs, l Limits) error {
 	ss := &st.svc
 	var prev map[ServiceFrontend]*ServiceEntry
 	if st.prev != nil {
@@ -186,13 +194,52 @@ func (st *state) updateServices(in *serviceInputs) error {
 			}
 			ss.dirty[fe] = struct{}{}
 		}
+		ns := serviceNamespace(k)
+		if c := ss.nsCost[ns].sub(serviceCostOf(old)).add(serviceCostOf(next)); c == (serviceCost{}) {
+			delete(ss.nsCost, ns)
+		} else {
+			ss.nsCost[ns] = c
+		}
 		if len(next) == 0 {
 			delete(ss.entries, k)
 		} else {
 			ss.entries[k] = next
 		}
 	}
+	if len(in.dirty) > 0 {
+		ss.setOver(l.servicesOver(ss.nsCost))
+	}
 	return nil
+}
+
+// setOver makes over the namespaces left to kube-proxy, and marks the
+// frontends of those that went over or came back dirty.
+func (ss *serviceState) setOver(over map[string]string) {
+	if maps.Equal(over, ss.over) {
+		return
+	}
+	var flipped map[string]bool
+	for ns := range over {
+		if _, ok := ss.over[ns]; !ok {
+			mak(&flipped)[ns] = true
+		}
+	}
+	for ns := range ss.over {
+		if _, ok := over[ns]; !ok {
+			mak(&flipped)[ns] = true
+		}
+	}
+	ss.over, ss.overChanged = over, true
+	if len(flipped) == 0 {
+		return
+	}
+	for k, entries := range ss.entries {
+		if flipped[serviceNamespace(k)] {
+			for fe := range entries {
+				ss.dirty[fe] = struct{}{}
+			}
+		}
+	}
 }
 
 // publishServices returns the Services of the result: the last map when
@@ -216,7 +263,7 @@ func (st *state) publishServices(first bool) (out, base map[ServiceFrontend]*Ser
 			owner := slices.MinFunc(slices.Collect(maps.Keys(claims)), func(a, b objKey) int {
 				return compareClaim(a, ss.entries[a][fe], b, ss.entries[b][fe])
 			})
-			if ent = ss.entries[owner][fe]; ent.leftToKubeProxy {
+			if ent = ss.entries[owner][fe]; ent.leftToKubeProxy || ss.over[serviceNamespace(owner)] != "" {
 				ent = nil // kube-proxy's: claimed, not translated
 			}
 		}

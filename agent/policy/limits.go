@@ -33,6 +33,13 @@ type Limits struct {
 	// for more, the largest are failed until the rest fit, and namespaces
 	// of equal size fail together (see Limits.overBudget). 0 is no bound.
 	Prefixes int
+	// ServiceFrontends and ServiceBackends bound the Service frontends
+	// the dataplanes translate, and their backends (counted once per
+	// frontend), of all namespaces together: the eBPF dataplane's Service
+	// maps hold that many per state. When the Services ask for more, the
+	// namespaces with the largest share are left to kube-proxy until the
+	// rest fit (see Limits.servicesOver). 0 is no bound.
+	ServiceFrontends, ServiceBackends int
 }
 
 // CIDRCapacity is the number of entries of the eBPF dataplane's
@@ -45,11 +52,14 @@ const CIDRCapacity = 65536
 // holds the applied state's and the next one's), and a namespace an
 // eighth of that (4095), so that eight tenants at their budget still fit
 // the node and no single one can fill it; a namespace may hold 4096 rule
-// entries.
+// entries; the Services of all namespaces together may hold what the
+// Service maps do.
 var DefaultLimits = Limits{
 	PrefixesPerNamespace: (CIDRCapacity/2 - 2) / 8,
 	RulesPerNamespace:    CIDRCapacity / 16,
 	Prefixes:             CIDRCapacity/2 - 2,
+	ServiceFrontends:     ServiceFrontendCapacity,
+	ServiceBackends:      ServiceBackendCapacity,
 }
 
 // policyCost is what a policy, or all policies of a namespace, asks of

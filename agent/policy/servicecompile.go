@@ -23,7 +23,9 @@ import (
 // the entry says NoLocalBackend. An endpoint's first address is its
 // address; one that does not parse or is of the other family is left out,
 // as is a slice port without a number. A Service labelled for another
-// proxy (ParsedService.OtherProxy) has no frontends.
+// proxy (ParsedService.OtherProxy) has no frontends. A Service with a
+// frontend of more than MaxBackendsPerFrontend backends is left to
+// kube-proxy whole.
 func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, at policyapi.Node) map[ServiceFrontend]*ServiceEntry {
 	if len(cs.Addrs) == 0 || len(cs.Ports) == 0 || cs.OtherProxy {
 		return nil
@@ -42,6 +44,14 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 				e.NoLocalBackend = len(e.Backends) == 0 && elsewhere
 			}
 			out[fe] = e
+		}
+	}
+	for _, e := range out {
+		if !e.leftToKubeProxy && len(e.Backends) > MaxBackendsPerFrontend {
+			for _, e := range out {
+				e.leftToKubeProxy, e.Backends = true, nil
+			}
+			break
 		}
 	}
 	return out
@@ -309,14 +319,16 @@ func sameEntry(a, b *ServiceEntry) bool {
 // ClusterIP twice, but anyone may name it as an externalIP) give it to the
 // one whose claim compareClaim orders first. Nil when there is no frontend.
 // at is the Node whose pods' connections are translated (Snapshot.Node and
-// Snapshot.Zone).
-func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, at policyapi.Node) (map[ServiceFrontend]*ServiceEntry, error) {
+// Snapshot.Zone). The namespaces whose Services l leaves to kube-proxy
+// (Limits.servicesOver) still claim their frontends but have none
+// published; over says why, by namespace.
+func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, at policyapi.Node, l Limits) (_ map[ServiceFrontend]*ServiceEntry, over map[string]string, _ error) {
 	bySvc := make(map[objKey][]*policyapi.EndpointSlice)
 	seen := make(map[objKey]bool, len(sl))
 	for _, s := range sl {
 		k := objKey{policyapi.NamespaceOrDefault(s.Namespace), s.Name}
 		if seen[k] {
-			return nil, fmt.Errorf("endpointslice %s/%s listed twice", k.ns, k.name)
+			return nil, nil, fmt.Errorf("endpointslice %s/%s listed twice", k.ns, k.name)
 		}
 		seen[k] = true
 		if name := s.ServiceName(); name != "" {
@@ -324,20 +336,28 @@ func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, a
 			bySvc[sk] = append(bySvc[sk], s)
 		}
 	}
-	var out map[ServiceFrontend]*ServiceEntry
-	owner := map[ServiceFrontend]objKey{}
-	keys := make(map[objKey]bool, len(svcs))
+	entries := make(map[objKey]map[ServiceFrontend]*ServiceEntry, len(svcs))
+	costs := map[string]serviceCost{}
 	for _, s := range svcs {
 		k := objKey{policyapi.NamespaceOrDefault(s.Namespace), s.Name}
-		if keys[k] {
-			return nil, fmt.Errorf("service %s/%s listed twice", k.ns, k.name)
+		if _, dup := entries[k]; dup {
+			return nil, nil, fmt.Errorf("service %s/%s listed twice", k.ns, k.name)
 		}
-		keys[k] = true
 		cs, err := policyapi.ParseService(s)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		for fe, e := range serviceEntries(cs, bySvc[k], at) {
+		entries[k] = serviceEntries(cs, bySvc[k], at)
+		if c := serviceCostOf(entries[k]); c != (serviceCost{}) {
+			costs[k.ns] = costs[k.ns].add(c)
+		}
+	}
+	over = l.servicesOver(costs)
+	var out map[ServiceFrontend]*ServiceEntry
+	owner := map[ServiceFrontend]objKey{}
+	for _, s := range svcs {
+		k := objKey{policyapi.NamespaceOrDefault(s.Namespace), s.Name}
+		for fe, e := range entries[k] {
 			if o, taken := owner[fe]; taken && compareClaim(o, out[fe], k, e) < 0 {
 				continue
 			}
@@ -349,12 +369,12 @@ func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, a
 		}
 	}
 	for fe, e := range out {
-		if e.leftToKubeProxy {
+		if e.leftToKubeProxy || over[owner[fe].ns] != "" {
 			delete(out, fe)
 		}
 	}
 	if len(out) == 0 {
 		out = nil
 	}
-	return out, nil
+	return out, over, nil
 }
