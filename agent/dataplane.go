@@ -320,6 +320,9 @@ func dataplaneStatus(be *backend, enf *enforcer.Enforcer, cleanups *cleanup.Mana
 	out.Services = &api.ServicesStatus{Frontends: svcs.Frontends, Backends: svcs.Backends, WithoutBackends: svcs.NoBackends,
 		WithoutLocalBackends: svcs.NoLocalBackends, LeftToKubeProxy: be.servicesLeft}
 	f := enf.Failures()
+	for _, ns := range slices.Sorted(maps.Keys(f.Services)) {
+		out.Services.OverCapacity = append(out.Services.OverCapacity, api.ServicesOverCapacity{Namespace: ns, Reason: f.Services[ns]})
+	}
 	for _, name := range slices.Sorted(maps.Keys(f.Policies)) {
 		out.FailedPolicies = append(out.FailedPolicies, api.PolicyFailure{Policy: name, Reason: f.Policies[name]})
 	}

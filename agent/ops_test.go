@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -194,5 +195,72 @@ func TestReadyzAndMetricsNameAPolicyThatFailsClosed(t *testing.T) {
 	writePolicyFailures(&buf, enf.Failures())
 	if !strings.Contains(buf.String(), "lockstep_policy_failures 0") {
 		t.Errorf("metrics after deleting the policy:\n%s", buf.String())
+	}
+}
+
+// TestMetricsNameServicesOverCapacity: a namespace whose Services the
+// node's Service maps cannot hold is left to kube-proxy while the apply
+// goes through; the enforcer's failures, its log and /metrics name it,
+// and it is translated again once it fits.
+func TestMetricsNameServicesOverCapacity(t *testing.T) {
+	st, err := store.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	enf := enforcer.New(st, nopDataplane{}, slog.New(slog.NewTextHandler(&logged, nil)))
+	limits := policy.DefaultLimits
+	limits.ServiceFrontends = 3
+	enf.SetLimits(limits)
+	service := func(ns string, ports int) *policyapi.Service {
+		s := &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: ns, Name: "svc"}, Spec: policyapi.ServiceSpec{ClusterIP: "10.96.0.1" + strconv.Itoa(ports)}}
+		for i := range ports {
+			s.Spec.Ports = append(s.Spec.Ports, policyapi.ServicePort{Name: "p" + strconv.Itoa(i), Port: int32(80 + i), Protocol: "TCP"})
+		}
+		return s
+	}
+	write := func(fn func(*store.Txn) error) {
+		t.Helper()
+		if err := st.Update(fn); err != nil {
+			t.Fatal(err)
+		}
+		if err := enf.Sync(context.Background()); err != nil {
+			t.Fatalf("sync: %v", err)
+		}
+	}
+	metrics := func() string {
+		var buf strings.Builder
+		writeServicesOverCapacity(&buf, enf.Failures())
+		return buf.String()
+	}
+	write(func(txn *store.Txn) error {
+		if err := store.UpsertService(txn, service("tenant", 1)); err != nil {
+			return err
+		}
+		return store.UpsertService(txn, service("hog", 3))
+	})
+	if f := enf.Failures(); len(f.Services) != 1 || !strings.Contains(f.Services["hog"], "namespace hog's Services hold 3 frontends") {
+		t.Errorf("failures name %v, want namespace hog", f.Services)
+	}
+	for _, want := range []string{"lockstep_service_namespaces_over_capacity 1", `lockstep_service_namespace_over_capacity{namespace="hog"} 1`} {
+		if !strings.Contains(metrics(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, metrics())
+		}
+	}
+	if !strings.Contains(logged.String(), "services left to kube-proxy") || !strings.Contains(logged.String(), "namespace=hog") {
+		t.Errorf("no warning naming the namespace in the log:\n%s", logged.String())
+	}
+	if n := enf.Services().Frontends; n != 1 {
+		t.Errorf("%d frontends applied, want the tenant's one", n)
+	}
+	write(func(txn *store.Txn) error { return store.UpsertService(txn, service("hog", 2)) })
+	if f := enf.Failures(); len(f.Services) != 0 || !f.Empty() {
+		t.Errorf("failures %+v once the namespace fits", f)
+	}
+	if !strings.Contains(metrics(), "lockstep_service_namespaces_over_capacity 0") {
+		t.Errorf("metrics once the namespace fits:\n%s", metrics())
+	}
+	if n := enf.Services().Frontends; n != 3 {
+		t.Errorf("%d frontends applied, want 3", n)
 	}
 }

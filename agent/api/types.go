@@ -287,6 +287,17 @@ type ServicesStatus struct {
 	// does (the agent's --service-translation=false, or the iptables
 	// dataplane in Kubernetes mode); the counts are what it was given.
 	LeftToKubeProxy bool `json:"leftToKubeProxy,omitempty"`
+	// OverCapacity are the namespaces whose Services the node's Service
+	// maps cannot hold, left to kube-proxy (none of their frontends is
+	// counted above).
+	OverCapacity []ServicesOverCapacity `json:"overCapacity,omitempty"`
+}
+
+// ServicesOverCapacity is a namespace whose Services are left to
+// kube-proxy, and why.
+type ServicesOverCapacity struct {
+	Namespace string `json:"namespace"`
+	Reason    string `json:"reason"`
 }
 
 // CleanupStatus is one pending clean-up of a backend.

@@ -24,6 +24,10 @@ type Failures struct {
 	// Endpoints lists the local endpoints with a direction that fails
 	// closed, by host interface.
 	Endpoints []EndpointFailure
+	// Services maps each namespace whose Services lockstep leaves to
+	// kube-proxy, over the node's Service capacity, to the reason
+	// (policy.Desired.ServicesOverCapacity).
+	Services map[string]string
 }
 
 // EndpointFailure is a local endpoint with no allow in a direction that
@@ -36,7 +40,9 @@ type EndpointFailure struct {
 }
 
 // Empty reports whether nothing failed.
-func (f Failures) Empty() bool { return len(f.Policies) == 0 && len(f.Endpoints) == 0 }
+func (f Failures) Empty() bool {
+	return len(f.Policies) == 0 && len(f.Endpoints) == 0 && len(f.Services) == 0
+}
 
 // OnFailures registers fn to hear the failures of every applied state
 // that changes them; call it before the first Sync. fn runs with the apply
@@ -56,11 +62,12 @@ func (e *Enforcer) Failures() Failures {
 // found equal to the one applied last). The failures noted last are still
 // right when d shares their state's endpoints and failed policies.
 func (e *Enforcer) noteFailures(d *policy.Desired) {
-	if last := e.failuresOf; last != nil && sameMap(d.Endpoints, last.Endpoints) && sameMap(d.FailedPolicies, last.FailedPolicies) {
+	if last := e.failuresOf; last != nil && sameMap(d.Endpoints, last.Endpoints) && sameMap(d.FailedPolicies, last.FailedPolicies) &&
+		sameMap(d.ServicesOverCapacity, last.ServicesOverCapacity) {
 		return
 	}
 	e.failuresOf = d
-	f := &Failures{Policies: d.FailedPolicies}
+	f := &Failures{Policies: d.FailedPolicies, Services: d.ServicesOverCapacity}
 	for hostIf, ep := range d.Endpoints {
 		if ep.Failed != [2]string{} {
 			f.Endpoints = append(f.Endpoints, EndpointFailure{HostIf: hostIf, Reasons: ep.Failed})
@@ -83,9 +90,9 @@ func (e *Enforcer) noteFailures(d *policy.Desired) {
 		}
 		return 0
 	})
-	var before map[string]string
+	var before, servicesBefore map[string]string
 	if prev := e.failures.Load(); prev != nil {
-		before = prev.Policies
+		before, servicesBefore = prev.Policies, prev.Services
 	}
 	for name, why := range f.Policies {
 		if before[name] != why {
@@ -95,6 +102,16 @@ func (e *Enforcer) noteFailures(d *policy.Desired) {
 	for name := range before {
 		if _, ok := f.Policies[name]; !ok {
 			e.log.Info("network policy enforced again", "policy", name)
+		}
+	}
+	for ns, why := range f.Services {
+		if servicesBefore[ns] != why {
+			e.log.Warn("services left to kube-proxy: the node's Service maps cannot hold them", "namespace", ns, "reason", why)
+		}
+	}
+	for ns := range servicesBefore {
+		if _, ok := f.Services[ns]; !ok {
+			e.log.Info("services translated by lockstep again", "namespace", ns)
 		}
 	}
 	e.failures.Store(f)

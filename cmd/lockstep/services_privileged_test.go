@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func TestPrivilegedStandaloneServiceBackends(t *testing.T) {
 		t.Helper()
 		var got api.ServicesStatus
 		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if got = services(); got == want {
+			if got = services(); reflect.DeepEqual(got, want) {
 				return
 			}
 		}

@@ -72,6 +72,9 @@ func writeStatus(out io.Writer, st *api.StatusResponse, now time.Time) error {
 				fmt.Fprintf(w, " (translated by kube-proxy, not lockstep)")
 			}
 			fmt.Fprintln(w)
+			for _, o := range s.OverCapacity {
+				fmt.Fprintf(w, "  namespace %s left to kube-proxy:\t%s\n", o.Namespace, o.Reason)
+			}
 		}
 		if len(dp.FailedPolicies) > 0 || len(dp.FailedEndpoints) > 0 {
 			fmt.Fprintf(w, "Failing closed:\t%d policies, %d endpoints (isolated, no allow; fix or delete the policies)\n", len(dp.FailedPolicies), len(dp.FailedEndpoints))
