@@ -32,6 +32,9 @@ type world struct {
 	faults bool
 	// failed: the last compilation failed; edits then often heal the world.
 	failed bool
+	// limits bound the Services (Limits.ServiceFrontends), small enough
+	// for the world's namespaces to go over them and come back.
+	limits Limits
 	inc    *Incremental
 }
 
@@ -52,7 +55,7 @@ var (
 )
 
 func newWorld(seed uint64) *world {
-	return &world{
+	w := &world{
 		rng:        rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		namespaces: map[string]*policyapi.Namespace{},
 		pods:       map[objKey]*policyapi.Pod{},
@@ -63,7 +66,16 @@ func newWorld(seed uint64) *world {
 		clean:      map[string]policyapi.Peer{},
 		inc:        NewIncremental(),
 	}
+	if seed%2 == 0 {
+		w.limits = worldServiceLimits[1]
+		w.inc.SetLimits(w.limits)
+	}
+	return w
 }
+
+// worldServiceLimits are the Service bounds a world may have: none, or
+// about what two of its namespaces' Services hold.
+var worldServiceLimits = []Limits{{}, {ServiceFrontends: 8, ServiceBackends: 12}, {ServiceFrontends: 12}, {ServiceBackends: 8}}
 
 func (w *world) pick(xs []string) string { return xs[w.rng.IntN(len(xs))] }
 
@@ -396,7 +408,7 @@ func (w *world) assignIdentities() {
 // snapshot is the full compiler's view of the world, pods and policies in
 // a random order (the result must not depend on it).
 func (w *world) snapshot() *Snapshot {
-	s := &Snapshot{Namespaces: maps.Clone(w.namespaces), Identities: maps.Clone(w.identities), Local: slices.Clone(w.local)}
+	s := &Snapshot{Namespaces: maps.Clone(w.namespaces), Identities: maps.Clone(w.identities), Local: slices.Clone(w.local), Limits: w.limits}
 	for _, p := range w.pods {
 		s.Pods = append(s.Pods, p)
 	}
@@ -420,7 +432,8 @@ func (w *world) snapshot() *Snapshot {
 
 // deepCopy copies d's content, to check later that nobody modified it.
 func deepCopy(d *Desired) *Desired {
-	c := &Desired{Addrs: maps.Clone(d.Addrs), CIDRs: maps.Clone(d.CIDRs), Endpoints: map[string]*EndpointPolicy{}, FailedPolicies: maps.Clone(d.FailedPolicies)}
+	c := &Desired{Addrs: maps.Clone(d.Addrs), CIDRs: maps.Clone(d.CIDRs), Endpoints: map[string]*EndpointPolicy{}, FailedPolicies: maps.Clone(d.FailedPolicies),
+		ServicesOverCapacity: maps.Clone(d.ServicesOverCapacity)}
 	for name, ep := range d.Endpoints {
 		e := *ep
 		e.Rules = map[RuleKey][]PortRange{}
@@ -465,6 +478,9 @@ func diffDesired(got, want *Desired) string {
 	}
 	if !maps.Equal(got.FailedPolicies, want.FailedPolicies) {
 		out = append(out, fmt.Sprintf("failed policies: got %v, want %v", got.FailedPolicies, want.FailedPolicies))
+	}
+	if !maps.Equal(got.ServicesOverCapacity, want.ServicesOverCapacity) {
+		out = append(out, fmt.Sprintf("services over capacity: got %v, want %v", got.ServicesOverCapacity, want.ServicesOverCapacity))
 	}
 	for name, we := range want.Endpoints {
 		ge := got.Endpoints[name]

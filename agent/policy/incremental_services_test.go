@@ -125,6 +125,9 @@ func (w *world) slice() *policyapi.EndpointSlice {
 // editService makes one change to the Services and slices.
 func (w *world) editService() {
 	switch n := w.rng.IntN(100); {
+	case n < 2:
+		w.limits = worldServiceLimits[w.rng.IntN(len(worldServiceLimits))]
+		w.inc.SetLimits(w.limits)
 	case n < 30:
 		s := w.service()
 		w.services[objKey{s.Namespace, s.Name}] = s

@@ -22,7 +22,7 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 		seeds, steps = 3, 500
 	}
 	var compiled, failed, rules, reused, ruleHits, ruleMisses int
-	var frontends, backends, svcReused int
+	var frontends, backends, svcReused, overCapacity int
 	var keptRanges, movedOrigins int
 	var deltas int
 	for seed := range seeds {
@@ -83,6 +83,9 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 					}
 				}
 			}
+			if len(got.ServicesOverCapacity) > 0 {
+				overCapacity++
+			}
 			for fe, e := range got.Services {
 				frontends++
 				backends += len(e.Backends)
@@ -116,7 +119,10 @@ func TestIncrementalMatchesCompile(t *testing.T) {
 	}
 	t.Logf("%d compilations, %d failed as the full compiler did, %d rules compared, %d endpoint policies reused; full recomputes took %d rules from their caches and resolved %d",
 		compiled, failed, rules, reused, ruleHits, ruleMisses)
-	t.Logf("%d service frontends compared, %d backends, %d entries reused", frontends, backends, svcReused)
+	t.Logf("%d service frontends compared, %d backends, %d entries reused, %d results with namespaces over the Service limits", frontends, backends, svcReused, overCapacity)
+	if overCapacity == 0 || overCapacity == compiled {
+		t.Errorf("the random world never or always goes over its Service limits: %d of %d results", overCapacity, compiled)
+	}
 	t.Logf("%d keys kept their ranges slice, %d whose origin alone changed got new ranges", keptRanges, movedOrigins)
 	// The world must exercise both outcomes, real rules and the rule
 	// caches, or the comparison proves little.
