@@ -45,6 +45,15 @@ func TestWriteStatus(t *testing.T) {
 			want: []string{"3 frontends, 4 backends (translated by kube-proxy, not lockstep)"},
 		},
 		{
+			name: "a namespace's Services over the node's capacity",
+			st: api.StatusResponse{Dataplane: &api.DataplaneStatus{
+				Name: "ebpf", LastApply: now.Add(-time.Second),
+				Services: &api.ServicesStatus{Frontends: 4, Backends: 6,
+					OverCapacity: []api.ServicesOverCapacity{{Namespace: "hostile", Reason: "the node's Service maps are full"}}},
+			}},
+			want: []string{"4 frontends, 6 backends\n", "namespace hostile left to kube-proxy:", "the node's Service maps are full"},
+		},
+		{
 			name: "a policy fails closed",
 			st: api.StatusResponse{Dataplane: &api.DataplaneStatus{
 				Name: "ebpf", LastApply: now.Add(-time.Second),
