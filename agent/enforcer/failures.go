@@ -104,8 +104,10 @@ func (e *Enforcer) noteFailures(d *policy.Desired) {
 			e.log.Info("network policy enforced again", "policy", name)
 		}
 	}
+	// Once per namespace going over, not per change of its counts: a
+	// tenant's churn must not flood the agent's log.
 	for ns, why := range f.Services {
-		if servicesBefore[ns] != why {
+		if _, was := servicesBefore[ns]; !was {
 			e.log.Warn("services left to kube-proxy: the node's Service maps cannot hold them", "namespace", ns, "reason", why)
 		}
 	}
