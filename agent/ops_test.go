@@ -162,15 +162,7 @@ func TestReadyzAndMetricsNameAPolicyThatFailsClosed(t *testing.T) {
 	o.enforcer.Store(enf)
 	gate.open(&agentAPI{})
 	o.setReady()
-	write := func(fn func(*store.Txn) error) {
-		t.Helper()
-		if err := st.Update(fn); err != nil {
-			t.Fatal(err)
-		}
-		if err := enf.Sync(context.Background()); err != nil {
-			t.Fatalf("sync: %v", err)
-		}
-	}
+	write := func(fn func(*store.Txn) error) { t.Helper(); commitAndSync(t, st, enf, fn) }
 	write(func(txn *store.Txn) error {
 		return store.UpsertPolicy(txn, &policyapi.NetworkPolicy{ObjectMeta: policyapi.ObjectMeta{Namespace: "team", Name: "bad"},
 			Spec: policyapi.NetworkPolicySpec{Ingress: []policyapi.IngressRule{{From: []policyapi.NetworkPolicyPeer{{IPBlock: &policyapi.IPBlock{CIDR: "10.0.0.0/40"}}}}}}})
@@ -198,6 +190,17 @@ func TestReadyzAndMetricsNameAPolicyThatFailsClosed(t *testing.T) {
 	}
 }
 
+// commitAndSync commits fn to st and waits until enf has applied it.
+func commitAndSync(t *testing.T, st *store.Store, enf *enforcer.Enforcer, fn func(*store.Txn) error) {
+	t.Helper()
+	if err := st.Update(fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := enf.Sync(context.Background()); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+}
+
 // TestMetricsNameServicesOverCapacity: a namespace whose Services the
 // node's Service maps cannot hold is left to kube-proxy while the apply
 // goes through; the enforcer's failures, its log and /metrics name it,
@@ -219,15 +222,7 @@ func TestMetricsNameServicesOverCapacity(t *testing.T) {
 		}
 		return s
 	}
-	write := func(fn func(*store.Txn) error) {
-		t.Helper()
-		if err := st.Update(fn); err != nil {
-			t.Fatal(err)
-		}
-		if err := enf.Sync(context.Background()); err != nil {
-			t.Fatalf("sync: %v", err)
-		}
-	}
+	write := func(fn func(*store.Txn) error) { t.Helper(); commitAndSync(t, st, enf, fn) }
 	metrics := func() string {
 		var buf strings.Builder
 		writeServicesOverCapacity(&buf, enf.Failures())
