@@ -19,6 +19,7 @@ import (
 	"lockstep.dev/lockstep/agent/iptables"
 	"lockstep.dev/lockstep/agent/persist"
 	"lockstep.dev/lockstep/agent/podnet"
+	"lockstep.dev/lockstep/agent/policy"
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/watchdog"
@@ -54,6 +55,18 @@ type backend struct {
 	// dataplane makes an apply right after another wait for a grace
 	// period; the others gain nothing from holding a release back.
 	releaseDelay time.Duration
+}
+
+// limits are the enforcer's (enforcer.SetLimits): the agent's. Only the
+// eBPF dataplane, translating Services itself, keeps them in maps of a
+// fixed size; a backend that leaves them to kube-proxy, or has netfilter
+// translate them, has no bound on the Services.
+func (be *backend) limits() policy.Limits {
+	l := policy.DefaultLimits
+	if be.name != backendEBPF || be.servicesLeft {
+		l.ServiceFrontends, l.ServiceBackends = 0, 0
+	}
+	return l
 }
 
 // Counter is implemented by dataplanes that report their sizes (map
@@ -290,9 +303,10 @@ type agentAPI struct {
 	*podnet.Handler
 	dataplane func() *api.DataplaneStatus
 	// st is read by Explain, which translates Services for the pods of
-	// node (policy.Snapshot.Node).
-	st   *store.Store
-	node string
+	// node (policy.Snapshot.Node) within the enforcer's limits.
+	st     *store.Store
+	node   string
+	limits policy.Limits
 }
 
 // Status answers the CNI STATUS verb and `lockstep status`.

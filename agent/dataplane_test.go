@@ -15,6 +15,7 @@ import (
 	"lockstep.dev/lockstep/agent/enforcer"
 	"lockstep.dev/lockstep/agent/hns"
 	"lockstep.dev/lockstep/agent/iptables"
+	"lockstep.dev/lockstep/agent/policy"
 )
 
 // countingDataplane is a Counter and a MetricsWriter.
@@ -150,5 +151,29 @@ func TestBackendsImplement(t *testing.T) {
 	}
 	if runtime.GOOS == "linux" && (!datapathHas.invalidator || !datapathHas.attachChecker) {
 		t.Errorf("the datapath implements %+v: the eBPF row checks less than it should", datapathHas)
+	}
+}
+
+// TestBackendLimits: only the eBPF dataplane translating Services bounds
+// them by its maps' capacities; every backend keeps the policy limits.
+func TestBackendLimits(t *testing.T) {
+	for _, tc := range []struct {
+		be       backend
+		bounded  bool
+		describe string
+	}{
+		{backend{name: backendEBPF}, true, "eBPF, translating"},
+		{backend{name: backendEBPF, servicesLeft: true}, false, "eBPF, kube-proxy translating"},
+		{backend{name: "iptables-nft"}, false, "iptables, translating with netfilter"},
+		{backend{name: "iptables-nft", servicesLeft: true}, false, "iptables, kube-proxy translating"},
+		{backend{name: DataplaneHNS}, false, "HNS"},
+	} {
+		l := tc.be.limits()
+		if bounded := l.ServiceFrontends > 0 && l.ServiceBackends > 0; bounded != tc.bounded {
+			t.Errorf("%s: Service limits %d frontends, %d backends, want bounded %v", tc.describe, l.ServiceFrontends, l.ServiceBackends, tc.bounded)
+		}
+		if l.Prefixes != policy.DefaultLimits.Prefixes || l.RulesPerNamespace != policy.DefaultLimits.RulesPerNamespace || l.PrefixesPerNamespace != policy.DefaultLimits.PrefixesPerNamespace {
+			t.Errorf("%s: policy limits %+v, want the defaults", tc.describe, l)
+		}
 	}
 }

@@ -11,8 +11,8 @@ import (
 )
 
 // Explain answers `lockstep explain` from one read transaction of the
-// store: the objects the enforcer compiles, with local pods at the
-// addresses CNI gave them.
+// store: the objects the enforcer compiles, within its limits, with local
+// pods at the addresses CNI gave them.
 func (a *agentAPI) Explain(_ context.Context, r api.ExplainRequest) (any, error) {
 	q, err := explain.ParseQuery(r.From, r.To, r.Port, r.Family)
 	if err != nil {
@@ -22,6 +22,7 @@ func (a *agentAPI) Explain(_ context.Context, r api.ExplainRequest) (any, error)
 	if err != nil {
 		return nil, api.Errorf(api.CodeInternal, "read the committed state: %v", err)
 	}
+	snap.Limits = a.limits
 	res, err := explain.Explain(snap, q)
 	switch {
 	case errors.Is(err, explain.ErrUnknownPod), errors.Is(err, explain.ErrBadQuery),

@@ -76,12 +76,12 @@ func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store, e
 }
 
 // writeServicesOverCapacity writes the namespaces whose Services lockstep
-// leaves to kube-proxy because the node's Service maps cannot hold them:
-// a count, then one sample per namespace.
+// does not translate because the node's Service maps cannot hold them: a
+// count, then one sample per namespace.
 func writeServicesOverCapacity(w io.Writer, f enforcer.Failures) {
-	promtext.WriteHeader(w, "lockstep_service_namespaces_over_capacity", "Namespaces whose Services the last apply left to kube-proxy because the node's Service maps cannot hold every namespace's (the largest shares go first); pods' connections to them are judged on the ClusterIP.", "gauge")
+	promtext.WriteHeader(w, "lockstep_service_namespaces_over_capacity", "Namespaces whose Services the last apply does not translate because the node's Service maps cannot hold every namespace's (the largest shares go first); kube-proxy, where it runs, translates them, and pods' connections to them are judged on the ClusterIP.", "gauge")
 	promtext.WriteSample(w, "lockstep_service_namespaces_over_capacity", float64(len(f.Services)))
-	promtext.WriteHeader(w, "lockstep_service_namespace_over_capacity", "1 for each namespace whose Services are left to kube-proxy over the node's Service capacity.", "gauge")
+	promtext.WriteHeader(w, "lockstep_service_namespace_over_capacity", "1 for each namespace whose Services are not translated, over the node's Service capacity.", "gauge")
 	for _, ns := range sortedKeys(f.Services) {
 		promtext.WriteSample(w, "lockstep_service_namespace_over_capacity", 1, "namespace", ns)
 	}

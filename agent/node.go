@@ -182,6 +182,7 @@ func (n *node) openDataplane(ctx context.Context) error {
 // the endpoints of the state file, and applies them.
 func (n *node) restore(ctx context.Context) error {
 	n.enf = enforcer.New(n.st, n.be.dp, n.log)
+	n.enf.SetLimits(n.be.limits())
 	n.enf.SetReleaseDelay(n.be.releaseDelay)
 	n.enf.SetNode(n.mode.serviceNode(n))
 	c := endpoints.Config{Pools: n.cfg.Pools, Logger: n.log, Enforce: n.enforce}
@@ -246,7 +247,7 @@ func (n *node) awaitPools(ctx context.Context) error {
 // serve opens the gate to the endpoint service, serves the API socket if
 // it does not yet, enables forwarding and says the agent is ready.
 func (n *node) serve(context.Context) error {
-	n.gate.open(&agentAPI{Service: n.svc, Handler: podnet.New(n.svc), st: n.st, node: n.mode.serviceNode(n), dataplane: func() *api.DataplaneStatus {
+	n.gate.open(&agentAPI{Service: n.svc, Handler: podnet.New(n.svc), st: n.st, node: n.mode.serviceNode(n), limits: n.be.limits(), dataplane: func() *api.DataplaneStatus {
 		return dataplaneStatus(n.be, n.enf, n.cleanups, n.lastApply.Load())
 	}})
 	if err := n.serveAPI(); err != nil {

@@ -234,7 +234,7 @@ func TestMetricsNameServicesOverCapacity(t *testing.T) {
 		}
 		return store.UpsertService(txn, service("hog", 3))
 	})
-	if f := enf.Failures(); len(f.Services) != 1 || !strings.Contains(f.Services["hog"], "namespace hog's Services hold 3 frontends") {
+	if f := enf.Failures(); len(f.Services) != 1 || !strings.Contains(f.Services["hog"], "namespace hog's for 3 frontends") {
 		t.Errorf("failures name %v, want namespace hog", f.Services)
 	}
 	for _, want := range []string{"lockstep_service_namespaces_over_capacity 1", `lockstep_service_namespace_over_capacity{namespace="hog"} 1`} {
@@ -249,7 +249,7 @@ func TestMetricsNameServicesOverCapacity(t *testing.T) {
 		s.Name, s.Spec.ClusterIP = "other", "10.96.0.99"
 		return store.UpsertService(txn, s)
 	})
-	if n := strings.Count(logged.String(), "services left to kube-proxy"); n != 1 || !strings.Contains(logged.String(), "namespace=hog") {
+	if n := strings.Count(logged.String(), "services not translated"); n != 1 || !strings.Contains(logged.String(), "namespace=hog") {
 		t.Errorf("%d warnings, want one naming the namespace, in the log:\n%s", n, logged.String())
 	}
 	write(func(txn *store.Txn) error { return store.DeleteService(txn, "hog", "other") })
@@ -259,6 +259,9 @@ func TestMetricsNameServicesOverCapacity(t *testing.T) {
 	write(func(txn *store.Txn) error { return store.UpsertService(txn, service("hog", 2)) })
 	if f := enf.Failures(); len(f.Services) != 0 || !f.Empty() {
 		t.Errorf("failures %+v once the namespace fits", f)
+	}
+	if !strings.Contains(logged.String(), "services translated by lockstep again") {
+		t.Errorf("no note in the log that the namespace came back:\n%s", logged.String())
 	}
 	if !strings.Contains(metrics(), "lockstep_service_namespaces_over_capacity 0") {
 		t.Errorf("metrics once the namespace fits:\n%s", metrics())

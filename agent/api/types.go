@@ -288,13 +288,13 @@ type ServicesStatus struct {
 	// dataplane in Kubernetes mode); the counts are what it was given.
 	LeftToKubeProxy bool `json:"leftToKubeProxy,omitempty"`
 	// OverCapacity are the namespaces whose Services the node's Service
-	// maps cannot hold, left to kube-proxy (none of their frontends is
-	// counted above).
+	// maps cannot hold, not translated (kube-proxy, where it runs,
+	// translates them; no frontend they own is counted above).
 	OverCapacity []ServicesOverCapacity `json:"overCapacity,omitempty"`
 }
 
-// ServicesOverCapacity is a namespace whose Services are left to
-// kube-proxy, and why.
+// ServicesOverCapacity is a namespace whose Services are not translated,
+// and why.
 type ServicesOverCapacity struct {
 	Namespace string `json:"namespace"`
 	Reason    string `json:"reason"`

@@ -154,7 +154,7 @@ func (e *Enforcer) SetReleaseDelay(d time.Duration) {
 	e.releaseDelay = max(d, 0)
 }
 
-// SetLimits replaces the limits on each namespace's policies
+// SetLimits replaces the limits on the namespaces' policies and Services
 // (policy.DefaultLimits unless set); the next apply recompiles everything.
 func (e *Enforcer) SetLimits(l policy.Limits) {
 	e.mu.Lock()

@@ -24,8 +24,8 @@ type Failures struct {
 	// Endpoints lists the local endpoints with a direction that fails
 	// closed, by host interface.
 	Endpoints []EndpointFailure
-	// Services maps each namespace whose Services lockstep leaves to
-	// kube-proxy, over the node's Service capacity, to the reason
+	// Services maps each namespace whose Services lockstep does not
+	// translate, over the node's Service capacity, to the reason
 	// (policy.Desired.ServicesOverCapacity).
 	Services map[string]string
 }
@@ -49,8 +49,9 @@ func (f Failures) Empty() bool {
 // lock held: it must not block.
 func (e *Enforcer) OnFailures(fn func(Failures)) { e.onFailures = fn }
 
-// Failures reports what the state applied last fails closed on; empty
-// before the first apply. It does not wait for an apply in progress.
+// Failures reports what the state applied last fails closed on, and the
+// namespaces whose Services it does not translate; empty before the first
+// apply. It does not wait for an apply in progress.
 func (e *Enforcer) Failures() Failures {
 	if f := e.failures.Load(); f != nil {
 		return *f
@@ -60,7 +61,8 @@ func (e *Enforcer) Failures() Failures {
 
 // noteFailures records the failures of d, the state just applied (or
 // found equal to the one applied last). The failures noted last are still
-// right when d shares their state's endpoints and failed policies.
+// right when d shares their state's endpoints, failed policies and
+// namespaces over the Service limits.
 func (e *Enforcer) noteFailures(d *policy.Desired) {
 	if last := e.failuresOf; last != nil && sameMap(d.Endpoints, last.Endpoints) && sameMap(d.FailedPolicies, last.FailedPolicies) &&
 		sameMap(d.ServicesOverCapacity, last.ServicesOverCapacity) {
@@ -108,7 +110,7 @@ func (e *Enforcer) noteFailures(d *policy.Desired) {
 	// tenant's churn must not flood the agent's log.
 	for ns, why := range f.Services {
 		if _, was := servicesBefore[ns]; !was {
-			e.log.Warn("services left to kube-proxy: the node's Service maps cannot hold them", "namespace", ns, "reason", why)
+			e.log.Warn("services not translated: the node's Service maps cannot hold them", "namespace", ns, "reason", why)
 		}
 	}
 	for ns := range servicesBefore {

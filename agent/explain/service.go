@@ -42,7 +42,7 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 		return nil, externalFrontendError(q, entry, proto)
 	}
 	if why := over[policyapi.NamespaceOrDefault(svc.Namespace)]; entry == nil && why != "" {
-		return nil, fmt.Errorf("explain --to %s: %w: lockstep leaves service %s to kube-proxy on this node (%s); name the backend pod to judge its ingress",
+		return nil, fmt.Errorf("explain --to %s: %w: lockstep does not translate service %s on this node (%s); name the backend pod to judge its ingress",
 			q.To, ErrServiceAddress, name, why)
 	}
 	if entry == nil {

@@ -393,8 +393,23 @@ func TestExplainServiceOverCapacity(t *testing.T) {
 	}
 	snap.Limits = policy.Limits{ServiceFrontends: 12} // namespace x holds 8
 	_, err := Explain(snap, query(t, "x/client", "10.96.0.70", "80"))
-	if !errors.Is(err, ErrServiceAddress) || !strings.Contains(err.Error(), "lockstep leaves service hog/big to kube-proxy on this node (the node's Service maps are full (they hold 12 frontends) and namespace hog's Services hold 10 frontends") {
+	if !errors.Is(err, ErrServiceAddress) || !strings.Contains(err.Error(), "lockstep does not translate service hog/big on this node (the Services of all namespaces ask for more than the node's Service maps hold (12 frontends), and namespace hog's for 10 frontends") {
 		t.Errorf("hog/big over capacity: %v", err)
+	}
+	// A frontend of more backends than the maps hold for one.
+	snap.Limits = policy.DefaultLimits
+	many := make([]policyapi.SliceEndpoint, policy.MaxBackendsPerFrontend+1)
+	for i := range many {
+		many[i] = policyapi.SliceEndpoint{Addresses: []string{netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}).String()}}
+	}
+	name, port := "p0", int32(8080)
+	snap.EndpointSlices = append(snap.EndpointSlices, &policyapi.EndpointSlice{
+		ObjectMeta:  policyapi.ObjectMeta{Namespace: "hog", Name: "big-1", Labels: map[string]string{policyapi.ServiceNameLabel: "big"}},
+		AddressType: policyapi.AddressTypeIPv4, Ports: []policyapi.EndpointSlicePort{{Name: &name, Port: &port}}, Endpoints: many,
+	})
+	_, err = Explain(snap, query(t, "x/client", "10.96.0.70", "81"))
+	if !errors.Is(err, ErrServiceAddress) || !strings.Contains(err.Error(), "namespace hog has a Service frontend of more than 65533 backends") {
+		t.Errorf("hog/big with a frontend of too many backends: %v", err)
 	}
 	if _, err := Explain(snap, query(t, "x/client", "svc/x/web", "80")); err != nil {
 		t.Errorf("x/web while hog is over capacity: %v", err)

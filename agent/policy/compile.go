@@ -58,9 +58,11 @@ type Snapshot struct {
 	// NodeAddrs are this node's addresses (its Node's InternalIPs), where
 	// pods reach its NodePorts (see ServiceEntry.External).
 	NodeAddrs []netip.Addr
-	// Limits bound what each namespace's policies may ask of the node; a
-	// namespace over them has its policies failed closed (see
-	// compileOrFail). The zero Limits bounds nothing.
+	// Limits bound what each namespace's policies, and all namespaces'
+	// policies and Services, may ask of the node; a namespace over them
+	// has its policies failed closed (see compileOrFail), or its Services
+	// not translated (see Desired.ServicesOverCapacity). The zero Limits
+	// bounds nothing.
 	Limits Limits
 }
 

@@ -149,8 +149,9 @@ type Desired struct {
 	// result's very map when it did not change.
 	FailedPolicies map[string]string
 	// ServicesOverCapacity maps each namespace whose Services the limits
-	// leave to kube-proxy (see [Limits].ServiceFrontends) to the reason:
-	// none of their frontends is in Services. It is for reporting, and is
-	// the previous result's very map when it did not change.
+	// leave untranslated (see [Limits].ServiceFrontends) to the reason:
+	// no frontend they own is in Services (kube-proxy, where it runs,
+	// translates them). It is for reporting, and is the previous result's
+	// very map when it did not change.
 	ServicesOverCapacity map[string]string
 }

@@ -64,7 +64,7 @@
 // proxy is not translated, nor, while the Services ask for more than the
 // dataplane's maps hold ([Limits].ServiceFrontends), those of the
 // namespaces with the largest share ([Desired.ServicesOverCapacity]):
-// kube-proxy translates them. api.Service and api.EndpointSlice keep only
+// kube-proxy, where it runs, translates them. api.Service and api.EndpointSlice keep only
 // what that needs. Where the slices come from is the sources' business: the
 // API server's endpoint-slice controller in Kubernetes mode, the agent's
 // own (agent/endpointslice) in standalone mode.

@@ -82,8 +82,8 @@ func NewIncremental() *Incremental {
 	}}
 }
 
-// SetLimits bounds what each namespace's policies may ask of the node
-// (see Snapshot.Limits).
+// SetLimits bounds what each namespace's policies, and all namespaces'
+// policies and Services, may ask of the node (see Snapshot.Limits).
 func (c *Incremental) SetLimits(l Limits) {
 	if c.in.limits == l {
 		return

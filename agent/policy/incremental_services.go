@@ -129,7 +129,7 @@ type serviceState struct {
 	out   map[ServiceFrontend]*ServiceEntry
 	dirty map[ServiceFrontend]struct{}
 	// nsCost is what each namespace's entries ask of the node; over, the
-	// namespaces the limits leave to kube-proxy (Limits.servicesOver),
+	// namespaces the limits leave untranslated (Limits.servicesOver),
 	// and overChanged, whether over changed since it was last published.
 	nsCost      map[string]serviceCost
 	over        map[string]string
@@ -146,7 +146,7 @@ func newServiceState() serviceState {
 }
 
 // updateServices recomputes the entries of the dirty Services, then
-// which namespaces l leaves to kube-proxy. An entry equal to the one its
+// which namespaces l leaves untranslated. An entry equal to the one its
 // frontend had keeps that one's pointer: the Service's previous entry, or
 // after a rebuild the previous result's.
 func (st *state) updateServices(in *serviceInputs, l Limits) error {
@@ -212,7 +212,7 @@ func (st *state) updateServices(in *serviceInputs, l Limits) error {
 	return nil
 }
 
-// setOver makes over the namespaces left to kube-proxy, and marks the
+// setOver makes over the namespaces left untranslated, and marks the
 // frontends of those that went over or came back dirty.
 func (ss *serviceState) setOver(over map[string]string) {
 	if maps.Equal(over, ss.over) {

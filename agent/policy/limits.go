@@ -9,11 +9,11 @@ import (
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
 )
 
-// Limits bound what the policies of one namespace, and of all namespaces
-// together, may ask of a node. A node is shared by every tenant: without a
-// bound, one namespace's policies could fill a dataplane map and leave
-// every other pod of the node without its policy. The zero Limits bounds
-// nothing.
+// Limits bound what the policies of one namespace, and the policies and
+// Services of all namespaces together, may ask of a node. A node is shared
+// by every tenant: without a bound, one namespace's policies or Services
+// could fill a dataplane map and leave every other pod of the node without
+// its policy. The zero Limits bounds nothing.
 type Limits struct {
 	// PrefixesPerNamespace bounds the ipBlock prefixes of all policies of
 	// one namespace together: every cidr and every except counts one, in
@@ -36,9 +36,12 @@ type Limits struct {
 	// ServiceFrontends and ServiceBackends bound the Service frontends
 	// the dataplanes translate, and their backends (counted once per
 	// frontend), of all namespaces together: the eBPF dataplane's Service
-	// maps hold that many per state. When the Services ask for more, the
-	// namespaces with the largest share are left to kube-proxy until the
-	// rest fit (see Limits.servicesOver). 0 is no bound.
+	// maps hold that many per state (ServiceBackends also bounds each
+	// frontend by MaxBackendsPerFrontend). When the Services ask for more,
+	// the Services of the namespaces with the largest share are not
+	// translated until the rest fit (see Limits.servicesOver). 0 is no
+	// bound; a dataplane that holds Services in no map of its own needs
+	// none.
 	ServiceFrontends, ServiceBackends int
 }
 

@@ -23,9 +23,7 @@ import (
 // the entry says NoLocalBackend. An endpoint's first address is its
 // address; one that does not parse or is of the other family is left out,
 // as is a slice port without a number. A Service labelled for another
-// proxy (ParsedService.OtherProxy) has no frontends. A Service with a
-// frontend of more than MaxBackendsPerFrontend backends is left to
-// kube-proxy whole.
+// proxy (ParsedService.OtherProxy) has no frontends.
 func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, at policyapi.Node) map[ServiceFrontend]*ServiceEntry {
 	if len(cs.Addrs) == 0 || len(cs.Ports) == 0 || cs.OtherProxy {
 		return nil
@@ -44,14 +42,6 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 				e.NoLocalBackend = len(e.Backends) == 0 && elsewhere
 			}
 			out[fe] = e
-		}
-	}
-	for _, e := range out {
-		if !e.leftToKubeProxy && len(e.Backends) > MaxBackendsPerFrontend {
-			for _, e := range out {
-				e.leftToKubeProxy, e.Backends = true, nil
-			}
-			break
 		}
 	}
 	return out
@@ -319,7 +309,7 @@ func sameEntry(a, b *ServiceEntry) bool {
 // ClusterIP twice, but anyone may name it as an externalIP) give it to the
 // one whose claim compareClaim orders first. Nil when there is no frontend.
 // at is the Node whose pods' connections are translated (Snapshot.Node and
-// Snapshot.Zone). The namespaces whose Services l leaves to kube-proxy
+// Snapshot.Zone). The namespaces whose Services l leaves untranslated
 // (Limits.servicesOver) still claim their frontends but have none
 // published; over says why, by namespace.
 func compileServices(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, at policyapi.Node, l Limits) (_ map[ServiceFrontend]*ServiceEntry, over map[string]string, _ error) {

@@ -19,23 +19,24 @@ const (
 )
 
 // MaxBackendsPerFrontend is the most backends the eBPF dataplane holds
-// for one frontend. A Service with a frontend of more is left to
-// kube-proxy whole (ServiceEntry.leftToKubeProxy), as one with too many
-// external frontends is.
+// for one frontend; Limits.ServiceBackends also bounds each frontend by
+// it.
 const MaxBackendsPerFrontend = 65533
 
 // serviceCost is what the Services of one Service, or of a namespace,
-// ask of the node's Service maps: the frontends lockstep would translate
-// and their backends, summed over frontends. A frontend two Services
-// claim counts for both.
-type serviceCost struct{ frontends, backends int }
+// ask of the node's Service maps: the frontends lockstep would translate,
+// their backends summed over frontends, and how many of those frontends
+// have more than MaxBackendsPerFrontend backends. A frontend two Services
+// claim counts for both, so a namespace may count more than the maps
+// would hold of it.
+type serviceCost struct{ frontends, backends, wide int }
 
 func (c serviceCost) add(o serviceCost) serviceCost {
-	return serviceCost{c.frontends + o.frontends, c.backends + o.backends}
+	return serviceCost{c.frontends + o.frontends, c.backends + o.backends, c.wide + o.wide}
 }
 
 func (c serviceCost) sub(o serviceCost) serviceCost {
-	return serviceCost{c.frontends - o.frontends, c.backends - o.backends}
+	return serviceCost{c.frontends - o.frontends, c.backends - o.backends, c.wide - o.wide}
 }
 
 // serviceCostOf counts the entries of one Service that lockstep would
@@ -46,28 +47,43 @@ func serviceCostOf(entries map[ServiceFrontend]*ServiceEntry) serviceCost {
 		if !e.leftToKubeProxy {
 			c.frontends++
 			c.backends += len(e.Backends)
+			if len(e.Backends) > MaxBackendsPerFrontend {
+				c.wide++
+			}
 		}
 	}
 	return c
 }
 
-// servicesOver returns, for every namespace whose Services the limits
-// leave to kube-proxy, why; nil when all fit. Without a bound one
-// tenant's Services could fill the node's Service maps, and a state that
-// does not fit is one no dataplane applies: every other tenant's policy
-// and Service changes, and every CNI ADD of the node, would wait behind
-// it. So when the Services ask for more than ServiceFrontends or
-// ServiceBackends, the namespaces with the largest share (the larger of
-// their share of the frontends and of the backends) are left to
-// kube-proxy until the rest fit, and every namespace with a share as
-// large as the last one left goes with it, as overBudget fails
-// namespaces of equal size together: the result depends on the costs
-// alone, never on the names. kube-proxy still translates the Services
-// left to it; the dataplanes judge a pod's connection to them on the
-// ClusterIP, as with translation turned off.
+// servicesOver returns, for every namespace whose Services lockstep does
+// not translate under the limits, why; nil when all fit. Without a bound
+// one tenant's Services could ask for more than the node's Service maps
+// hold, and a state that does not fit is one no dataplane applies: every
+// other tenant's policy and Service changes, and every CNI ADD of the
+// node, would wait behind it. So a namespace with a frontend of more than
+// MaxBackendsPerFrontend backends goes (when ServiceBackends is set), and
+// when the others still ask for more than ServiceFrontends or
+// ServiceBackends, those with the largest share (the larger of their
+// share of the frontends and of the backends) go until the rest fit, and
+// every namespace with a share as large as the last one's goes with it,
+// as overBudget fails namespaces of equal size together: the result
+// depends on the costs alone, never on the names. kube-proxy, where it
+// runs, still translates the Services of a namespace that goes; the
+// dataplanes judge pods' connections to them on the ClusterIP.
+//
+// Like overBudget, this bounds what naming can do, not what numbers can:
+// a tenant whose namespaces each ask for just less than another's can
+// make that one the largest, and so the first to go, and one that asks
+// for exactly as much takes it along. What a tenant may create (quotas on
+// Services, who may write EndpointSlices) bounds that.
 func (l Limits) servicesOver(costs map[string]serviceCost) map[string]string {
+	var out map[string]string
 	var total serviceCost
-	for _, c := range costs {
+	for ns, c := range costs {
+		if l.ServiceBackends > 0 && c.wide > 0 {
+			mak(&out)[ns] = fmt.Sprintf("namespace %s has a Service frontend of more than %d backends, the most the node's Service maps hold for one: %s", ns, MaxBackendsPerFrontend, servicesGone)
+			continue
+		}
 		total = total.add(c)
 	}
 	fits := func() bool {
@@ -75,7 +91,7 @@ func (l Limits) servicesOver(costs map[string]serviceCost) map[string]string {
 			(l.ServiceBackends <= 0 || total.backends <= l.ServiceBackends)
 	}
 	if fits() {
-		return nil
+		return out
 	}
 	// share compares c.frontends/ServiceFrontends with
 	// c.backends/ServiceBackends without division: each scaled by the
@@ -90,9 +106,11 @@ func (l Limits) servicesOver(costs map[string]serviceCost) map[string]string {
 		}
 		return s
 	}
-	namespaces := make([]string, 0, len(costs))
+	var namespaces []string
 	for ns := range costs {
-		namespaces = append(namespaces, ns)
+		if _, gone := out[ns]; !gone {
+			namespaces = append(namespaces, ns)
+		}
 	}
 	slices.SortFunc(namespaces, func(a, b string) int { return cmp.Compare(share(costs[b]), share(costs[a])) })
 	var bounds []string
@@ -103,8 +121,7 @@ func (l Limits) servicesOver(costs map[string]serviceCost) map[string]string {
 		bounds = append(bounds, fmt.Sprintf("%d backends", l.ServiceBackends))
 	}
 	capacity := strings.Join(bounds, " and ")
-	out := map[string]string{}
-	var cut int64 = -1 // the share of the last namespace left
+	var cut int64 = -1 // the share of the last namespace gone
 	for _, ns := range namespaces {
 		c := costs[ns]
 		if fits() && share(c) != cut {
@@ -112,11 +129,14 @@ func (l Limits) servicesOver(costs map[string]serviceCost) map[string]string {
 		}
 		total = total.sub(c)
 		cut = share(c)
-		out[ns] = fmt.Sprintf("the node's Service maps are full (they hold %s) and namespace %s's Services hold %d frontends and %d backends, one of the largest shares (namespaces of equal share go together): kube-proxy translates them, and the dataplanes judge pods' connections to them on the ClusterIP",
-			capacity, ns, c.frontends, c.backends)
+		mak(&out)[ns] = fmt.Sprintf("the Services of all namespaces ask for more than the node's Service maps hold (%s), and namespace %s's for %d frontends and %d backends, one of the largest shares (namespaces of equal share go together): %s",
+			capacity, ns, c.frontends, c.backends, servicesGone)
 	}
 	return out
 }
+
+// servicesGone ends the reason a namespace's Services are not translated.
+const servicesGone = "lockstep does not translate its Services (kube-proxy does, where it runs), and the dataplanes judge pods' connections to them on the ClusterIP"
 
 // serviceNamespace is the namespace of the Service k names.
 func serviceNamespace(k objKey) string { return policyapi.NamespaceOrDefault(k.ns) }

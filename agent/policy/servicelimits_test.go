@@ -59,6 +59,29 @@ func TestServicesOver(t *testing.T) {
 			want:   []string{"a1", "a2", "zz-prod"},
 		},
 		{
+			name:   "a tie at a later cut goes whole",
+			limits: Limits{ServiceFrontends: 50},
+			costs:  map[string]serviceCost{"a": cost(60, 0), "b": cost(30, 0), "c": cost(30, 0)},
+			want:   []string{"a", "b", "c"},
+		},
+		{
+			name:   "a frontend of too many backends takes its namespace, though the node has room",
+			limits: node,
+			costs:  map[string]serviceCost{"wide": {frontends: 1, backends: 1, wide: 1}, "a": cost(10, 10)},
+			want:   []string{"wide"},
+		},
+		{
+			name:   "and frees the room it asked for",
+			limits: node,
+			costs:  map[string]serviceCost{"wide": {frontends: 90, backends: 70000, wide: 1}, "a": cost(60, 300)},
+			want:   []string{"wide"},
+		},
+		{
+			name:   "no bound on backends, none per frontend",
+			limits: Limits{ServiceFrontends: 100},
+			costs:  map[string]serviceCost{"wide": {frontends: 1, backends: 70000, wide: 1}},
+		},
+		{
 			name:   "only the frontends bounded",
 			limits: Limits{ServiceFrontends: 10},
 			costs:  map[string]serviceCost{"a": cost(6, 1e6), "b": cost(5, 0)},
@@ -80,7 +103,7 @@ func TestServicesOver(t *testing.T) {
 			for ns, c := range tc.costs {
 				if over[ns] == "" {
 					total = total.add(c)
-				} else if !strings.Contains(over[ns], "namespace "+ns+"'s Services hold") {
+				} else if !strings.Contains(over[ns], "namespace "+ns+"'s for") && !strings.Contains(over[ns], "namespace "+ns+" has a Service frontend of more than") {
 					t.Errorf("reason for %s: %q", ns, over[ns])
 				}
 			}
@@ -112,6 +135,8 @@ func TestServicesOverCapacity(t *testing.T) {
 	tenantOnly := map[ServiceFrontend]*ServiceEntry{
 		fe("10.96.0.10", 80, policyapi.ProtoTCP): {Service: "tenant/web", Backends: be("10.244.0.5:8080")},
 	}
+	squat := manyPorts("squat", "squat", "10.96.0.40", 1)
+	squat.Spec.ExternalIPs = []string{"10.96.0.20"}
 	inc := NewIncremental()
 	inc.SetLimits(limits)
 	inc.SetService(tenant)
@@ -155,6 +180,19 @@ func TestServicesOverCapacity(t *testing.T) {
 			want:     tenantOnly,
 			over:     []string{"hog"},
 		},
+		{
+			// The ClusterIP's claim wins, and kube-proxy translates it for
+			// the hog: the externalIP takes nothing.
+			name:     "another namespace's externalIP on the hog's ClusterIP",
+			services: []*policyapi.Service{tenant, manyPorts("hog", "big", "10.96.0.20", 3), manyPorts("hog", "more", "10.96.0.21", 1), squat},
+			change:   func() { inc.SetService(squat) },
+			want: func() map[ServiceFrontend]*ServiceEntry {
+				m := maps.Clone(tenantOnly)
+				m[fe("10.96.0.40", 1000, policyapi.ProtoTCP)] = &ServiceEntry{Service: "squat/squat"}
+				return m
+			}(),
+			over: []string{"hog"},
+		},
 	}
 	for _, step := range steps {
 		t.Run(step.name, func(t *testing.T) {
@@ -180,11 +218,12 @@ func TestServicesOverCapacity(t *testing.T) {
 }
 
 // TestServiceOfTooManyBackendsPerFrontend: a frontend holds at most
-// MaxBackendsPerFrontend backends in the eBPF dataplane; a Service with
-// one of more is left to kube-proxy whole, and counts nothing against
-// the node.
+// MaxBackendsPerFrontend backends in the eBPF dataplane; a namespace with
+// a Service frontend of more is not translated, in Compile and the
+// incremental compiler alike, and another namespace's Service is.
 func TestServiceOfTooManyBackendsPerFrontend(t *testing.T) {
 	big := mkService("big", "many", []string{"10.96.0.30"}, "http:80/TCP", "admin:81/TCP")
+	other := mkService("tenant", "web", []string{"10.96.0.10"}, "http:80/TCP")
 	eps := make([]policyapi.SliceEndpoint, MaxBackendsPerFrontend+1)
 	for i := range eps {
 		eps[i] = ep(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}).String())
@@ -192,16 +231,29 @@ func TestServiceOfTooManyBackendsPerFrontend(t *testing.T) {
 	for _, n := range []int{MaxBackendsPerFrontend, MaxBackendsPerFrontend + 1} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			slice := mkSlice("big", "many-1", "many", policyapi.AddressTypeIPv4, []string{"http:8080/TCP"}, eps[:n]...)
-			d, err := Compile(&Snapshot{Services: []*policyapi.Service{big}, EndpointSlices: []*policyapi.EndpointSlice{slice}, Limits: DefaultLimits})
+			snap := &Snapshot{Services: []*policyapi.Service{big, other}, EndpointSlices: []*policyapi.EndpointSlice{slice}, Limits: DefaultLimits}
+			full, err := Compile(snap)
 			if err != nil {
 				t.Fatal(err)
 			}
-			http, admin := d.Services[fe("10.96.0.30", 80, policyapi.ProtoTCP)], d.Services[fe("10.96.0.30", 81, policyapi.ProtoTCP)]
-			switch {
-			case n <= MaxBackendsPerFrontend && (http == nil || len(http.Backends) != n || admin == nil):
-				t.Errorf("%d backends: frontends %v %v, want both translated", n, http, admin)
-			case n > MaxBackendsPerFrontend && len(d.Services) != 0:
-				t.Errorf("%d backends: %d frontends translated, want the Service left to kube-proxy", n, len(d.Services))
+			inc := NewIncremental()
+			inc.SetLimits(DefaultLimits)
+			inc.SetService(big)
+			inc.SetService(other)
+			inc.SetEndpointSlice(slice)
+			got, err := inc.Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for how, d := range map[string]*Desired{"Compile": full, "Incremental": got} {
+				http, admin := d.Services[fe("10.96.0.30", 80, policyapi.ProtoTCP)], d.Services[fe("10.96.0.30", 81, policyapi.ProtoTCP)]
+				translated := http != nil && len(http.Backends) == n && admin != nil
+				if want := n <= MaxBackendsPerFrontend; translated != want || (d.ServicesOverCapacity["big"] == "") != want {
+					t.Errorf("%s, %d backends: big/many translated %v, over capacity %q", how, n, translated, d.ServicesOverCapacity)
+				}
+				if d.Services[fe("10.96.0.10", 80, policyapi.ProtoTCP)] == nil || len(d.ServicesOverCapacity) > 1 {
+					t.Errorf("%s, %d backends: tenant/web not translated, or over capacity too (%v)", how, n, d.ServicesOverCapacity)
+				}
 			}
 		})
 	}

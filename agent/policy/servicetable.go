@@ -9,7 +9,7 @@ import policyapi "lockstep.dev/lockstep/agent/policy/api"
 // dataplanes' translation followed by policy, not a second reading of the
 // EndpointSlice rules. Nil when there is no frontend; an invalid Service
 // is an error, as it fails Compile. over says, by namespace, why l leaves
-// a namespace's Services to kube-proxy (Desired.ServicesOverCapacity).
+// a namespace's Services untranslated (Desired.ServicesOverCapacity).
 func ServiceTable(svcs []*policyapi.Service, sl []*policyapi.EndpointSlice, at policyapi.Node, l Limits) (_ map[ServiceFrontend]*ServiceEntry, over map[string]string, _ error) {
 	return compileServices(svcs, sl, at, l)
 }

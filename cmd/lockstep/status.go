@@ -73,7 +73,7 @@ func writeStatus(out io.Writer, st *api.StatusResponse, now time.Time) error {
 			}
 			fmt.Fprintln(w)
 			for _, o := range s.OverCapacity {
-				fmt.Fprintf(w, "  namespace %s left to kube-proxy:\t%s\n", o.Namespace, o.Reason)
+				fmt.Fprintf(w, "  namespace %s not translated:\t%s\n", o.Namespace, o.Reason)
 			}
 		}
 		if len(dp.FailedPolicies) > 0 || len(dp.FailedEndpoints) > 0 {

@@ -51,7 +51,7 @@ func TestWriteStatus(t *testing.T) {
 				Services: &api.ServicesStatus{Frontends: 4, Backends: 6,
 					OverCapacity: []api.ServicesOverCapacity{{Namespace: "hostile", Reason: "the node's Service maps are full"}}},
 			}},
-			want: []string{"4 frontends, 6 backends\n", "namespace hostile left to kube-proxy:", "the node's Service maps are full"},
+			want: []string{"4 frontends, 6 backends\n", "namespace hostile not translated:", "the node's Service maps are full"},
 		},
 		{
 			name: "a policy fails closed",
