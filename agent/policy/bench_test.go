@@ -231,3 +231,31 @@ func BenchmarkIncrementalNewIdentity(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkServiceOfManyPorts is one tenant's Service of 16400 ports
+// (about what one object of 1.5 MiB, etcd's limit, holds), its slice
+// carrying them all, compiled alone: what each change of it costs the
+// agent. A slice port is read once per
+// Service, not once per Service port, and duplicate ports are found by
+// lookup, so the cost grows with the ports, not with their square
+// (`go test -run XXX -bench ServiceOfManyPorts ./agent/policy`, 2-CPU
+// host: 4.2 s per compile before, 0.13 s after).
+func BenchmarkServiceOfManyPorts(b *testing.B) {
+	const n = 16400
+	svc := &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: "hog", Name: "big"}, Spec: policyapi.ServiceSpec{ClusterIP: "10.96.0.20"}}
+	sl := &policyapi.EndpointSlice{ObjectMeta: policyapi.ObjectMeta{Namespace: "hog", Name: "big-1", Labels: map[string]string{policyapi.ServiceNameLabel: "big"}},
+		AddressType: policyapi.AddressTypeIPv4, Endpoints: []policyapi.SliceEndpoint{{Addresses: []string{"10.1.0.1"}}}}
+	for i := range n {
+		name, port := fmt.Sprintf("p%d", i), int32(8080)
+		svc.Spec.Ports = append(svc.Spec.Ports, policyapi.ServicePort{Name: name, Port: int32(1 + i), Protocol: policyapi.TCP})
+		sl.Ports = append(sl.Ports, policyapi.EndpointSlicePort{Name: &name, Port: &port})
+	}
+	s := &Snapshot{Services: []*policyapi.Service{svc}, EndpointSlices: []*policyapi.EndpointSlice{sl}, Limits: DefaultLimits}
+	b.ReportAllocs()
+	for b.Loop() {
+		d, err := Compile(s)
+		if err != nil || len(d.Services) != n {
+			b.Fatalf("%d frontends, %v", len(d.Services), err)
+		}
+	}
+}

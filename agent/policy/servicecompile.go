@@ -29,16 +29,17 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 		return nil
 	}
 	out := make(map[ServiceFrontend]*ServiceEntry, len(cs.Addrs)*len(cs.Ports))
-	externalEntries(out, cs, sl, at)
+	ix := indexSlices(sl)
+	externalEntries(out, cs, ix, at)
 	for _, a := range cs.Addrs {
 		for _, sp := range cs.Ports {
 			fe := ServiceFrontend{Addr: a, Port: sp.Port, Proto: sp.Proto}
 			e := &ServiceEntry{Service: cs.Name, AffinityTimeout: cs.Affinity}
 			if !cs.InternalLocal {
-				e.Backends, _ = backends(sl, a.Is4(), sp, nil, topologyFilter(sl, a.Is4(), sp, at))
+				e.Backends, _ = backends(ix, a.Is4(), sp, nil, topologyFilter(ix, a.Is4(), sp, at))
 			} else {
 				var elsewhere bool
-				e.Backends, elsewhere = backends(sl, a.Is4(), sp, func(ep policyapi.SliceEndpoint) bool { return endpointLocal(ep, at.Name) }, nil)
+				e.Backends, elsewhere = backends(ix, a.Is4(), sp, func(ep policyapi.SliceEndpoint) bool { return endpointLocal(ep, at.Name) }, nil)
 				e.NoLocalBackend = len(e.Backends) == 0 && elsewhere
 			}
 			out[fe] = e
@@ -63,7 +64,7 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 // MaxExternalFrontends (so that one Service cannot fill the node's
 // frontend table, which would refuse every Service's change), the
 // load-balancer IPs behind a firewall (ParsedService.LoadBalancerFirewall).
-func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, at policyapi.Node) {
+func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.ParsedService, ix sliceIndex, at policyapi.Node) {
 	type want struct {
 		sp              policyapi.ParsedServicePort
 		fromExternalIPs bool
@@ -106,7 +107,7 @@ func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.Parsed
 			k := famPort{fe.Addr.Is4(), w.sp}
 			b, ok := computed[k]
 			if !ok {
-				b, _ = backends(sl, k.v4, w.sp, nil, topologyFilter(sl, k.v4, w.sp, at))
+				b, _ = backends(ix, k.v4, w.sp, nil, topologyFilter(ix, k.v4, w.sp, at))
 				computed[k] = b
 			}
 			e.Backends = b
@@ -135,9 +136,9 @@ func endpointLocal(ep policyapi.SliceEndpoint, node string) bool {
 // terminating). With keepReady, only ready endpoints it keeps count (the
 // serving and terminating ones are kube-proxy's fallback, which it does
 // not narrow by topology).
-func backends(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedServicePort, keep, keepReady func(policyapi.SliceEndpoint) bool) (_ []ServiceBackend, others bool) {
+func backends(ix sliceIndex, v4 bool, sp policyapi.ParsedServicePort, keep, keepReady func(policyapi.SliceEndpoint) bool) (_ []ServiceBackend, others bool) {
 	var ready, fallback []ServiceBackend
-	eachEndpoint(sl, v4, sp, func(ep policyapi.SliceEndpoint, b ServiceBackend) {
+	eachEndpoint(ix, v4, sp, func(ep policyapi.SliceEndpoint, b ServiceBackend) {
 		c := ep.Conditions
 		var to *[]ServiceBackend
 		switch {
@@ -167,32 +168,64 @@ func backends(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedService
 	return slices.Clip(slices.Compact(ready)), others
 }
 
+// sliceIndex is a Service's EndpointSlices by the ports they carry: each
+// slice port is read once per Service, not once per Service port, so a
+// Service of n ports and slices of as many costs n, not n squared.
+type sliceIndex struct {
+	ports map[slicePortKey][]slicePort
+	// hints: some endpoint has topology hints (see topologyFilter).
+	hints bool
+}
+
+// slicePortKey is what a slice port must share with a Service port to
+// carry its endpoints (see slicePortKeyOf), and the slice's family.
+type slicePortKey struct {
+	name  string
+	proto uint8
+	v4    bool
+}
+
+// slicePort is one port of a slice, with a valid number.
+type slicePort struct {
+	s    *policyapi.EndpointSlice
+	port uint16
+}
+
+// indexSlices indexes sl's IPv4 and IPv6 slices by port, in the order of
+// the slices and their ports.
+func indexSlices(sl []*policyapi.EndpointSlice) sliceIndex {
+	ix := sliceIndex{ports: map[slicePortKey][]slicePort{}}
+	for _, s := range sl {
+		if s.AddressType != policyapi.AddressTypeIPv4 && s.AddressType != policyapi.AddressTypeIPv6 {
+			continue
+		}
+		ix.hints = ix.hints || slices.ContainsFunc(s.Endpoints, func(ep policyapi.SliceEndpoint) bool { return ep.Hints != nil })
+		for _, p := range s.Ports {
+			name, proto, ok := slicePortKeyOf(p)
+			if !ok {
+				continue
+			}
+			k := slicePortKey{name: name, proto: proto, v4: s.AddressType == policyapi.AddressTypeIPv4}
+			ix.ports[k] = append(ix.ports[k], slicePort{s: s, port: uint16(*p.Port)})
+		}
+	}
+	return ix
+}
+
 // eachEndpoint calls fn with each endpoint the slices list for the Service
 // port sp in one family, and the backend it would be: its first address,
 // which must parse and be of the family, and the slice port's number.
-func eachEndpoint(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedServicePort, fn func(policyapi.SliceEndpoint, ServiceBackend)) {
-	want := policyapi.AddressTypeIPv6
-	if v4 {
-		want = policyapi.AddressTypeIPv4
-	}
-	for _, s := range sl {
-		if s.AddressType != want {
-			continue
-		}
-		for _, p := range s.Ports {
-			if !slicePortMatches(p, sp) {
+func eachEndpoint(ix sliceIndex, v4 bool, sp policyapi.ParsedServicePort, fn func(policyapi.SliceEndpoint, ServiceBackend)) {
+	for _, p := range ix.ports[slicePortKey{name: sp.Name, proto: sp.Proto, v4: v4}] {
+		for _, ep := range p.s.Endpoints {
+			if len(ep.Addresses) == 0 {
 				continue
 			}
-			for _, ep := range s.Endpoints {
-				if len(ep.Addresses) == 0 {
-					continue
-				}
-				a, err := netip.ParseAddr(ep.Addresses[0])
-				if err != nil || a.Zone() != "" || a.Unmap().Is4() != v4 {
-					continue
-				}
-				fn(ep, ServiceBackend{Addr: a.Unmap(), Port: uint16(*p.Port)})
+			a, err := netip.ParseAddr(ep.Addresses[0])
+			if err != nil || a.Zone() != "" || a.Unmap().Is4() != v4 {
+				continue
 			}
+			fn(ep, ServiceBackend{Addr: a.Unmap(), Port: p.port})
 		}
 	}
 }
@@ -210,14 +243,12 @@ func endpointReady(ep policyapi.SliceEndpoint) bool {
 // else when every ready endpoint has zone hints and one names at's zone,
 // those naming it; else nil (every ready endpoint). A node without a zone
 // matches no zone hint.
-func topologyFilter(sl []*policyapi.EndpointSlice, v4 bool, sp policyapi.ParsedServicePort, at policyapi.Node) func(policyapi.SliceEndpoint) bool {
-	if !slices.ContainsFunc(sl, func(s *policyapi.EndpointSlice) bool {
-		return slices.ContainsFunc(s.Endpoints, func(ep policyapi.SliceEndpoint) bool { return ep.Hints != nil })
-	}) {
+func topologyFilter(ix sliceIndex, v4 bool, sp policyapi.ParsedServicePort, at policyapi.Node) func(policyapi.SliceEndpoint) bool {
+	if !ix.hints {
 		return nil // the common case: no hints, nothing to read twice
 	}
 	allNodes, allZones, forNode, forZone := true, true, false, false
-	eachEndpoint(sl, v4, sp, func(ep policyapi.SliceEndpoint, _ ServiceBackend) {
+	eachEndpoint(ix, v4, sp, func(ep policyapi.SliceEndpoint, _ ServiceBackend) {
 		if !endpointReady(ep) {
 			return
 		}
@@ -249,25 +280,26 @@ func hintsZone(h *policyapi.EndpointHints, zone string) bool {
 	return h != nil && slices.ContainsFunc(h.ForZones, func(z policyapi.ForZone) bool { return z.Name == zone })
 }
 
-// slicePortMatches reports whether the slice port p carries the endpoints
-// of the Service port sp: the same name and protocol, and a port number.
-func slicePortMatches(p policyapi.EndpointSlicePort, sp policyapi.ParsedServicePort) bool {
+// slicePortKeyOf returns the name and protocol by which the slice port p
+// carries the endpoints of a Service port of the same name and protocol,
+// and false when it carries none: it has no valid number, or a protocol
+// lockstep does not know.
+func slicePortKeyOf(p policyapi.EndpointSlicePort) (name string, proto uint8, ok bool) {
 	if p.Port == nil || *p.Port < 1 || *p.Port > 65535 {
-		return false
+		return "", 0, false
 	}
-	name := ""
 	if p.Name != nil {
 		name = *p.Name
 	}
-	proto := policyapi.ProtoTCP
+	proto = policyapi.ProtoTCP
 	if p.Protocol != nil {
 		n, err := p.Protocol.Number()
 		if err != nil {
-			return false
+			return "", 0, false
 		}
 		proto = n
 	}
-	return name == sp.Name && proto == sp.Proto
+	return name, proto, true
 }
 
 // compareClaim orders two Services' entries for one frontend, a of the

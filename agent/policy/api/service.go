@@ -195,6 +195,11 @@ func ParseService(s *Service) (*ParsedService, error) {
 		cs.Addrs = nil // a DNS name, nothing to translate
 	}
 	names := map[string]bool{}
+	type protoPort struct {
+		proto uint8
+		port  uint16
+	}
+	seen := make(map[protoPort]bool, len(spec.Ports))
 	for i, p := range spec.Ports {
 		field := fmt.Sprintf("spec.ports[%d]", i)
 		proto, err := p.Protocol.Number()
@@ -221,9 +226,10 @@ func ParseService(s *Service) (*ParsedService, error) {
 			}
 			sp.NodePort = uint16(p.NodePort)
 		}
-		if slices.ContainsFunc(cs.Ports, func(o ParsedServicePort) bool { return o.Proto == sp.Proto && o.Port == sp.Port }) {
+		if seen[protoPort{sp.Proto, sp.Port}] {
 			return fail(field, fmt.Errorf("duplicate port %d/%s", p.Port, cmp.Or(p.Protocol, TCP)))
 		}
+		seen[protoPort{sp.Proto, sp.Port}] = true
 		cs.Ports = append(cs.Ports, sp)
 		if tp := p.TargetPort; tp != nil {
 			switch {
