@@ -158,12 +158,18 @@ func (r *renderer) shrinkNAT(f Family, have, want map[string][]string, prev, nex
 }
 
 // intersectBackends returns the backends in both a and b (each sorted by
-// address, then port), in that order.
+// address, then port, each once), in that order: one pass over both.
 func intersectBackends(a, b []policy.ServiceBackend) []policy.ServiceBackend {
 	var out []policy.ServiceBackend
-	for _, x := range a {
-		if slices.Contains(b, x) {
-			out = append(out, x)
+	for len(a) > 0 && len(b) > 0 {
+		switch c := policy.CompareBackend(a[0], b[0]); {
+		case c < 0:
+			a = a[1:]
+		case c > 0:
+			b = b[1:]
+		default:
+			out = append(out, a[0])
+			a, b = a[1:], b[1:]
 		}
 	}
 	return out

@@ -722,3 +722,33 @@ func TestParseFrontend(t *testing.T) {
 		}
 	}
 }
+
+func TestIntersectBackends(t *testing.T) {
+	b := func(s ...string) []policy.ServiceBackend {
+		var out []policy.ServiceBackend
+		for _, x := range s {
+			ap := netip.MustParseAddrPort(x)
+			out = append(out, policy.ServiceBackend{Addr: ap.Addr(), Port: ap.Port()})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		a, b []policy.ServiceBackend
+		want []policy.ServiceBackend
+	}{
+		{"none", nil, b("10.0.0.1:80"), nil},
+		{"the same", b("10.0.0.1:80", "10.0.0.2:80"), b("10.0.0.1:80", "10.0.0.2:80"), b("10.0.0.1:80", "10.0.0.2:80")},
+		{"one left, one come", b("10.0.0.1:80", "10.0.0.2:80"), b("10.0.0.2:80", "10.0.0.3:80"), b("10.0.0.2:80")},
+		{"ports differ", b("10.0.0.1:80", "10.0.0.1:81"), b("10.0.0.1:81", "10.0.0.2:80"), b("10.0.0.1:81")},
+		{"interleaved", b("10.0.0.1:80", "10.0.0.3:80", "10.0.0.5:80"), b("10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80", "10.0.0.5:80"), b("10.0.0.3:80", "10.0.0.5:80")},
+		{"IPv6 after IPv4", b("10.0.0.1:80", "[fd00::1]:80"), b("[fd00::1]:80"), b("[fd00::1]:80")},
+	} {
+		if got := intersectBackends(tc.a, tc.b); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+		if got := intersectBackends(tc.b, tc.a); !slices.Equal(got, tc.want) {
+			t.Errorf("%s, the other way: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

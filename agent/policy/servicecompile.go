@@ -61,10 +61,22 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 // (ServiceEntry.leftToKubeProxy): all of them with externalTrafficPolicy
 // Local (what kube-proxy does with pod traffic then depends on its
 // local-traffic detector), all of them when they are more than
-// MaxExternalFrontends (so that one Service cannot fill the node's
-// frontend table, which would refuse every Service's change), the
-// load-balancer IPs behind a firewall (ParsedService.LoadBalancerFirewall).
+// MaxExternalFrontends (so that one Service cannot take a large share of
+// the node's frontend table), the load-balancer IPs behind a firewall
+// (ParsedService.LoadBalancerFirewall). A Service whose addresses times
+// ports come to more than MaxExternalClaims, counted before duplicates
+// and other families are left out, has none at all: the product of a
+// tenant's lists would otherwise be what the compiler builds and keeps.
 func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.ParsedService, ix sliceIndex, at policyapi.Node) {
+	n := len(cs.Ports) * (len(cs.ExternalIPs) + len(cs.LoadBalancerIPs))
+	for _, sp := range cs.Ports {
+		if sp.NodePort != 0 {
+			n += len(at.Addrs)
+		}
+	}
+	if n > MaxExternalClaims {
+		return
+	}
 	type want struct {
 		sp              policyapi.ParsedServicePort
 		fromExternalIPs bool
@@ -122,6 +134,11 @@ func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.Parsed
 // with more.
 const MaxExternalFrontends = 256
 
+// MaxExternalClaims is the most external frontends of one Service the
+// compiler builds (see externalEntries); those of a Service with more are
+// kube-proxy's and claim nothing.
+const MaxExternalClaims = 4 * MaxExternalFrontends
+
 // endpointLocal reports whether ep runs on node: its nodeName is node, as
 // kube-proxy decides. Without a node (the standalone agent, which has no
 // Node object and is the only node it knows) every endpoint is local.
@@ -164,7 +181,7 @@ func backends(ix sliceIndex, v4 bool, sp policyapi.ParsedServicePort, keep, keep
 	if len(ready) == 0 {
 		return nil, others
 	}
-	slices.SortFunc(ready, compareBackend)
+	slices.SortFunc(ready, CompareBackend)
 	return slices.Clip(slices.Compact(ready)), others
 }
 
@@ -320,7 +337,9 @@ func claimRank(e *ServiceEntry) int {
 	return 2
 }
 
-func compareBackend(a, b ServiceBackend) int {
+// CompareBackend orders backends as ServiceEntry.Backends lists them: by
+// address, then port.
+func CompareBackend(a, b ServiceBackend) int {
 	if c := a.Addr.Compare(b.Addr); c != 0 {
 		return c
 	}

@@ -62,6 +62,16 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 	for i := range MaxExternalFrontends {
 		many.Spec.ExternalIPs = append(many.Spec.ExternalIPs, netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}).String())
 	}
+	// huge asks for more than MaxExternalClaims: it claims none of them,
+	// so a later Service's externalIP on one of its addresses is
+	// translated, where many's claim keeps it.
+	huge := svc("huge", policyapi.ServiceTypeClusterIP, []string{"10.96.0.11"}, nil)
+	for i := range MaxExternalClaims + 1 {
+		huge.Spec.ExternalIPs = append(huge.Spec.ExternalIPs, netip.AddrFrom4([4]byte{192, 0, 2 + byte(i>>8), byte(i)}).String())
+	}
+	onto := func(name, clusterIP string) *policyapi.Service {
+		return svc(name, policyapi.ServiceTypeClusterIP, []string{clusterIP}, func(s *policyapi.Service) { s.Spec.ExternalIPs = []string{"192.0.2.7"} })
+	}
 	tests := []struct {
 		name   string
 		svcs   []*policyapi.Service
@@ -209,6 +219,17 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 			svcs:   []*policyapi.Service{many},
 			slices: []*policyapi.EndpointSlice{slice("many", ep("10.0.0.1"))},
 			want:   map[ServiceFrontend]*ServiceEntry{clusterIP: {Service: "prod/many", Backends: be("10.0.0.1:8080")}},
+		},
+		{
+			name: "more than MaxExternalFrontends still claims: another Service's externalIP on one of them takes nothing",
+			svcs: []*policyapi.Service{many, onto("zz", "10.96.0.12")},
+			want: map[ServiceFrontend]*ServiceEntry{clusterIP: {Service: "prod/many"}, tcp("10.96.0.12", 80): {Service: "prod/zz"}},
+		},
+		{
+			name: "more than MaxExternalClaims claims nothing",
+			svcs: []*policyapi.Service{huge, onto("zz", "10.96.0.12")},
+			want: map[ServiceFrontend]*ServiceEntry{tcp("10.96.0.11", 80): {Service: "prod/huge"}, tcp("10.96.0.12", 80): {Service: "prod/zz"},
+				tcp("192.0.2.7", 80): ext("zz", nil)},
 		},
 	}
 	for _, tc := range tests {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 )
 
@@ -311,12 +310,14 @@ func (cs *ParsedService) parseExternal(s *Service) {
 // none is left.
 func ParseAddrs(ss []string) []netip.Addr {
 	var out []netip.Addr
+	seen := make(map[netip.Addr]bool, len(ss))
 	for _, s := range ss {
 		a, err := netip.ParseAddr(s)
 		if err != nil || a.Zone() != "" {
 			continue
 		}
-		if a = a.Unmap(); !slices.Contains(out, a) {
+		if a = a.Unmap(); !seen[a] {
+			seen[a] = true
 			out = append(out, a)
 		}
 	}
