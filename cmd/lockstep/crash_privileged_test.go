@@ -100,7 +100,12 @@ func TestPrivilegedAgentCrashDuringBurst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Churn on after the last crash until it has ADDed and DELed (a
+	// loaded machine may need longer than an idle one), within a bound.
 	time.Sleep(300 * time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && (addsOK.Load() == before || delsOK.Load() == 0); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	stop.Store(true)
 	wg.Wait()
 	t.Logf("%d successful ADDs, %d DELs, %d failed calls", addsOK.Load(), delsOK.Load(), failures.Load())
