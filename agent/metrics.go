@@ -79,7 +79,7 @@ func dataplaneMetrics(be *backend, cleanups *cleanup.Manager, st *store.Store, e
 // does not translate because the node's Service maps cannot hold them: a
 // count, then one sample per namespace.
 func writeServicesOverCapacity(w io.Writer, f enforcer.Failures) {
-	promtext.WriteHeader(w, "lockstep_service_namespaces_over_capacity", "Namespaces whose Services the last apply does not translate because the node's Service maps cannot hold every namespace's (the largest shares go first); kube-proxy, where it runs, translates them, and pods' connections to them are judged on the ClusterIP.", "gauge")
+	promtext.WriteHeader(w, "lockstep_service_namespaces_over_capacity", "Namespaces whose Services the last apply does not translate because the node's Service maps cannot hold every namespace's (the largest shares go first), or one of its frontends has more backends than they hold for one; kube-proxy, where it runs, translates them, and pods' connections to them are judged on the ClusterIP.", "gauge")
 	promtext.WriteSample(w, "lockstep_service_namespaces_over_capacity", float64(len(f.Services)))
 	promtext.WriteHeader(w, "lockstep_service_namespace_over_capacity", "1 for each namespace whose Services are not translated, over the node's Service capacity.", "gauge")
 	for _, ns := range sortedKeys(f.Services) {

@@ -596,11 +596,12 @@ func SnapshotFor(txn *store.Txn, node string) (*policy.Snapshot, error) {
 }
 
 // Snapshot builds the full compiler's input from one store read
-// transaction, with the default limits: local endpoints are the Ready ones; a local pod's addresses
-// come from its endpoint, remote pods' from their status. The enforcer
-// itself feeds an incremental compiler the same objects (see feeder);
-// [policy.Compile] of a Snapshot with the Node SetNode gave and its zone
-// (SnapshotFor) is the reference its result must equal.
+// transaction, with the default limits: local endpoints are the Ready
+// ones; a local pod's addresses come from its endpoint, remote pods' from
+// their status. The enforcer itself feeds an incremental compiler the same
+// objects (see feeder); [policy.Compile] of a Snapshot with the Node
+// SetNode gave and its zone (SnapshotFor), and the limits SetLimits gave,
+// is the reference its result must equal.
 func Snapshot(txn *store.Txn) (*policy.Snapshot, error) {
 	snap := &policy.Snapshot{Namespaces: map[string]*policyapi.Namespace{}, Identities: map[string]policyapi.Peer{}, Limits: policy.DefaultLimits}
 	nss, err := store.Namespaces(txn, nil)

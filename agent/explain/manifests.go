@@ -13,8 +13,10 @@ import (
 // standalone agent enforces them: each pod with the addresses addrs gives
 // it (none: the pod's own status), and the Services with the
 // EndpointSlices the agent computes from those pods (a pod without an
-// address is no endpoint), within the agent's limits. The objects of objs
-// are not modified.
+// address is no endpoint), within the limits of an agent with the eBPF
+// dataplane translating Services (the default; the others bound no
+// Service, which matters only beyond those maps' capacities). The objects
+// of objs are not modified.
 func ManifestSnapshot(objs *manifests.Objects, addrs func(*policyapi.Pod) ([]netip.Addr, error)) (*policy.Snapshot, error) {
 	snap := &policy.Snapshot{Namespaces: objs.NamespaceMap(), Policies: objs.Policies, Services: objs.Services, Limits: policy.DefaultLimits}
 	for _, p := range objs.Pods {

@@ -42,8 +42,12 @@ func (ix *index) viaService(q Query, proto policyapi.Protocol, from *party) (*Re
 		return nil, externalFrontendError(q, entry, proto)
 	}
 	if why := over[policyapi.NamespaceOrDefault(svc.Namespace)]; entry == nil && why != "" {
-		return nil, fmt.Errorf("explain --to %s: %w: lockstep does not translate service %s on this node (%s); name the backend pod to judge its ingress",
-			q.To, ErrServiceAddress, name, why)
+		where := "this node"
+		if n := ix.clientNode(from).Name; n != "" {
+			where = "node " + n
+		}
+		return nil, fmt.Errorf("explain --to %s: %w: lockstep does not translate service %s for the pods of %s (%s); name the backend pod to judge its ingress",
+			q.To, ErrServiceAddress, name, where, why)
 	}
 	if entry == nil {
 		return nil, fmt.Errorf("explain --to %s: %w: service %s has no port %d/%s (its ports: %s); --port is a Service port",

@@ -393,7 +393,7 @@ func TestExplainServiceOverCapacity(t *testing.T) {
 	}
 	snap.Limits = policy.Limits{ServiceFrontends: 12} // namespace x holds 8
 	_, err := Explain(snap, query(t, "x/client", "10.96.0.70", "80"))
-	if !errors.Is(err, ErrServiceAddress) || !strings.Contains(err.Error(), "lockstep does not translate service hog/big on this node (the Services of all namespaces ask for more than the node's Service maps hold (12 frontends), and namespace hog's for 10 frontends") {
+	if !errors.Is(err, ErrServiceAddress) || !strings.Contains(err.Error(), "lockstep does not translate service hog/big for the pods of this node (the Services of all namespaces ask for more than the node's Service maps hold (12 frontends), and namespace hog's for 10 frontends") {
 		t.Errorf("hog/big over capacity: %v", err)
 	}
 	// A frontend of more backends than the maps hold for one.

@@ -61,11 +61,12 @@
 // protocol), the ready ones or, when none is, the serving and terminating
 // ones, as kube-proxy chooses them; under internalTrafficPolicy Local, those
 // of this node ([Snapshot.Node]) alone. A Service labelled for another
-// proxy is not translated, nor, while the Services ask for more than the
-// dataplane's maps hold ([Limits].ServiceFrontends), those of the
-// namespaces with the largest share ([Desired.ServicesOverCapacity]):
-// kube-proxy, where it runs, translates them. api.Service and api.EndpointSlice keep only
-// what that needs. Where the slices come from is the sources' business: the
+// proxy is not translated, nor are, under the eBPF dataplane's limits
+// ([Limits].ServiceFrontends), the Services of a namespace with a frontend
+// of more backends than its maps hold for one, or, while the Services ask
+// for more than they hold, of the namespaces with the largest share
+// ([Desired.ServicesOverCapacity]): kube-proxy, where it runs, translates
+// them. api.Service and api.EndpointSlice keep only what that needs. Where the slices come from is the sources' business: the
 // API server's endpoint-slice controller in Kubernetes mode, the agent's
 // own (agent/endpointslice) in standalone mode.
 package policy
