@@ -1,0 +1,3 @@
+// Package intstr holds IntOrString, the API's field that is either a
+// number or a name (a Service's targetPort, a NetworkPolicy's port).
+package intstr

@@ -1,0 +1,2 @@
+// Package schema names API groups, versions, kinds and resources.
+package schema

@@ -1,0 +1,3 @@
+// Package watch holds the events of a watch and the interface of a watch
+// stream.
+package watch
