@@ -11,9 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-memdb"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/agent/endpoints"
@@ -26,6 +23,8 @@ import (
 	"lockstep.dev/lockstep/agent/source"
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/watchdog"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	"lockstep.dev/lockstep/kube/api/types"
 	kubeclient "lockstep.dev/lockstep/kube/client"
 )
 
@@ -81,8 +80,6 @@ func (k *kubeMode) start(ctx context.Context, n *node) error {
 		return err
 	}
 	log := n.log
-	// apimachinery logs through klog: send it where the agent logs.
-	klog.SetSlogLogger(log.With("component", "apimachinery"))
 	k.routes = routes.NewManager(log.With("component", "routes"))
 	k.routes.SetHeartbeat(n.ops.loop("routes"))
 	src, err := source.New(source.Options{

@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"lockstep.dev/lockstep/agent/enforcer"
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
 	"lockstep.dev/lockstep/kube/client"
 )
 

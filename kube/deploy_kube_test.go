@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
+	apierrors "lockstep.dev/lockstep/kube/api/errors"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/types"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
 	"lockstep.dev/lockstep/test/kubetest"

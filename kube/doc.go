@@ -1,5 +1,9 @@
 // Package kube is the root of lockstep's Kubernetes API surface:
 //
+//   - kube/api: lockstep's own Kubernetes API types (core/v1 Pods,
+//     Namespaces, Nodes, Services and Events, NetworkPolicy, EndpointSlice,
+//     Lease) with their object metadata, request options, status errors
+//     and watch events, in place of k8s.io/api and apimachinery.
 //   - kube/apis/v1alpha1: the lockstep.dev custom resources, IPPool and
 //     NodeIPAM, and the block release handshake between operator and agent
 //     (its package documentation says who writes which field, and why).
@@ -21,7 +25,9 @@
 //
 // They are linked into the one lockstep binary (agent in Kubernetes mode,
 // `lockstep operator`), so the CNI plugin's start-up pays for their package
-// initialisers: cmd/lockstep/deps_test.go measures it and keeps client-go's
-// clientset, whose scheme registers every API group, out of the binary,
-// and its tools/cache and tools/clientcmd, which kube/client replaces.
+// initialisers: cmd/lockstep/deps_test.go measures it and keeps every
+// k8s.io and sigs.k8s.io package out of the binary (client-go, k8s.io/api
+// and apimachinery register types, codecs and regexps in init); kube/api
+// and kube/client replace them. The tests may use them: decoding deploy/
+// strictly into the upstream types is how the manifests are checked.
 package kube

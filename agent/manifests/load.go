@@ -11,9 +11,8 @@ import (
 	"slices"
 	"strings"
 
-	yaml "go.yaml.in/yaml/v3"
-
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	"lockstep.dev/lockstep/internal/yamljson"
 )
 
 // Objects is everything read from a manifest directory.
@@ -169,18 +168,6 @@ func splitDocuments(data []byte) [][]byte {
 	return append(docs, data[start:])
 }
 
-// yamlToJSON converts one YAML document to JSON under YAML 1.2's core
-// schema: only true/false are booleans, so label values such as `y`, `on`
-// or `no` stay the strings their authors wrote (YAML 1.1 parsers turn them
-// into booleans). Duplicate keys are an error.
-func yamlToJSON(doc []byte) ([]byte, error) {
-	var v any
-	if err := yaml.Unmarshal(doc, &v); err != nil {
-		return nil, err
-	}
-	return anyToJSON(v)
-}
-
 // anyToJSON converts what the YAML decoder made of a document to JSON:
 // nothing for an empty document.
 func anyToJSON(v any) ([]byte, error) {
@@ -202,7 +189,7 @@ func (l *loader) document(name string, idx int, doc []byte) error {
 	if ok, err := l.jsonList(where, doc); ok || err != nil {
 		return err
 	}
-	j, err := yamlToJSON(doc)
+	j, err := yamljson.ToJSON(doc)
 	if err != nil {
 		return fmt.Errorf("parse %s: %w", where, err)
 	}

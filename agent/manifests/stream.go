@@ -7,6 +7,8 @@ import (
 	"io"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"lockstep.dev/lockstep/internal/yamljson"
 )
 
 // A manifest file written by a tool is often one JSON v1 List holding the
@@ -18,7 +20,7 @@ import (
 // jsonList reads doc if it is a JSON v1 List, handing each item to
 // l.object in turn. It returns false, having added nothing to l, for any
 // other document, which document then reads the general way. Each item
-// still goes through the YAML decoder and back to JSON, as in yamlToJSON,
+// still goes through the YAML decoder and back to JSON, as in yamljson.ToJSON,
 // so what is accepted, and every error, is as if the whole document had;
 // only the line numbers of a YAML error count from the item's start.
 func (l *loader) jsonList(where string, doc []byte) (bool, error) {
@@ -32,7 +34,7 @@ func (l *loader) jsonList(where string, doc []byte) (bool, error) {
 	seen := make(map[string]bool, len(fields))
 	for _, f := range fields {
 		if seen[f.key] {
-			return false, nil // a repeated key: yamlToJSON refuses it
+			return false, nil // a repeated key: yamljson.ToJSON refuses it
 		}
 		seen[f.key] = true
 		switch f.key {
@@ -52,7 +54,7 @@ func (l *loader) jsonList(where string, doc []byte) (bool, error) {
 		return false, nil
 	}
 	// One YAML decoder reads the items as a stream of documents: the same
-	// conversion as yamlToJSON, without a new parser for every item.
+	// conversion as yamljson.ToJSON, without a new parser for every item.
 	elems := jsonElements(items)
 	dec := yaml.NewDecoder(&itemStream{items: elems})
 	for i := range elems {
@@ -60,7 +62,7 @@ func (l *loader) jsonList(where string, doc []byte) (bool, error) {
 		if err := dec.Decode(&v); err != nil {
 			// The decoder counts lines over the whole stream of items;
 			// the item read alone says where in the item it failed.
-			if _, itemErr := yamlToJSON(elems[i]); itemErr != nil {
+			if _, itemErr := yamljson.ToJSON(elems[i]); itemErr != nil {
 				err = itemErr
 			}
 			return true, fmt.Errorf("parse %s item %d: %w", where, i+1, err)
@@ -106,7 +108,7 @@ func (s *itemStream) Read(p []byte) (int, error) {
 }
 
 // listItem reads item i (from 1) of the List at where, as JSON from
-// yamlToJSON or anyToJSON.
+// yamljson.ToJSON or anyToJSON.
 func (l *loader) listItem(where string, i int, item []byte) error {
 	item = bytes.TrimSpace(item)
 	if len(item) == 0 || string(item) == "null" {

@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"net/netip"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-
 	"lockstep.dev/lockstep/agent/endpoints"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	"lockstep.dev/lockstep/kube/api/fields"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/runtime"
+	"lockstep.dev/lockstep/kube/api/watch"
 	"lockstep.dev/lockstep/kube/client"
 )
 

@@ -5,10 +5,9 @@ import (
 	"math"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/store"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
 )
 
 // orphanMinGap bounds how often the reconcile asks the API server for a

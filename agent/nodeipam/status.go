@@ -3,10 +3,9 @@ package nodeipam
 import (
 	"slices"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"lockstep.dev/lockstep/agent/endpoints"
 	"lockstep.dev/lockstep/agent/store"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
 

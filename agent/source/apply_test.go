@@ -4,14 +4,13 @@ import (
 	"log/slog"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
 	"lockstep.dev/lockstep/agent/store"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	discoveryv1 "lockstep.dev/lockstep/kube/api/discovery/v1"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	networkingv1 "lockstep.dev/lockstep/kube/api/networking/v1"
+	"lockstep.dev/lockstep/kube/api/types"
 )
 
 // fakeCache is what the informers hold, by kind and key.

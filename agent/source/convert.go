@@ -6,13 +6,12 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	discoveryv1 "lockstep.dev/lockstep/kube/api/discovery/v1"
+	"lockstep.dev/lockstep/kube/api/intstr"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	networkingv1 "lockstep.dev/lockstep/kube/api/networking/v1"
 )
 
 // AnnotationPrefix marks the annotations the agent keeps from a Pod (such

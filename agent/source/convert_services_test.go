@@ -6,12 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	discoveryv1 "lockstep.dev/lockstep/kube/api/discovery/v1"
+	"lockstep.dev/lockstep/kube/api/intstr"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 )
 
 func TestConvertService(t *testing.T) {

@@ -6,13 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
 	"lockstep.dev/lockstep/agent/policy"
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	"lockstep.dev/lockstep/kube/api/intstr"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	networkingv1 "lockstep.dev/lockstep/kube/api/networking/v1"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -346,14 +345,13 @@ func TestTrimKeepsWhatConversionReads(t *testing.T) {
 			Annotations:   map[string]string{"lockstep.dev/ip": "10.244.1.9", "big": strings.Repeat("x", 1000)},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
 		Spec: corev1.PodSpec{NodeName: "n", HostNetwork: true,
-			Volumes:        []corev1.Volume{{Name: "v"}},
 			InitContainers: []corev1.Container{{Name: "side", RestartPolicy: &always, Ports: []corev1.ContainerPort{{Name: "m", ContainerPort: 9}}}},
 			Containers:     []corev1.Container{{Name: "c", Image: "img", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}},
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady}}},
 	}
 	tp := trim(pod.DeepCopy()).(*corev1.Pod)
-	if len(tp.ManagedFields) != 0 || len(tp.Spec.Volumes) != 0 || len(tp.Status.Conditions) != 0 || tp.Annotations["big"] != "" {
+	if len(tp.ManagedFields) != 0 || len(tp.Status.Conditions) != 0 || tp.Annotations["big"] != "" {
 		t.Errorf("trim kept what nothing reads: %s", show(tp))
 	}
 	for _, node := range []string{"n", "other"} {

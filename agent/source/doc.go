@@ -44,10 +44,10 @@
 // # Read-only, and light to link
 //
 // The source never writes to the API server. It reads core/v1,
-// networking.k8s.io/v1 and discovery.k8s.io/v1 through REST clients on a
-// scheme of just the groups lockstep uses, built on first use, instead of
-// client-go's generated clientset, whose scheme package registers every
-// Kubernetes API group in an initialiser that every lockstep-cni exec
+// networking.k8s.io/v1 and discovery.k8s.io/v1 through kube/client into
+// lockstep's own API types (kube/api), which declare only the fields
+// lockstep reads and register nothing when the binary starts, instead of
+// client-go and k8s.io/api, whose initialisers every lockstep-cni exec
 // would run (cmd/lockstep/deps_test.go measures what is left). The
 // informers drop what policy, routing and Service translation do not read
 // before caching (see trim): an agent caches every pod and every

@@ -5,10 +5,9 @@ import (
 	"net/netip"
 	"testing"
 
-	networkingv1 "k8s.io/api/networking/v1"
-
 	"lockstep.dev/lockstep/agent/policy"
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	networkingv1 "lockstep.dev/lockstep/kube/api/networking/v1"
 )
 
 // FuzzConvertNetworkPolicy: whatever NetworkPolicy the API server hands

@@ -6,9 +6,8 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"lockstep.dev/lockstep/agent/routes"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
 

@@ -10,13 +10,12 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-
 	"lockstep.dev/lockstep/agent/store"
 	"lockstep.dev/lockstep/internal/backoff"
 	"lockstep.dev/lockstep/internal/watchdog"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	discoveryv1 "lockstep.dev/lockstep/kube/api/discovery/v1"
+	networkingv1 "lockstep.dev/lockstep/kube/api/networking/v1"
 	"lockstep.dev/lockstep/kube/client"
 )
 

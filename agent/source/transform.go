@@ -1,12 +1,11 @@
 package source
 
 import (
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	policyapi "lockstep.dev/lockstep/agent/policy/api"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	discoveryv1 "lockstep.dev/lockstep/kube/api/discovery/v1"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	networkingv1 "lockstep.dev/lockstep/kube/api/networking/v1"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
 )

@@ -94,33 +94,30 @@ func TestPluginDeps(t *testing.T) {
 //     Only lockstep's own API types in place of k8s.io/api and
 //     apimachinery would take that half; the rest is what the agent links
 //     outside Kubernetes.
-
-// What remains is Kubernetes' API types: the largest initialisers are
-// k8s.io/api core/v1 120 KiB (gogo-protobuf registration and its
-// documentation maps), apimachinery util/validation 56 KiB (regexps,
-// through labels and meta/v1), api/meta 53 KiB, meta/v1 38 KiB,
-// sigs.k8s.io/yaml's goyaml.v2 26 KiB and json-iterator 18 KiB (both
-// through structured-merge-diff, which apimachinery/pkg/runtime imports).
-// lockstep's own slim API types would take them. Outside Kubernetes:
-// go.yaml.in/yaml/v3 25 KiB (agent/manifests, for YAML 1.2's core schema)
-// and encoding/xml 18 KiB (cilium/ebpf's internal/testutils/testmain, which
-// its internal/sys imports).
+//   - issue 17, lockstep's own API types (kube/api: the kinds and fields
+//     lockstep reads, their metadata, options, status errors and watch
+//     events, with no registration in init; nothing of k8s.io or
+//     sigs.k8s.io is linked): 144 KiB in 142 packages, 15.2 MB binary,
+//     against 538 KiB, 178 and 18.8 MB before with the same toolchain.
 //
-// What stays out is what would double it: client-go's generated clientset
-// and its scheme package, which registers every Kubernetes API group in
-// init (+850 KiB, measured for k8s.io/client-go/kubernetes/scheme);
-// agent/source and kube/client build schemes of the groups they read on
-// first use instead, and heavyInitForPlugin below fails the test when any
-// of client-go comes back. The Prometheus client
-// library once added 0.2 MiB and 1.2 ms, which is why the agent's metrics
-// are written by internal/promtext.
+// What remains outside lockstep: go.yaml.in/yaml/v3 25 KiB (agent/manifests
+// and internal/yamljson, for YAML 1.2's core schema), encoding/xml 18 KiB
+// (cilium/ebpf's internal/testutils/testmain, which its internal/sys
+// imports), unicode's tables and cilium/ebpf/features 11 KiB each. Kubernetes'
+// API libraries stay out (heavyInitForPlugin): k8s.io/api registers its
+// types with gogo-protobuf in init (core/v1 alone 120 KiB), apimachinery
+// compiles validation regexps and builds codecs, and their dependencies
+// (structured-merge-diff, json-iterator, cbor, goyaml.v2) add their own;
+// together about 400 KiB, 36 packages and 3.6 MB of binary. The Prometheus
+// client library once added 0.2 MiB and 1.2 ms, which is why the agent's
+// metrics are written by internal/promtext.
 const (
 	// initBudget bounds the heap all package initialisers together
-	// allocate before lockstep-cni runs (526 KiB measured).
-	initBudget = 540 << 10
+	// allocate before lockstep-cni runs (144 KiB measured).
+	initBudget = 160 << 10
 	// initPackagesBudget bounds how many packages have an initialiser
-	// (178 measured): a new dependency tree shows here before its bytes do.
-	initPackagesBudget = 182
+	// (142 measured): a new dependency tree shows here before its bytes do.
+	initPackagesBudget = 146
 	// ownInitBudget bounds what lockstep's own packages allocate in init
 	// together (1.3 KiB measured, small maps and replacers). A table or
 	// regexp of ours belongs behind sync.OnceValue, or in plain code, not
@@ -132,17 +129,15 @@ const (
 const ownModule = "lockstep.dev/lockstep/"
 
 // heavyInitForPlugin are packages (and the packages under them) that must
-// not initialise on a lockstep-cni start: each either registers a large
-// share of the Kubernetes API in init, for callers that can build what
-// they need on first use, or is a client-go tool kube/client replaces.
+// not initialise on a lockstep-cni start: each registers types, codecs or
+// regexps in init for callers that need them on first use at most.
 var heavyInitForPlugin = []string{
-	// All of client-go: its rest, transport and exec-credential packages
-	// (use kube/client.REST and Config), clientset and its all-groups
-	// scheme, tools/cache (use kube/client.Informer), clientcmd (use
-	// kube/client.LoadConfig).
-	"k8s.io/client-go",
-	"k8s.io/kube-openapi",      // OpenAPI models for server-side apply
-	"github.com/google/go-cmp", // 214 KiB; tools/cache's reflector brought it
+	// Kubernetes' client and API libraries: use kube/client (REST, Config,
+	// Informer) and kube/api (the API types, errors and watch events).
+	"k8s.io",
+	"sigs.k8s.io",
+	"github.com/gogo/protobuf",
+	"github.com/google/go-cmp", // 214 KiB; client-go's reflector brought it
 }
 
 // initRecord is one line of the runtime's init trace: the package whose
@@ -208,7 +203,7 @@ func TestInitBudgetViolations(t *testing.T) {
 	line := func(pkg string, n int64) string {
 		return fmt.Sprintf("init %s @1.0 ms, 0.01 ms clock, %d bytes, 3 allocs\n", pkg, n)
 	}
-	base := line("runtime", 0) + line("k8s.io/api/core/v1", 123312) + line(ownModule+"agent/iptables", 576) + "unrelated output\n"
+	base := line("runtime", 0) + line("go.yaml.in/yaml/v3", 25736) + line(ownModule+"agent/iptables", 576) + "unrelated output\n"
 	many := ""
 	for i := range initPackagesBudget {
 		many += line(fmt.Sprintf("example.com/p%d", i), 0)

@@ -7,11 +7,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"sigs.k8s.io/yaml"
 
 	"lockstep.dev/lockstep/agent"
 	"lockstep.dev/lockstep/agent/api"
 	"lockstep.dev/lockstep/cni/install"
+	"lockstep.dev/lockstep/internal/yamljson"
 )
 
 // The flags several subcommands share are registered here, once each, so a
@@ -52,7 +52,7 @@ func writeStructured(w io.Writer, output string, v any) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	case outputYAML:
-		b, err := yaml.Marshal(v)
+		b, err := yamljson.Marshal(v)
 		if err != nil {
 			return fmt.Errorf("write yaml: %w", err)
 		}

@@ -2,15 +2,8 @@ package client
 
 import (
 	"fmt"
-	"sync"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
+	"lockstep.dev/lockstep/kube/api/schema"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
 
@@ -18,28 +11,6 @@ import (
 type Client struct {
 	rest Interface
 }
-
-// scheme knows every API type lockstep talks to: lockstep.dev/v1alpha1 and
-// the built-in core/v1, networking.k8s.io/v1, discovery.k8s.io/v1 and
-// coordination.k8s.io/v1; REST decodes watch events and Result.Get by it.
-// It is built on first use rather than taken from
-// k8s.io/client-go/kubernetes/scheme, whose initialiser registers every API
-// group of Kubernetes: lockstep is one binary, and the CNI plugin it also is
-// pays for every package initialiser on each pod ADD
-// (cmd/lockstep/deps_test.go).
-var scheme = sync.OnceValue(func() *runtime.Scheme {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{
-		v1alpha1.AddToScheme, corev1.AddToScheme, networkingv1.AddToScheme, discoveryv1.AddToScheme, coordinationv1.AddToScheme,
-	} {
-		if err := add(s); err != nil {
-			// AddToScheme only registers types: failing is a programming
-			// error.
-			panic(fmt.Sprintf("register API types: %v", err))
-		}
-	}
-	return s
-})
 
 // ForGroup returns a REST client for one group version on the API server
 // cfg describes: core/v1, networking.k8s.io/v1, discovery.k8s.io/v1 or

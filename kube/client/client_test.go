@@ -12,10 +12,10 @@ import (
 	"sync"
 	"testing"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	apierrors "lockstep.dev/lockstep/kube/api/errors"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
 )

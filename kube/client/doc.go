@@ -11,8 +11,8 @@
 // fewer packages initialise and the binary is a fifth smaller (23.0 MB to
 // 18.7 MB); cmd/lockstep/deps_test.go keeps them out. The REST client
 // behaves as client-go's where an API server or an operator notices: JSON
-// requests with the API server's Status errors (apierrors.IsNotFound and
-// the rest work on them); client-side rate limits with client-go's
+// requests into lockstep's own API types (kube/api), with the API server's
+// Status errors (kube/api/errors.IsNotFound and the rest work on them); client-side rate limits with client-go's
 // defaults (5 per second, bursts of 10); Retry-After honoured on 429 and
 // 5xx answers, when a watch starts too; GETs retried on a reset
 // connection; the API server's warnings logged once; path segments such
@@ -48,8 +48,8 @@
 // concurrent change surfaces as a 409 Conflict (apierrors.IsConflict)
 // instead of being overwritten. See kube/apis/v1alpha1 for who writes what.
 //
-// The scheme is built on first use, not in an init function:
-// lockstep is one binary, and the CNI plugin it also is pays for every
+// The table of kinds it decodes (kinds.go) is built on first use, not in
+// an init function: lockstep is one binary, and the CNI plugin it also is pays for every
 // package initialiser on each pod ADD. For the same reason the package has
 // its own Informer and kubeconfig loader rather than client-go's
 // tools/cache and tools/clientcmd, whose initialisers (go-cmp through the

@@ -12,13 +12,11 @@ import (
 	"syscall"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-
 	"lockstep.dev/lockstep/internal/backoff"
+	apierrors "lockstep.dev/lockstep/kube/api/errors"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/runtime"
+	"lockstep.dev/lockstep/kube/api/watch"
 )
 
 // ListWatch lists and watches one kind of object for an Informer.
@@ -345,11 +343,11 @@ func (i *Informer) listPages(ctx context.Context, rv string) ([]runtime.Object, 
 		if err != nil {
 			return nil, "", err
 		}
-		lm, err := meta.ListAccessor(list)
-		if err != nil {
-			return nil, "", fmt.Errorf("list %s: %w", i.lw.Resource, err)
+		lm, ok := list.(runtime.ListMeta)
+		if !ok {
+			return nil, "", fmt.Errorf("list %s: %T is not a list", i.lw.Resource, list)
 		}
-		raw, err := meta.ExtractListWithAlloc(list)
+		raw, err := runtime.ExtractList(list)
 		if err != nil {
 			return nil, "", fmt.Errorf("list %s: %w", i.lw.Resource, err)
 		}

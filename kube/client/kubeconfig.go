@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"lockstep.dev/lockstep/internal/yamljson"
 )
 
 // LoadConfig returns how a lockstep process reaches the API server: the
@@ -44,7 +44,7 @@ func loadKubeconfig(path string) (*Config, error) {
 		return nil, err
 	}
 	var kc kubeconfig
-	if err := yaml.Unmarshal(data, &kc); err != nil {
+	if err := yamljson.Unmarshal(data, &kc); err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
 	if kc.CurrentContext == "" {

@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/runtime"
+	"lockstep.dev/lockstep/kube/api/watch"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
 )

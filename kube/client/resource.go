@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/runtime"
+	"lockstep.dev/lockstep/kube/api/watch"
 )
 
 // ErrNoResourceVersion is returned by Update and UpdateStatus for an object

@@ -18,13 +18,13 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"lockstep.dev/lockstep/internal/backoff"
+	apierrors "lockstep.dev/lockstep/kube/api/errors"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/runtime"
+	"lockstep.dev/lockstep/kube/api/schema"
+	"lockstep.dev/lockstep/kube/api/watch"
 )
 
 // Interface makes requests to one API group version: a verb, then the
@@ -193,17 +193,11 @@ func (r *Request) Timeout(d time.Duration) *Request {
 // request's group version when it is registered there, as options such as
 // DeleteOptions are in every group).
 func (r *Request) Body(obj runtime.Object) *Request {
-	if kinds, _, err := scheme().ObjectKinds(obj); err == nil && len(kinds) > 0 {
-		if gvk := obj.GetObjectKind().GroupVersionKind(); gvk.Empty() {
-			obj = obj.DeepCopyObject()
-			k := kinds[0]
-			for _, kind := range kinds {
-				if kind.GroupVersion() == r.c.gv {
-					k = kind
-				}
-			}
-			obj.GetObjectKind().SetGroupVersionKind(k)
+	if k, ok := kindOf(obj); ok && obj.GetObjectKind().GroupVersionKind().Kind == "" {
+		if k.Version == "" {
+			k = r.c.gv.WithKind(k.Kind)
 		}
+		obj = withKind(obj, k)
 	}
 	b, err := json.Marshal(obj)
 	if err != nil && r.err == nil {
@@ -513,7 +507,7 @@ func decodeObject(data []byte) (runtime.Object, error) {
 	if err := json.Unmarshal(data, &tm); err != nil {
 		return nil, fmt.Errorf("decode object: %w", err)
 	}
-	obj, err := scheme().New(tm.GroupVersionKind())
+	obj, err := newObject(tm.GroupVersionKind())
 	if err != nil {
 		return nil, fmt.Errorf("decode object of kind %q, apiVersion %q: %w", tm.Kind, tm.APIVersion, err)
 	}

@@ -17,13 +17,12 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
-
+	coordinationv1 "lockstep.dev/lockstep/kube/api/coordination/v1"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	apierrors "lockstep.dev/lockstep/kube/api/errors"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/schema"
+	"lockstep.dev/lockstep/kube/api/watch"
 	"lockstep.dev/lockstep/kube/client"
 )
 

@@ -1,8 +1,8 @@
 package client
 
 import (
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 )
 
 // SlimPod is an Informer transform (SetTransform) for pods whose readers

@@ -4,8 +4,8 @@ import (
 	"reflect"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 )
 
 func TestSlimPod(t *testing.T) {

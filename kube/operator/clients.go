@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-
+	coordinationv1 "lockstep.dev/lockstep/kube/api/coordination/v1"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/runtime"
+	"lockstep.dev/lockstep/kube/api/watch"
 	"lockstep.dev/lockstep/kube/client"
 )
 

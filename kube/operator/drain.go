@@ -6,9 +6,8 @@ import (
 	"net/netip"
 	"slices"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
+	apierrors "lockstep.dev/lockstep/kube/api/errors"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
 

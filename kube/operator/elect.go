@@ -8,12 +8,11 @@ import (
 	"math/rand/v2"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"lockstep.dev/lockstep/internal/watchdog"
+	coordinationv1 "lockstep.dev/lockstep/kube/api/coordination/v1"
+	apiequality "lockstep.dev/lockstep/kube/api/equality"
+	apierrors "lockstep.dev/lockstep/kube/api/errors"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 	"lockstep.dev/lockstep/kube/client"
 )
 

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
 
@@ -61,7 +59,7 @@ func TestKubeReplacedNodeGetsFreshNodeIPAM(t *testing.T) {
 		t.Errorf("the operator did not log why it deleted the stale nodeipam (owner %s, node %s):\n%s", oldUID, newUID, logs)
 	}
 	cl.eventually(10*time.Second, "the pool reports itself exhausted", func() (bool, string) {
-		c := meta.FindStatusCondition(cl.getPool("v4").Status.Conditions, v1alpha1.IPPoolExhausted)
+		c := metav1.FindStatusCondition(cl.getPool("v4").Status.Conditions, v1alpha1.IPPoolExhausted)
 		return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprint(c)
 	})
 

@@ -6,11 +6,9 @@ import (
 	"slices"
 	"time"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
+	apiequality "lockstep.dev/lockstep/kube/api/equality"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/types"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
 
@@ -284,7 +282,7 @@ func poolStatus(p *poolInfo, allocated int32, exhausted bool, now time.Time) *v1
 	if !p.ready() {
 		ready.Status, ready.Message = metav1.ConditionFalse, p.problem+"; no block is handed out until the spec is fixed"
 	}
-	meta.SetStatusCondition(&st.Conditions, ready)
+	metav1.SetStatusCondition(&st.Conditions, ready)
 	ex := metav1.Condition{
 		Type: v1alpha1.IPPoolExhausted, Status: metav1.ConditionFalse, Reason: "FreeBlocks",
 		Message: "at least one block is free", ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(now),
@@ -295,7 +293,7 @@ func poolStatus(p *poolInfo, allocated int32, exhausted bool, now time.Time) *v1
 	case exhausted:
 		ex.Status, ex.Reason, ex.Message = metav1.ConditionTrue, "NoFreeBlock", "every block is held by a node; add a CIDR to the pool"
 	}
-	meta.SetStatusCondition(&st.Conditions, ex)
+	metav1.SetStatusCondition(&st.Conditions, ex)
 	return st
 }
 

@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/types"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
 
@@ -458,10 +456,10 @@ func TestPoolStatus(t *testing.T) {
 		if pool.Status.AllocatedBlocks != tt.allocated {
 			t.Errorf("pool %s: allocatedBlocks %d, want %d", tt.pool, pool.Status.AllocatedBlocks, tt.allocated)
 		}
-		if c := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.IPPoolReady); c == nil || c.Status != tt.ready {
+		if c := metav1.FindStatusCondition(pool.Status.Conditions, v1alpha1.IPPoolReady); c == nil || c.Status != tt.ready {
 			t.Errorf("pool %s: Ready %v, want %s", tt.pool, c, tt.ready)
 		}
-		if c := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.IPPoolExhausted); c == nil || c.Status != tt.exhausted {
+		if c := metav1.FindStatusCondition(pool.Status.Conditions, v1alpha1.IPPoolExhausted); c == nil || c.Status != tt.exhausted {
 			t.Errorf("pool %s: Exhausted %v, want %s", tt.pool, c, tt.exhausted)
 		}
 	}
@@ -473,7 +471,7 @@ func TestPoolStatus(t *testing.T) {
 		t.Fatalf("%d pool statuses, want 1", len(p.poolStatus))
 	}
 	st := p.poolStatus[0].Status
-	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.IPPoolExhausted); c == nil || c.Status != metav1.ConditionTrue {
+	if c := metav1.FindStatusCondition(st.Conditions, v1alpha1.IPPoolExhausted); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Exhausted = %v, want True", c)
 	}
 	// Writing the status back makes the next plan write nothing.

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
 )
 
 // podAddr is one address a pod holds, as the operator's pod informer last

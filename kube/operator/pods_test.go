@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
+	corev1 "lockstep.dev/lockstep/kube/api/core/v1"
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
+	"lockstep.dev/lockstep/kube/api/types"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 	"lockstep.dev/lockstep/kube/client"
 )

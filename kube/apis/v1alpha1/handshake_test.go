@@ -3,8 +3,7 @@ package v1alpha1_test
 import (
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
+	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 	"lockstep.dev/lockstep/kube/apis/v1alpha1"
 )
 

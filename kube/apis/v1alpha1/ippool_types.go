@@ -1,6 +1,6 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 
 // IPPool is a cluster-wide set of pod address ranges of one family, which the
 // operator cuts into blocks of spec.blockSize and assigns to nodes through

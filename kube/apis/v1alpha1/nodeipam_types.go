@@ -1,6 +1,6 @@
 package v1alpha1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 
 // NodeIPAM is one node's share of the pools: the blocks the operator
 // assigned to it (spec, written only by the operator), how full they are
