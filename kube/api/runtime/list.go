@@ -12,8 +12,9 @@ type ListMeta interface {
 	GetContinue() string
 }
 
-// ExtractList returns pointers to the items of a list (a struct with an
-// Items slice of objects), in order; they point into the list.
+// ExtractList returns the items of a list (a struct with an Items slice of
+// objects), in order, each a shallow copy of its own: an informer that
+// keeps some of them does not keep the whole page's array alive.
 func ExtractList(list Object) ([]Object, error) {
 	v := reflect.ValueOf(list)
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
@@ -25,7 +26,9 @@ func ExtractList(list Object) ([]Object, error) {
 	}
 	out := make([]Object, items.Len())
 	for i := range items.Len() {
-		obj, ok := items.Index(i).Addr().Interface().(Object)
+		item := reflect.New(items.Type().Elem())
+		item.Elem().Set(items.Index(i))
+		obj, ok := item.Interface().(Object)
 		if !ok {
 			return nil, fmt.Errorf("extract list items: item %d of %T is not an API object", i, list)
 		}

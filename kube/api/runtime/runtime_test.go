@@ -42,8 +42,11 @@ func TestExtractList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(items) != 2 || items[1].(*corev1.Pod).Name != "b" || items[0] != runtime.Object(&list.Items[0]) {
-		t.Errorf("ExtractList = %v, want pointers to the two items", items)
+	if len(items) != 2 || items[0].(*corev1.Pod).Name != "a" || items[1].(*corev1.Pod).Name != "b" {
+		t.Fatalf("ExtractList = %v, want the two items in order", items)
+	}
+	if items[0] == runtime.Object(&list.Items[0]) {
+		t.Error("ExtractList returned a pointer into the list's array, which keeps the whole page alive")
 	}
 	if _, err := runtime.ExtractList(&corev1.Pod{}); err == nil {
 		t.Error("ExtractList of a Pod: no error")
