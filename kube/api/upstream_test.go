@@ -235,6 +235,15 @@ func TestParameterCodecMatchesUpstream(t *testing.T) {
 	}
 }
 
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	j, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(j)
+}
+
 // TestErrorsMatchUpstream: an answer without a Status gets the reason the
 // upstream client gives it, and every Is function agrees with upstream's on
 // every such answer.
@@ -261,8 +270,8 @@ func TestErrorsMatchUpstream(t *testing.T) {
 		for _, verb := range []string{http.MethodGet, http.MethodPost, http.MethodPut} {
 			ours := apierrors.NewGenericServerResponse(code, verb, gr, "n", "body", 1, true)
 			up := uperrors.NewGenericServerResponse(code, verb, upgr, "n", "body", 1, true)
-			if string(ours.ErrStatus.Reason) != string(up.ErrStatus.Reason) || ours.ErrStatus.Code != up.ErrStatus.Code {
-				t.Errorf("%d %s: reason %q code %d, upstream %q %d", code, verb, ours.ErrStatus.Reason, ours.ErrStatus.Code, up.ErrStatus.Reason, up.ErrStatus.Code)
+			if a, b := mustJSON(t, ours.ErrStatus), mustJSON(t, up.ErrStatus); a != b {
+				t.Errorf("%d %s: status\n %s\nupstream\n %s", code, verb, a, b)
 			}
 			wrapped := fmt.Errorf("update nodeipam n: %w", ours)
 			upWrapped := fmt.Errorf("update nodeipam n: %w", up)
@@ -273,18 +282,24 @@ func TestErrorsMatchUpstream(t *testing.T) {
 			}
 		}
 	}
-	// A Status the server sent, read as the client reads it.
-	for _, reason := range []upmeta.StatusReason{upmeta.StatusReasonExpired, upmeta.StatusReasonGone, upmeta.StatusReasonConflict, upmeta.StatusReasonAlreadyExists, upmeta.StatusReasonNotFound} {
-		up := &uperrors.StatusError{ErrStatus: upmeta.Status{Status: upmeta.StatusFailure, Reason: reason, Code: 410}}
-		j, _ := json.Marshal(up.ErrStatus)
-		var st metav1.Status
-		if err := json.Unmarshal(j, &st); err != nil {
-			t.Fatal(err)
-		}
-		ours := &apierrors.StatusError{ErrStatus: st}
-		for _, c := range checks {
-			if c.ours(ours) != c.up(up) {
-				t.Errorf("Status reason %s: %s = %v, upstream %v", reason, c.name, c.ours(ours), c.up(up))
+	// A Status the server sent, read as the client reads it: every reason
+	// lockstep names, one it does not (an aggregated API's or a proxy's),
+	// and none, with every code.
+	reasons := []upmeta.StatusReason{"", "SomeProxyReason", upmeta.StatusReasonExpired, upmeta.StatusReasonGone, upmeta.StatusReasonConflict,
+		upmeta.StatusReasonAlreadyExists, upmeta.StatusReasonNotFound, upmeta.StatusReasonForbidden, upmeta.StatusReasonUnauthorized,
+		upmeta.StatusReasonInvalid, upmeta.StatusReasonTooManyRequests, upmeta.StatusReasonInternalError, upmeta.StatusReasonTimeout, upmeta.StatusReasonStoreReadError}
+	for _, reason := range reasons {
+		for _, code := range codes {
+			up := &uperrors.StatusError{ErrStatus: upmeta.Status{Status: upmeta.StatusFailure, Reason: reason, Code: int32(code)}}
+			var st metav1.Status
+			if err := json.Unmarshal([]byte(mustJSON(t, up.ErrStatus)), &st); err != nil {
+				t.Fatal(err)
+			}
+			ours := &apierrors.StatusError{ErrStatus: st}
+			for _, c := range checks {
+				if c.ours(ours) != c.up(up) {
+					t.Errorf("Status reason %q code %d: %s = %v, upstream %v", reason, code, c.name, c.ours(ours), c.up(up))
+				}
 			}
 		}
 	}

@@ -169,7 +169,7 @@ func (r *Request) VersionedParams(opts runtime.Object, codec runtime.ParameterCo
 	q, err := codec.EncodeParameters(opts, r.c.gv)
 	if err != nil {
 		if r.err == nil {
-			r.err = fmt.Errorf("encode query parameters: %w", err)
+			r.err = err // it says what it was encoding
 		}
 		return r
 	}

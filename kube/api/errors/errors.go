@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	metav1 "lockstep.dev/lockstep/kube/api/meta/v1"
 	"lockstep.dev/lockstep/kube/api/runtime"
@@ -123,11 +124,16 @@ func NewGenericServerResponse(code int, verb string, qr schema.GroupResource, na
 	case http.StatusUnauthorized:
 		reason, message = metav1.StatusReasonUnauthorized, "the server has asked for the client to provide credentials"
 	case http.StatusForbidden:
-		reason, message = metav1.StatusReasonForbidden, "the server does not allow access to the requested resource"
+		// The server's text says who may not do what: keep it.
+		reason, message = metav1.StatusReasonForbidden, serverMessage
 	case http.StatusNotAcceptable:
 		reason = metav1.StatusReasonNotAcceptable
+		message = "the server was unable to respond with a content type that the client supports"
+		if serverMessage != "" && serverMessage != "unknown" {
+			message = serverMessage
+		}
 	case http.StatusUnsupportedMediaType:
-		reason = metav1.StatusReasonUnsupportedMediaType
+		reason, message = metav1.StatusReasonUnsupportedMediaType, serverMessage
 	case http.StatusMethodNotAllowed:
 		reason, message = metav1.StatusReasonMethodNotAllowed, "the server does not allow this method on the requested resource"
 	case http.StatusUnprocessableEntity:
@@ -143,15 +149,15 @@ func NewGenericServerResponse(code int, verb string, qr schema.GroupResource, na
 			reason, message = metav1.StatusReasonInternalError, fmt.Sprintf("an error on the server (%q) has prevented the request from succeeding", serverMessage)
 		}
 	}
-	switch {
-	case name != "" && qr.Resource != "":
+	switch verb = strings.ToLower(verb); {
+	case name != "" && qr != (schema.GroupResource{}):
 		message = fmt.Sprintf("%s (%s %s %s)", message, verb, qr, name)
-	case qr.Resource != "":
+	case qr != (schema.GroupResource{}):
 		message = fmt.Sprintf("%s (%s %s)", message, verb, qr)
 	}
 	var causes []metav1.StatusCause
-	if isUnexpectedResponse && serverMessage != "" {
-		causes = []metav1.StatusCause{{Type: "UnexpectedServerResponse", Message: serverMessage}}
+	if isUnexpectedResponse {
+		causes = []metav1.StatusCause{{Type: metav1.CauseTypeUnexpectedServerResponse, Message: serverMessage}}
 	}
 	return &StatusError{metav1.Status{
 		Status:  metav1.StatusFailure,
@@ -177,15 +183,35 @@ func ReasonForError(err error) metav1.StatusReason {
 	return s.Reason
 }
 
+// knownReason reports the reasons this package names. A Status with no
+// reason or another one (an aggregated API's, a proxy's) is told apart by
+// its HTTP code, as the upstream client does.
+func knownReason(r metav1.StatusReason) bool {
+	switch r {
+	case metav1.StatusReasonUnauthorized, metav1.StatusReasonForbidden,
+		metav1.StatusReasonNotFound, metav1.StatusReasonAlreadyExists, metav1.StatusReasonConflict,
+		metav1.StatusReasonGone, metav1.StatusReasonInvalid, metav1.StatusReasonServerTimeout,
+		metav1.StatusReasonTimeout, metav1.StatusReasonTooManyRequests, metav1.StatusReasonBadRequest,
+		metav1.StatusReasonMethodNotAllowed, metav1.StatusReasonNotAcceptable,
+		metav1.StatusReasonRequestEntityTooLarge, metav1.StatusReasonUnsupportedMediaType,
+		metav1.StatusReasonInternalError, metav1.StatusReasonExpired, metav1.StatusReasonServiceUnavailable,
+		metav1.StatusReasonStoreReadError:
+		return true
+	}
+	return false
+}
+
+// reasonOrCode reports whether err carries reason, or an HTTP code of
+// code (when code is not 0) with a reason this package does not name.
 func reasonOrCode(err error, reason metav1.StatusReason, code int32) bool {
 	s, ok := status(err)
 	if !ok {
 		return false
 	}
-	if s.Reason != metav1.StatusReasonUnknown {
-		return s.Reason == reason
+	if s.Reason == reason {
+		return true
 	}
-	return code != 0 && s.Code == code
+	return code != 0 && !knownReason(s.Reason) && s.Code == code
 }
 
 // IsNotFound reports a missing object.
@@ -218,9 +244,11 @@ func IsGone(err error) bool { return reasonOrCode(err, metav1.StatusReasonGone, 
 // IsResourceExpired reports a resourceVersion the server no longer has.
 func IsResourceExpired(err error) bool { return reasonOrCode(err, metav1.StatusReasonExpired, 0) }
 
-// IsTooManyRequests reports a request the server throttled.
+// IsTooManyRequests reports a request the server throttled: that reason,
+// or HTTP 429 whatever the reason.
 func IsTooManyRequests(err error) bool {
-	return reasonOrCode(err, metav1.StatusReasonTooManyRequests, http.StatusTooManyRequests)
+	s, ok := status(err)
+	return ok && (s.Reason == metav1.StatusReasonTooManyRequests || s.Code == http.StatusTooManyRequests)
 }
 
 // IsInvalid reports an object the server refused as invalid.

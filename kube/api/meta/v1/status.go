@@ -38,9 +38,15 @@ type StatusCause struct {
 // CauseType is the kind of a StatusCause.
 type CauseType string
 
-// CauseTypeResourceVersionTooLarge: a list or watch asked for a
-// resourceVersion newer than the API server's cache has seen.
-const CauseTypeResourceVersionTooLarge CauseType = "ResourceVersionTooLarge"
+// The causes lockstep tells apart.
+const (
+	// CauseTypeResourceVersionTooLarge: a list or watch asked for a
+	// resourceVersion newer than the API server's cache has seen.
+	CauseTypeResourceVersionTooLarge CauseType = "ResourceVersionTooLarge"
+	// CauseTypeUnexpectedServerResponse: the server answered without a
+	// Status; the cause's message is what it sent.
+	CauseTypeUnexpectedServerResponse CauseType = "UnexpectedServerResponse"
+)
 
 // StatusReason is the machine-readable reason of a failure.
 type StatusReason string
@@ -66,4 +72,5 @@ const (
 	StatusReasonInternalError         StatusReason = "InternalError"
 	StatusReasonExpired               StatusReason = "Expired"
 	StatusReasonServiceUnavailable    StatusReason = "ServiceUnavailable"
+	StatusReasonStoreReadError        StatusReason = "StorageReadError"
 )
