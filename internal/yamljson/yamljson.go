@@ -7,8 +7,11 @@
 package yamljson
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -41,8 +44,11 @@ func Unmarshal(doc []byte, v any) error {
 	return json.Unmarshal(j, v)
 }
 
-// Marshal writes v as a block-style YAML document with the fields and
-// values its JSON has (JSON is YAML, so its scalars are kept exactly).
+// Marshal writes v as a block-style YAML document, indented by two
+// spaces, with the fields and values its JSON has (JSON is YAML, so its
+// scalars are kept exactly). A string a YAML 1.1 reader would take for
+// something else (yes, off, y, 1:20, 1_000) stays quoted, as Kubernetes'
+// own YAML library writes it.
 func Marshal(v any) ([]byte, error) {
 	j, err := json.Marshal(v)
 	if err != nil {
@@ -53,14 +59,67 @@ func Marshal(v any) ([]byte, error) {
 		return nil, fmt.Errorf("convert json to yaml: %w", err)
 	}
 	blockStyle(&doc)
-	return yaml.Marshal(&doc)
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, fmt.Errorf("write yaml: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("write yaml: %w", err)
+	}
+	return b.Bytes(), nil
 }
 
 // blockStyle clears the flow and quoting styles the JSON text gave the
-// nodes, so the encoder writes block YAML and quotes only what needs it.
+// nodes, so the encoder writes block YAML and quotes only what needs it,
+// but for strings that YAML 1.1 reads as booleans or numbers.
 func blockStyle(n *yaml.Node) {
 	n.Style = 0
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" && yaml11NotString(n.Value) {
+		n.Style = yaml.DoubleQuotedStyle
+	}
 	for _, c := range n.Content {
 		blockStyle(c)
 	}
+}
+
+// yaml11NotString reports whether a plain scalar s would be read by a YAML
+// 1.1 reader as a boolean or a number where YAML 1.2 reads a string: the
+// words y, yes, n, no, on, off in their three spellings, numbers written
+// with underscores (1_000), and sexagesimal numbers (1:20). What YAML 1.2
+// reads as another type the encoder quotes by itself.
+func yaml11NotString(s string) bool {
+	switch s {
+	case "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO",
+		"on", "On", "ON", "off", "Off", "OFF":
+		return true
+	}
+	if strings.Contains(s, "_") {
+		plain := strings.ReplaceAll(s, "_", "")
+		if _, err := strconv.ParseInt(plain, 0, 64); err == nil {
+			return true
+		}
+		if _, err := strconv.ParseFloat(plain, 64); err == nil {
+			return true
+		}
+	}
+	return sexagesimal(s)
+}
+
+// sexagesimal reports a YAML 1.1 base-60 number: [-+]digits(:0-59)+ with
+// an optional fraction.
+func sexagesimal(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	s, _, _ = strings.Cut(s, ".")
+	head, rest, ok := strings.Cut(s, ":")
+	if !ok || head == "" || head[0] == '_' || strings.Trim(head, "0123456789_") != "" {
+		return false
+	}
+	for _, part := range strings.Split(rest, ":") {
+		if part == "" || len(part) > 2 || strings.Trim(part, "0123456789") != "" || (len(part) == 2 && part[0] > '5') {
+			return false
+		}
+	}
+	return true
 }

@@ -44,7 +44,7 @@ func loadKubeconfig(path string) (*Config, error) {
 		return nil, err
 	}
 	var kc kubeconfig
-	if err := yamljson.Unmarshal(data, &kc); err != nil {
+	if err := yamljson.UnmarshalTyped(data, &kc); err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}
 	if kc.CurrentContext == "" {

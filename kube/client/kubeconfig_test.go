@@ -47,6 +47,8 @@ func TestLoadConfigReadsKubeconfigsAsClientcmd(t *testing.T) {
 		{"exec plugin found in PATH", "server: https://api.example", "exec:\n    apiVersion: client.authentication.k8s.io/v1\n    command: get-token\n    interactiveMode: Never"},
 		{"plain http gets no credentials", "server: http://127.0.0.1:8080\ncertificate-authority: ca.pem", "token: abc"},
 		{"proxy", "server: https://api.example\nproxy-url: http://proxy:3128", "token: t"},
+		{"a YAML 1.1 boolean", "server: https://api.example\ninsecure-skip-tls-verify: yes", "token: t"},
+		{"a key given twice takes the last", "server: https://api.example", "token: first\ntoken: second"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,125 @@
+package yamljson
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	k8syaml "sigs.k8s.io/yaml"
+)
+
+// The Kubernetes tools' YAML library (sigs.k8s.io/yaml, YAML 1.1) is what
+// kubectl reads and writes; these tests hold this package to it where
+// lockstep's output or input meets kubectl's.
+
+// TestMarshalReadsBackInYAML11: every string -o yaml writes reads back as
+// that string in a YAML 1.1 reader too, and in this package.
+func TestMarshalReadsBackInYAML11(t *testing.T) {
+	tricky := []string{"y", "Y", "yes", "No", "on", "OFF", "true", "False", "null", "~", "", "1", "0755", "0x1f", "1e3", "1.5",
+		"1_000", "1:20", "-1:20:30.5", "12:70", "10.0.0.1", "fd00::1", "a: b", "- x", "#c", "1.30", ".inf", "2026-11-28", "x y"}
+	m := map[string]string{}
+	for i, s := range tricky {
+		m[strings.Repeat("k", i+1)] = s
+		m[s+"-key"] = s
+	}
+	out, err := Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back11 map[string]string
+	if err := k8syaml.Unmarshal(out, &back11); err != nil {
+		t.Fatalf("read -o yaml with a YAML 1.1 reader: %v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(back11, m) {
+		for k, v := range m {
+			if back11[k] != v {
+				t.Errorf("YAML 1.1 reads %q as %q, want %q", k, back11[k], v)
+			}
+		}
+	}
+	var back12 map[string]string
+	if err := Unmarshal(out, &back12); err != nil || !reflect.DeepEqual(back12, m) {
+		t.Errorf("Unmarshal(Marshal(m)) = %v, %v; want m", back12, err)
+	}
+	if addr := strings.Repeat("k", 1+slices.Index(tricky, "10.0.0.1")) + ": 10.0.0.1\n"; !strings.Contains(string(out), "\n"+addr) && !strings.HasPrefix(string(out), addr) {
+		t.Errorf("an address is quoted or missing:\n%s", out)
+	}
+}
+
+// TestMarshalIndent: nested values are indented by two spaces, as
+// kubectl's -o yaml.
+func TestMarshalIndent(t *testing.T) {
+	out, err := Marshal(map[string]any{"a": map[string]any{"b": []string{"c"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "a:\n  b:\n    - c\n"; string(out) != want {
+		t.Errorf("Marshal = %q, want %q", out, want)
+	}
+}
+
+// TestUnmarshalTypedAsKubectl: a kubeconfig-like document reads into the
+// same values as Kubernetes' YAML library reads it (kube/client's
+// TestLoadConfigReadsKubeconfigsAsClientcmd holds the kubeconfig itself to
+// kubectl's loader).
+func TestUnmarshalTypedAsKubectl(t *testing.T) {
+	type env struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	}
+	type inner struct {
+		Skip bool  `json:"insecure-skip-tls-verify,omitempty"`
+		Env  []env `json:"env"`
+	}
+	type embedded struct {
+		Namespace string `json:"namespace"`
+	}
+	type doc struct {
+		embedded
+		Name  string              `json:"name"`
+		Data  []byte              `json:"data"`
+		Inner *inner              `json:"inner"`
+		Extra map[string][]string `json:"extra"`
+		Count int                 `json:"count"`
+		Args  []string            `json:"args"`
+		Any   any                 `json:"any"`
+	}
+	// Where kubectl's library reads a scalar as a YAML 1.1 boolean or a
+	// float before it makes it the string a field wants ("1.30" becomes
+	// "1.3", "N" and "on" "false" and "true"), this package keeps what the
+	// author wrote.
+	var literal doc
+	if err := UnmarshalTyped([]byte("name: 1.30\nargs: [on, N]\n"), &literal); err != nil || literal.Name != "1.30" || !slices.Equal(literal.Args, []string{"on", "N"}) {
+		t.Errorf("read name: 1.30, args: [on, N] = %+v, %v; want the text as written", literal, err)
+	}
+	for _, tc := range []struct{ name, in string }{
+		{"numbers and booleans in string fields", "name: a1.30\ninner:\n  env:\n  - name: DEBUG\n    value: true\n  - name: M\n    value: 1\nargs: [true, 2, null]\n"},
+		{"YAML 1.1 booleans in a bool field", "inner:\n  insecure-skip-tls-verify: yes\n"},
+		{"off", "inner:\n  insecure-skip-tls-verify: off\n"},
+		{"a repeated key takes the last value", "name: a\nname: b\n"},
+		{"base64 data", "data: aGVsbG8=\n"},
+		{"a map of lists", "extra:\n  scopes: [a, b]\n"},
+		{"a number", "count: 3\n"},
+		{"an untyped value", "any:\n  x: [1, z, true]\n"},
+		{"a field of an embedded struct", "namespace: ns\n"},
+		{"case-insensitive field", "NAME: x\n"},
+		{"anchors and aliases", "name: &n shared\nnamespace: *n\n"},
+		{"empty", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var want, got doc
+			errWant := k8syaml.Unmarshal([]byte(tc.in), &want)
+			errGot := UnmarshalTyped([]byte(tc.in), &got)
+			if (errWant != nil) != (errGot != nil) {
+				t.Fatalf("error %v, kubectl's %v", errGot, errWant)
+			}
+			if !reflect.DeepEqual(got, want) {
+				g, _ := json.Marshal(got)
+				w, _ := json.Marshal(want)
+				t.Errorf("read\n%s\nkubectl's\n%s", g, w)
+			}
+		})
+	}
+}
