@@ -99,6 +99,9 @@ func TestPluginDeps(t *testing.T) {
 //     events, with no registration in init; nothing of k8s.io or
 //     sigs.k8s.io is linked): 144 KiB in 142 packages, 15.2 MB binary,
 //     against 538 KiB, 178 and 18.8 MB before with the same toolchain.
+//     perf stat -r 30 of VERSION: 403 page faults and 18.3 ms of CPU per
+//     exec, against about 600 before and 185 and 6.4 ms for the hello
+//     world.
 //
 // What remains outside lockstep: go.yaml.in/yaml/v3 25 KiB (agent/manifests
 // and internal/yamljson, for YAML 1.2's core schema), encoding/xml 18 KiB

@@ -5,29 +5,29 @@
 // NodeIPAM), and the Informer that caches what a ListWatch lists and
 // watches.
 //
-// None of it is client-go's. lockstep is one binary, and the CNI plugin it
-// also is runs every linked package's initialiser on each pod ADD: without
-// client-go's rest, transport, exec-credential and metrics packages, 14
-// fewer packages initialise and the binary is a fifth smaller (23.0 MB to
-// 18.7 MB); cmd/lockstep/deps_test.go keeps them out. The REST client
-// behaves as client-go's where an API server or an operator notices: JSON
-// requests into lockstep's own API types (kube/api), with the API server's
-// Status errors (kube/api/errors.IsNotFound and the rest work on them); client-side rate limits with client-go's
-// defaults (5 per second, bursts of 10); Retry-After honoured on 429 and
-// 5xx answers, when a watch starts too; GETs retried on a reset
-// connection; the API server's warnings logged once; path segments such
+// None of it is client-go's. lockstep is one binary, and the CNI plugin it also
+// is runs every linked package's initialiser on each pod ADD: without
+// client-go's rest, transport, exec-credential and metrics packages, 14 fewer
+// packages initialise and the binary is a fifth smaller (23.0 MB to 18.7 MB);
+// cmd/lockstep/deps_test.go keeps them out. The REST client behaves as
+// client-go's where an API server or an operator notices: JSON requests into
+// lockstep's own API types (kube/api), with the API server's Status errors
+// (kube/api/errors.IsNotFound and the rest work on them); client-side rate
+// limits with client-go's defaults (5 per second, bursts of 10); Retry-After
+// honoured on 429 and 5xx answers, when a watch starts too; GETs retried on a
+// reset connection; the API server's warnings logged once; path segments such
 // as ".." refused; HTTP/2 with health-check pings, so a watch on a dead
 // connection ends; one connection pool per TLS identity (and credential
-// plugin), shared by the clients of every API group of a Config (a Config
-// with its own proxy function gets its own); no redirect followed. And the
-// kubeconfig's credentials: a token, or a token file read again every
-// minute (rotated service account tokens); a client certificate, its files
-// read again every 5 minutes; basic auth; impersonation; exec credential
-// plugins (client.authentication.k8s.io/v1 and v1beta1, run again when
-// their credential expires or is refused, never interactively). A client
-// certificate that changes closes the connections made with the old one.
-// As with clientcmd, an http:// server gets no credentials. auth-provider
-// plugins are refused, as before.
+// plugin), shared by the clients of every API group of a Config (a Config with
+// its own proxy function gets its own); no redirect followed. And the
+// kubeconfig's credentials: a token, or a token file read again every minute
+// (rotated service account tokens); a client certificate, its files read again
+// every 5 minutes; basic auth; impersonation; exec credential plugins
+// (client.authentication.k8s.io/v1 and v1beta1, run again when their credential
+// expires or is refused, never interactively). A client certificate that
+// changes closes the connections made with the old one. As with clientcmd, an
+// http:// server gets no credentials. auth-provider plugins are refused, as
+// before.
 //
 // A broken or hostile API server is bounded where client-go does not bound
 // it: a watch is given up a minute past the timeout it asked the server
@@ -48,14 +48,14 @@
 // concurrent change surfaces as a 409 Conflict (apierrors.IsConflict)
 // instead of being overwritten. See kube/apis/v1alpha1 for who writes what.
 //
-// The table of kinds it decodes (kinds.go) is built on first use, not in
-// an init function: lockstep is one binary, and the CNI plugin it also is pays for every
-// package initialiser on each pod ADD. For the same reason the package has
-// its own Informer and kubeconfig loader rather than client-go's
+// The table of kinds it decodes (kinds.go) is built on first use, not in an
+// init function: lockstep is one binary, and the CNI plugin it also is pays for
+// every package initialiser on each pod ADD. For the same reason the package
+// has its own Informer and kubeconfig loader rather than client-go's
 // tools/cache and tools/clientcmd, whose initialisers (go-cmp through the
-// reflector, clientcmd's API scheme) cost every pod ADD about a quarter of
-// all package init allocations (cmd/lockstep/deps_test.go). The Informer
-// behaves as the reflector does where the API server notices: lists first
-// from the watch cache, watches with bookmarks from the last version seen,
-// and reads a consistent relist (after a 410) in pages of 500.
+// reflector, clientcmd's API scheme) cost every pod ADD about a quarter of all
+// package init allocations (cmd/lockstep/deps_test.go). The Informer behaves as
+// the reflector does where the API server notices: lists first from the watch
+// cache, watches with bookmarks from the last version seen, and reads a
+// consistent relist (after a 410) in pages of 500.
 package client

@@ -155,9 +155,8 @@
 // with GODEBUG=inittrace=1, importing tools/leaderelection on top of
 // kube/client added about 1.8 MB of init allocations and 9 ms, and grew a
 // test binary from 11 to 49 MB, besides needing modules go.mod does not
-// have. The operator reads Nodes and Leases through REST clients on a
-// scheme of just those two groups, built on first use, as agent/source
-// does.
+// have. The operator reads Nodes and Leases through kube/client's REST
+// clients into lockstep's own API types (kube/api), as agent/source does.
 //
 // # Pool status
 //

@@ -59,6 +59,9 @@ func FindStatusCondition(conditions []Condition, t string) *Condition {
 // when the status does not change (now when c has none), and reports
 // whether anything changed.
 func SetStatusCondition(conditions *[]Condition, c Condition) bool {
+	if conditions == nil {
+		return false
+	}
 	old := FindStatusCondition(*conditions, c.Type)
 	if old == nil {
 		if c.LastTransitionTime.IsZero() {

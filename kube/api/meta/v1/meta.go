@@ -111,23 +111,58 @@ type Object interface {
 // GetObjectMeta returns the metadata itself.
 func (m *ObjectMeta) GetObjectMeta() Object { return m }
 
-func (m *ObjectMeta) GetNamespace() string                    { return m.Namespace }
-func (m *ObjectMeta) SetNamespace(ns string)                  { m.Namespace = ns }
-func (m *ObjectMeta) GetName() string                         { return m.Name }
-func (m *ObjectMeta) SetName(name string)                     { m.Name = name }
-func (m *ObjectMeta) GetUID() types.UID                       { return m.UID }
-func (m *ObjectMeta) SetUID(uid types.UID)                    { m.UID = uid }
-func (m *ObjectMeta) GetResourceVersion() string              { return m.ResourceVersion }
-func (m *ObjectMeta) SetResourceVersion(rv string)            { m.ResourceVersion = rv }
-func (m *ObjectMeta) GetGeneration() int64                    { return m.Generation }
-func (m *ObjectMeta) GetLabels() map[string]string            { return m.Labels }
-func (m *ObjectMeta) SetLabels(l map[string]string)           { m.Labels = l }
-func (m *ObjectMeta) GetAnnotations() map[string]string       { return m.Annotations }
-func (m *ObjectMeta) SetAnnotations(a map[string]string)      { m.Annotations = a }
-func (m *ObjectMeta) GetDeletionTimestamp() *Time             { return m.DeletionTimestamp }
-func (m *ObjectMeta) GetOwnerReferences() []OwnerReference    { return m.OwnerReferences }
-func (m *ObjectMeta) SetOwnerReferences(r []OwnerReference)   { m.OwnerReferences = r }
-func (m *ObjectMeta) GetManagedFields() []ManagedFieldsEntry  { return m.ManagedFields }
+// GetNamespace returns the namespace.
+func (m *ObjectMeta) GetNamespace() string { return m.Namespace }
+
+// SetNamespace sets the namespace.
+func (m *ObjectMeta) SetNamespace(ns string) { m.Namespace = ns }
+
+// GetName returns the name.
+func (m *ObjectMeta) GetName() string { return m.Name }
+
+// SetName sets the name.
+func (m *ObjectMeta) SetName(name string) { m.Name = name }
+
+// GetUID returns the UID.
+func (m *ObjectMeta) GetUID() types.UID { return m.UID }
+
+// SetUID sets the UID.
+func (m *ObjectMeta) SetUID(uid types.UID) { m.UID = uid }
+
+// GetResourceVersion returns the resourceVersion.
+func (m *ObjectMeta) GetResourceVersion() string { return m.ResourceVersion }
+
+// SetResourceVersion sets the resourceVersion.
+func (m *ObjectMeta) SetResourceVersion(rv string) { m.ResourceVersion = rv }
+
+// GetGeneration returns the generation.
+func (m *ObjectMeta) GetGeneration() int64 { return m.Generation }
+
+// GetLabels returns the labels.
+func (m *ObjectMeta) GetLabels() map[string]string { return m.Labels }
+
+// SetLabels sets the labels.
+func (m *ObjectMeta) SetLabels(l map[string]string) { m.Labels = l }
+
+// GetAnnotations returns the annotations.
+func (m *ObjectMeta) GetAnnotations() map[string]string { return m.Annotations }
+
+// SetAnnotations sets the annotations.
+func (m *ObjectMeta) SetAnnotations(a map[string]string) { m.Annotations = a }
+
+// GetDeletionTimestamp returns the deletion time, nil while the object is not being deleted.
+func (m *ObjectMeta) GetDeletionTimestamp() *Time { return m.DeletionTimestamp }
+
+// GetOwnerReferences returns the owner references.
+func (m *ObjectMeta) GetOwnerReferences() []OwnerReference { return m.OwnerReferences }
+
+// SetOwnerReferences sets the owner references.
+func (m *ObjectMeta) SetOwnerReferences(r []OwnerReference) { m.OwnerReferences = r }
+
+// GetManagedFields returns the managed fields.
+func (m *ObjectMeta) GetManagedFields() []ManagedFieldsEntry { return m.ManagedFields }
+
+// SetManagedFields sets the managed fields.
 func (m *ObjectMeta) SetManagedFields(f []ManagedFieldsEntry) { m.ManagedFields = f }
 
 // GetControllerOfNoCopy returns the owner reference of obj that is its

@@ -17,7 +17,9 @@ type Time struct {
 // NewTime returns t as a Time.
 func NewTime(t time.Time) Time { return Time{t} }
 
-// Now returns the current time, to the second as the API keeps it.
+// Now returns the current time. It keeps the nanoseconds; the API keeps
+// seconds, so a Time read back from the server compares equal to it only
+// by Equal on the truncated value.
 func Now() Time { return Time{time.Now()} }
 
 // Equal reports whether t and u are the same instant (nil equals nil).
