@@ -24,18 +24,33 @@ func UnmarshalTyped(doc []byte, v any) error {
 	if err := yaml.Unmarshal(doc, &root); err != nil {
 		return err
 	}
-	var b bytes.Buffer
+	w := typedWriter{budget: maxTypedNodes}
 	if root.Kind == 0 {
-		b.WriteString("null")
-	} else if err := writeTyped(&b, &root, reflect.TypeOf(v)); err != nil {
+		w.WriteString("null")
+	} else if err := w.write(&root, reflect.TypeOf(v)); err != nil {
 		return err
 	}
-	return json.Unmarshal(b.Bytes(), v)
+	return json.Unmarshal(w.Bytes(), v)
 }
 
-// writeTyped writes n as JSON, reading each scalar as the Go type t that
-// will receive it (nil when that is not known).
-func writeTyped(b *bytes.Buffer, n *yaml.Node, t reflect.Type) error {
+// maxTypedNodes bounds the nodes UnmarshalTyped writes, aliases expanded:
+// a few aliases of aliases ("billion laughs") must not make a small file
+// expand without end.
+const maxTypedNodes = 1 << 20
+
+// typedWriter writes a YAML node tree as JSON, within its budget of nodes.
+type typedWriter struct {
+	bytes.Buffer
+	budget int
+}
+
+// write writes n as JSON, reading each scalar as the Go type t that will
+// receive it (nil when that is not known).
+func (w *typedWriter) write(n *yaml.Node, t reflect.Type) error {
+	if w.budget--; w.budget < 0 {
+		return fmt.Errorf("read yaml: more than %d values with aliases expanded", maxTypedNodes)
+	}
+	b := &w.Buffer
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -45,9 +60,9 @@ func writeTyped(b *bytes.Buffer, n *yaml.Node, t reflect.Type) error {
 			b.WriteString("null")
 			return nil
 		}
-		return writeTyped(b, n.Content[0], t)
+		return w.write(n.Content[0], t)
 	case yaml.AliasNode:
-		return writeTyped(b, n.Alias, t)
+		return w.write(n.Alias, t)
 	case yaml.MappingNode:
 		b.WriteByte('{')
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -62,7 +77,7 @@ func writeTyped(b *bytes.Buffer, n *yaml.Node, t reflect.Type) error {
 			b.Write(k)
 			b.WriteByte(':')
 			// encoding/json keeps the last of repeated keys.
-			if err := writeTyped(b, value, fieldType(t, key.Value)); err != nil {
+			if err := w.write(value, fieldType(t, key.Value)); err != nil {
 				return err
 			}
 		}
@@ -78,7 +93,7 @@ func writeTyped(b *bytes.Buffer, n *yaml.Node, t reflect.Type) error {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			if err := writeTyped(b, c, elem); err != nil {
+			if err := w.write(c, elem); err != nil {
 				return err
 			}
 		}

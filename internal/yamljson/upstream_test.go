@@ -2,6 +2,7 @@ package yamljson
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -121,5 +122,22 @@ func TestUnmarshalTypedAsKubectl(t *testing.T) {
 				t.Errorf("read\n%s\nkubectl's\n%s", g, w)
 			}
 		})
+	}
+}
+
+// TestUnmarshalTypedBoundsAliases: aliases of aliases cannot make a small
+// document expand without end.
+func TestUnmarshalTypedBoundsAliases(t *testing.T) {
+	doc := "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+	prev := "a"
+	for i := range 8 {
+		name := fmt.Sprintf("l%d", i)
+		doc += fmt.Sprintf("%s: &%s [*%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s]\n", name, name, prev, prev, prev, prev, prev, prev, prev, prev, prev, prev)
+		prev = name
+	}
+	var v map[string]any
+	err := UnmarshalTyped([]byte(doc), &v)
+	if err == nil || !strings.Contains(err.Error(), "aliases expanded") {
+		t.Errorf("UnmarshalTyped of %d bytes expanding to 10^9 values: %v, want the bound", len(doc), err)
 	}
 }
