@@ -35,28 +35,14 @@ func (t *Time) IsZero() bool { return t == nil || t.Time.IsZero() }
 
 // UnmarshalJSON reads an RFC 3339 time or null.
 func (t *Time) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		t.Time = time.Time{}
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	pt, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return err
-	}
-	t.Time = pt.Local()
-	return nil
+	pt, err := readTime(b)
+	t.Time = pt
+	return err
 }
 
 // MarshalJSON writes the time in UTC to the second, or null.
 func (t Time) MarshalJSON() ([]byte, error) {
-	if t.Time.IsZero() {
-		return []byte("null"), nil
-	}
-	return json.Marshal(t.UTC().Format(time.RFC3339))
+	return writeTime(t.Time, time.RFC3339)
 }
 
 // DeepCopyInto copies t into out.
@@ -100,28 +86,14 @@ func (t *MicroTime) Equal(u *MicroTime) bool {
 
 // UnmarshalJSON reads an RFC 3339 time or null.
 func (t *MicroTime) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		t.Time = time.Time{}
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
-	}
-	pt, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return err
-	}
-	t.Time = pt.Local()
-	return nil
+	pt, err := readTime(b)
+	t.Time = pt
+	return err
 }
 
 // MarshalJSON writes the time in UTC to the microsecond, or null.
 func (t MicroTime) MarshalJSON() ([]byte, error) {
-	if t.Time.IsZero() {
-		return []byte("null"), nil
-	}
-	return json.Marshal(t.UTC().Format(RFC3339Micro))
+	return writeTime(t.Time, RFC3339Micro)
 }
 
 // DeepCopyInto copies t into out.
@@ -135,4 +107,30 @@ func (t *MicroTime) DeepCopy() *MicroTime {
 	out := new(MicroTime)
 	t.DeepCopyInto(out)
 	return out
+}
+
+// readTime reads the JSON of both time types: an RFC 3339 string (with or
+// without fractions of a second), or null for the zero time. Times are
+// kept in the local zone, as the upstream types keep them.
+func readTime(b []byte) (time.Time, error) {
+	if string(b) == "null" {
+		return time.Time{}, nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t.Local(), nil
+}
+
+// writeTime writes t in UTC in layout, or null for the zero time.
+func writeTime(t time.Time, layout string) ([]byte, error) {
+	if t.IsZero() {
+		return []byte("null"), nil
+	}
+	return json.Marshal(t.UTC().Format(layout))
 }
