@@ -19,7 +19,7 @@ import (
 // that string in a YAML 1.1 reader too, and in this package.
 func TestMarshalReadsBackInYAML11(t *testing.T) {
 	tricky := []string{"y", "Y", "yes", "No", "on", "OFF", "true", "False", "null", "~", "", "1", "0755", "0x1f", "1e3", "1.5",
-		"1_000", "1:20", "-1:20:30.5", "12:70", "10.0.0.1", "fd00::1", "a: b", "- x", "#c", "1.30", ".inf", "2026-11-28", "x y"}
+		"1_000", "1:20", "-1:20:30.5", "12:70", "1:2.30-1", "--1:20", "_1", "in_f", "12:30", "8080:50", "10.0.0.1", "fd00::1", "a: b", "- x", "#c", "1.30", ".inf", "2026-11-28", "x y"}
 	m := map[string]string{}
 	for i, s := range tricky {
 		m[strings.Repeat("k", i+1)] = s
@@ -49,6 +49,22 @@ func TestMarshalReadsBackInYAML11(t *testing.T) {
 	}
 }
 
+// TestMarshalQuotesOnlyWhatNeedsIt: values no YAML reader misreads stay
+// plain.
+func TestMarshalQuotesOnlyWhatNeedsIt(t *testing.T) {
+	for _, s := range []string{"10.0.0.1", "1:2.30-1", "--1:20", "_1", "in_f", "v1.30", "12:70"} {
+		out, err := Marshal(map[string]string{"k": s})
+		if err != nil || string(out) != "k: "+s+"\n" {
+			t.Errorf("Marshal(%q) = %q, %v; want it plain", s, out, err)
+		}
+	}
+	for _, s := range []string{"yes", "off", "1:20", "-1:20:30.5", "1_000"} {
+		if out, err := Marshal(map[string]string{"k": s}); err != nil || !strings.Contains(string(out), `"`+s+`"`) {
+			t.Errorf("Marshal(%q) = %q, %v; want it quoted", s, out, err)
+		}
+	}
+}
+
 // TestMarshalIndent: nested values are indented by two spaces, as
 // kubectl's -o yaml.
 func TestMarshalIndent(t *testing.T) {
@@ -56,7 +72,7 @@ func TestMarshalIndent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "a:\n  b:\n    - c\n"; string(out) != want {
+	if want := "a:\n  b:\n  - c\n"; string(out) != want {
 		t.Errorf("Marshal = %q, want %q", out, want)
 	}
 }
@@ -108,6 +124,11 @@ func TestUnmarshalTypedAsKubectl(t *testing.T) {
 		{"case-insensitive field", "NAME: x\n"},
 		{"anchors and aliases", "name: &n shared\nnamespace: *n\n"},
 		{"empty", ""},
+		{"merge keys, explicit keys winning", "base: &b {name: from-base, count: 1}\nother: &o {count: 2, args: [x]}\ninner: {}\nany: {<<: [*b, *o], name: own}\n"},
+		{"a merge key in a typed mapping", "base: &b {namespace: ns, name: n}\nextra: {k: [v]}\n<<: *b\nname: mine\n"},
+		{"a repeated key whose value is a mapping takes the last whole", "inner: {insecure-skip-tls-verify: true}\ninner: {env: []}\n"},
+		{"an alias as a key", "name: &k count\n*k : 4\n"},
+		{"a quoted yes is not a boolean", "inner:\n  insecure-skip-tls-verify: \"yes\"\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var want, got doc
@@ -139,5 +160,44 @@ func TestUnmarshalTypedBoundsAliases(t *testing.T) {
 	err := UnmarshalTyped([]byte(doc), &v)
 	if err == nil || !strings.Contains(err.Error(), "aliases expanded") {
 		t.Errorf("UnmarshalTyped of %d bytes expanding to 10^9 values: %v, want the bound", len(doc), err)
+	}
+}
+
+// TestUnmarshalTypedRefusesSelfReference: an anchor that contains itself is
+// refused at once, not after a million values.
+func TestUnmarshalTypedRefusesSelfReference(t *testing.T) {
+	for _, doc := range []string{"a: &a [*a]\n", "a: &a {b: *a}\n", "a: &a {<<: *a}\n"} {
+		var v map[string]any
+		if err := UnmarshalTyped([]byte(doc), &v); err == nil || !strings.Contains(err.Error(), "contains itself") {
+			t.Errorf("UnmarshalTyped(%q) = %v, want an anchor that contains itself refused", doc, err)
+		}
+	}
+}
+
+// TestUnmarshalTypedBoundsBytes: one long scalar aliased many times cannot
+// expand past the byte bound.
+func TestUnmarshalTypedBoundsBytes(t *testing.T) {
+	doc := "s: &s " + strings.Repeat("x", 1<<20) + "\nl: [" + strings.Repeat("*s, ", 100) + "*s]\n"
+	var v map[string]any
+	if err := UnmarshalTyped([]byte(doc), &v); err == nil || !strings.Contains(err.Error(), "bytes with aliases expanded") {
+		t.Errorf("UnmarshalTyped of a 1 MiB scalar aliased 101 times: %v, want the byte bound", err)
+	}
+}
+
+// TestUnmarshalTypedFieldsAsEncodingJSON: a key names the field
+// encoding/json would fill, so the scalar is read as that field's type.
+func TestUnmarshalTypedFieldsAsEncodingJSON(t *testing.T) {
+	type Label string
+	type inner struct {
+		Name string `json:"name"`
+	}
+	type outer struct {
+		inner
+		Label
+		Name int `json:"name"`
+	}
+	var v outer
+	if err := UnmarshalTyped([]byte("name: 5\nLabel: 7\n"), &v); err != nil || v.Name != 5 || v.Label != "7" {
+		t.Errorf("UnmarshalTyped = %+v, %v; want the outer name 5 and the embedded Label \"7\"", v, err)
 	}
 }

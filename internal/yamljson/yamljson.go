@@ -1,16 +1,18 @@
 // Package yamljson converts between YAML and JSON, so that YAML is read and
 // written through the json tags of Go types, as Kubernetes tools do.
 //
-// It parses YAML under YAML 1.2's core schema (go.yaml.in/yaml/v3): only
-// true and false are booleans, so label values such as `y`, `on` or `no`
-// stay the strings their authors wrote. Duplicate keys are an error.
+// ToJSON and Unmarshal parse YAML under YAML 1.2's core schema
+// (go.yaml.in/yaml/v3): only true and false are booleans, so label values
+// such as `y`, `on` or `no` stay the strings their authors wrote, and
+// duplicate keys are an error. UnmarshalTyped reads files kubectl also
+// reads (a kubeconfig) as kubectl does; Marshal writes what both YAML 1.1
+// and 1.2 readers read back the same.
 package yamljson
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -62,6 +64,7 @@ func Marshal(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
+	enc.CompactSeqIndent() // "- " under its key, as kubectl writes lists
 	if err := enc.Encode(&doc); err != nil {
 		return nil, fmt.Errorf("write yaml: %w", err)
 	}
@@ -86,34 +89,31 @@ func blockStyle(n *yaml.Node) {
 
 // yaml11NotString reports whether a plain scalar s would be read by a YAML
 // 1.1 reader as a boolean or a number where YAML 1.2 reads a string: the
-// words y, yes, n, no, on, off in their three spellings, numbers written
-// with underscores (1_000), and sexagesimal numbers (1:20). What YAML 1.2
-// reads as another type the encoder quotes by itself.
+// words y, yes, n, no, on, off in their three spellings, and sexagesimal
+// numbers (1:20). What YAML 1.2 reads as another type (1_000 too) the
+// encoder quotes by itself.
 func yaml11NotString(s string) bool {
 	switch s {
 	case "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO",
 		"on", "On", "ON", "off", "Off", "OFF":
 		return true
 	}
-	if strings.Contains(s, "_") {
-		plain := strings.ReplaceAll(s, "_", "")
-		if _, err := strconv.ParseInt(plain, 0, 64); err == nil {
-			return true
-		}
-		if _, err := strconv.ParseFloat(plain, 64); err == nil {
-			return true
-		}
-	}
 	return sexagesimal(s)
 }
 
-// sexagesimal reports a YAML 1.1 base-60 number: [-+]digits(:0-59)+ with
-// an optional fraction.
+// sexagesimal reports a YAML 1.1 base-60 number: an optional sign, digits
+// (and underscores), one or more :0-59 groups, an optional fraction of
+// digits and underscores.
 func sexagesimal(s string) bool {
-	s = strings.TrimLeft(s, "+-")
-	s, _, _ = strings.Cut(s, ".")
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		s = s[1:]
+	}
+	s, frac, _ := strings.Cut(s, ".")
+	if strings.Trim(frac, "0123456789_") != "" {
+		return false
+	}
 	head, rest, ok := strings.Cut(s, ":")
-	if !ok || head == "" || head[0] == '_' || strings.Trim(head, "0123456789_") != "" {
+	if !ok || head == "" || head[0] < '0' || head[0] > '9' || strings.Trim(head, "0123456789_") != "" {
 		return false
 	}
 	for _, part := range strings.Split(rest, ":") {

@@ -104,8 +104,8 @@ func NewTooManyRequests(message string, retryAfterSeconds int) *StatusError {
 // NewGenericServerResponse returns the error of an HTTP answer with no
 // Status in its body: its reason follows from the code (a 409 to a POST is
 // AlreadyExists, to anything else Conflict), as the upstream client gives
-// it; a code with no reason (410, 413, ...) is told apart by the Is
-// functions by its code.
+// it; a code with no reason of its own here (410 Gone, for one) is told
+// apart by the Is functions by its code.
 func NewGenericServerResponse(code int, verb string, qr schema.GroupResource, name, serverMessage string, retryAfterSeconds int, isUnexpectedResponse bool) *StatusError {
 	reason := metav1.StatusReasonUnknown
 	message := fmt.Sprintf("the server responded with the status code %d but did not return more information", code)
