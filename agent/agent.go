@@ -78,8 +78,9 @@ type Config struct {
 	// KubeProxyMasqueradeMark is kube-proxy's masquerade mark, 1 << its
 	// --iptables-masquerade-bit (0: the default bit, 14): the eBPF
 	// dataplane sets it in the mark of a pod's connection it translates to
-	// an external frontend (policy.ServiceEntry.External), for kube-proxy's
-	// POSTROUTING rule to masquerade it (--kube-proxy-masquerade-bit).
+	// an external frontend (policy.ServiceEntry.External) and a backend on
+	// another node, for kube-proxy's POSTROUTING rule to masquerade it
+	// (--kube-proxy-masquerade-bit).
 	KubeProxyMasqueradeMark uint32
 	// HostRouting lets the eBPF dataplane route the packets of TCP
 	// connections between local pods and other nodes' pods itself, past

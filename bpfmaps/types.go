@@ -419,10 +419,15 @@ type BackendKey struct {
 
 // BackendValue mirrors struct backend_value. Port is in host byte order.
 type BackendValue struct {
-	Addr Addr   `json:"addr"`
-	Port uint16 `json:"port"`
-	Pad  uint16 `json:"-"`
+	Addr  Addr   `json:"addr"`
+	Port  uint16 `json:"port"`
+	Flags uint16 `json:"flags"` // BackendLocal
 }
+
+// BackendLocal in BackendValue.Flags: the backend is a pod of this node,
+// so a connection an external frontend sends it is not masqueraded
+// (BACKEND_LOCAL in bpf/lib/maps.h).
+const BackendLocal uint16 = 1 << 0
 
 // AffinityKey mirrors struct affinity_key: a client of the frontend ID,
 // the key of AffinityMap.

@@ -94,7 +94,8 @@
 // generation: frontends in lockstep_services (per parity a backend count,
 // an affinity timeout and, for an external frontend, kube-proxy's
 // masquerade mark, [Options.MasqueradeMark]), backends in
-// lockstep_backends (per frontend, parity and slot). Apply writes the idle
+// lockstep_backends (per frontend, parity and slot; a pod of this node
+// flagged, for which that mark is not set). Apply writes the idle
 // parity's slots of the frontends whose *policy.ServiceEntry changed,
 // compares contents otherwise, and keeps each backend in its slot from one
 // generation to the next, so a change writes what changed. A removed frontend is made absent from the

@@ -37,10 +37,10 @@ type endpointBackendKey struct {
 }
 
 type endpointBackendValue struct {
-	_    structs.HostLayout
-	Addr endpointV6addr
-	Port uint16
-	Pad  uint16
+	_     structs.HostLayout
+	Addr  endpointV6addr
+	Port  uint16
+	Flags uint16
 }
 
 type endpointCidrKey struct {

@@ -65,9 +65,10 @@ type Options struct {
 	// not on the backend. Connections translated before keep their
 	// backend until they end.
 	LeaveServicesToKubeProxy bool
-	// MasqueradeMark is ORed into the mark of the first packet of a pod's
+	// MasqueradeMark is ORed into the mark of the packets of a pod's
 	// connection translated to an external frontend
-	// (policy.ServiceEntry.External): kube-proxy's masquerade mark (1 <<
+	// (policy.ServiceEntry.External) and a backend on another node (not
+	// policy.ServiceBackend.Local): kube-proxy's masquerade mark (1 <<
 	// its --iptables-masquerade-bit), for its POSTROUTING rule to
 	// masquerade the connection as it masquerades its own translations of
 	// that frontend. 0 means kube-proxy's default, 0x4000.

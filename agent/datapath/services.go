@@ -309,7 +309,7 @@ func (d *Datapath) checkService(fe policy.ServiceFrontend, se *policy.ServiceEnt
 		w.backends = nil
 		for _, b := range se.Backends {
 			if b.Addr.Unmap().Is4() == is4 {
-				w.backends = append(w.backends, policy.ServiceBackend{Addr: b.Addr.Unmap(), Port: b.Port})
+				w.backends = append(w.backends, policy.ServiceBackend{Addr: b.Addr.Unmap(), Port: b.Port, Local: b.Local})
 			}
 		}
 		d.log.Warn("ignoring Service backends of the other address family", "frontend", fe, "service", serviceName(se))
@@ -525,7 +525,11 @@ func (d *Datapath) writeSlots(e *svcEntry, parity int, layout []policy.ServiceBa
 			continue
 		}
 		keys = append(keys, bpfmaps.BackendKey{ID: e.v.ID, Slot: uint16(i), Parity: uint8(parity)})
-		vals = append(vals, bpfmaps.BackendValue{Addr: bpfmaps.AddrFrom(b.Addr.Unmap()), Port: b.Port})
+		v := bpfmaps.BackendValue{Addr: bpfmaps.AddrFrom(b.Addr.Unmap()), Port: b.Port}
+		if b.Local {
+			v.Flags |= bpfmaps.BackendLocal
+		}
+		vals = append(vals, v)
 	}
 	var del []bpfmaps.BackendKey
 	for i := len(layout); i < len(cur); i++ {
@@ -721,7 +725,8 @@ func (d *Datapath) adoptServices() error {
 		for len(*s) <= int(bk.Slot) {
 			*s = append(*s, backendSlot{})
 		}
-		(*s)[bk.Slot] = backendSlot{b: policy.ServiceBackend{Addr: bv.Addr.Netip(), Port: bv.Port}, state: slotHolds}
+		b := policy.ServiceBackend{Addr: bv.Addr.Netip(), Port: bv.Port, Local: bv.Flags&bpfmaps.BackendLocal != 0}
+		(*s)[bk.Slot] = backendSlot{b: b, state: slotHolds}
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read %s: %w", bpfmaps.BackendsMap, err)

@@ -22,6 +22,10 @@ import (
 // backend is the remote pod's 8080, as kube-proxy would masquerade it.
 const extFrontend4, extFrontend6 = "198.51.100.10", "2001:db8:51::10"
 
+// External frontends whose backends are pods of the node
+// (policy.ServiceBackend.Local).
+const extLocalFrontend4, extLocalFrontend6 = "198.51.100.11", "2001:db8:51::11"
+
 // An external frontend (policy.ServiceEntry.External) is translated like
 // a ClusterIP, but a new connection's first packet carries kube-proxy's
 // masquerade mark and takes the node's stack, never host routing. Without
@@ -98,8 +102,10 @@ func TestPrivilegedServiceExternalFrontendMasquerade(t *testing.T) {
 // The mark of an external frontend is on every packet the client sends,
 // the first (from svc_connect) and the later ones, from lockstep_svc_ct
 // and from the flow cache: the node's conntrack may start the connection at
-// any of them. A ClusterIP's packets and the replies carry none. Both
-// families, TCP and UDP.
+// any of them. A ClusterIP's packets and the replies carry none, nor do
+// those of an external frontend's connection to a backend on the node
+// (BACKEND_LOCAL: its ingress is judged on the client pod, as under
+// kube-proxy before its masquerade). Both families, TCP and UDP.
 func TestPrivilegedServiceExternalFrontendMarksEveryPacket(t *testing.T) {
 	testenv.Privileged(t)
 	d := newTestDatapath(t)
@@ -107,8 +113,12 @@ func TestPrivilegedServiceExternalFrontendMarksEveryPacket(t *testing.T) {
 	st := svcScenario()
 	for _, fam := range svcFamilies {
 		ext := map[string]string{"v4": extFrontend4, "v6": extFrontend6}[fam.name]
+		extLocal := map[string]string{"v4": extLocalFrontend4, "v6": extLocalFrontend6}[fam.name]
 		for proto, pp := range webPorts {
 			st.Services[frontend(ext, proto, pp[0])] = &policy.ServiceEntry{Service: "ns/web", Backends: backends(pp[1], fam.backend), External: true}
+			local := backends(pp[1], fam.backend)
+			local[0].Local = true
+			st.Services[frontend(extLocal, proto, pp[0])] = &policy.ServiceEntry{Service: "ns/web", Backends: local, External: true}
 		}
 	}
 	mustApply(t, d, st)
@@ -129,11 +139,12 @@ func TestPrivilegedServiceExternalFrontendMarksEveryPacket(t *testing.T) {
 	}
 	for _, fam := range svcFamilies {
 		ext := map[string]string{"v4": extFrontend4, "v6": extFrontend6}[fam.name]
+		extLocal := map[string]string{"v4": extLocalFrontend4, "v6": extLocalFrontend6}[fam.name]
 		for _, proto := range []uint8{policyapi.ProtoTCP, policyapi.ProtoUDP} {
 			for _, to := range []struct {
 				frontend string
 				want     uint32
-			}{{ext, DefaultMasqueradeMark}, {fam.web, 0}} {
+			}{{ext, DefaultMasqueradeMark}, {extLocal, 0}, {fam.web, 0}} {
 				t.Run(fmt.Sprintf("%s/%s/%s", fam.name, protoName(proto), to.frontend), func(t *testing.T) {
 					onOneCPU(t) // the later packets share one flow cache
 					d.flushCT(t)

@@ -36,10 +36,10 @@ func serviceEntries(cs *policyapi.ParsedService, sl []*policyapi.EndpointSlice, 
 			fe := ServiceFrontend{Addr: a, Port: sp.Port, Proto: sp.Proto}
 			e := &ServiceEntry{Service: cs.Name, AffinityTimeout: cs.Affinity}
 			if !cs.InternalLocal {
-				e.Backends, _ = backends(ix, a.Is4(), sp, nil, topologyFilter(ix, a.Is4(), sp, at))
+				e.Backends, _ = backends(ix, a.Is4(), sp, nil, nil, topologyFilter(ix, a.Is4(), sp, at))
 			} else {
 				var elsewhere bool
-				e.Backends, elsewhere = backends(ix, a.Is4(), sp, func(ep policyapi.SliceEndpoint) bool { return endpointLocal(ep, at.Name) }, nil)
+				e.Backends, elsewhere = backends(ix, a.Is4(), sp, nil, func(ep policyapi.SliceEndpoint) bool { return endpointLocal(ep, at.Name) }, nil)
 				e.NoLocalBackend = len(e.Backends) == 0 && elsewhere
 			}
 			out[fe] = e
@@ -119,7 +119,7 @@ func externalEntries(out map[ServiceFrontend]*ServiceEntry, cs *policyapi.Parsed
 			k := famPort{fe.Addr.Is4(), w.sp}
 			b, ok := computed[k]
 			if !ok {
-				b, _ = backends(ix, k.v4, w.sp, nil, topologyFilter(ix, k.v4, w.sp, at))
+				b, _ = backends(ix, k.v4, w.sp, func(ep policyapi.SliceEndpoint) bool { return endpointLocal(ep, at.Name) }, nil, topologyFilter(ix, k.v4, w.sp, at))
 				computed[k] = b
 			}
 			e.Backends = b
@@ -148,14 +148,17 @@ func endpointLocal(ep policyapi.SliceEndpoint, node string) bool {
 
 // backends returns the backends the slices give the Service port sp in
 // one family, sorted by address then port, each once; nil when there are
-// none. With keep, only endpoints it keeps count, and others reports
-// whether an endpoint it left out would have served (ready, or serving and
-// terminating). With keepReady, only ready endpoints it keeps count (the
+// none. With local, those it reports are Local (of an address and port two
+// endpoints share, one not local, the one kept is not). With keep, only
+// endpoints it keeps count, and others reports whether an endpoint it
+// left out would have served (ready, or serving and terminating). With
+// keepReady, only ready endpoints it keeps count (the
 // serving and terminating ones are kube-proxy's fallback, which it does
 // not narrow by topology).
-func backends(ix sliceIndex, v4 bool, sp policyapi.ParsedServicePort, keep, keepReady func(policyapi.SliceEndpoint) bool) (_ []ServiceBackend, others bool) {
+func backends(ix sliceIndex, v4 bool, sp policyapi.ParsedServicePort, local, keep, keepReady func(policyapi.SliceEndpoint) bool) (_ []ServiceBackend, others bool) {
 	var ready, fallback []ServiceBackend
 	eachEndpoint(ix, v4, sp, func(ep policyapi.SliceEndpoint, b ServiceBackend) {
+		b.Local = local != nil && local(ep)
 		c := ep.Conditions
 		var to *[]ServiceBackend
 		switch {
@@ -182,7 +185,7 @@ func backends(ix sliceIndex, v4 bool, sp policyapi.ParsedServicePort, keep, keep
 		return nil, others
 	}
 	slices.SortFunc(ready, CompareBackend)
-	return slices.Clip(slices.Compact(ready)), others
+	return slices.Clip(slices.CompactFunc(ready, func(a, b ServiceBackend) bool { return a.Addr == b.Addr && a.Port == b.Port })), others
 }
 
 // sliceIndex is a Service's EndpointSlices by the ports they carry: each
@@ -338,12 +341,22 @@ func claimRank(e *ServiceEntry) int {
 }
 
 // CompareBackend orders backends as ServiceEntry.Backends lists them: by
-// address, then port.
+// address, then port; of two that differ only in Local, the one not Local
+// first.
 func CompareBackend(a, b ServiceBackend) int {
 	if c := a.Addr.Compare(b.Addr); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.Port, b.Port)
+	if c := cmp.Compare(a.Port, b.Port); c != 0 {
+		return c
+	}
+	switch {
+	case a.Local == b.Local:
+		return 0
+	case b.Local:
+		return -1
+	}
+	return 1
 }
 
 // sameEntry reports whether two entries translate alike.

@@ -47,6 +47,11 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 		}
 	}
 	all := be("10.0.0.1:8080", "10.0.0.2:8080")
+	// allExt are all as an external frontend's backends: 10.0.0.1 is on
+	// the node compiled for (n1), which masquerades none of its
+	// connections.
+	allExt := be("10.0.0.1:8080", "10.0.0.2:8080")
+	allExt[0].Local = true
 	web := slice("web", on(ep("10.0.0.1"), "n1"), on(ep("10.0.0.2"), "n2"))
 	clusterIP := fe("10.96.0.10", 80, policyapi.ProtoTCP)
 	tcp := func(a string, port uint16) ServiceFrontend { return fe(a, port, policyapi.ProtoTCP) }
@@ -86,9 +91,9 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 			slices: []*policyapi.EndpointSlice{web},
 			want: map[ServiceFrontend]*ServiceEntry{
 				clusterIP:                  {Service: "prod/web", Backends: all},
-				tcp("192.0.2.1", 80):       ext("web", all),
-				tcp("192.0.2.2", 80):       ext("web", all),
-				tcp("192.168.0.11", 30080): lb("web", all),
+				tcp("192.0.2.1", 80):       ext("web", allExt),
+				tcp("192.0.2.2", 80):       ext("web", allExt),
+				tcp("192.168.0.11", 30080): lb("web", allExt),
 			},
 		},
 		{
@@ -102,9 +107,9 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 			want: map[ServiceFrontend]*ServiceEntry{
 				clusterIP:                  {Service: "prod/web", Backends: all},
 				tcp("fd00:96::10", 80):     {Service: "prod/web"},
-				tcp("198.51.100.20", 80):   lb("web", all),
-				tcp("198.51.100.21", 80):   lb("web", all),
-				tcp("192.168.0.11", 30080): lb("web", all),
+				tcp("198.51.100.20", 80):   lb("web", allExt),
+				tcp("198.51.100.21", 80):   lb("web", allExt),
+				tcp("192.168.0.11", 30080): lb("web", allExt),
 				tcp("fd00:1::11", 30080):   lb("web", nil),
 			},
 		},
@@ -118,8 +123,18 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 			slices: []*policyapi.EndpointSlice{web},
 			want: map[ServiceFrontend]*ServiceEntry{
 				clusterIP:                  {Service: "prod/web", Backends: all},
-				tcp("192.0.2.1", 80):       ext("web", all),
-				tcp("192.168.0.11", 30080): lb("web", all),
+				tcp("192.0.2.1", 80):       ext("web", allExt),
+				tcp("192.168.0.11", 30080): lb("web", allExt),
+			},
+		},
+		{
+			name: "an address on the node and on another is not the node's",
+			svcs: []*policyapi.Service{svc("web", policyapi.ServiceTypeClusterIP, v4, func(s *policyapi.Service) { s.Spec.ExternalIPs = []string{"192.0.2.1"} })},
+			slices: []*policyapi.EndpointSlice{slice("web", on(ep("10.0.0.1"), "n1"), on(ep("10.0.0.2"), "n1")),
+				mkSlice("prod", "web-b", "web", policyapi.AddressTypeIPv4, []string{":8080"}, on(ep("10.0.0.1"), "n2"))},
+			want: map[ServiceFrontend]*ServiceEntry{
+				clusterIP:            {Service: "prod/web", Backends: all},
+				tcp("192.0.2.1", 80): ext("web", []ServiceBackend{all[0], {Addr: all[1].Addr, Port: 8080, Local: true}}),
 			},
 		},
 		{
@@ -141,7 +156,7 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 			slices: []*policyapi.EndpointSlice{web},
 			want: map[ServiceFrontend]*ServiceEntry{
 				clusterIP:                  {Service: "prod/web", Backends: be("10.0.0.1:8080")},
-				tcp("192.168.0.11", 30080): lb("web", all),
+				tcp("192.168.0.11", 30080): lb("web", allExt),
 			},
 		},
 		{
@@ -171,8 +186,8 @@ func TestCompileServicesExternalFrontends(t *testing.T) {
 			slices: []*policyapi.EndpointSlice{web},
 			want: map[ServiceFrontend]*ServiceEntry{
 				clusterIP:                   {Service: "prod/web", Backends: all},
-				tcp("198.51.100.20", 80):    lb("web", all),
-				tcp("192.168.0.11", 30080):  lb("web", all),
+				tcp("198.51.100.20", 80):    lb("web", allExt),
+				tcp("192.168.0.11", 30080):  lb("web", allExt),
 				tcp("10.96.0.11", 80):       {Service: "prod/a-hijack"},
 				tcp("10.96.0.11", 30080):    {Service: "prod/a-hijack"},
 				tcp("10.96.0.12", 80):       {Service: "prod/b-other"},

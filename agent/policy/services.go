@@ -26,6 +26,12 @@ type ServiceFrontend struct {
 type ServiceBackend struct {
 	Addr netip.Addr
 	Port uint16
+	// Local, in an External entry only: the EndpointSlice puts the
+	// endpoint on the node the entry was compiled for (as endpointLocal
+	// decides). A connection the frontend sends it is not masqueraded:
+	// its ingress is judged on the client pod, as the node's FORWARD
+	// chain judges it under kube-proxy, before kube-proxy's masquerade.
+	Local bool
 }
 
 // ServiceEntry is what one frontend translates to.

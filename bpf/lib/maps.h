@@ -247,9 +247,13 @@ struct backend_key {
 
 struct backend_value {
 	struct v6addr addr;
-	__u16 port; /* host byte order */
-	__u16 pad;
+	__u16 port;  /* host byte order */
+	__u16 flags; /* BACKEND_LOCAL */
 };
+
+/* BACKEND_LOCAL: the backend is a pod of this node. A connection to an
+ * external frontend that picks it is not masqueraded (lib/service.h). */
+#define BACKEND_LOCAL (1U << 0)
 
 /* sessionAffinity ClientIP: the backend a client's last connection to a
  * frontend went to, and when it was last used.

@@ -17,14 +17,19 @@
  *     lockstep_svc_ct entries record the connection: the client's tuple
  *     (translated to the backend, CT_SVC_FWD) and the translated tuple
  *     (whose replies are translated back to the frontend, CT_SVC_REV);
- *     the frontend's mark, if any, is ORed into the translated packet's,
- *     and into those of every later packet the client sends (CT_SVC_MARK).
+ *     the frontend's mark, if any (and the backend is on another node),
+ *     is ORed into the translated packet's, and into those of every later
+ *     packet the client sends (CT_SVC_MARK).
  *
  * External frontends (an externalIP, a load-balancer IP, a NodePort on the
- * node's address) carry kube-proxy's masquerade mark: kube-proxy
- * masquerades its own translations of them, and the mark makes its
- * POSTROUTING rule masquerade lockstep's as well, so the backend sees the
- * node's address either way. The node's nat table reads the mark only when
+ * node's address) carry kube-proxy's masquerade mark when their backend is
+ * on another node: kube-proxy masquerades its own translations of them,
+ * and the mark makes its POSTROUTING rule masquerade lockstep's as well,
+ * so that backend's node judges the node's address either way. A backend
+ * on this node (BACKEND_LOCAL) gets the connection unmasqueraded: with
+ * kube-proxy, the node's FORWARD chain judges its ingress before the
+ * masquerade, on the client pod, and so does to_pod without one. The
+ * node's nat table reads the mark only when
  * its conntrack starts a connection, which may be later than lockstep's
  * first packet: a first packet dropped before the node confirmed it, a UDP
  * flow the node forgot before lockstep did, a flushed table. So every
@@ -448,6 +453,8 @@ static __always_inline int svc_connect(struct __sk_buff *skb, __u32 ifindex, con
 		return SVC_PASS;
 	if (p->proto == IPPROTO_SCTP && s->b.port != p->dport)
 		return SVC_PASS;
+	if (s->b.flags & BACKEND_LOCAL)
+		mark = 0;
 	/* The choice is the client's affinity backend whatever policy then
 	 * decides, as kube-proxy's nat table records it before the filter
 	 * table judges the connection. */

@@ -17,10 +17,8 @@ import (
 // dataplane as an operator does (the lockstep-config ConfigMap, then a
 // rolling restart of the agents), checks that each agent cleaned up the
 // eBPF dataplane it left, and runs the pod network and probe checks again:
-// both dataplanes must give the same answers on a real node, except where
-// README (Services) says they differ: the ingress of a backend reached
-// through an externalIP, a load-balancer IP or a NodePort on its own node.
-// It switches back to eBPF at the end.
+// both dataplanes must give the same answers on a real node. It switches
+// back to eBPF at the end.
 func TestPrivilegedRealNodeIptablesDataplane(t *testing.T) {
 	c := cluster(t)
 	if err := c.SetDataplane(t.Context(), "iptables"); err != nil {

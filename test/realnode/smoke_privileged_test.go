@@ -247,8 +247,10 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		// in from_pod, which marks it for kube-proxy's masquerade. So
 		// egress is judged on the backend, and a NodePort on the other
 		// node's address, translated only there, on that address. Both
-		// masquerade these connections, and whether the backend's ingress
-		// is judged before or after that decides whom it sees.
+		// masquerade these connections when the backend is on another
+		// node, and judge a backend on the client's node on the client pod
+		// (iptables in FORWARD, before kube-proxy's masquerade; eBPF
+		// without one).
 		// server-ext's one backend is on the other node, server-ext-local's
 		// on the client's, so each connection has one answer.
 		h1, err := c.Node(node1)
@@ -259,11 +261,6 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := agentStatus(t, c, h1).Dataplane
-		if st == nil {
-			t.Fatalf("lockstep status on %s names no dataplane", node1)
-		}
-		ebpf := st.Name == "ebpf"
 		backendLabels := func(app string) map[string]string {
 			return map[string]string{"app": app, "role": "ext-backend"}
 		}
@@ -317,23 +314,21 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		both := append(slices.Clone(backends), addresses...)
 		type answers struct{ remote, local, other string }
 		for _, step := range []struct {
-			name           string
-			egress         []any
-			ingress        bool // the backends admit only ext-client
-			ebpf, iptables answers
+			name    string
+			egress  []any
+			ingress bool    // the backends admit only ext-client
+			want    answers // on either dataplane
 		}{
 			// First every frontend answers, so that a later TIMEOUT is
 			// the policy's.
-			{"its egress allows both", both, false, answers{"", "", ""}, answers{"", "", ""}},
-			{"its egress allows the backends", backends, false, answers{"", "", "TIMEOUT"}, answers{"", "", "TIMEOUT"}},
-			{"its egress allows the frontend addresses", addresses, false, answers{"TIMEOUT", "TIMEOUT", ""}, answers{"TIMEOUT", "TIMEOUT", ""}},
-			// Masqueraded by kube-proxy on the node that translates:
-			// iptables judges a backend on that node in FORWARD, before
-			// the masquerade, eBPF in to_pod, after it: the one answer
-			// that differs. What goes to node 2's address left node 1
-			// masqueraded already (lockstep's masquerade: not a pod
-			// address).
-			{"its egress allows both and the backends admit only it", both, true, answers{"TIMEOUT", "TIMEOUT", "TIMEOUT"}, answers{"TIMEOUT", "", "TIMEOUT"}},
+			{"its egress allows both", both, false, answers{"", "", ""}},
+			{"its egress allows the backends", backends, false, answers{"", "", "TIMEOUT"}},
+			{"its egress allows the frontend addresses", addresses, false, answers{"TIMEOUT", "TIMEOUT", ""}},
+			// A backend on the other node sees the node's address (the
+			// masquerade), and one on the client's the client. What goes
+			// to node 2's address left node 1 masqueraded already
+			// (lockstep's masquerade: not a pod address).
+			{"its egress allows both and the backends admit only it", both, true, answers{"TIMEOUT", "", "TIMEOUT"}},
 		} {
 			manifests := []string{egressPolicy(ns, "ext-client-egress", "ext-client", step.egress)}
 			if step.ingress {
@@ -342,10 +337,7 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 					ingressPolicy(ns, "ext-local-ingress", "ext-local", "ext-client"))
 			}
 			apply(t, c, strings.Join(manifests, "\n---\n"))
-			want := step.iptables
-			if ebpf {
-				want = step.ebpf
-			}
+			want := step.want
 			what := fmt.Sprintf("x1, when %s, to connect through the externalIPs, load-balancer IPs and NodePorts with outcomes %+v", step.name, want)
 			// A round that waits out its TIMEOUTs takes about 40 s.
 			err := realnode.Poll(t.Context(), 3*time.Minute, time.Second, what, func() (bool, string, error) {
