@@ -82,6 +82,12 @@ type Config struct {
 	// another node, for kube-proxy's POSTROUTING rule to masquerade it
 	// (--kube-proxy-masquerade-bit).
 	KubeProxyMasqueradeMark uint32
+	// NodePortAddresses narrows the node's addresses on which the eBPF
+	// dataplane translates pods' connections to NodePorts (its Node's
+	// InternalIPs) to those within, as kube-proxy's --nodeport-addresses
+	// narrows where it serves them; nil keeps them all
+	// (--nodeport-addresses).
+	NodePortAddresses []netip.Prefix
 	// HostRouting lets the eBPF dataplane route the packets of TCP
 	// connections between local pods and other nodes' pods itself, past
 	// the node's netfilter and routing, both ways (bpf/lib/route.h), out

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"time"
@@ -303,10 +304,12 @@ type agentAPI struct {
 	*podnet.Handler
 	dataplane func() *api.DataplaneStatus
 	// st is read by Explain, which translates Services for the pods of
-	// node (policy.Snapshot.Node) within the enforcer's limits.
-	st     *store.Store
-	node   string
-	limits policy.Limits
+	// node (policy.Snapshot.Node), NodePorts on its addresses within
+	// nodePorts, within the enforcer's limits.
+	st        *store.Store
+	node      string
+	nodePorts []netip.Prefix
+	limits    policy.Limits
 }
 
 // Status answers the CNI STATUS verb and `lockstep status`.

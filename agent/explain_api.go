@@ -18,7 +18,7 @@ func (a *agentAPI) Explain(_ context.Context, r api.ExplainRequest) (any, error)
 	if err != nil {
 		return nil, api.Errorf(api.CodeInvalidConfig, "%v", err)
 	}
-	snap, err := enforcer.SnapshotFor(a.st.ReadTxn(), a.node)
+	snap, err := enforcer.SnapshotFor(a.st.ReadTxn(), a.node, a.nodePorts)
 	if err != nil {
 		return nil, api.Errorf(api.CodeInternal, "read the committed state: %v", err)
 	}

@@ -185,6 +185,7 @@ func (n *node) restore(ctx context.Context) error {
 	n.enf.SetLimits(n.be.limits())
 	n.enf.SetReleaseDelay(n.be.releaseDelay)
 	n.enf.SetNode(n.mode.serviceNode(n))
+	n.enf.SetNodePortAddresses(n.cfg.NodePortAddresses)
 	c := endpoints.Config{Pools: n.cfg.Pools, Logger: n.log, Enforce: n.enforce}
 	n.mode.configureEndpoints(&c, n)
 	svc, err := endpoints.New(n.st, n.db, c)
@@ -247,7 +248,7 @@ func (n *node) awaitPools(ctx context.Context) error {
 // serve opens the gate to the endpoint service, serves the API socket if
 // it does not yet, enables forwarding and says the agent is ready.
 func (n *node) serve(context.Context) error {
-	n.gate.open(&agentAPI{Service: n.svc, Handler: podnet.New(n.svc), st: n.st, node: n.mode.serviceNode(n), limits: n.be.limits(), dataplane: func() *api.DataplaneStatus {
+	n.gate.open(&agentAPI{Service: n.svc, Handler: podnet.New(n.svc), st: n.st, node: n.mode.serviceNode(n), nodePorts: n.cfg.NodePortAddresses, limits: n.be.limits(), dataplane: func() *api.DataplaneStatus {
 		return dataplaneStatus(n.be, n.enf, n.cleanups, n.lastApply.Load())
 	}})
 	if err := n.serveAPI(); err != nil {

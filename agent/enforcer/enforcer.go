@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,6 +178,34 @@ func (e *Enforcer) SetNode(name string) {
 	e.feed.node = name
 	e.feed.reset()
 	e.applied = 0
+}
+
+// SetNodePortAddresses narrows the addresses of the node (SetNode) on
+// which pods' connections to its NodePorts are translated
+// (policy.Snapshot.NodeAddrs, its Node's InternalIPs) to those within
+// prefixes, as kube-proxy's --nodeport-addresses narrows where it serves
+// them. None, the default, keeps them all.
+func (e *Enforcer) SetNodePortAddresses(prefixes []netip.Prefix) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.feed.nodePorts = slices.Clone(prefixes)
+	e.feed.reset()
+	e.applied = 0
+}
+
+// NodePortAddrs returns the addresses of addrs within one of prefixes,
+// in their order; all of them when prefixes is empty.
+func NodePortAddrs(addrs []netip.Addr, prefixes []netip.Prefix) []netip.Addr {
+	if len(prefixes) == 0 {
+		return addrs
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // OnApply registers fn to observe how long each apply took.
@@ -575,8 +605,9 @@ func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
 }
 
 // SnapshotFor is Snapshot as the enforcer of node (SetNode) compiles it:
-// with the Node, and its zone as the store holds it.
-func SnapshotFor(txn *store.Txn, node string) (*policy.Snapshot, error) {
+// with the Node, and its zone as the store holds it, and its addresses
+// within nodePorts (SetNodePortAddresses).
+func SnapshotFor(txn *store.Txn, node string, nodePorts []netip.Prefix) (*policy.Snapshot, error) {
 	snap, err := Snapshot(txn)
 	if err != nil {
 		return nil, err
@@ -590,7 +621,7 @@ func SnapshotFor(txn *store.Txn, node string) (*policy.Snapshot, error) {
 		return nil, err
 	}
 	if n != nil {
-		snap.Zone, snap.NodeAddrs = n.Zone, n.Addrs
+		snap.Zone, snap.NodeAddrs = n.Zone, NodePortAddrs(n.Addrs, nodePorts)
 	}
 	return snap, nil
 }

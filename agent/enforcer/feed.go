@@ -27,14 +27,16 @@ type feeder struct {
 	// ADD wired it last), read with them.
 	localAddrs map[podRef][]netip.Addr
 	localOps   map[string]uint64
-	// limits bound each namespace's policies (see policy.Limits), and
-	// node names this node (policy.Snapshot.Node); both outlive a reset.
-	limits policy.Limits
-	node   string
+	// limits bound each namespace's policies (see policy.Limits), node
+	// names this node (policy.Snapshot.Node), and nodePorts narrows its
+	// addresses (NodePortAddrs); they outlive a reset.
+	limits    policy.Limits
+	node      string
+	nodePorts []netip.Prefix
 }
 
 // reset makes the next feed start over from the whole store.
-func (f *feeder) reset() { *f = feeder{limits: f.limits, node: f.node} }
+func (f *feeder) reset() { *f = feeder{limits: f.limits, node: f.node, nodePorts: f.nodePorts} }
 
 // feed brings the compiler to the revision txn reads. On error the
 // compiler's inputs are in an unknown state, and the feeder resets.
@@ -129,7 +131,7 @@ func (f *feeder) feedChange(c store.Change) {
 		case deleted:
 			f.comp.SetNodeInfo("", nil)
 		default:
-			f.comp.SetNodeInfo(n.Zone, n.Addrs)
+			f.comp.SetNodeInfo(n.Zone, NodePortAddrs(n.Addrs, f.nodePorts))
 		}
 	default:
 		// Endpoints were read whole by feed; the rest is not policy input.
@@ -233,7 +235,7 @@ func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
 			return err
 		}
 		if n != nil {
-			f.comp.SetNodeInfo(n.Zone, n.Addrs)
+			f.comp.SetNodeInfo(n.Zone, NodePortAddrs(n.Addrs, f.nodePorts))
 		}
 	}
 	nss, err := store.Namespaces(txn, nil)

@@ -285,7 +285,7 @@ func TestNodeZoneFollowsTheStore(t *testing.T) {
 		if !slices.Equal(addrs, step.want) {
 			t.Errorf("%s: backends %v, want %v", step.name, addrs, step.want)
 		}
-		snap, err := SnapshotFor(st.ReadTxn(), "n1")
+		snap, err := SnapshotFor(st.ReadTxn(), "n1", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -295,6 +295,92 @@ func TestNodeZoneFollowsTheStore(t *testing.T) {
 		}
 		if w := want.Services[frontend]; w == nil || !reflect.DeepEqual(*w, *got) {
 			t.Errorf("%s: the enforcer applied %+v, the full compile gives %+v", step.name, got, w)
+		}
+	}
+}
+
+// TestNodePortAddresses: SetNodePortAddresses narrows the node's addresses
+// whose NodePorts are translated to those within its prefixes, from the
+// change log (the Node's addresses change) and after a reset alike, and back to all of them when
+// cleared; SnapshotFor with the same prefixes compiles the same frontends.
+func TestNodePortAddresses(t *testing.T) {
+	st, err := store.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes, name, proto, port := true, "", policyapi.TCP, int32(8080)
+	if err := st.Update(func(txn *store.Txn) error {
+		if err := store.UpsertService(txn, &policyapi.Service{ObjectMeta: policyapi.ObjectMeta{Namespace: "prod", Name: "server"},
+			Spec: policyapi.ServiceSpec{Type: policyapi.ServiceTypeNodePort, ClusterIP: "10.96.0.20", Ports: []policyapi.ServicePort{{Port: 80, NodePort: 30080}}}}); err != nil {
+			return err
+		}
+		return store.UpsertEndpointSlice(txn, &policyapi.EndpointSlice{
+			ObjectMeta:  policyapi.ObjectMeta{Namespace: "prod", Name: "server-abc", Labels: map[string]string{policyapi.ServiceNameLabel: "server"}},
+			AddressType: policyapi.AddressTypeIPv4,
+			Endpoints:   []policyapi.SliceEndpoint{{Addresses: []string{"10.244.1.7"}, Conditions: policyapi.EndpointConditions{Ready: &yes}}},
+			Ports:       []policyapi.EndpointSlicePort{{Name: &name, Protocol: &proto, Port: &port}},
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dp := &historyDataplane{}
+	e := New(st, dp, nil)
+	e.SetNode("n1")
+	primary, secondary := netip.MustParseAddr("192.168.0.11"), netip.MustParseAddr("10.1.0.11")
+	nodePorts := func(d *policy.Desired) []string {
+		var out []string
+		for fe := range d.Services {
+			if fe.Port == 30080 {
+				out = append(out, fe.Addr.String())
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	var prefixes []netip.Prefix
+	for _, step := range []struct {
+		name     string
+		write    func(*store.Txn) error
+		set      bool // SetNodePortAddresses(prefixes), which resets the compiler
+		prefixes []netip.Prefix
+		want     []string
+	}{
+		{name: "both InternalIPs", write: func(txn *store.Txn) error {
+			return store.UpsertNode(txn, &policyapi.Node{Name: "n1", Addrs: []netip.Addr{primary, secondary}})
+		}, want: []string{"10.1.0.11", "192.168.0.11"}},
+		{name: "narrowed to 192.168.0.0/16", set: true, prefixes: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, want: []string{"192.168.0.11"}},
+		{name: "the Node's addresses change, still narrowed", write: func(txn *store.Txn) error {
+			return store.UpsertNode(txn, &policyapi.Node{Name: "n1", Addrs: []netip.Addr{secondary, netip.MustParseAddr("192.168.0.12")}})
+		}, want: []string{"192.168.0.12"}},
+		{name: "a prefix with none of them", set: true, prefixes: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")}},
+		{name: "cleared", set: true, want: []string{"10.1.0.11", "192.168.0.12"}},
+	} {
+		if step.write != nil {
+			if err := st.Update(step.write); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if step.set {
+			prefixes = step.prefixes
+			e.SetNodePortAddresses(prefixes)
+		}
+		if err := e.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		states := dp.states()
+		if got := nodePorts(states[len(states)-1]); !slices.Equal(got, step.want) {
+			t.Errorf("%s: NodePort frontends on %v, want %v", step.name, got, step.want)
+		}
+		snap, err := SnapshotFor(st.ReadTxn(), "n1", prefixes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := policy.Compile(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := nodePorts(want); !slices.Equal(got, step.want) {
+			t.Errorf("%s: the full compile has NodePort frontends on %v, want %v", step.name, got, step.want)
 		}
 	}
 }

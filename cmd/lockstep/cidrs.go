@@ -22,3 +22,19 @@ func parseCIDRs(flag string, values []string) ([]netip.Prefix, error) {
 	}
 	return out, nil
 }
+
+// parseNodePortAddresses parses --nodeport-addresses as kube-proxy reads
+// its own: CIDRs, or "primary" alone, the node's primary addresses: its
+// Node's InternalIPs, all of which lockstep uses without the flag (nil),
+// and with an empty one.
+func parseNodePortAddresses(values []string) ([]netip.Prefix, error) {
+	if len(values) == 0 || len(values) == 1 && strings.TrimSpace(values[0]) == "primary" {
+		return nil, nil
+	}
+	for _, v := range values {
+		if strings.TrimSpace(v) == "primary" {
+			return nil, fmt.Errorf("parse --nodeport-addresses %q: primary goes alone, as kube-proxy takes it", strings.Join(values, ","))
+		}
+	}
+	return parseCIDRs("nodeport-addresses", values)
+}

@@ -85,6 +85,7 @@ func agentCommand() *cobra.Command {
 	var nonMasq, cluster []string // --non-masquerade-cidr, --cluster-cidr
 	var translate bool            // --service-translation
 	var masqBit int               // --kube-proxy-masquerade-bit
+	var nodePorts []string        // --nodeport-addresses
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the node agent (serves the CNI plugin, owns all node state)",
@@ -136,6 +137,9 @@ serves ADDs; until then, what it waits for) and Prometheus /metrics.`,
 				return fmt.Errorf("parse --kube-proxy-masquerade-bit %d: out of range 0-31 (kube-proxy's --iptables-masquerade-bit, 14 by default)", masqBit)
 			}
 			cfg.KubeProxyMasqueradeMark = 1 << masqBit
+			if cfg.NodePortAddresses, err = parseNodePortAddresses(nodePorts); err != nil {
+				return err
+			}
 			return agent.Run(cmd.Context(), cfg)
 		},
 	}
@@ -155,6 +159,7 @@ serves ADDs; until then, what it waits for) and Prometheus /metrics.`,
 	f.StringSliceVar(&nonMasq, "non-masquerade-cidr", nil, "destination pods reach with their own address although outside the cluster (a network that routes pod CIDRs back); repeatable")
 	f.BoolVar(&translate, "service-translation", true, "translate pods' connections to Service ClusterIPs in the dataplane, before policy (eBPF; iptables only --standalone); false leaves them to kube-proxy, and egress policy then judges the ClusterIP, not the backend")
 	f.IntVar(&masqBit, "kube-proxy-masquerade-bit", 14, "eBPF: kube-proxy's --iptables-masquerade-bit; a pod's connection the dataplane translates to an externalIP, a load-balancer IP or a NodePort of the node, and a backend on another node, gets this packet mark, so that kube-proxy masquerades it as it masquerades its own")
+	f.StringSliceVar(&nodePorts, "nodeport-addresses", []string{"primary"}, "eBPF: kube-proxy's --nodeport-addresses: the dataplane translates pods' connections to NodePorts on the Node's InternalIPs within these CIDRs (comma-separated); primary or empty: on all of them")
 	f.BoolVar(&cfg.HostRouting, "host-routing", true, "eBPF: route the packets of TCP connections between local pods and other nodes' pods in the dataplane, past the node's netfilter and routing, both ways, when the node's route leaves through an uplink; false sends every packet through the node's stack")
 	f.StringSliceVar(&cfg.Uplinks, "uplinks", nil, "devices host routing uses (default: every Ethernet device that is up, not a pod's, with a global unicast address, found at start); repeatable")
 	f.StringSliceVar(&cluster, "cluster-cidr", nil, "range to count as the cluster's pod CIDRs besides every node's pools (e.g. the IPPools' CIDRs); repeatable")

@@ -75,6 +75,8 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/24", "--non-masquerade-cidr", "10.0.0.1/8"}, "did you mean 10.0.0.0/8"},
 		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/24", "--cluster-cidr", "10.0.0.0"}, "--cluster-cidr \"10.0.0.0\""},
 		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/24", "--service-translation=maybe"}, `invalid argument "maybe" for "--service-translation"`},
+		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/24", "--nodeport-addresses", "192.168.0.0/33"}, `--nodeport-addresses "192.168.0.0/33"`},
+		{[]string{"agent", "--standalone", "--pool-cidr", "10.244.0.0/24", "--nodeport-addresses", "primary,10.0.0.0/8"}, "primary goes alone"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"install-cni", "--cni-version", "1.2.0", "--cni-bin-dir", t.TempDir(), "--cni-conf-dir", t.TempDir()}, "choose one of 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"},
 	}
