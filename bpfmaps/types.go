@@ -289,8 +289,9 @@ const (
 	// bpf/lib/route.h).
 	CTRouted uint32 = 1 << 13
 	// CTSvcMark, in SvcCTEntry.Flags of a CTSvcFwd entry: the frontend
-	// carries a mark (SvcValue.Mark, kube-proxy's masquerade mark), which
-	// every packet the client sends gets (C: CT_SVC_MARK).
+	// carries a mark (SvcValue.Mark, kube-proxy's masquerade mark) and the
+	// backend is not BackendLocal, so every packet the client sends gets
+	// the mark (C: CT_SVC_MARK).
 	CTSvcMark uint32 = 1 << 14
 )
 
@@ -398,9 +399,9 @@ func (k SvcKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 // SvcValue mirrors struct svc_value: a frontend's ID (which names its
 // backends and affinity entries) and, per parity, its backend count (or
 // SvcAbsent, SvcNoLocal), sessionAffinity ClientIP timeout in seconds
-// (0: none) and the mark ORed into the first packet of a new connection
-// after translation (0: none; kube-proxy's masquerade mark for an external
-// frontend).
+// (0: none) and the mark ORed into every packet a client sends on a
+// connection translated to a backend that is not BackendLocal (0: none;
+// kube-proxy's masquerade mark for an external frontend).
 type SvcValue struct {
 	ID       uint32    `json:"id"`
 	Count    [2]uint16 `json:"count"`

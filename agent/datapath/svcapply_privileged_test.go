@@ -62,7 +62,7 @@ func readServices(t *testing.T, d *Datapath, parity int) map[policy.ServiceFront
 			t.Errorf("backend slot %d of %v in parity %d, beyond its count %d", bk.Slot, fe, parity, counts[bk.ID])
 			continue
 		}
-		out[fe].Backends[bk.Slot] = policy.ServiceBackend{Addr: bv.Addr.Netip(), Port: bv.Port}
+		out[fe].Backends[bk.Slot] = policy.ServiceBackend{Addr: bv.Addr.Netip(), Port: bv.Port, Local: bv.Flags&bpfmaps.BackendLocal != 0}
 	}
 	return out
 }
@@ -122,7 +122,9 @@ func manyServices(n, per int) map[policy.ServiceFrontend]*policy.ServiceEntry {
 		fe := policy.ServiceFrontend{Addr: netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)}), Port: 80, Proto: policyapi.ProtoTCP}
 		se := &policy.ServiceEntry{Service: fmt.Sprintf("ns/svc%d", i), External: i%3 == 0}
 		for k := range per {
-			se.Backends = append(se.Backends, policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i >> 6), byte(i<<2 + k)}), Port: 8080})
+			// An external frontend's first backend is a pod of the node.
+			local := se.External && k == 0
+			se.Backends = append(se.Backends, policy.ServiceBackend{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i >> 6), byte(i<<2 + k)}), Port: 8080, Local: local})
 		}
 		out[fe] = se
 	}

@@ -179,7 +179,7 @@ func (ix *index) externalFrontend(from *party, a netip.Addr, port uint16, proto 
 // externalFrontendError is explain's answer for a connection to an
 // external frontend e: not modelled.
 func externalFrontendError(q Query, e *policy.ServiceEntry, proto policyapi.Protocol) error {
-	return fmt.Errorf("explain --to %s: %w: on %d/%s it is an externalIP, load-balancer IP or NodePort of service %s, which the dataplanes translate and kube-proxy masquerades for backends on other nodes, so those judge the connection from the node's address; explain does not model that: name a backend pod to judge egress",
+	return fmt.Errorf("explain --to %s: %w: on %d/%s it is an externalIP, load-balancer IP or NodePort of service %s, which the dataplanes translate and kube-proxy masquerades, so a backend on another node judges the connection from the node's address; explain does not model that: name a backend pod to judge egress",
 		q.To, ErrServiceAddress, q.Port, proto, e.Service)
 }
 

@@ -162,7 +162,7 @@ func (r *renderer) shrinkNAT(f Family, have, want map[string][]string, prev, nex
 func intersectBackends(a, b []policy.ServiceBackend) []policy.ServiceBackend {
 	var out []policy.ServiceBackend
 	for len(a) > 0 && len(b) > 0 {
-		switch c := policy.CompareBackend(a[0], b[0]); {
+		switch c := compareBackendAddr(a[0], b[0]); {
 		case c < 0:
 			a = a[1:]
 		case c > 0:
@@ -173,4 +173,11 @@ func intersectBackends(a, b []policy.ServiceBackend) []policy.ServiceBackend {
 		}
 	}
 	return out
+}
+
+// compareBackendAddr orders backends by address, then port: what the nat
+// table translates to (policy.ServiceBackend.Local is the eBPF dataplane's).
+func compareBackendAddr(a, b policy.ServiceBackend) int {
+	a.Local, b.Local = false, false
+	return policy.CompareBackend(a, b)
 }

@@ -292,7 +292,7 @@ func unmapFrontend(fr policy.ServiceFrontend) policy.ServiceFrontend {
 // sameEntry reports whether a and b translate the same way.
 func sameEntry(a, b *policy.ServiceEntry) bool {
 	return a.Service == b.Service && a.AffinityTimeout == b.AffinityTimeout && a.NoLocalBackend == b.NoLocalBackend &&
-		slices.Equal(a.Backends, b.Backends)
+		slices.EqualFunc(a.Backends, b.Backends, func(x, y policy.ServiceBackend) bool { return compareBackendAddr(x, y) == 0 })
 }
 
 // svcJump is a frontend's rule in LOCKSTEP-SVC-ALL, with the Service's

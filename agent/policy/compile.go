@@ -55,8 +55,9 @@ type Snapshot struct {
 	// endpoints' zone hints name (see policyapi.EndpointHints); empty
 	// matches none.
 	Zone string
-	// NodeAddrs are this node's addresses (its Node's InternalIPs), where
-	// pods reach its NodePorts (see ServiceEntry.External).
+	// NodeAddrs are this node's addresses (its Node's InternalIPs, within
+	// the agent's --nodeport-addresses), where pods reach its NodePorts
+	// (see ServiceEntry.External).
 	NodeAddrs []netip.Addr
 	// Limits bound what each namespace's policies, and all namespaces'
 	// policies and Services, may ask of the node; a namespace over them

@@ -56,9 +56,10 @@ type ServiceEntry struct {
 	// External: the frontend is an externalIP, a load-balancer IP or a
 	// NodePort on one of the node's addresses, of a Service whose
 	// externalTrafficPolicy is Cluster. kube-proxy masquerades connections
-	// to those (their backends see the node's address), so a dataplane
-	// that translates one in kube-proxy's place asks kube-proxy to
-	// masquerade it as its own.
+	// to those (their backends see the node's address, a backend on
+	// another node judges it), so a dataplane that translates one in
+	// kube-proxy's place asks kube-proxy to masquerade it as its own when
+	// the backend is not Local.
 	External bool
 	// FromExternalIPs: an External frontend whose address is one of the
 	// Service's spec.externalIPs, which its author chose (the others'

@@ -173,8 +173,9 @@ struct ct_entry {
 #define CT_ROUTED (1U << 13)
 
 /* Flag of a CT_SVC_FWD entry: the connection's frontend carries a mark
- * (svc_value.mark, kube-proxy's masquerade mark), which every packet the
- * client sends gets (lib/service.h).
+ * (svc_value.mark, kube-proxy's masquerade mark) and its backend is not
+ * BACKEND_LOCAL, so every packet the client sends gets the mark
+ * (lib/service.h).
  */
 #define CT_SVC_MARK (1U << 14)
 
@@ -232,7 +233,7 @@ struct svc_value {
 	__u32 id;          /* names the frontend's backends and affinity entries */
 	__u16 count[2];    /* per parity: backends in slots 0..count-1, SVC_ABSENT or SVC_NO_LOCAL */
 	__u32 affinity[2]; /* per parity: sessionAffinity ClientIP timeout, seconds; 0: none */
-	__u32 mark[2];     /* per parity: ORed into the mark of every packet its clients send (CT_SVC_MARK); 0: none */
+	__u32 mark[2];     /* per parity: ORed into the mark of every packet its clients send to a backend not BACKEND_LOCAL (CT_SVC_MARK); 0: none */
 };
 
 /* One backend of a frontend in one parity: each parity has its own slots,

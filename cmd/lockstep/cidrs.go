@@ -23,18 +23,26 @@ func parseCIDRs(flag string, values []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// parseNodePortAddresses parses --nodeport-addresses as kube-proxy reads
-// its own: CIDRs, or "primary" alone, the node's primary addresses: its
-// Node's InternalIPs, all of which lockstep uses without the flag (nil),
-// and with an empty one.
+// parseNodePortAddresses parses --nodeport-addresses: CIDRs, read as
+// kube-proxy reads its flag of that name (an address with host bits set
+// names its network, 192.168.0.10/24 is 192.168.0.0/24), or "primary"
+// alone, or nothing: every InternalIP of the Node (nil), which is what
+// lockstep knows of the node's addresses (kube-proxy's "primary" is the
+// first of each family).
 func parseNodePortAddresses(values []string) ([]netip.Prefix, error) {
 	if len(values) == 0 || len(values) == 1 && strings.TrimSpace(values[0]) == "primary" {
 		return nil, nil
 	}
+	out := make([]netip.Prefix, 0, len(values))
 	for _, v := range values {
 		if strings.TrimSpace(v) == "primary" {
-			return nil, fmt.Errorf("parse --nodeport-addresses %q: primary goes alone, as kube-proxy takes it", strings.Join(values, ","))
+			return nil, fmt.Errorf("parse --nodeport-addresses %q: primary goes alone; give CIDRs or primary", strings.Join(values, ","))
 		}
+		p, err := netip.ParsePrefix(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("parse --nodeport-addresses %q: %w (want CIDRs such as 192.168.0.0/16, or primary)", v, err)
+		}
+		out = append(out, p.Masked())
 	}
-	return parseCIDRs("nodeport-addresses", values)
+	return out, nil
 }

@@ -20,7 +20,7 @@ func TestParseNodePortAddresses(t *testing.T) {
 		{values: nil},
 		{values: []string{"primary", "10.0.0.0/8"}, wantErr: "primary goes alone"},
 		{values: []string{"10.0.0.0/8", "primary"}, wantErr: "primary goes alone"},
-		{values: []string{"10.0.0.1/8"}, wantErr: "did you mean 10.0.0.0/8"},
+		{values: []string{"10.0.0.1/8", "fd00:1::11/64"}, want: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00:1::/64")}},
 		{values: []string{"eth0"}, wantErr: `--nodeport-addresses "eth0"`},
 	}
 	for _, tc := range tests {

@@ -246,9 +246,9 @@ func checkPodNetwork(t *testing.T, c *realnode.Cluster, ns string) {
 		// Services): by kube-proxy before iptables' FORWARD, by lockstep
 		// in from_pod, which marks it for kube-proxy's masquerade. So
 		// egress is judged on the backend, and a NodePort on the other
-		// node's address, translated only there, on that address. Both
-		// masquerade these connections when the backend is on another
-		// node, and judge a backend on the client's node on the client pod
+		// node's address, translated only there, on that address. A
+		// backend on the other node judges the node's address (the
+		// masquerade) on both, one on the client's node the client pod
 		// (iptables in FORWARD, before kube-proxy's masquerade; eBPF
 		// without one).
 		// server-ext's one backend is on the other node, server-ext-local's

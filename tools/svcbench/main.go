@@ -106,7 +106,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	load := benchkit.LoadAverage()
+	// The machine and source tree as measured: the tree may change during
+	// the run.
+	binDir, _ := filepath.Abs(cfg.binDir)
+	machine := benchkit.GatherMachine("tools/svcbench", cfg.args, binDir, benchkit.LoadAverage())
 	rep, err := measure(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -120,8 +123,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, rep.partText(cfg.only))
 		return 0
 	}
-	binDir, _ := filepath.Abs(cfg.binDir)
-	rep.machine = benchkit.GatherMachine("tools/svcbench", cfg.args, binDir, load)
+	rep.machine = machine
 	if err := fileSection.Write(cfg.out, rep.section(), stdout); err != nil {
 		fmt.Fprintln(stderr, "svcbench:", err)
 		return 1

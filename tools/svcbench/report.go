@@ -111,18 +111,30 @@ func (r *report) targets() []benchkit.Target {
 	return out
 }
 
-// busy reports whether m's 1-minute load average at the start exceeded
-// its CPU count.
-func busy(m benchkit.Machine) bool {
-	var load float64
+// busy reports whether m's 1-minute load average at the start, or the
+// median of those the measurements started with (loads), exceeded its CPU
+// count.
+func busy(m benchkit.Machine, loads []string) bool {
 	var cpus int
-	if _, err := fmt.Sscan(m.Load, &load); err != nil {
-		return false
-	}
 	if _, err := fmt.Sscan(m.CPUs, &cpus); err != nil {
 		return false
 	}
-	return load > float64(cpus)
+	var at []float64
+	for _, l := range loads {
+		var v float64
+		if _, err := fmt.Sscan(l, &v); err == nil {
+			at = append(at, v)
+		}
+	}
+	var start float64
+	if _, err := fmt.Sscan(m.Load, &start); err == nil && start > float64(cpus) {
+		return true
+	}
+	if len(at) == 0 {
+		return false
+	}
+	slices.Sort(at)
+	return at[len(at)/2] > float64(cpus)
 }
 
 func plural(n int, what string) string {
@@ -145,11 +157,18 @@ func (r *report) section() string {
 	w("")
 	b.WriteString(benchkit.Table(r.machine.Rows()))
 	w("")
-	if busy(r.machine) {
-		w("**The machine was busy**: its load average at the start exceeded its CPU count, so")
-		w("other work shared the CPUs with every measurement, and the connection rates vary")
-		w("with it from one measurement to the next. Rerun on a quiet machine before drawing")
-		w("conclusions from them.")
+	var loads []string
+	if r.conn != nil {
+		for _, s := range r.conn.samples {
+			loads = append(loads, s.load)
+		}
+	}
+	if busy(r.machine, loads) {
+		w("**The machine was busy**: its load average at the start, or the median of those its")
+		w("connection-rate measurements started with (the cluster's own work included), exceeded")
+		w("its CPU count, so other work shared the CPUs with the measurements, and the connection")
+		w("rates vary with it from one measurement to the next. Rerun on a quieter machine before")
+		w("drawing conclusions from them.")
 		w("")
 	}
 	if r.conn != nil {

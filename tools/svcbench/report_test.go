@@ -13,14 +13,17 @@ import (
 func TestBusy(t *testing.T) {
 	for _, tc := range []struct {
 		load, cpus string
+		loads      []string // the measurements'
 		want       bool
 	}{
-		{"18.91 17.30 11.74", "2 × Intel(R) Xeon(R) Processor", true},
-		{"0.42 0.30 0.20", "2 × Intel(R) Xeon(R) Processor", false},
-		{"unknown", "2", false},
+		{"18.91 17.30 11.74", "2 × Intel(R) Xeon(R) Processor", nil, true},
+		{"0.42 0.30 0.20", "2 × Intel(R) Xeon(R) Processor", nil, false},
+		{"0.42 0.30 0.20", "2 × AMD EPYC", []string{"9.27", "1.5", "16.3"}, true},
+		{"0.42 0.30 0.20", "2 × AMD EPYC", []string{"9.27", "1.5", "1.9"}, false},
+		{"unknown", "2", []string{"unknown"}, false},
 	} {
-		if got := busy(benchkit.Machine{Load: tc.load, CPUs: tc.cpus}); got != tc.want {
-			t.Errorf("busy(load %s, %s CPUs) = %v, want %v", tc.load, tc.cpus, got, tc.want)
+		if got := busy(benchkit.Machine{Load: tc.load, CPUs: tc.cpus}, tc.loads); got != tc.want {
+			t.Errorf("busy(load %s, %s CPUs, measurements %v) = %v, want %v", tc.load, tc.cpus, tc.loads, got, tc.want)
 		}
 	}
 }
