@@ -12,7 +12,7 @@ LDFLAGS  := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(CO
 BIN      := bin
 FUZZTIME ?= 20s
 
-.PHONY: all build image deps generate generate-kube check-generated kube-testenv cross test test-unit test-realnode fuzz demo bench vet clean e2e-up e2e-down e2e
+.PHONY: all build image deps generate generate-kube check-generated kube-testenv cross test test-packages test-unit test-realnode fuzz demo bench vet clean e2e-up e2e-down e2e
 
 all: build
 
@@ -54,10 +54,13 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-## test: everything, privileged tests included (run as root); the real-node tests run last, alone; as root a skipped test fails the run (tools/noskip)
+## test: everything, privileged tests included (run as root): the packages' tests beside the real-node tests (which mostly wait on their cluster); as root a skipped test fails the run (tools/noskip)
 test: deps build vet cross check-generated kube-testenv
-	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) run ./tools/noskip -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/realnode)
-	$(MAKE) test-realnode
+	$(MAKE) --no-print-directory -j2 test-packages test-realnode
+
+## test-packages: the tests of every package but test/realnode, privileged ones included when run as root
+test-packages:
+	LOCKSTEP_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 ) $(GO) run ./tools/noskip -count=1 -timeout 30m $$($(GO) list ./... | grep -v /test/realnode)
 
 ## test-realnode: the tests on a real two-node cluster (test/realnode): brings one up, replacing any make e2e-up left, and takes it down
 test-realnode:
