@@ -72,6 +72,9 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The machine and tree are read now, not when the run ends: the tree
+	// may have moved on by then.
+	facts := gatherFacts(b.cfg, binDir, dir, load)
 	if err := b.startNodes(ctx, binDir); err != nil {
 		return nil, err
 	}
@@ -97,7 +100,7 @@ func (b *bench) run(ctx context.Context) (*report, error) {
 			burstErrs = append(burstErrs, err)
 		}
 	}
-	rep := &report{cfg: b.cfg, facts: gatherFacts(b.cfg, binDir, dir, load), sides: b.sides, hello: b.hello}
+	rep := &report{cfg: b.cfg, facts: facts, sides: b.sides, hello: b.hello}
 	rep.sizes = binSizes{
 		lockstep:  fileSize(filepath.Join(binDir, "lockstep")),
 		reference: fileSize(filepath.Join(b.cfg.refPlugins, "ptp")),

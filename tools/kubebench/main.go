@@ -71,7 +71,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	load := benchkit.LoadAverage()
+	// The machine and tree are read when the run starts: by its end the
+	// tree may have moved on.
+	machine := benchkit.GatherMachine("tools/kubebench", cfg.args, cfg.binDir, benchkit.LoadAverage())
 	out, err := runBenchmark(ctx, root, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "kubebench:", err)
@@ -83,7 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	rep := &report{
-		machine:   benchkit.GatherMachine("tools/kubebench", cfg.args, cfg.binDir, load),
+		machine:   machine,
 		apiserver: apiserverVersion(root),
 		res:       res,
 	}

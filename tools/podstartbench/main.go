@@ -74,13 +74,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	load := benchkit.LoadAverage()
+	// The machine and tree are read when the run starts: by its end the
+	// tree may have moved on.
+	machine := benchkit.GatherMachine("tools/podstartbench", cfg.args, cfg.binDir, benchkit.LoadAverage())
 	rounds, err := measure(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "podstartbench:", err)
 		return 1
 	}
-	rep := report{machine: benchkit.GatherMachine("tools/podstartbench", cfg.args, cfg.binDir, load), pods: cfg.pods, rounds: rounds}
+	rep := report{machine: machine, pods: cfg.pods, rounds: rounds}
 	if err := fileSection.Write(cfg.out, rep.section(), stdout); err != nil {
 		fmt.Fprintln(stderr, "podstartbench:", err)
 		return 1
