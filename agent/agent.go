@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"lockstep.dev/lockstep/agent/enforcer"
 )
 
 // Defaults for Config.
@@ -82,12 +84,11 @@ type Config struct {
 	// another node, for kube-proxy's POSTROUTING rule to masquerade it
 	// (--kube-proxy-masquerade-bit).
 	KubeProxyMasqueradeMark uint32
-	// NodePortAddresses narrows the node's addresses on which the eBPF
-	// dataplane translates pods' connections to NodePorts (its Node's
-	// InternalIPs) to those within, as kube-proxy's --nodeport-addresses
-	// narrows where it serves them; nil keeps them all
-	// (--nodeport-addresses).
-	NodePortAddresses []netip.Prefix
+	// NodePortAddresses chooses the node's addresses on which the eBPF
+	// dataplane translates pods' connections to NodePorts among its Node's
+	// InternalIPs, as kube-proxy's --nodeport-addresses chooses where it
+	// serves them; the zero value chooses all (--nodeport-addresses).
+	NodePortAddresses enforcer.NodePorts
 	// HostRouting lets the eBPF dataplane route the packets of TCP
 	// connections between local pods and other nodes' pods itself, past
 	// the node's netfilter and routing, both ways (bpf/lib/route.h), out

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"os/exec"
 	"slices"
 	"time"
@@ -304,11 +303,11 @@ type agentAPI struct {
 	*podnet.Handler
 	dataplane func() *api.DataplaneStatus
 	// st is read by Explain, which translates Services for the pods of
-	// node (policy.Snapshot.Node), NodePorts on its addresses within
-	// nodePorts, within the enforcer's limits.
+	// node (policy.Snapshot.Node), NodePorts on its addresses that
+	// nodePorts chooses, within the enforcer's limits.
 	st        *store.Store
 	node      string
-	nodePorts []netip.Prefix
+	nodePorts enforcer.NodePorts
 	limits    policy.Limits
 }
 

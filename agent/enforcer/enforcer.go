@@ -180,32 +180,51 @@ func (e *Enforcer) SetNode(name string) {
 	e.applied = 0
 }
 
-// SetNodePortAddresses narrows the addresses of the node (SetNode) on
-// which pods' connections to its NodePorts are translated
-// (policy.Snapshot.NodeAddrs, its Node's InternalIPs) to those within
-// prefixes, as kube-proxy's --nodeport-addresses narrows where it serves
-// them. None, the default, keeps them all.
-func (e *Enforcer) SetNodePortAddresses(prefixes []netip.Prefix) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.feed.nodePorts = slices.Clone(prefixes)
-	e.feed.reset()
-	e.applied = 0
+// NodePorts chooses, among a Node's InternalIPs, the addresses on which
+// pods' connections to its NodePorts are translated
+// (policy.Snapshot.NodeAddrs), as kube-proxy's --nodeport-addresses
+// chooses where it serves them. The zero value chooses all of them, as
+// kube-proxy's iptables mode does by default (its every local address).
+type NodePorts struct {
+	// Primary chooses the node's primary addresses, as kube-proxy's
+	// "primary" (the nftables mode's default) takes them: the first
+	// address, and the first of the other family.
+	Primary bool
+	// Prefixes, when Primary is unset, choose the addresses within one of
+	// them; none chooses all.
+	Prefixes []netip.Prefix
 }
 
-// NodePortAddrs returns the addresses of addrs within one of prefixes,
-// in their order; all of them when prefixes is empty.
-func NodePortAddrs(addrs []netip.Addr, prefixes []netip.Prefix) []netip.Addr {
-	if len(prefixes) == 0 {
+// Addrs returns the addresses of addrs (a Node's InternalIPs, in its
+// order) that n chooses, in their order.
+func (n NodePorts) Addrs(addrs []netip.Addr) []netip.Addr {
+	if !n.Primary && len(n.Prefixes) == 0 {
 		return addrs
 	}
 	var out []netip.Addr
 	for _, a := range addrs {
-		if slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(a) }) {
+		var chosen bool
+		if n.Primary {
+			chosen = !slices.ContainsFunc(out, func(o netip.Addr) bool { return o.Is4() == a.Is4() })
+		} else {
+			chosen = slices.ContainsFunc(n.Prefixes, func(p netip.Prefix) bool { return p.Contains(a) })
+		}
+		if chosen {
 			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// SetNodePortAddresses chooses the addresses of the node (SetNode) on
+// which pods' connections to its NodePorts are translated.
+func (e *Enforcer) SetNodePortAddresses(n NodePorts) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n.Prefixes = slices.Clone(n.Prefixes)
+	e.feed.nodePorts = n
+	e.feed.reset()
+	e.applied = 0
 }
 
 // OnApply registers fn to observe how long each apply took.
@@ -606,8 +625,8 @@ func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
 
 // SnapshotFor is Snapshot as the enforcer of node (SetNode) compiles it:
 // with the Node, and its zone as the store holds it, and its addresses
-// within nodePorts (SetNodePortAddresses).
-func SnapshotFor(txn *store.Txn, node string, nodePorts []netip.Prefix) (*policy.Snapshot, error) {
+// that nodePorts chooses (SetNodePortAddresses).
+func SnapshotFor(txn *store.Txn, node string, nodePorts NodePorts) (*policy.Snapshot, error) {
 	snap, err := Snapshot(txn)
 	if err != nil {
 		return nil, err
@@ -621,7 +640,7 @@ func SnapshotFor(txn *store.Txn, node string, nodePorts []netip.Prefix) (*policy
 		return nil, err
 	}
 	if n != nil {
-		snap.Zone, snap.NodeAddrs = n.Zone, NodePortAddrs(n.Addrs, nodePorts)
+		snap.Zone, snap.NodeAddrs = n.Zone, nodePorts.Addrs(n.Addrs)
 	}
 	return snap, nil
 }

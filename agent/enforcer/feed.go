@@ -28,11 +28,11 @@ type feeder struct {
 	localAddrs map[podRef][]netip.Addr
 	localOps   map[string]uint64
 	// limits bound each namespace's policies (see policy.Limits), node
-	// names this node (policy.Snapshot.Node), and nodePorts narrows its
-	// addresses (NodePortAddrs); they outlive a reset.
+	// names this node (policy.Snapshot.Node), and nodePorts chooses among
+	// its addresses; they outlive a reset.
 	limits    policy.Limits
 	node      string
-	nodePorts []netip.Prefix
+	nodePorts NodePorts
 }
 
 // reset makes the next feed start over from the whole store.
@@ -131,7 +131,7 @@ func (f *feeder) feedChange(c store.Change) {
 		case deleted:
 			f.comp.SetNodeInfo("", nil)
 		default:
-			f.comp.SetNodeInfo(n.Zone, NodePortAddrs(n.Addrs, f.nodePorts))
+			f.comp.SetNodeInfo(n.Zone, f.nodePorts.Addrs(n.Addrs))
 		}
 	default:
 		// Endpoints were read whole by feed; the rest is not policy input.
@@ -235,7 +235,7 @@ func (f *feeder) feedAll(txn *store.Txn, rev uint64) error {
 			return err
 		}
 		if n != nil {
-			f.comp.SetNodeInfo(n.Zone, NodePortAddrs(n.Addrs, f.nodePorts))
+			f.comp.SetNodeInfo(n.Zone, f.nodePorts.Addrs(n.Addrs))
 		}
 	}
 	nss, err := store.Namespaces(txn, nil)

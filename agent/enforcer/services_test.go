@@ -285,7 +285,7 @@ func TestNodeZoneFollowsTheStore(t *testing.T) {
 		if !slices.Equal(addrs, step.want) {
 			t.Errorf("%s: backends %v, want %v", step.name, addrs, step.want)
 		}
-		snap, err := SnapshotFor(st.ReadTxn(), "n1", nil)
+		snap, err := SnapshotFor(st.ReadTxn(), "n1", NodePorts{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,10 +299,11 @@ func TestNodeZoneFollowsTheStore(t *testing.T) {
 	}
 }
 
-// TestNodePortAddresses: SetNodePortAddresses narrows the node's addresses
-// whose NodePorts are translated to those within its prefixes, from the
-// change log (the Node's addresses change) and after a reset alike, and back to all of them when
-// cleared; SnapshotFor with the same prefixes compiles the same frontends.
+// TestNodePortAddresses: SetNodePortAddresses chooses the node's addresses
+// whose NodePorts are translated (all, the primary ones, those within
+// prefixes) from the change log (the Node's addresses change) and after a
+// reset alike; SnapshotFor with the same choice compiles the same
+// frontends.
 func TestNodePortAddresses(t *testing.T) {
 	st, err := store.New()
 	if err != nil {
@@ -337,22 +338,25 @@ func TestNodePortAddresses(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	var prefixes []netip.Prefix
+	var chosen NodePorts
+	within := func(s string) NodePorts { return NodePorts{Prefixes: []netip.Prefix{netip.MustParsePrefix(s)}} }
 	for _, step := range []struct {
-		name     string
-		write    func(*store.Txn) error
-		set      bool // SetNodePortAddresses(prefixes), which resets the compiler
-		prefixes []netip.Prefix
-		want     []string
+		name   string
+		write  func(*store.Txn) error
+		set    bool // SetNodePortAddresses(choose), which resets the compiler
+		choose NodePorts
+		want   []string
 	}{
-		{name: "both InternalIPs", write: func(txn *store.Txn) error {
+		{name: "two InternalIPs, all", write: func(txn *store.Txn) error {
 			return store.UpsertNode(txn, &policyapi.Node{Name: "n1", Addrs: []netip.Addr{primary, secondary}})
 		}, want: []string{"10.1.0.11", "192.168.0.11"}},
-		{name: "narrowed to 192.168.0.0/16", set: true, prefixes: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, want: []string{"192.168.0.11"}},
+		{name: "primary", set: true, choose: NodePorts{Primary: true}, want: []string{"192.168.0.11"}},
+		{name: "narrowed to 192.168.0.0/16", set: true, choose: within("192.168.0.0/16"), want: []string{"192.168.0.11"}},
 		{name: "the Node's addresses change, still narrowed", write: func(txn *store.Txn) error {
 			return store.UpsertNode(txn, &policyapi.Node{Name: "n1", Addrs: []netip.Addr{secondary, netip.MustParseAddr("192.168.0.12")}})
 		}, want: []string{"192.168.0.12"}},
-		{name: "a prefix with none of them", set: true, prefixes: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")}},
+		{name: "a prefix with none of them", set: true, choose: within("172.16.0.0/12")},
+		{name: "primary, now the other", set: true, choose: NodePorts{Primary: true}, want: []string{"10.1.0.11"}},
 		{name: "cleared", set: true, want: []string{"10.1.0.11", "192.168.0.12"}},
 	} {
 		if step.write != nil {
@@ -361,8 +365,8 @@ func TestNodePortAddresses(t *testing.T) {
 			}
 		}
 		if step.set {
-			prefixes = step.prefixes
-			e.SetNodePortAddresses(prefixes)
+			chosen = step.choose
+			e.SetNodePortAddresses(chosen)
 		}
 		if err := e.Sync(context.Background()); err != nil {
 			t.Fatal(err)
@@ -371,7 +375,7 @@ func TestNodePortAddresses(t *testing.T) {
 		if got := nodePorts(states[len(states)-1]); !slices.Equal(got, step.want) {
 			t.Errorf("%s: NodePort frontends on %v, want %v", step.name, got, step.want)
 		}
-		snap, err := SnapshotFor(st.ReadTxn(), "n1", prefixes)
+		snap, err := SnapshotFor(st.ReadTxn(), "n1", chosen)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -381,6 +385,38 @@ func TestNodePortAddresses(t *testing.T) {
 		}
 		if got := nodePorts(want); !slices.Equal(got, step.want) {
 			t.Errorf("%s: the full compile has NodePort frontends on %v, want %v", step.name, got, step.want)
+		}
+	}
+}
+
+func TestNodePortsAddrs(t *testing.T) {
+	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	within := func(s ...string) NodePorts {
+		var n NodePorts
+		for _, p := range s {
+			n.Prefixes = append(n.Prefixes, netip.MustParsePrefix(p))
+		}
+		return n
+	}
+	node := []netip.Addr{a("192.168.0.11"), a("fd00::11"), a("10.1.0.11"), a("fd00::12")}
+	for _, tc := range []struct {
+		name   string
+		addrs  []netip.Addr
+		choose NodePorts
+		want   []netip.Addr
+	}{
+		{name: "all", addrs: node, want: node},
+		{name: "primary: the first of each family", addrs: node, choose: NodePorts{Primary: true}, want: []netip.Addr{a("192.168.0.11"), a("fd00::11")}},
+		{name: "primary of one family", addrs: []netip.Addr{a("10.1.0.11"), a("192.168.0.11")}, choose: NodePorts{Primary: true}, want: []netip.Addr{a("10.1.0.11")}},
+		{name: "primary, IPv6 first", addrs: []netip.Addr{a("fd00::12"), a("10.1.0.11"), a("fd00::11")}, choose: NodePorts{Primary: true}, want: []netip.Addr{a("fd00::12"), a("10.1.0.11")}},
+		{name: "primary of none", choose: NodePorts{Primary: true}},
+		{name: "one family's CIDR", addrs: node, choose: within("fd00::/64"), want: []netip.Addr{a("fd00::11"), a("fd00::12")}},
+		{name: "a CIDR holding the second", addrs: node, choose: within("10.0.0.0/8"), want: []netip.Addr{a("10.1.0.11")}},
+		{name: "two CIDRs", addrs: node, choose: within("10.0.0.0/8", "fd00::12/128"), want: []netip.Addr{a("10.1.0.11"), a("fd00::12")}},
+		{name: "a CIDR holding none", addrs: node, choose: within("172.16.0.0/12")},
+	} {
+		if got := tc.choose.Addrs(tc.addrs); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %+v.Addrs(%v) = %v, want %v", tc.name, tc.choose, tc.addrs, got, tc.want)
 		}
 	}
 }

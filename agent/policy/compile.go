@@ -55,8 +55,8 @@ type Snapshot struct {
 	// endpoints' zone hints name (see policyapi.EndpointHints); empty
 	// matches none.
 	Zone string
-	// NodeAddrs are this node's addresses (its Node's InternalIPs, within
-	// the agent's --nodeport-addresses), where pods reach its NodePorts
+	// NodeAddrs are this node's addresses (its Node's InternalIPs chosen
+	// by the agent's --nodeport-addresses), where pods reach its NodePorts
 	// (see ServiceEntry.External).
 	NodeAddrs []netip.Addr
 	// Limits bound what each namespace's policies, and all namespaces'

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"lockstep.dev/lockstep/agent/enforcer"
 )
 
 // parseCIDRs parses the values of a repeatable CIDR flag, refusing host
@@ -23,26 +25,30 @@ func parseCIDRs(flag string, values []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// parseNodePortAddresses parses --nodeport-addresses: CIDRs, read as
-// kube-proxy reads its flag of that name (an address with host bits set
-// names its network, 192.168.0.10/24 is 192.168.0.0/24), or "primary"
-// alone, or nothing: every InternalIP of the Node (nil), which is what
-// lockstep knows of the node's addresses (kube-proxy's "primary" is the
-// first of each family).
-func parseNodePortAddresses(values []string) ([]netip.Prefix, error) {
-	if len(values) == 0 || len(values) == 1 && strings.TrimSpace(values[0]) == "primary" {
-		return nil, nil
+// parseNodePortAddresses parses --nodeport-addresses as kube-proxy reads
+// its flag of that name: CIDRs (an address with host bits set names its
+// network, 192.168.0.10/24 is 192.168.0.0/24); "primary" alone, the
+// node's first address of each family; or nothing, all of them:
+// kube-proxy then serves NodePorts on every local address, lockstep
+// translates them on every InternalIP of the Node, which is what it knows
+// of the node's addresses.
+func parseNodePortAddresses(values []string) (enforcer.NodePorts, error) {
+	if len(values) == 1 && strings.TrimSpace(values[0]) == "primary" {
+		return enforcer.NodePorts{Primary: true}, nil
 	}
-	out := make([]netip.Prefix, 0, len(values))
+	if len(values) == 1 && strings.TrimSpace(values[0]) == "" {
+		return enforcer.NodePorts{}, nil
+	}
+	var out enforcer.NodePorts
 	for _, v := range values {
 		if strings.TrimSpace(v) == "primary" {
-			return nil, fmt.Errorf("parse --nodeport-addresses %q: primary goes alone; give CIDRs or primary", strings.Join(values, ","))
+			return enforcer.NodePorts{}, fmt.Errorf("parse --nodeport-addresses %q: primary goes alone; give CIDRs or primary", strings.Join(values, ","))
 		}
 		p, err := netip.ParsePrefix(strings.TrimSpace(v))
 		if err != nil {
-			return nil, fmt.Errorf("parse --nodeport-addresses %q: %w (want CIDRs such as 192.168.0.0/16, or primary)", v, err)
+			return enforcer.NodePorts{}, fmt.Errorf("parse --nodeport-addresses %q: %w (want CIDRs such as 192.168.0.0/16, primary, or nothing)", v, err)
 		}
-		out = append(out, p.Masked())
+		out.Prefixes = append(out.Prefixes, p.Masked())
 	}
 	return out, nil
 }
