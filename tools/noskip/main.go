@@ -61,12 +61,18 @@ type event struct {
 	Package string
 	Test    string
 	Output  string
+	Elapsed float64 // seconds, on a test's or package's end
 }
+
+// slowTest is how long a top-level test runs before its pass is printed
+// with its time: where a long run spends it.
+const slowTest = 30.0
 
 // relay reads go test's JSON events from r and writes to w what a plain
 // go test would print: package-level output (the ok/FAIL lines, build and
-// panic output) as it comes, a test's own output only if it fails. It
-// returns every skipped test as "package Test: reason".
+// panic output) as it comes, a test's own output only if it fails; and,
+// for each top-level test that passed in slowTest or more, its package,
+// name and time. It returns every skipped test as "package Test: reason".
 func relay(r io.Reader, w io.Writer) (skipped []string, err error) {
 	type key struct{ pkg, test string }
 	held := map[key][]string{}
@@ -100,6 +106,9 @@ func relay(r io.Reader, w io.Writer) (skipped []string, err error) {
 			delete(held, k)
 		case ev.Action == "pass":
 			delete(held, k)
+			if ev.Test != "" && !strings.Contains(ev.Test, "/") && ev.Elapsed >= slowTest {
+				fmt.Fprintf(w, "--- PASS: %s %s (%.1fs)\n", ev.Package, ev.Test, ev.Elapsed)
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {

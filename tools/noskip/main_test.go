@@ -13,7 +13,11 @@ func TestRelay(t *testing.T) {
 		`{"Action":"run","Package":"p","Test":"TestOK"}`,
 		`{"Action":"output","Package":"p","Test":"TestOK","Output":"=== RUN   TestOK\n"}`,
 		`{"Action":"output","Package":"p","Test":"TestOK","Output":"quiet log\n"}`,
-		`{"Action":"pass","Package":"p","Test":"TestOK"}`,
+		`{"Action":"pass","Package":"p","Test":"TestOK","Elapsed":0.2}`,
+		`{"Action":"run","Package":"p","Test":"TestSlow"}`,
+		`{"Action":"output","Package":"p","Test":"TestSlow/sub","Output":"slow log\n"}`,
+		`{"Action":"pass","Package":"p","Test":"TestSlow/sub","Elapsed":40.5}`,
+		`{"Action":"pass","Package":"p","Test":"TestSlow","Elapsed":45.25}`,
 		`{"Action":"run","Package":"p","Test":"TestBad"}`,
 		`{"Action":"output","Package":"p","Test":"TestBad","Output":"    bad_test.go:9: it broke\n"}`,
 		`{"Action":"output","Package":"p","Test":"TestBad","Output":"--- FAIL: TestBad (0.00s)\n"}`,
@@ -40,12 +44,15 @@ func TestRelay(t *testing.T) {
 		t.Errorf("skipped = %q, want %q (a package without tests is no skipped test)", skipped, want)
 	}
 	got := out.String()
-	for _, want := range []string{"it broke", "--- FAIL: TestBad", "FAIL\tp\t0.01s", "# p [p.test]", "syntax error", "waiting for the agent"} {
+	for _, want := range []string{"it broke", "--- FAIL: TestBad", "FAIL\tp\t0.01s", "# p [p.test]", "syntax error", "waiting for the agent", "--- PASS: p TestSlow (45.2s)\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "quiet log") || strings.Contains(got, "PASS") {
+	if strings.Contains(got, "quiet log") || strings.Contains(got, "slow log") || strings.Contains(got, "PASS\n") {
 		t.Errorf("output has a passing test's log:\n%s", got)
+	}
+	if strings.Count(got, "--- PASS") != 1 {
+		t.Errorf("output has a pass other than the slow top-level test's:\n%s", got)
 	}
 }
