@@ -650,8 +650,8 @@ func SnapshotFor(txn *store.Txn, node string, nodePorts NodePorts) (*policy.Snap
 // ones; a local pod's addresses come from its endpoint, remote pods' from
 // their status. The enforcer itself feeds an incremental compiler the same
 // objects (see feeder); [policy.Compile] of a Snapshot with the Node
-// SetNode gave, its zone and its addresses within those
-// SetNodePortAddresses gave (SnapshotFor), and the limits SetLimits gave,
+// SetNode gave, its zone and its addresses that the NodePorts given to
+// SetNodePortAddresses choose (SnapshotFor), and the limits SetLimits gave,
 // is the reference its result must equal.
 func Snapshot(txn *store.Txn) (*policy.Snapshot, error) {
 	snap := &policy.Snapshot{Namespaces: map[string]*policyapi.Namespace{}, Identities: map[string]policyapi.Peer{}, Limits: policy.DefaultLimits}

@@ -97,9 +97,8 @@ func relay(r io.Reader, w io.Writer) (skipped []string, err error) {
 		case ev.Action == "output":
 			held[k] = append(held[k], ev.Output)
 		case ev.Action == "fail":
-			for _, out := range held[k] {
-				fmt.Fprint(w, out)
-			}
+			// In one write: make test runs two of these side by side.
+			fmt.Fprint(w, strings.Join(held[k], ""))
 			delete(held, k)
 		case ev.Action == "skip" && ev.Test != "":
 			skipped = append(skipped, fmt.Sprintf("%s %s: %s", ev.Package, ev.Test, skipReason(held[k])))

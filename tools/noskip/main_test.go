@@ -17,7 +17,7 @@ func TestRelay(t *testing.T) {
 		`{"Action":"run","Package":"p","Test":"TestSlow"}`,
 		`{"Action":"output","Package":"p","Test":"TestSlow/sub","Output":"slow log\n"}`,
 		`{"Action":"pass","Package":"p","Test":"TestSlow/sub","Elapsed":40.5}`,
-		`{"Action":"pass","Package":"p","Test":"TestSlow","Elapsed":45.25}`,
+		`{"Action":"pass","Package":"p","Test":"TestSlow","Elapsed":45.26}`,
 		`{"Action":"run","Package":"p","Test":"TestBad"}`,
 		`{"Action":"output","Package":"p","Test":"TestBad","Output":"    bad_test.go:9: it broke\n"}`,
 		`{"Action":"output","Package":"p","Test":"TestBad","Output":"--- FAIL: TestBad (0.00s)\n"}`,
@@ -44,7 +44,7 @@ func TestRelay(t *testing.T) {
 		t.Errorf("skipped = %q, want %q (a package without tests is no skipped test)", skipped, want)
 	}
 	got := out.String()
-	for _, want := range []string{"it broke", "--- FAIL: TestBad", "FAIL\tp\t0.01s", "# p [p.test]", "syntax error", "waiting for the agent", "--- PASS: p TestSlow (45.2s)\n"} {
+	for _, want := range []string{"it broke", "--- FAIL: TestBad", "FAIL\tp\t0.01s", "# p [p.test]", "syntax error", "waiting for the agent", "--- PASS: p TestSlow (45.3s)\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
